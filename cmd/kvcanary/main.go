@@ -1,0 +1,40 @@
+// Command kvcanary hunts silent output corruption in LLM serving stacks.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(report(err))
+}
+
+// run builds the command tree and executes it with args.
+func run(ctx context.Context, args []string) error {
+	f := cmdutil.NewFactory(ctx)
+	root := NewCmdRoot(f)
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}
+
+// report prints err (unless it is a silent finding exit) and returns the exit code.
+func report(err error) int {
+	if err == nil {
+		return cmdutil.ExitOK
+	}
+	var ee *cmdutil.ExitError
+	if !(errors.As(err, &ee) && ee.Err == nil) {
+		fmt.Fprintln(os.Stderr, "kvcanary:", err)
+	}
+	return cmdutil.ExitCode(err)
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+)
+
+// NewCmdRoot builds the kvcanary command tree.
+func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kvcanary",
+		Short: "Hunt silent output corruption in LLM serving stacks",
+		Long: `kvcanary hunts silent output corruption in LLM serving stacks (SGLang, vLLM):
+the bug class where, under concurrency, CUDA graph replay, multiple streams and
+prefill/decode disaggregation, a fraction of requests come out garbled.
+
+Reproduce with a corruption rate, localize layer by layer with one decisive test
+each (transfer checksums, replay canaries, graph-vs-eager diffs), compare runs
+with A/B statistics and confounds. Every command runs on the embedded twin
+("kvcanary sim") when no GPU is at hand.
+
+Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetIn(f.IO.In)
+	root.SetOut(f.IO.Out)
+	root.SetErr(f.IO.ErrOut)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		c.PrintErrln(c.UsageString())
+		return cmdutil.UsageError("%w", err)
+	})
+
+	root.AddCommand(
+		NewCmdVersion(f, nil),
+		// Commands register here, one line each.
+	)
+	return root
+}
+
+// usageArgs wraps a cobra positional-args validator so a violation is a usage error.
+func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := v(cmd, args); err != nil {
+			cmd.PrintErrln(cmd.UsageString())
+			return cmdutil.UsageError("%w", err)
+		}
+		return nil
+	}
+}

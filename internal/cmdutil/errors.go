@@ -1,0 +1,62 @@
+package cmdutil
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Exit codes, one meaning each, shared by every command.
+const (
+	ExitOK      = 0 // success; for a check: nothing found
+	ExitFinding = 1 // a check found evidence of corruption
+	ExitUsage   = 2 // bad flags or arguments
+	ExitInput   = 3 // unreadable or malformed input, or a runtime failure
+)
+
+// ExitError carries an exit code through the command tree to main.
+type ExitError struct {
+	Code int
+	Err  error // may be nil for a silent exit (ExitFinding after a printed report)
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// FindingError is returned by a check command that printed its report and found
+// corruption: main exits 1 without printing anything more.
+var FindingError = &ExitError{Code: ExitFinding}
+
+// UsageError marks err as a usage error (exit 2, usage printed).
+func UsageError(format string, a ...any) error {
+	return &ExitError{Code: ExitUsage, Err: fmt.Errorf(format, a...)}
+}
+
+// InputError marks err as an input error (exit 3).
+func InputError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	return &ExitError{Code: ExitInput, Err: err}
+}
+
+// ExitCode maps an error returned by a command to the process exit code.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	return ExitInput
+}

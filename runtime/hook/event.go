@@ -1,0 +1,565 @@
+package hook
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Version is the event model version carried in every envelope ("v":1).
+const Version = 1
+
+// Kind names what an event's body holds. The numeric values are the kind byte of
+// the binary wire frame and must never be renumbered; the string form is the
+// "kind" field of the JSON-lines form.
+type Kind uint8
+
+// Event kinds of model v1.
+const (
+	KindInvalid         Kind = 0
+	KindRunStart        Kind = 1  // "run.start": run configuration, tool version, host
+	KindRunEnd          Kind = 2  // "run.end": wall time, step count, exit state
+	KindRoomChecksum    Kind = 3  // "room.checksum": one side's digest of one room's index-K
+	KindReplay          Kind = 4  // "replay": one decode step (graph replay or eager)
+	KindCanaryPages     Kind = 5  // "canary.pages": pages a replay changed and their context
+	KindGraphDiffSample Kind = 6  // "graphdiff.sample": graph and eager outputs of one step
+	KindSession         Kind = 7  // "session": a finished session and its outcome class
+	KindSched           Kind = 8  // "sched": a scheduler observation (batch, retraction)
+	KindGPU             Kind = 9  // "gpu": per-device telemetry sample
+	KindCUDA            Kind = 10 // "cuda": one driver API call seen by a probe
+	KindFinding         Kind = 11 // "finding": an analyzer's judgement with evidence
+	kindLimit           Kind = 12
+)
+
+var kindNames = [kindLimit]string{
+	KindInvalid:         "",
+	KindRunStart:        "run.start",
+	KindRunEnd:          "run.end",
+	KindRoomChecksum:    "room.checksum",
+	KindReplay:          "replay",
+	KindCanaryPages:     "canary.pages",
+	KindGraphDiffSample: "graphdiff.sample",
+	KindSession:         "session",
+	KindSched:           "sched",
+	KindGPU:             "gpu",
+	KindCUDA:            "cuda",
+	KindFinding:         "finding",
+}
+
+// Kinds lists every valid kind in numeric order.
+func Kinds() []Kind {
+	ks := make([]Kind, 0, kindLimit-1)
+	for k := KindRunStart; k < kindLimit; k++ {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// Valid reports whether k is a kind of model v1.
+func (k Kind) Valid() bool { return k > KindInvalid && k < kindLimit }
+
+func (k Kind) String() string {
+	if k.Valid() {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// ParseKind maps the JSON name of a kind ("room.checksum") to its Kind.
+func ParseKind(s string) (Kind, error) {
+	for k := KindRunStart; k < kindLimit; k++ {
+		if kindNames[k] == s {
+			return k, nil
+		}
+	}
+	return KindInvalid, fmt.Errorf("unknown event kind %q", s)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (k Kind) MarshalText() ([]byte, error) {
+	if !k.Valid() {
+		return nil, fmt.Errorf("marshal kind: invalid kind %d", k)
+	}
+	return []byte(kindNames[k]), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (k *Kind) UnmarshalText(b []byte) error {
+	v, err := ParseKind(string(b))
+	if err != nil {
+		return err
+	}
+	*k = v
+	return nil
+}
+
+// Source says where an event was observed. Producers may leave it empty; the
+// collector fills it from the connection.
+type Source struct {
+	Node string `json:"node,omitempty"` // host name
+	Proc string `json:"proc,omitempty"` // process name or role ("sglang-decode", "sim")
+	PID  int32  `json:"pid,omitempty"`
+}
+
+// Event is the v1 envelope. Body is one of the *Body types below, matching Kind.
+type Event struct {
+	Kind Kind
+	TS   int64 // Unix time, nanoseconds
+	Src  Source
+	Run  string // run id; may be empty (the collector fills it)
+	Body Body
+}
+
+// Body is implemented by every kind-specific body type.
+type Body interface {
+	Kind() Kind
+}
+
+// NewBody returns a zero body of the given kind, ready to decode into.
+func NewBody(k Kind) (Body, error) {
+	switch k {
+	case KindRunStart:
+		return &RunStart{}, nil
+	case KindRunEnd:
+		return &RunEnd{}, nil
+	case KindRoomChecksum:
+		return &RoomChecksum{}, nil
+	case KindReplay:
+		return &Replay{}, nil
+	case KindCanaryPages:
+		return &CanaryPages{}, nil
+	case KindGraphDiffSample:
+		return &GraphDiffSample{}, nil
+	case KindSession:
+		return &Session{}, nil
+	case KindSched:
+		return &Sched{}, nil
+	case KindGPU:
+		return &GPU{}, nil
+	case KindCUDA:
+		return &CUDA{}, nil
+	case KindFinding:
+		return &Finding{}, nil
+	}
+	return nil, fmt.Errorf("unknown event kind %d", k)
+}
+
+// ---------------------------------------------------------------------------
+// 64-bit identifiers and digests travel as JSON strings so jq and JavaScript
+// keep every bit.
+
+// Dec64 is a uint64 that marshals as a decimal JSON string ("room":"1234").
+// It unmarshals from a decimal or 0x-hex string, or from a JSON number.
+type Dec64 uint64
+
+// MarshalJSON implements json.Marshaler.
+func (d Dec64) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 22)
+	b = append(b, '"')
+	b = strconv.AppendUint(b, uint64(d), 10)
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Dec64) UnmarshalJSON(b []byte) error {
+	v, err := parseU64JSON(b)
+	*d = Dec64(v)
+	return err
+}
+
+// Hex64 is a uint64 that marshals as a 0x-prefixed 16-digit hex JSON string
+// ("bsum":"0x00000000deadbeef"). It unmarshals from hex or decimal strings, or a
+// JSON number.
+type Hex64 uint64
+
+const hexDigits = "0123456789abcdef"
+
+// AppendHex64 appends v as 0x followed by 16 lowercase hex digits.
+func AppendHex64(b []byte, v uint64) []byte {
+	b = append(b, '0', 'x')
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, hexDigits[(v>>uint(shift))&0xf])
+	}
+	return b
+}
+
+func (h Hex64) String() string { return string(AppendHex64(nil, uint64(h))) }
+
+// MarshalJSON implements json.Marshaler.
+func (h Hex64) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 20)
+	b = append(b, '"')
+	b = AppendHex64(b, uint64(h))
+	return append(b, '"'), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (h *Hex64) UnmarshalJSON(b []byte) error {
+	v, err := parseU64JSON(b)
+	*h = Hex64(v)
+	return err
+}
+
+// ParseU64 parses a decimal or 0x-prefixed hexadecimal unsigned 64-bit value.
+func ParseU64(s string) (uint64, error) {
+	if len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		return strconv.ParseUint(s[2:], 16, 64)
+	}
+	return strconv.ParseUint(s, 10, 64)
+}
+
+func parseU64JSON(b []byte) (uint64, error) {
+	s := string(b)
+	if s == "null" {
+		return 0, nil
+	}
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	v, err := ParseU64(s)
+	if err != nil {
+		return 0, fmt.Errorf("parse 64-bit value %q: want decimal or 0x-hex", truncate(string(b), 40))
+	}
+	return v, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Float32s is a float32 vector that travels in JSON as base64 of its
+// little-endian IEEE-754 bytes: exact, compact, and able to carry NaN and Inf,
+// which JSON numbers cannot.
+type Float32s []float32
+
+// MarshalJSON implements json.Marshaler.
+func (f Float32s) MarshalJSON() ([]byte, error) {
+	raw := make([]byte, 4*len(f))
+	for i, v := range f {
+		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(v))
+	}
+	out := make([]byte, 0, base64.StdEncoding.EncodedLen(len(raw))+2)
+	out = append(out, '"')
+	out = base64.StdEncoding.AppendEncode(out, raw)
+	return append(out, '"'), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (f *Float32s) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = nil
+		return nil
+	}
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return fmt.Errorf("float32 vector: want a base64 string of little-endian float32")
+	}
+	raw, err := base64.StdEncoding.AppendDecode(nil, b[1:len(b)-1])
+	if err != nil {
+		return fmt.Errorf("float32 vector: %w", err)
+	}
+	if len(raw)%4 != 0 {
+		return fmt.Errorf("float32 vector: %d bytes is not a multiple of 4", len(raw))
+	}
+	out := make([]float32, len(raw)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	*f = out
+	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Bodies.
+
+// RunConfig is the configuration of one run: the engine flags under test and
+// the workload. A/B confound checks compare these field by field.
+type RunConfig struct {
+	Engine             string            `json:"engine,omitempty"` // "sim", "sglang", "vllm"
+	Model              string            `json:"model,omitempty"`
+	URL                string            `json:"url,omitempty"`
+	IndexKDtype        string            `json:"index_k_dtype,omitempty"` // "bf16" | "fp8"
+	CUDAGraph          bool              `json:"cuda_graph"`
+	CUDAGraphMaxBS     int               `json:"cuda_graph_max_bs,omitempty"`
+	MultiStreamOverlap bool              `json:"multi_stream_overlap"`
+	Disaggregation     string            `json:"disaggregation,omitempty"` // "pd" | "none"
+	MaxRunningRequests int               `json:"max_running_requests,omitempty"`
+	PoolTokens         int               `json:"pool_tokens,omitempty"`
+	Sessions           int               `json:"sessions,omitempty"`
+	Rounds             int               `json:"rounds,omitempty"`
+	Concurrency        int               `json:"concurrency,omitempty"`
+	Seed               uint64            `json:"seed"`
+	Inject             []string          `json:"inject,omitempty"`
+	Extra              map[string]string `json:"extra,omitempty"` // engine flags without a field
+}
+
+// GPUInfo describes one device of the host.
+type GPUInfo struct {
+	Index    int    `json:"index"`
+	Name     string `json:"name"`
+	UUID     string `json:"uuid,omitempty"`
+	MemTotal uint64 `json:"mem_total,omitempty"` // bytes
+}
+
+// HostInfo describes the machine a run executed on.
+type HostInfo struct {
+	Hostname string    `json:"hostname,omitempty"`
+	OS       string    `json:"os,omitempty"`
+	Arch     string    `json:"arch,omitempty"`
+	CPUs     int       `json:"cpus,omitempty"`
+	Driver   string    `json:"driver,omitempty"` // NVIDIA driver version when known
+	GPUs     []GPUInfo `json:"gpus,omitempty"`
+}
+
+// RunStart opens a run.
+type RunStart struct {
+	Tool   string    `json:"tool"` // kvcanary version
+	Config RunConfig `json:"config"`
+	Host   HostInfo  `json:"host"`
+}
+
+// RunEnd closes a run.
+type RunEnd struct {
+	WallNS  int64  `json:"wall_ns"`
+	Steps   int64  `json:"steps,omitempty"`
+	Dropped uint64 `json:"dropped,omitempty"` // events the producer dropped
+	Error   string `json:"error,omitempty"`
+}
+
+// Side is the PD role that computed a room checksum.
+type Side string
+
+// Checksum sides.
+const (
+	SidePrefill Side = "prefill"
+	SideDecode  Side = "decode"
+)
+
+// RoomChecksum is one side's digest of one room's index-K, in token order.
+type RoomChecksum struct {
+	Room    Dec64   `json:"room"` // bootstrap_room
+	Side    Side    `json:"side"`
+	SeqLen  int     `json:"seq_len"`
+	Pages   int     `json:"pages"`
+	Bsum    Hex64   `json:"bsum"`
+	XXH3    Hex64   `json:"xxh3"`
+	Dtype   string  `json:"dtype,omitempty"`   // "bf16" | "fp8"
+	Request string  `json:"request,omitempty"` // engine request id
+	PageSum []Hex64 `json:"page_xxh3,omitempty"`
+}
+
+// Replay is one decode step.
+type Replay struct {
+	Step      uint64 `json:"step"`
+	BatchSize int    `json:"bs"`
+	Bucket    int    `json:"bucket,omitempty"` // captured graph batch bucket; 0 when eager
+	Mode      string `json:"mode"`             // "graph" | "eager"
+	DurNS     int64  `json:"dur_ns"`
+}
+
+// PageChange is one index-K page whose digest changed across a replay.
+type PageChange struct {
+	Page   uint32 `json:"page"`
+	Owner  string `json:"owner,omitempty"` // request id owning the page; empty when free
+	Before Hex64  `json:"before"`
+	After  Hex64  `json:"after"`
+}
+
+// CanaryPages is what one replay did to the index-K pool: the pages it changed
+// and what the canary analyzer needs to judge them.
+type CanaryPages struct {
+	Step         uint64       `json:"step"`
+	Policy       string       `json:"policy,omitempty"` // "live" | "all" | "sweep:N"
+	PagesTotal   int          `json:"pages_total"`
+	PagesChecked int          `json:"pages_checked"`
+	Changed      []PageChange `json:"changed,omitempty"`
+	Expected     []uint32     `json:"expected,omitempty"` // pages holding this step's out_loc stores
+	Transfer     []uint32     `json:"transfer,omitempty"` // pages receiving an in-flight transfer
+	Running      []string     `json:"running,omitempty"`  // request ids running in this batch
+}
+
+// GraphDiffSample holds what the captured replay and an eager rerun computed
+// from the same inputs for one request at one step.
+type GraphDiffSample struct {
+	Step      uint64   `json:"step"`
+	Request   string   `json:"request"`
+	Session   string   `json:"session,omitempty"`
+	Dtype     string   `json:"dtype,omitempty"` // dtype of the logits' producer
+	Graph     Float32s `json:"graph,omitempty"` // logits of the captured replay
+	Eager     Float32s `json:"eager,omitempty"` // logits of the eager rerun
+	Ref       Float32s `json:"ref,omitempty"`   // optional float64-accumulated reference, rounded to float32
+	TopKGraph []int32  `json:"topk_graph,omitempty"`
+	TopKEager []int32  `json:"topk_eager,omitempty"`
+}
+
+// Session outcome classes.
+const (
+	OutcomeDone      = "done"
+	OutcomeMaxRounds = "maxrounds"
+	OutcomeLeak      = "leak"
+	OutcomeNoTool    = "no_tool"
+	OutcomeError     = "error"
+	OutcomeTimeout   = "timeout"
+)
+
+// Outcomes lists the session outcome classes in report order.
+var Outcomes = []string{OutcomeDone, OutcomeMaxRounds, OutcomeLeak, OutcomeNoTool, OutcomeError, OutcomeTimeout}
+
+// Session is a finished session.
+type Session struct {
+	ID            string   `json:"id"`
+	Outcome       string   `json:"outcome"`
+	Rounds        int      `json:"rounds"`
+	Error         string   `json:"error,omitempty"`
+	FinishReasons []string `json:"finish_reasons,omitempty"`
+	Loop          bool     `json:"loop,omitempty"`     // an n-gram loop was seen in the output
+	Deviated      bool     `json:"deviated,omitempty"` // ground truth from the twin: output left the script
+	Requests      []string `json:"requests,omitempty"` // engine request ids of the session's rounds
+}
+
+// Sched is a scheduler observation: a batch line or a retraction.
+type Sched struct {
+	Phase         string  `json:"phase,omitempty"` // "decode" | "prefill" | "retract"
+	RunningReq    int     `json:"running_req"`
+	QueueReq      int     `json:"queue_req"`
+	Tokens        int     `json:"tokens"`
+	TokenUsage    float64 `json:"token_usage"`
+	Retracted     int     `json:"retracted,omitempty"`
+	NewTokenRatio float64 `json:"new_token_ratio,omitempty"`
+	CUDAGraph     bool    `json:"cuda_graph"`
+	GenThroughput float64 `json:"gen_throughput,omitempty"`
+}
+
+// GPUDevice is one device's telemetry sample.
+type GPUDevice struct {
+	Index        int    `json:"index"`
+	UUID         string `json:"uuid,omitempty"`
+	MemUsed      uint64 `json:"mem_used"`
+	MemTotal     uint64 `json:"mem_total"`
+	UtilGPU      uint32 `json:"util_gpu"` // percent
+	UtilMem      uint32 `json:"util_mem"` // percent
+	TempC        uint32 `json:"temp_c"`
+	PowerMW      uint32 `json:"power_mw,omitempty"`
+	SMClockMHz   uint32 `json:"sm_clock_mhz,omitempty"`
+	ECCSBE       uint64 `json:"ecc_sbe,omitempty"` // volatile single-bit
+	ECCDBE       uint64 `json:"ecc_dbe,omitempty"` // volatile double-bit
+	PCIeReplay   uint64 `json:"pcie_replay,omitempty"`
+	RetiredPages uint64 `json:"retired_pages,omitempty"`
+	Xid          uint64 `json:"xid,omitempty"` // last Xid seen on this device, 0 when none
+}
+
+// GPU is a telemetry sample of every device.
+type GPU struct {
+	Devices []GPUDevice `json:"devices"`
+}
+
+// CUDA is one driver API call seen by the eBPF probe.
+type CUDA struct {
+	Call      string `json:"call"` // resolved symbol, e.g. "cuGraphLaunch"
+	PID       uint32 `json:"pid"`
+	TID       uint32 `json:"tid"`
+	Stream    Hex64  `json:"stream,omitempty"`
+	GraphExec Hex64  `json:"graph_exec,omitempty"`
+	Arg       Hex64  `json:"arg,omitempty"` // call-specific: event, graph, device pointer
+	StartNS   int64  `json:"start_ns"`
+	EndNS     int64  `json:"end_ns,omitempty"` // 0 when no return was seen
+	Ret       int32  `json:"ret,omitempty"`    // CUresult
+}
+
+// Severity grades a finding.
+type Severity string
+
+// Severities, least to most severe.
+const (
+	SevInfo  Severity = "info"
+	SevWarn  Severity = "warn"
+	SevError Severity = "error" // evidence of corruption
+)
+
+// Finding is an analyzer's judgement with the evidence behind it.
+type Finding struct {
+	Analyzer string            `json:"analyzer"`
+	Severity Severity          `json:"severity"`
+	Summary  string            `json:"summary"`
+	Evidence map[string]string `json:"evidence,omitempty"`
+}
+
+// Kind implementations.
+func (*RunStart) Kind() Kind        { return KindRunStart }
+func (*RunEnd) Kind() Kind          { return KindRunEnd }
+func (*RoomChecksum) Kind() Kind    { return KindRoomChecksum }
+func (*Replay) Kind() Kind          { return KindReplay }
+func (*CanaryPages) Kind() Kind     { return KindCanaryPages }
+func (*GraphDiffSample) Kind() Kind { return KindGraphDiffSample }
+func (*Session) Kind() Kind         { return KindSession }
+func (*Sched) Kind() Kind           { return KindSched }
+func (*GPU) Kind() Kind             { return KindGPU }
+func (*CUDA) Kind() Kind            { return KindCUDA }
+func (*Finding) Kind() Kind         { return KindFinding }
+
+// ---------------------------------------------------------------------------
+// JSON-lines form.
+
+// envelope is the JSON shape of an Event.
+type envelope struct {
+	V    int             `json:"v"`
+	Kind string          `json:"kind"`
+	TS   int64           `json:"ts_ns"`
+	Src  *Source         `json:"src,omitempty"`
+	Run  string          `json:"run,omitempty"`
+	Body json.RawMessage `json:"body"`
+}
+
+// MarshalJSON encodes e in the JSON-lines form (without the trailing newline).
+func (e Event) MarshalJSON() ([]byte, error) {
+	if e.Body == nil {
+		return nil, fmt.Errorf("marshal event: %s has no body", e.Kind)
+	}
+	if e.Body.Kind() != e.Kind {
+		return nil, fmt.Errorf("marshal event: kind %s with a %s body", e.Kind, e.Body.Kind())
+	}
+	body, err := json.Marshal(e.Body)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s body: %w", e.Kind, err)
+	}
+	env := envelope{V: Version, Kind: e.Kind.String(), TS: e.TS, Run: e.Run, Body: body}
+	if e.Src != (Source{}) {
+		src := e.Src
+		env.Src = &src
+	}
+	return json.Marshal(env)
+}
+
+// UnmarshalJSON decodes one JSON-lines event. It rejects unknown versions and
+// kinds, a missing body, and bodies that do not fit their kind.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var env envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return fmt.Errorf("decode event: %w", err)
+	}
+	if env.V != Version {
+		return fmt.Errorf("decode event: unsupported event version %d (this build reads version %d)", env.V, Version)
+	}
+	k, err := ParseKind(env.Kind)
+	if err != nil {
+		return fmt.Errorf("decode event: %w", err)
+	}
+	if len(env.Body) == 0 || strings.TrimSpace(string(env.Body)) == "null" {
+		return fmt.Errorf("decode event: %s event has no body", k)
+	}
+	body, _ := NewBody(k)
+	if err := json.Unmarshal(env.Body, body); err != nil {
+		return fmt.Errorf("decode %s body: %w", k, err)
+	}
+	*e = Event{Kind: k, TS: env.TS, Run: env.Run, Body: body}
+	if env.Src != nil {
+		e.Src = *env.Src
+	}
+	return nil
+}
