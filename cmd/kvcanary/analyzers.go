@@ -1,0 +1,20 @@
+package main
+
+import (
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// AnalyzerOptions are the knobs analyzers take from the command line.
+type AnalyzerOptions struct {
+	WarmupMaxSeqLen int // checksum: rooms at or below this seq_len are warmups
+}
+
+// newAnalyzers returns every analyzer, in report order. Commands that judge a
+// stream of events (sim run, watch, reports over bundles) run all of them, so a
+// new analyzer is one line here. Each entry's Name is its section key in
+// `sim run --json`.
+func newAnalyzers(opts AnalyzerOptions) []hook.Analyzer {
+	return []hook.Analyzer{
+		// One line per analyzer, e.g. checksum.NewAnalyzer(checksum.Options{...}),
+	}
+}
