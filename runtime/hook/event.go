@@ -386,16 +386,26 @@ type CanaryPages struct {
 
 // GraphDiffSample holds what the captured replay and an eager rerun computed
 // from the same inputs for one request at one step.
+//
+// Graph, Eager and Ref have one entry per cached position (index logits) or per
+// vocabulary entry, all the same length; a position a side masked out is -Inf.
+// TopKGraph and TopKEager are the positions each side actually selected (the
+// selection the step used), best first; with --graphdiff-topk-only they are
+// all a sample carries. K is the selection budget (the indexer's top-k) and
+// SeqLen the request's cached length at this step (positions 0..SeqLen-1), so a
+// judge can tell "missing the newest positions" from any other difference.
 type GraphDiffSample struct {
 	Step      uint64   `json:"step"`
 	Request   string   `json:"request"`
 	Session   string   `json:"session,omitempty"`
-	Dtype     string   `json:"dtype,omitempty"` // dtype of the logits' producer
+	Dtype     string   `json:"dtype,omitempty"` // dtype of the logits' producer: "fp32" | "bf16" | "fp16" | "fp8"
 	Graph     Float32s `json:"graph,omitempty"` // logits of the captured replay
 	Eager     Float32s `json:"eager,omitempty"` // logits of the eager rerun
 	Ref       Float32s `json:"ref,omitempty"`   // optional float64-accumulated reference, rounded to float32
 	TopKGraph []int32  `json:"topk_graph,omitempty"`
 	TopKEager []int32  `json:"topk_eager,omitempty"`
+	K         int      `json:"k,omitempty"`       // selection budget; 0: len(TopKEager), else graphdiff's default
+	SeqLen    int      `json:"seq_len,omitempty"` // cached positions of the request at this step
 }
 
 // Session outcome classes.
