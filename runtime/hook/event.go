@@ -382,6 +382,19 @@ type CanaryPages struct {
 	Expected     []uint32     `json:"expected,omitempty"` // pages holding this step's out_loc stores
 	Transfer     []uint32     `json:"transfer,omitempty"` // pages receiving an in-flight transfer
 	Running      []string     `json:"running,omitempty"`  // request ids running in this batch
+	// Padding lists pages written by the padded rows of a graph bucket (bs <
+	// bucket): SGLang points every padded row's out_cache_loc at slot 0, so this
+	// is [0] when the replay was padded. A padding page that changed is an
+	// expected store; one that did not change is never a missing store.
+	Padding []uint32 `json:"padding,omitempty"`
+	// ExpectedOwner, when set, is parallel to Expected: the request whose store
+	// lands on Expected[i]. It names the request in missing-store findings.
+	ExpectedOwner []string `json:"expected_owner,omitempty"`
+	// LivePages is the number of pages owned by running requests at this replay;
+	// LiveChecked is how many of them were digested. Their ratio is the live
+	// coverage the canary report states (100% under every built-in policy).
+	LivePages   int `json:"live_pages,omitempty"`
+	LiveChecked int `json:"live_checked,omitempty"`
 }
 
 // GraphDiffSample holds what the captured replay and an eager rerun computed

@@ -1,0 +1,14 @@
+// Package canary judges what a CUDA graph replay did to the paged index-K
+// pool. A source (the twin, an engine hook) digests the pages a Policy selects
+// before and after each replay, finds the changed ones with Diff, and
+// publishes a hook.CanaryPages observation; this package classifies every
+// changed page (expected-store, benign-transfer, free-page, held-page or
+// LIVE-PAGE-OVERWRITE), counts expected stores that did not land, aggregates a
+// run, and parses SGLang's own "kv_canary violation:" log lines. SPEC.md
+// defines the semantics sources must follow.
+//
+// Error contract: Diff, Policy and classification never fail and never panic
+// on any input (out-of-range pages are ignored, never indexed). ParsePolicy
+// and ParseViolation return errors naming the offending text and its byte
+// offset; the report readers wrap them with file:line.
+package canary
