@@ -461,25 +461,39 @@ type Sched struct {
 
 // GPUDevice is one device's telemetry sample.
 type GPUDevice struct {
-	Index        int    `json:"index"`
-	UUID         string `json:"uuid,omitempty"`
-	MemUsed      uint64 `json:"mem_used"`
-	MemTotal     uint64 `json:"mem_total"`
-	UtilGPU      uint32 `json:"util_gpu"` // percent
-	UtilMem      uint32 `json:"util_mem"` // percent
-	TempC        uint32 `json:"temp_c"`
-	PowerMW      uint32 `json:"power_mw,omitempty"`
-	SMClockMHz   uint32 `json:"sm_clock_mhz,omitempty"`
-	ECCSBE       uint64 `json:"ecc_sbe,omitempty"` // volatile single-bit
-	ECCDBE       uint64 `json:"ecc_dbe,omitempty"` // volatile double-bit
-	PCIeReplay   uint64 `json:"pcie_replay,omitempty"`
-	RetiredPages uint64 `json:"retired_pages,omitempty"`
-	Xid          uint64 `json:"xid,omitempty"` // last Xid seen on this device, 0 when none
+	Index        int       `json:"index"`
+	UUID         string    `json:"uuid,omitempty"`
+	MemUsed      uint64    `json:"mem_used"`
+	MemTotal     uint64    `json:"mem_total"`
+	UtilGPU      uint32    `json:"util_gpu"` // percent
+	UtilMem      uint32    `json:"util_mem"` // percent
+	TempC        uint32    `json:"temp_c"`
+	PowerMW      uint32    `json:"power_mw,omitempty"`
+	SMClockMHz   uint32    `json:"sm_clock_mhz,omitempty"`
+	ECCSBE       uint64    `json:"ecc_sbe,omitempty"` // volatile single-bit
+	ECCDBE       uint64    `json:"ecc_dbe,omitempty"` // volatile double-bit
+	PCIeReplay   uint64    `json:"pcie_replay,omitempty"`
+	RetiredPages uint64    `json:"retired_pages,omitempty"`
+	Xid          uint64    `json:"xid,omitempty"` // last Xid seen on this device, 0 when none
+	Name         string    `json:"name,omitempty"`
+	MemClockMHz  uint32    `json:"mem_clock_mhz,omitempty"`
+	RemappedCorr uint64    `json:"remapped_corr,omitempty"` // rows remapped for correctable errors
+	RemappedUnc  uint64    `json:"remapped_unc,omitempty"`  // rows remapped for uncorrectable errors
+	RemapPending bool      `json:"remap_pending,omitempty"` // a remap waits for a GPU reset
+	Procs        []GPUProc `json:"procs,omitempty"`         // compute processes and their device memory
+}
+
+// GPUProc is one process running on a device.
+type GPUProc struct {
+	PID     uint32 `json:"pid"`
+	MemUsed uint64 `json:"mem_used"` // bytes of device memory
 }
 
 // GPU is a telemetry sample of every device.
 type GPU struct {
 	Devices []GPUDevice `json:"devices"`
+	Driver  string      `json:"driver,omitempty"` // NVIDIA driver version
+	CUDA    int         `json:"cuda,omitempty"`   // CUDA driver API version, e.g. 12040
 }
 
 // CUDA is one driver API call seen by the eBPF probe.
@@ -493,6 +507,7 @@ type CUDA struct {
 	StartNS   int64  `json:"start_ns"`
 	EndNS     int64  `json:"end_ns,omitempty"` // 0 when no return was seen
 	Ret       int32  `json:"ret,omitempty"`    // CUresult
+	Bytes     uint64 `json:"bytes,omitempty"`  // size of an allocation or copy
 }
 
 // Severity grades a finding.
