@@ -1,0 +1,49 @@
+package checksum
+
+import (
+	"testing"
+
+	"github.com/zeebo/xxh3"
+)
+
+// benchPages is the number of 16 KiB pages each iteration digests: large
+// enough to leave L1, small enough to stay in L2/L3 like a hot engine page.
+const benchPages = 64
+
+func benchArena(b *testing.B) (Layout, []byte) {
+	l, err := NewLayout(DtypeBF16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l, GenArena(l, 1, benchPages)
+}
+
+func reportGBps(b *testing.B, bytes int) {
+	b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+}
+
+// BenchmarkXXH3Page digests 16 KiB bf16 pages with Page (xxh3-64).
+func BenchmarkXXH3Page(b *testing.B) {
+	l, arena := benchArena(b)
+	b.SetBytes(int64(l.PageBytes()))
+	var sink uint64
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		sink += Page(l, arena, uint32(i%benchPages))
+	}
+	reportGBps(b, l.PageBytes())
+	_ = sink
+	_ = xxh3.Hash
+}
+
+// BenchmarkBsumPage digests 16 KiB bf16 pages with PageBsum.
+func BenchmarkBsumPage(b *testing.B) {
+	l, arena := benchArena(b)
+	b.SetBytes(int64(l.PageBytes()))
+	var sink uint64
+	for i := 0; b.Loop(); i++ {
+		sink += PageBsum(l, arena, uint32(i%benchPages))
+	}
+	reportGBps(b, l.PageBytes())
+	_ = sink
+}

@@ -1,0 +1,19 @@
+// Package checksum owns the per-room index-K digests that prove or refute
+// corruption in a prefill→decode KV transfer, and judges them.
+//
+// It defines the digests once (SPEC.md, pinned by testdata/vectors.json):
+// bsum, an order-free, position-mixing sum a GPU can compute in one parallel
+// reduction, and xxh3, XXH3-64 of the room's token-order bytes, both over the
+// bf16 and fp8 index-K layouts, plus per-page digests that locate a mismatch
+// to pages and tokens. Sources (the twin, engine hooks) call Room, RoomPages
+// and Pages exactly as a real engine hook would.
+//
+// It reads room records from bundle events, kvcanary's own room_checksum log
+// line and SGLang's "KV checksum mismatch" aborts, compares prefill against
+// decode room by room (Compare), and runs live on the event bus (Analyzer).
+//
+// Error contract: digest functions take arguments that pass Layout.Check and
+// panic otherwise (a caller bug, never input). Readers never panic on input:
+// unusable lines are skipped and counted with their line numbers, and a
+// malformed digest on an otherwise valid line is an error naming file:line.
+package checksum
