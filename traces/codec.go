@@ -1,0 +1,70 @@
+package traces
+
+import (
+	"runtime"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Limits shared by the writer and the reader (see FORMAT.md).
+const (
+	// frameBytes is the JSON size at which the writer ends a frame. Larger
+	// frames compress slightly better; smaller ones lose less on a crash and
+	// bound reader memory. A single larger line still goes into one frame.
+	frameBytes = 1 << 20
+
+	// windowBytes is the zstd window of written frames. Frames are about
+	// frameBytes long, so a larger window would find almost nothing more.
+	windowBytes = 1 << 20
+
+	// maxWindowBytes is the largest frame window the reader accepts: the
+	// RFC 8878 recommendation every decoder supports.
+	maxWindowBytes = 8 << 20
+
+	// maxFrameBytes caps both a frame's compressed size and what it may decode
+	// to. Frames above it are skipped and counted, so a hostile file cannot make
+	// the reader hold more than about twice this much.
+	maxFrameBytes = 64 << 20
+)
+
+// One encoder and one decoder for the process. EncodeAll and DecodeAll are
+// safe for concurrent use and reuse their internal state between calls, so
+// every writer and reader shares them (restic does the same per repository).
+var (
+	encoder = sync.OnceValues(func() (*zstd.Encoder, error) {
+		return zstd.NewWriter(nil,
+			// Speed over ratio: bundles are written while the system under test
+			// runs, and SpeedFastest still shrinks event JSON about 5-10x.
+			zstd.WithEncoderLevel(zstd.SpeedFastest),
+			// The XXH64 content checksum lets readers reject a damaged frame
+			// before using any of its bytes.
+			zstd.WithEncoderCRC(true),
+			// A fixed window (not "single segment", whose window is the whole
+			// content) keeps a frame holding one huge event decodable under the
+			// reader's window cap.
+			zstd.WithWindowSize(windowBytes),
+			zstd.WithSingleSegment(false),
+			// An empty frame is never asked for; if it were, write nothing.
+			zstd.WithZeroFrames(false),
+			// Concurrent EncodeAll calls (several writers in one process) each
+			// get their own encoder state, up to one per CPU.
+			zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
+		)
+	})
+	decoder = sync.OnceValues(func() (*zstd.Decoder, error) {
+		return zstd.NewReader(nil,
+			// Cap what one frame may decode to (DecodeAll refuses more).
+			zstd.WithDecoderMaxMemory(maxFrameBytes),
+			// Refuse frames that ask for a window beyond what we write and what
+			// the RFC says every decoder supports.
+			zstd.WithDecoderMaxWindow(maxWindowBytes),
+			// Keep decode buffers between frames: reading is the hot path.
+			zstd.WithDecoderLowmem(false),
+			// Concurrent DecodeAll calls (several readers) up to one per CPU.
+			zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)),
+			// Verify every frame's content checksum (the default, stated).
+			zstd.IgnoreChecksum(false),
+		)
+	})
+)

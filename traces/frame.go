@@ -1,0 +1,192 @@
+package traces
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+)
+
+// source is a read buffer over the bundle that keeps the current frame's bytes
+// contiguous, so a frame is decoded in place and can be rescanned for a frame
+// magic after damage.
+type source struct {
+	r     io.Reader
+	buf   []byte
+	start int   // first unconsumed byte in buf
+	off   int64 // file offset of buf[start]
+	eof   bool
+	err   error // read error other than io.EOF
+}
+
+const readChunk = 256 << 10
+
+// avail is the number of buffered unconsumed bytes.
+func (s *source) avail() int { return len(s.buf) - s.start }
+
+// fill buffers at least n unconsumed bytes; false when the input ends first.
+func (s *source) fill(n int) bool {
+	for s.avail() < n {
+		if s.eof {
+			return false
+		}
+		if s.start > 0 && (cap(s.buf)-len(s.buf) < readChunk || s.start > len(s.buf)/2) {
+			m := copy(s.buf, s.buf[s.start:])
+			s.buf = s.buf[:m]
+			s.start = 0
+		}
+		if need := max(n-s.avail(), readChunk); cap(s.buf)-len(s.buf) < need {
+			nb := make([]byte, len(s.buf), len(s.buf)+need)
+			copy(nb, s.buf)
+			s.buf = nb
+		}
+		m, err := s.r.Read(s.buf[len(s.buf):cap(s.buf)])
+		s.buf = s.buf[:len(s.buf)+m]
+		if err != nil {
+			s.eof = true
+			if err != io.EOF {
+				s.err = err
+			}
+		}
+	}
+	return true
+}
+
+// consume drops n buffered bytes.
+func (s *source) consume(n int) {
+	s.start += n
+	s.off += int64(n)
+}
+
+// peek returns the unconsumed bytes [i, j).
+func (s *source) peek(i, j int) []byte { return s.buf[s.start+i : s.start+j] }
+
+// RFC 8878 constants.
+const (
+	zstdMagic         = 0xFD2FB528
+	skippableMask     = 0xFFFFFFF0
+	skippableMagic    = 0x184D2A50
+	blockMaxSize      = 128 << 10
+	frameHeaderMaxLen = 4 + 1 + 1 + 4 + 8
+)
+
+var zstdMagicBytes = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// frameStatus says what scanning a frame found.
+type frameStatus int
+
+const (
+	frameOK        frameStatus = iota // n bytes of one zstd frame
+	frameSkippable                    // n bytes of a skippable frame (may exceed the buffer)
+	frameEnd                          // clean end of input
+	frameTruncated                    // input ends inside a frame
+	frameGarbage                      // not a frame header here
+	frameTooLarge                     // frame over maxFrameBytes
+)
+
+// scanFrame parses the zstd frame at the read position (headers only, no
+// decoding) and returns its length. It buffers the whole frame for frameOK.
+func (s *source) scanFrame() (frameStatus, int) {
+	if !s.fill(4) {
+		if s.avail() == 0 {
+			return frameEnd, 0
+		}
+		return frameTruncated, s.avail()
+	}
+	magic := binary.LittleEndian.Uint32(s.peek(0, 4))
+	if magic&skippableMask == skippableMagic {
+		if !s.fill(8) {
+			return frameTruncated, s.avail()
+		}
+		return frameSkippable, 8 + int(binary.LittleEndian.Uint32(s.peek(4, 8)))
+	}
+	if magic != zstdMagic {
+		return frameGarbage, 0
+	}
+	if !s.fill(5) {
+		return frameTruncated, s.avail()
+	}
+	fhd := s.peek(4, 5)[0]
+	if fhd&0x08 != 0 { // reserved bit must be zero
+		return frameGarbage, 0
+	}
+	single := fhd&0x20 != 0
+	p := 5
+	if !single {
+		p++ // Window_Descriptor
+	}
+	p += [4]int{0, 1, 2, 4}[fhd&3] // Dictionary_ID
+	switch fhd >> 6 {              // Frame_Content_Size
+	case 0:
+		if single {
+			p++
+		}
+	case 1:
+		p += 2
+	case 2:
+		p += 4
+	case 3:
+		p += 8
+	}
+	for {
+		if !s.fill(p + 3) {
+			return frameTruncated, s.avail()
+		}
+		h := s.peek(p, p+3)
+		bh := uint32(h[0]) | uint32(h[1])<<8 | uint32(h[2])<<16
+		last := bh&1 != 0
+		typ := (bh >> 1) & 3
+		size := int(bh >> 3)
+		if typ == 3 || size > blockMaxSize {
+			return frameGarbage, 0
+		}
+		if typ == 1 { // RLE block: one byte repeated size times
+			size = 1
+		}
+		p += 3 + size
+		if p > maxFrameBytes {
+			return frameTooLarge, 0
+		}
+		if last {
+			break
+		}
+	}
+	if fhd&0x04 != 0 {
+		p += 4 // Content_Checksum
+	}
+	if !s.fill(p) {
+		return frameTruncated, s.avail()
+	}
+	return frameOK, p
+}
+
+// resync skips forward to the next zstd frame magic after the read position
+// and returns the number of bytes skipped (to the end of input if none).
+func (s *source) resync() int64 {
+	from := s.off
+	s.consume(1)
+	for {
+		if i := bytes.Index(s.peek(0, s.avail()), zstdMagicBytes); i >= 0 {
+			s.consume(i)
+			return s.off - from
+		}
+		keep := min(s.avail(), len(zstdMagicBytes)-1)
+		s.consume(s.avail() - keep)
+		if !s.fill(keep + 1) {
+			s.consume(s.avail())
+			return s.off - from
+		}
+	}
+}
+
+// skip drops n bytes that may not all be buffered; false if input ends first.
+func (s *source) skip(n int) bool {
+	for n > 0 {
+		if s.avail() == 0 && !s.fill(1) {
+			return false
+		}
+		k := min(n, s.avail())
+		s.consume(k)
+		n -= k
+	}
+	return true
+}

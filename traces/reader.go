@@ -1,0 +1,498 @@
+package traces
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// RecordType tells the records of a bundle apart.
+type RecordType uint8
+
+// Record types (FORMAT.md "Records").
+const (
+	RecordEvent    RecordType = iota + 1 // {"v":1,"kind":...}
+	RecordManifest                       // {"kvtrace":{...}}
+	RecordFooter                         // {"kvtrace_footer":{...}}
+)
+
+func (t RecordType) String() string {
+	switch t {
+	case RecordEvent:
+		return "event"
+	case RecordManifest:
+		return "manifest"
+	case RecordFooter:
+		return "footer"
+	}
+	return "record(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Position locates a record or frame in a bundle.
+type Position struct {
+	Frame  uint64 `json:"frame"`          // 1-based zstd frame number (0: between frames)
+	Offset int64  `json:"offset"`         // byte offset of the frame (or skipped bytes) in the file
+	Line   uint64 `json:"line,omitempty"` // 1-based line of the decoded stream (manifest is line 1)
+}
+
+func (p Position) String() string {
+	s := ""
+	if p.Frame > 0 {
+		s = "frame " + strconv.FormatUint(p.Frame, 10) + " "
+	}
+	s += "at byte " + strconv.FormatInt(p.Offset, 10)
+	if p.Line > 0 {
+		s += " line " + strconv.FormatUint(p.Line, 10)
+	}
+	return s
+}
+
+// Skip is one piece of a bundle the reader could not use.
+type Skip struct {
+	Position
+	Reason string `json:"reason"`
+}
+
+func (s Skip) String() string { return s.Position.String() + ": " + s.Reason }
+
+// maxSkipDetails bounds the skip list kept for reports; Skipped counts all.
+const maxSkipDetails = 100
+
+// Reader reads a bundle record by record. Not safe for concurrent use.
+type Reader struct {
+	name   string
+	src    source
+	closer io.Closer
+
+	frameNo  uint64 // frames seen (complete or skipped)
+	frameOff int64  // offset of the frame content comes from
+	content  []byte // decoded frame
+	pos      int    // read position in content
+	carry    []byte // a line continuing into the next frame
+	lineNo   uint64
+	done     bool
+
+	manifest Manifest
+	footer   *Footer
+	validate bool
+
+	truncated   bool
+	truncReason string
+	skipped     uint64
+	skips       []Skip
+}
+
+// Open opens the bundle file at path and reads its manifest.
+func Open(path string) (*Reader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open bundle: %w", err)
+	}
+	r, err := newReader(f, path)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	r.closer = f
+	return r, nil
+}
+
+// NewReader reads a bundle from rd and reads its manifest.
+func NewReader(rd io.Reader) (*Reader, error) { return newReader(rd, "bundle") }
+
+func newReader(rd io.Reader, name string) (*Reader, error) {
+	if _, err := decoder(); err != nil {
+		return nil, fmt.Errorf("read bundle %s: zstd decoder: %w", name, err)
+	}
+	r := &Reader{name: name, src: source{r: rd}, validate: true}
+	if !r.src.fill(1) {
+		if r.src.err != nil {
+			return nil, fmt.Errorf("read bundle %s: %w", name, r.src.err)
+		}
+		return nil, fmt.Errorf("read bundle %s: empty file", name)
+	}
+	if r.src.fill(4) && !bytes.Equal(r.src.peek(0, 4), zstdMagicBytes) {
+		return nil, fmt.Errorf("read bundle %s: not a zstd stream: starts with % x, want % x", name, r.src.peek(0, 4), zstdMagicBytes)
+	}
+	typ, line, pos, err := r.nextRecord()
+	if err != nil {
+		if err == io.EOF {
+			if r.truncated {
+				return nil, fmt.Errorf("read bundle %s: not a bundle: %s before a manifest", name, r.truncReason)
+			}
+			return nil, fmt.Errorf("read bundle %s: not a bundle: no records", name)
+		}
+		return nil, fmt.Errorf("read bundle %s: %w", name, err)
+	}
+	if typ != RecordManifest {
+		return nil, fmt.Errorf("read bundle %s: not a bundle: first record (%s) is a %s, want a {\"kvtrace\":…} manifest", name, pos, typ)
+	}
+	var mr manifestRecord
+	if err := json.Unmarshal(line, &mr); err != nil || mr.Manifest == nil {
+		return nil, fmt.Errorf("read bundle %s: manifest (%s): %v", name, pos, errOr(err, "empty"))
+	}
+	if err := CheckVersion(mr.Manifest.FormatVersion); err != nil {
+		return nil, fmt.Errorf("read bundle %s: %w", name, err)
+	}
+	r.manifest = *mr.Manifest
+	return r, nil
+}
+
+func errOr(err error, s string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}
+
+// Name is the file name (or "bundle" for NewReader) used in messages.
+func (r *Reader) Name() string { return r.name }
+
+// Manifest returns the bundle's manifest.
+func (r *Reader) Manifest() Manifest { return r.manifest }
+
+// Footer returns the footer once it has been read (normally after Next
+// returned io.EOF); false when the bundle has none (yet).
+func (r *Reader) Footer() (*Footer, bool) { return r.footer, r.footer != nil }
+
+// Truncated reports whether the bundle was not closed cleanly: it ends inside
+// a frame, or it has no footer. Meaningful once Next has returned io.EOF.
+func (r *Reader) Truncated() bool { return r.truncated || (r.done && r.footer == nil) }
+
+// TruncationReason says why Truncated is true ("" when it is not).
+func (r *Reader) TruncationReason() string {
+	switch {
+	case r.truncated:
+		return r.truncReason
+	case r.done && r.footer == nil:
+		return "no footer: the writer did not close the bundle"
+	}
+	return ""
+}
+
+// Skipped is the number of frames, byte runs and lines skipped so far.
+func (r *Reader) Skipped() uint64 { return r.skipped }
+
+// Skips lists the first skipped pieces with their positions (at most 100).
+func (r *Reader) Skips() []Skip { return r.skips }
+
+// SetValidate chooses whether NextLine checks that each event line is valid
+// JSON (default true). Next always decodes fully. Turn it off only for trusted
+// bundles when speed matters.
+func (r *Reader) SetValidate(on bool) { r.validate = on }
+
+// Close closes the file opened by Open.
+func (r *Reader) Close() error {
+	if r.closer == nil {
+		return nil
+	}
+	err := r.closer.Close()
+	r.closer = nil
+	return err
+}
+
+func (r *Reader) skip(p Position, format string, a ...any) {
+	r.skipped++
+	if len(r.skips) < maxSkipDetails {
+		r.skips = append(r.skips, Skip{Position: p, Reason: fmt.Sprintf(format, a...)})
+	}
+}
+
+// Next returns the next event, decoded. Lines that are not valid events are
+// skipped and counted. It returns io.EOF at the end of the bundle, including
+// the end of a truncated one, and a non-nil other error only when reading the
+// underlying file fails.
+func (r *Reader) Next() (hook.Event, error) {
+	for {
+		typ, line, pos, err := r.nextRecord()
+		if err != nil {
+			return hook.Event{}, err
+		}
+		if typ != RecordEvent {
+			continue
+		}
+		var ev hook.Event
+		if err := ev.UnmarshalJSON(line); err != nil {
+			r.skip(pos, "%v", err)
+			continue
+		}
+		return ev, nil
+	}
+}
+
+// NextLine returns the next event line (without newline) and its kind and
+// timestamp, without decoding the body. The line is valid until the next call.
+func (r *Reader) NextLine() (line []byte, kind hook.Kind, ts int64, err error) {
+	for {
+		typ, line, pos, err := r.nextRecord()
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if typ != RecordEvent {
+			continue
+		}
+		kind, ts, ok := eventPrefix(line)
+		if ok && r.validate && !json.Valid(line) {
+			r.skip(pos, "event line is not valid JSON")
+			continue
+		}
+		if !ok {
+			kind, ts, err = eventProbe(line)
+			if err != nil {
+				r.skip(pos, "%v", err)
+				continue
+			}
+		}
+		return line, kind, ts, nil
+	}
+}
+
+// NextRecord returns the next record of any type (manifest and footer
+// included) as its raw line, valid until the next call. Event lines are
+// classified by their envelope only.
+func (r *Reader) NextRecord() (RecordType, []byte, error) {
+	typ, line, _, err := r.nextRecord()
+	return typ, line, err
+}
+
+// nextRecord returns the next classified line; unusable lines are skipped
+// and counted here. Footers are parsed and kept as they pass.
+func (r *Reader) nextRecord() (RecordType, []byte, Position, error) {
+	for {
+		line, pos, err := r.nextLine()
+		if err != nil {
+			return 0, nil, pos, err
+		}
+		typ, reason := classify(line)
+		switch typ {
+		case 0:
+			if reason != "" {
+				r.skip(pos, "%s", reason)
+			}
+			continue
+		case RecordManifest:
+			if pos.Line != 1 {
+				r.skip(pos, "second manifest (concatenated bundles?)")
+				continue
+			}
+		case RecordFooter:
+			var fr footerRecord
+			if err := json.Unmarshal(line, &fr); err != nil || fr.Footer == nil {
+				r.skip(pos, "bad footer: %s", errOr(err, "empty"))
+				continue
+			}
+			r.footer = fr.Footer
+		}
+		return typ, line, pos, nil
+	}
+}
+
+// nextLine returns the next line of the decoded stream.
+func (r *Reader) nextLine() ([]byte, Position, error) {
+	for {
+		if r.pos < len(r.content) {
+			rest := r.content[r.pos:]
+			i := bytes.IndexByte(rest, '\n')
+			if i < 0 { // continues in the next frame
+				r.carry = append(r.carry, rest...)
+				r.pos = len(r.content)
+				continue
+			}
+			line := rest[:i]
+			r.pos += i + 1
+			if len(r.carry) > 0 {
+				r.carry = append(r.carry, line...)
+				line = r.carry
+				r.carry = r.carry[:0:0] // line keeps the old buffer
+			}
+			r.lineNo++
+			return line, Position{Frame: r.frameNo, Offset: r.frameOff, Line: r.lineNo}, nil
+		}
+		if r.done {
+			return nil, Position{}, io.EOF
+		}
+		if err := r.nextFrame(); err != nil {
+			return nil, Position{}, err
+		}
+		if r.done && len(r.carry) > 0 {
+			pos := Position{Frame: r.frameNo, Offset: r.frameOff, Line: r.lineNo + 1}
+			if r.truncated {
+				r.skip(pos, "partial line at the end of a truncated bundle (%d bytes)", len(r.carry))
+				r.carry = nil
+				continue
+			}
+			line := r.carry // a last line without newline
+			r.carry = nil
+			r.lineNo++
+			return line, pos, nil
+		}
+	}
+}
+
+// nextFrame decodes the next complete frame into content, skipping damage.
+// At the end of input it sets done (and truncated when the input ends inside
+// a frame).
+func (r *Reader) nextFrame() error {
+	dec, _ := decoder() // checked in newReader
+	for {
+		off := r.src.off
+		status, n := r.src.scanFrame()
+		if r.src.err != nil {
+			return fmt.Errorf("read bundle %s at byte %d: %w", r.name, r.src.off, r.src.err)
+		}
+		switch status {
+		case frameEnd:
+			r.done = true
+			return nil
+		case frameTruncated:
+			r.frameNo++
+			r.truncated = true
+			r.truncReason = fmt.Sprintf("file ends inside frame %d (%d bytes from byte %d)", r.frameNo, n, off)
+			r.done = true
+			return nil
+		case frameGarbage:
+			skipped := r.src.resync()
+			r.skip(Position{Offset: off}, "%d bytes that are not a zstd frame", skipped)
+			continue
+		case frameTooLarge:
+			r.frameNo++
+			skipped := r.src.resync()
+			r.skip(Position{Frame: r.frameNo, Offset: off}, "frame larger than %d bytes (%d bytes skipped to the next frame magic)", maxFrameBytes, skipped)
+			continue
+		case frameSkippable:
+			if !r.src.skip(n) {
+				r.truncated = true
+				r.truncReason = fmt.Sprintf("file ends inside a skippable frame at byte %d", off)
+				r.done = true
+				return nil
+			}
+			continue
+		}
+		r.frameNo++
+		if cap(r.content) > 4*frameBytes {
+			r.content = nil // do not keep a huge buffer after one huge frame
+		}
+		content, err := dec.DecodeAll(r.src.peek(0, n), r.content[:0])
+		r.src.consume(n)
+		if err != nil {
+			r.skip(Position{Frame: r.frameNo, Offset: off}, "undecodable frame (%d bytes): %v", n, err)
+			continue
+		}
+		r.content = content
+		r.pos = 0
+		r.frameOff = off
+		return nil
+	}
+}
+
+// classify tells what a line is. Type 0 is "skip": blank lines have reason
+// "", unusable ones a reason.
+func classify(line []byte) (RecordType, string) {
+	if _, _, ok := eventPrefix(line); ok {
+		return RecordEvent, ""
+	}
+	switch {
+	case bytes.HasPrefix(line, []byte(`{"`+footerKey+`":`)):
+		return RecordFooter, ""
+	case bytes.HasPrefix(line, []byte(`{"`+manifestKey+`":`)):
+		return RecordManifest, ""
+	}
+	if len(bytes.TrimSpace(line)) == 0 {
+		return 0, ""
+	}
+	var probe struct {
+		V        *int            `json:"v"`
+		Kind     *string         `json:"kind"`
+		Manifest json.RawMessage `json:"kvtrace"`
+		Footer   json.RawMessage `json:"kvtrace_footer"`
+	}
+	if err := json.Unmarshal(line, &probe); err != nil {
+		return 0, fmt.Sprintf("not a JSON object: %v", err)
+	}
+	switch {
+	case probe.Manifest != nil:
+		return RecordManifest, ""
+	case probe.Footer != nil:
+		return RecordFooter, ""
+	case probe.V != nil || probe.Kind != nil:
+		return RecordEvent, ""
+	}
+	return 0, "unknown record: none of the keys v, kind, kvtrace, kvtrace_footer"
+}
+
+var kindByName = func() map[string]hook.Kind {
+	m := make(map[string]hook.Kind)
+	for _, k := range hook.Kinds() {
+		m[k.String()] = k
+	}
+	return m
+}()
+
+var eventHead = []byte(`{"v":1,"kind":"`)
+
+// eventPrefix reads kind and ts_ns from an event line in the canonical field
+// order the writer produces: {"v":1,"kind":"K","ts_ns":N,...
+func eventPrefix(line []byte) (hook.Kind, int64, bool) {
+	if !bytes.HasPrefix(line, eventHead) {
+		return 0, 0, false
+	}
+	rest := line[len(eventHead):]
+	q := bytes.IndexByte(rest, '"')
+	if q < 0 {
+		return 0, 0, false
+	}
+	k, ok := kindByName[string(rest[:q])]
+	if !ok {
+		return 0, 0, false
+	}
+	rest = rest[q+1:]
+	const tsKey = `,"ts_ns":`
+	if !bytes.HasPrefix(rest, []byte(tsKey)) {
+		return 0, 0, false
+	}
+	rest = rest[len(tsKey):]
+	i := 0
+	if i < len(rest) && rest[i] == '-' {
+		i++
+	}
+	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+		i++
+	}
+	if i == 0 || i >= len(rest) || (rest[i] != ',' && rest[i] != '}') {
+		return 0, 0, false
+	}
+	ts, err := strconv.ParseInt(string(rest[:i]), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return k, ts, true
+}
+
+// eventProbe reads kind and ts_ns from an event line in any field order.
+func eventProbe(line []byte) (hook.Kind, int64, error) {
+	var env struct {
+		V    *int   `json:"v"`
+		Kind string `json:"kind"`
+		TS   int64  `json:"ts_ns"`
+	}
+	if err := json.Unmarshal(line, &env); err != nil {
+		return 0, 0, fmt.Errorf("bad event line: %w", err)
+	}
+	if env.V == nil || *env.V != hook.Version {
+		v := "none"
+		if env.V != nil {
+			v = strconv.Itoa(*env.V)
+		}
+		return 0, 0, fmt.Errorf("unsupported event version %s (this build reads version %d)", v, hook.Version)
+	}
+	k, err := hook.ParseKind(env.Kind)
+	if err != nil {
+		return 0, 0, err
+	}
+	return k, env.TS, nil
+}

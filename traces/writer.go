@@ -1,0 +1,403 @@
+package traces
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/buildinfo"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// FlushInterval is the longest a written event waits before its frame is
+// ended and handed to the OS.
+const FlushInterval = time.Second
+
+// ErrClosed is returned by writes to a closed Writer.
+var ErrClosed = errors.New("bundle writer closed")
+
+// Writer writes one bundle. Its methods are safe for concurrent use (a mutex
+// serializes them, because a timer ends frames in the background); the
+// intended use is one goroutine calling Write, as Record does.
+type Writer struct {
+	mu     sync.Mutex
+	dst    io.Writer
+	file   *os.File // set by Create; synced and closed by Close
+	name   string
+	buf    []byte // pending JSON lines, ending on '\n'
+	out    []byte // compressed frame scratch
+	body   bytes.Buffer
+	bodyJS *json.Encoder
+	err    error // first I/O error, sticky
+	closed bool
+
+	events   uint64
+	counts   [256]uint64
+	firstTS  int64
+	lastTS   int64
+	dropped  uint64
+	rejected uint64
+	frames   uint64
+	offset   int64 // bytes written to dst
+
+	now      func() time.Time
+	stop     chan struct{}
+	stopOnce sync.Once
+	stopped  chan struct{}
+	interval time.Duration
+}
+
+// Create creates (or truncates) the bundle file at path and writes the
+// manifest as its first frame. Close syncs and closes the file.
+func Create(path string, m Manifest) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("create bundle: %w", err)
+	}
+	w, err := newWriter(f, path, m, FlushInterval, time.Now)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	w.file = f
+	return w, nil
+}
+
+// NewWriter writes a bundle to dst, starting with the manifest frame. Close
+// does not close dst. Each frame reaches dst in one Write call.
+func NewWriter(dst io.Writer, m Manifest) (*Writer, error) {
+	return newWriter(dst, "bundle", m, FlushInterval, time.Now)
+}
+
+func newWriter(dst io.Writer, name string, m Manifest, interval time.Duration, now func() time.Time) (*Writer, error) {
+	if _, err := encoder(); err != nil {
+		return nil, fmt.Errorf("create bundle %s: zstd encoder: %w", name, err)
+	}
+	m.FormatVersion = FormatVersion // a writer writes the version it implements
+	if m.Tool == "" {
+		m.Tool = "kvcanary " + buildinfo.String()
+	}
+	if m.Created.IsZero() {
+		m.Created = now()
+	}
+	w := &Writer{dst: dst, name: name, now: now, interval: interval}
+	w.bodyJS = json.NewEncoder(&w.body)
+	line, err := json.Marshal(manifestRecord{Manifest: &m})
+	if err != nil {
+		return nil, fmt.Errorf("create bundle %s: encode manifest: %w", name, err)
+	}
+	w.buf = append(append(w.buf, line...), '\n')
+	if err := w.flushLocked(); err != nil {
+		return nil, err
+	}
+	if interval > 0 {
+		w.stop = make(chan struct{})
+		w.stopped = make(chan struct{})
+		go w.ticker()
+	}
+	return w, nil
+}
+
+// ticker ends the pending frame every interval so a killed writer loses at
+// most the last interval of events.
+func (w *Writer) ticker() {
+	defer close(w.stopped)
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			w.mu.Lock()
+			if !w.closed && w.err == nil {
+				w.flushLocked() // an error is kept in w.err and returned by the next call
+			}
+			w.mu.Unlock()
+		case <-w.stop:
+			return
+		}
+	}
+}
+
+// Write appends one event. An invalid event (no body, body of another kind)
+// is refused with an error, counted as rejected, and does not poison the
+// writer; an I/O error does: it is returned by every later call.
+func (w *Writer) Write(ev hook.Event) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usableLocked(); err != nil {
+		return err
+	}
+	n := len(w.buf)
+	buf, err := w.appendEvent(w.buf, ev)
+	if err != nil {
+		w.buf = w.buf[:n]
+		w.rejected++
+		return fmt.Errorf("write event to %s: %w", w.name, err)
+	}
+	w.buf = append(buf, '\n')
+	w.account(ev.Kind, ev.TS)
+	if len(w.buf) >= frameBytes {
+		return w.flushLocked()
+	}
+	return nil
+}
+
+// WriteLine appends one event already in its JSON-lines form (without the
+// trailing newline), as produced by hook.Event.MarshalJSON or received from a
+// JSON-lines producer. The caller vouches that line is one valid JSON object
+// of the given kind and timestamp; the writer only refuses a line containing a
+// newline, which would break the framing of the file.
+func (w *Writer) WriteLine(kind hook.Kind, ts int64, line []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usableLocked(); err != nil {
+		return err
+	}
+	if !kind.Valid() || len(line) == 0 || bytes.IndexByte(line, '\n') >= 0 {
+		w.rejected++
+		return fmt.Errorf("write line to %s: want one non-empty line of a valid kind (kind %s, %d bytes)", w.name, kind, len(line))
+	}
+	w.buf = append(append(w.buf, line...), '\n')
+	w.account(kind, ts)
+	if len(w.buf) >= frameBytes {
+		return w.flushLocked()
+	}
+	return nil
+}
+
+func (w *Writer) usableLocked() error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+func (w *Writer) account(k hook.Kind, ts int64) {
+	if w.events == 0 || ts < w.firstTS {
+		w.firstTS = ts
+	}
+	if w.events == 0 || ts > w.lastTS {
+		w.lastTS = ts
+	}
+	w.events++
+	w.counts[k]++
+}
+
+// Flush ends the pending frame and hands it to the OS (no fsync).
+func (w *Writer) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usableLocked(); err != nil {
+		return err
+	}
+	return w.flushLocked()
+}
+
+func (w *Writer) flushLocked() error {
+	if len(w.buf) == 0 || w.err != nil {
+		return w.err
+	}
+	enc, _ := encoder() // checked in newWriter
+	w.out = enc.EncodeAll(w.buf, w.out[:0])
+	n, err := w.dst.Write(w.out)
+	w.offset += int64(n)
+	if err == nil && n < len(w.out) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		w.err = fmt.Errorf("write bundle %s frame %d at byte %d: %w", w.name, w.frames+1, w.offset-int64(n), err)
+		return w.err
+	}
+	w.frames++
+	w.buf = w.buf[:0]
+	if cap(w.buf) > 4*frameBytes { // one huge event: do not keep its buffer forever
+		w.buf = nil
+	}
+	return nil
+}
+
+// SetDropped records how many events were lost before reaching the writer
+// (for example by a producer's emitter); Close writes it into the footer.
+func (w *Writer) SetDropped(n uint64) {
+	w.mu.Lock()
+	w.dropped = n
+	w.mu.Unlock()
+}
+
+// Count returns the number of events written so far.
+func (w *Writer) Count() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.events
+}
+
+// Rejected returns the number of events refused as invalid.
+func (w *Writer) Rejected() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rejected
+}
+
+// Footer returns the footer Close writes (or wrote), as of now.
+func (w *Writer) Footer() Footer {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.footerLocked()
+}
+
+func (w *Writer) footerLocked() Footer {
+	f := Footer{Events: w.events, Counts: map[string]uint64{}, Dropped: w.dropped, Rejected: w.rejected}
+	if w.events > 0 {
+		f.FirstTS, f.LastTS = w.firstTS, w.lastTS
+	}
+	for k, n := range w.counts {
+		if n > 0 {
+			f.Counts[hook.Kind(k).String()] = n
+		}
+	}
+	return f
+}
+
+// Close writes the pending events, then the footer as its own frame, and
+// (for Create) syncs and closes the file. It returns the first error the
+// writer met. Closing twice returns nil.
+func (w *Writer) Close() error {
+	if w.stop != nil { // set once in newWriter, never changed
+		w.stopOnce.Do(func() { close(w.stop) })
+		<-w.stopped
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	err := w.flushLocked()
+	if err == nil {
+		f := w.footerLocked()
+		f.Closed = w.now().UTC()
+		line, merr := json.Marshal(footerRecord{Footer: &f})
+		if merr != nil {
+			err = fmt.Errorf("close bundle %s: encode footer: %w", w.name, merr)
+		} else {
+			w.buf = append(append(w.buf, line...), '\n')
+			err = w.flushLocked()
+		}
+	}
+	if w.file != nil {
+		if err == nil {
+			if serr := w.file.Sync(); serr != nil {
+				err = fmt.Errorf("close bundle %s: sync: %w", w.name, serr)
+			}
+		}
+		if cerr := w.file.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("close bundle %s: %w", w.name, cerr)
+		}
+	}
+	return err
+}
+
+// Record drains a lossless bus subscription into w until the bus closes, then
+// closes w. After an I/O error it keeps draining (so the producer never
+// blocks on a dead sink), counts the events it could not keep as dropped, and
+// returns the error. Invalid events are refused and counted in the footer's
+// "rejected"; they do not stop recording.
+func Record(sub *hook.Subscription, w *Writer) error {
+	var ioErr error
+	var lost uint64
+	for {
+		ev, ok := sub.Recv()
+		if !ok {
+			break
+		}
+		if ioErr != nil {
+			lost++
+			continue
+		}
+		if err := w.Write(ev); err != nil {
+			w.mu.Lock()
+			sticky := w.err
+			w.mu.Unlock()
+			if sticky != nil {
+				ioErr = sticky
+				lost++
+			}
+		}
+	}
+	cerr := w.Close()
+	if ioErr != nil {
+		return fmt.Errorf("record bundle %s: %d events lost: %w", w.name, lost, ioErr)
+	}
+	return cerr
+}
+
+// appendEvent appends ev in the JSON-lines form of hook.Event.MarshalJSON,
+// byte for byte, without encoding the envelope through reflection.
+func (w *Writer) appendEvent(b []byte, ev hook.Event) ([]byte, error) {
+	if ev.Body == nil {
+		return b, fmt.Errorf("%s event has no body", ev.Kind)
+	}
+	if ev.Body.Kind() != ev.Kind {
+		return b, fmt.Errorf("kind %s with a %s body", ev.Kind, ev.Body.Kind())
+	}
+	w.body.Reset()
+	if err := w.bodyJS.Encode(ev.Body); err != nil {
+		return b, fmt.Errorf("encode %s body: %w", ev.Kind, err)
+	}
+	body := bytes.TrimSuffix(w.body.Bytes(), []byte{'\n'})
+	b = append(b, `{"v":1,"kind":"`...)
+	b = append(b, ev.Kind.String()...)
+	b = append(b, `","ts_ns":`...)
+	b = strconv.AppendInt(b, ev.TS, 10)
+	if ev.Src != (hook.Source{}) {
+		b = append(b, `,"src":{`...)
+		sep := false
+		if ev.Src.Node != "" {
+			b = appendJSONString(append(b, `"node":`...), ev.Src.Node)
+			sep = true
+		}
+		if ev.Src.Proc != "" {
+			if sep {
+				b = append(b, ',')
+			}
+			b = appendJSONString(append(b, `"proc":`...), ev.Src.Proc)
+			sep = true
+		}
+		if ev.Src.PID != 0 {
+			if sep {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(append(b, `"pid":`...), int64(ev.Src.PID), 10)
+		}
+		b = append(b, '}')
+	}
+	if ev.Run != "" {
+		b = appendJSONString(append(b, `,"run":`...), ev.Run)
+	}
+	b = append(b, `,"body":`...)
+	b = append(b, body...)
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as encoding/json would (HTML-safe escaping).
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // strings always marshal
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
