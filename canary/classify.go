@@ -71,9 +71,8 @@ type PageVerdict struct {
 // MissingStore is an expected page whose digest did not change across the
 // replay: a store that did not land.
 type MissingStore struct {
-	Page   uint32     `json:"page"`
-	Owner  string     `json:"owner,omitempty"` // from CanaryPages.ExpectedOwner when the source sets it
-	Digest hook.Hex64 `json:"digest,omitempty"`
+	Page  uint32 `json:"page"`
+	Owner string `json:"owner,omitempty"` // from CanaryPages.ExpectedOwner when the source sets it
 }
 
 // ReplayResult is the classification of one replay.
