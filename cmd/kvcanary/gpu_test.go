@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/gpu"
+	"github.com/kvcanary/kvcanary/runtime/gpu/gputest"
+)
+
+func TestGPUFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios, Now: time.Now, Ctx: context.Background()}
+	var got *GPUOptions
+	cmd := NewCmdGPU(f, func(o *GPUOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--watch", "250ms", "--json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Watch != 250*time.Millisecond || !got.JSON.JSON {
+		t.Fatalf("options %+v", got)
+	}
+}
+
+func TestGPUNoDriverExit3WithHint(t *testing.T) {
+	ios, _, out, _ := cmdutil.Test()
+	err := gpuRun(&GPUOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Open: func() (gpu.Lib, error) { return nil, gpu.ErrNoGPU }})
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !errors.Is(err, gpu.ErrNoGPU) {
+		t.Fatalf("err %v code %d", err, cmdutil.ExitCode(err))
+	}
+	want := "NVML not found (libnvidia-ml.so.1): no NVIDIA driver on this host\nhint: run `kvcanary doctor` to see what this host lacks"
+	if err.Error() != want {
+		t.Fatalf("message %q", err.Error())
+	}
+	if out.Len() != 0 {
+		t.Fatalf("stdout %q", out)
+	}
+}
+
+func TestGPUOnThisHost(t *testing.T) {
+	// The real Open: on a host without NVIDIA's library it must be ErrNoGPU with exit 3.
+	ios, _, _, _ := cmdutil.Test()
+	err := gpuRun(&GPUOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Open: gpu.Open, Now: time.Now})
+	if err == nil {
+		t.Skip("this host has NVML; the no-driver path is covered with a fake")
+	}
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), "kvcanary doctor") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestGPUOneSampleOutputs(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name, mode string
+		want       []string
+	}{
+		{"tty", "tty", []string{"driver 550.54.15  CUDA 12.4  2 GPU(s)  2026-01-02T03:04:05Z", "GPU  NAME", "1    NVIDIA H200 141GB HBM3e  2.0/141.0", "  GPU 1  pid 1001  2.0 GiB", "GPU 1: unavailable: power: not supported"}},
+		{"pipe", "pipe", []string{`gpu=0 name="NVIDIA H200 141GB HBM3e" uuid=GPU-00000000 mem_used=1073741824 mem_total=151397597184 util=0`, "gpu=1 ", "power_mw=0 ", "procs=1001:2147483648"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := gputest.H200(2)
+			lib.Devs[1].Errs = map[string]error{"power": gpu.ErrNotSupported}
+			ios, _, out, _ := cmdutil.Test()
+			ios.SetTTY(tc.mode == "tty", false)
+			err := gpuRun(&GPUOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Now: func() time.Time { return at },
+				Open: func() (gpu.Lib, error) { return lib, nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if !lib.IsClosed() {
+				t.Error("lib not closed")
+			}
+		})
+	}
+}
+
+func TestGPUJSONAndWatch(t *testing.T) {
+	lib := gputest.H200(3)
+	lib.Xids = []gpu.Xid{{Device: 2, Code: 79}}
+	ios, _, out, _ := cmdutil.Test()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// cancel once a sample shows the Xid
+	w := &cancelOn{buf: out, needle: `"xid": 79`, cancel: cancel}
+	ios.Out = w
+	err := gpuRun(&GPUOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: true}, Ctx: ctx, Watch: time.Millisecond,
+		Now: time.Now, Open: func() (gpu.Lib, error) { return lib, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		t.Fatal("Xid never showed up in --watch output")
+	}
+	dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
+	n := 0
+	var last GPUReport
+	for dec.More() {
+		if err := dec.Decode(&last); err != nil {
+			t.Fatalf("sample %d: %v", n, err)
+		}
+		n++
+	}
+	if n < 2 || len(last.Devices) != 3 || last.Devices[2].Xid != 79 || last.CUDA != "12.4" || last.Devices[0].MemTotal != 144384<<20 {
+		t.Fatalf("%d samples, last %+v", n, last)
+	}
+}
+
+type cancelOn struct {
+	buf    *bytes.Buffer
+	needle string
+	cancel func()
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	n, err := c.buf.Write(p)
+	if strings.Contains(string(p), c.needle) {
+		c.cancel()
+	}
+	return n, err
+}
