@@ -1,0 +1,433 @@
+package graphdiff
+
+import (
+	"math"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// DefaultK is the selection size used when neither the caller nor the sample
+// names one: DeepSeek's sparse-attention indexer keeps the top 2048 positions.
+const DefaultK = 2048
+
+// Options steer Compare.
+type Options struct {
+	// K is the top-k size. 0 means DefaultK. It is clamped to the vector length.
+	K int
+	// Dtype is the dtype of the logits' producer ("fp32", "bf16", "fp16",
+	// "fp8"); it picks the tolerance. Empty or unknown means fp32.
+	Dtype string
+	// Tol, when non-nil, replaces ToleranceFor(Dtype, n).
+	Tol *Tolerance
+	// NoKL skips the KL divergence (the most expensive metric; meaningless for
+	// index logits that are never softmaxed).
+	NoKL bool
+}
+
+// Result is every metric of one graph-vs-eager pair and the verdict.
+//
+// Float metrics cover the positions where both sides are finite; positions
+// where exactly one side is non-finite, or both are but of different kinds
+// (NaN against Inf, +Inf against -Inf), are counted in NonFinite instead. NaN
+// on both sides, or the same infinity on both sides, is equal.
+type Result struct {
+	N        int `json:"n"`                   // compared length (the shorter one on a length mismatch)
+	LenGraph int `json:"len_graph,omitempty"` // set on a length mismatch
+	LenEager int `json:"len_eager,omitempty"`
+
+	MaxAbsDiff   float64 `json:"max_abs_diff"`
+	MaxAbsDiffAt int     `json:"max_abs_diff_at"` // -1 when no finite pair differs
+	MeanAbsDiff  float64 `json:"mean_abs_diff"`
+	RelRMSE      float64 `json:"rel_rmse"` // rms(g-e) / rms(e); 0 when both are 0, 1 when only e is
+	Cosine       float64 `json:"cosine"`   // 1 when both are all zero, 0 when only one is
+	NonFinite    int     `json:"nonfinite_mismatch"`
+	NotClose     int     `json:"not_close"` // entries outside ATol + RTol·|e|
+
+	ArgmaxGraph int  `json:"argmax_graph"` // -1 when no finite entry
+	ArgmaxEager int  `json:"argmax_eager"`
+	ArgmaxAgree bool `json:"argmax_agree"`
+
+	K             int     `json:"k"`
+	TopKJaccard   float64 `json:"topk_jaccard"`
+	FirstDiffRank int     `json:"first_diff_rank"`   // -1 when the selections agree in order
+	Missing       []int32 `json:"missing,omitempty"` // selected by eager, not by the graph
+	Extra         []int32 `json:"extra,omitempty"`   // selected by the graph, not by eager
+	SelGraph      []int32 `json:"-"`
+	SelEager      []int32 `json:"-"`
+
+	KL      float64 `json:"kl"`       // KL(softmax(eager) ‖ softmax(graph)), nats
+	KLValid bool    `json:"kl_valid"` // false when skipped or undefined (non-finite mismatch)
+
+	HasRef       bool    `json:"has_ref"`
+	GraphRefRMSE float64 `json:"graph_ref_rmse,omitempty"`
+	EagerRefRMSE float64 `json:"eager_ref_rmse,omitempty"`
+
+	Tol       Tolerance `json:"tolerance"`
+	AllClose  bool      `json:"allclose"`
+	Divergent bool      `json:"divergent"`
+	Reason    string    `json:"reason,omitempty"` // Reason* constant when divergent
+}
+
+// Compare computes every metric of graph against eager (and against ref, a
+// float64-accumulated reference rounded to float32, when non-nil), with the
+// top-k selections taken from the vectors, and decides divergence by the policy
+// in SPEC.md. It never panics; inputs are not modified.
+func Compare(graph, eager, ref []float32, opts Options) Result {
+	var c Comparer
+	return c.Compare(graph, eager, ref, nil, nil, opts)
+}
+
+// CompareSample judges one graphdiff.sample: its dtype and k override the
+// options' when set, and its selections, when both are present, are the ones
+// compared (they are what the step used).
+func CompareSample(s *hook.GraphDiffSample, opts Options) Result {
+	var c Comparer
+	return c.CompareSample(s, opts)
+}
+
+// Comparer is Compare with reusable scratch buffers; the zero value is ready.
+// A Comparer is not safe for concurrent use.
+type Comparer struct {
+	tk   topkScratch
+	selG []int32
+	selE []int32
+}
+
+// CompareSample is the package CompareSample on c's buffers.
+func (c *Comparer) CompareSample(s *hook.GraphDiffSample, opts Options) Result {
+	if s.Dtype != "" {
+		opts.Dtype = s.Dtype
+	}
+	if s.K > 0 {
+		opts.K = s.K
+	} else if opts.K == 0 && len(s.TopKEager) > 0 {
+		opts.K = len(s.TopKEager)
+	}
+	var sg, se []int32
+	if len(s.TopKGraph) > 0 || len(s.TopKEager) > 0 {
+		sg, se = s.TopKGraph, s.TopKEager
+		if sg == nil {
+			sg = []int32{}
+		}
+		if se == nil {
+			se = []int32{}
+		}
+	}
+	return c.Compare(s.Graph, s.Eager, s.Ref, sg, se, opts)
+}
+
+// Compare is the package Compare, except that non-nil selGraph and selEager are
+// used as the two sides' selections instead of the vectors' top-k.
+func (c *Comparer) Compare(graph, eager, ref []float32, selGraph, selEager []int32, opts Options) Result {
+	n := min(len(graph), len(eager))
+	r := Result{N: n, MaxAbsDiffAt: -1, ArgmaxGraph: -1, ArgmaxEager: -1, FirstDiffRank: -1, TopKJaccard: 1, Cosine: 1}
+	if len(graph) != len(eager) {
+		r.LenGraph, r.LenEager = len(graph), len(eager)
+	}
+	if opts.Tol != nil {
+		r.Tol = *opts.Tol
+	} else {
+		r.Tol = ToleranceFor(opts.Dtype, n)
+	}
+	g, e := graph[:n], eager[:n]
+
+	st := pairPass(g, e, r.Tol)
+	r.MaxAbsDiff, r.MaxAbsDiffAt = st.maxAbs, st.maxAt
+	r.NonFinite, r.NotClose = st.nonFinite, st.notClose
+	r.ArgmaxGraph, r.ArgmaxEager = st.argG, st.argE
+	r.ArgmaxAgree = st.argG == st.argE
+	if st.finite > 0 {
+		r.MeanAbsDiff = st.sumAbs / float64(st.finite)
+	}
+	switch {
+	case st.ee > 0:
+		r.RelRMSE = math.Sqrt(st.dd / st.ee)
+	case st.dd > 0:
+		r.RelRMSE = 1
+	}
+	switch {
+	case st.ee > 0 && st.gg > 0:
+		r.Cosine = st.ge / (math.Sqrt(st.ee) * math.Sqrt(st.gg))
+		r.Cosine = math.Max(-1, math.Min(1, r.Cosine))
+	case st.ee > 0 || st.gg > 0:
+		r.Cosine = 0
+	}
+
+	// Selections: the ones the step used when given, else the vectors' top-k.
+	k := opts.K
+	if k <= 0 {
+		k = DefaultK
+	}
+	if n > 0 && k > n {
+		k = n
+	}
+	if selGraph != nil && selEager != nil {
+		r.SelGraph, r.SelEager = selGraph, selEager
+		if len(selEager) > 0 {
+			k = len(selEager)
+		}
+	} else {
+		c.selG = c.tk.topK(g, k, c.selG)
+		c.selE = c.tk.topK(e, k, c.selE)
+		r.SelGraph, r.SelEager = c.selG, c.selE
+	}
+	r.K = k
+	r.Missing, r.Extra = SelectionDiff(r.SelEager, r.SelGraph)
+	r.TopKJaccard = Jaccard(r.SelEager, r.SelGraph)
+	r.FirstDiffRank = FirstDiffRank(r.SelEager, r.SelGraph)
+
+	if !opts.NoKL && r.NonFinite == 0 && n > 0 {
+		r.KL, r.KLValid = klSoftmax(g, e)
+	}
+	if len(ref) == n && n > 0 {
+		r.GraphRefRMSE, r.EagerRefRMSE, r.HasRef = refRMSE(g, e, ref)
+	}
+	r.AllClose = r.NotClose == 0 && r.NonFinite == 0 && r.LenGraph == r.LenEager
+	r.Divergent, r.Reason = decide(&r, g, e)
+	return r
+}
+
+// decide applies the policy of SPEC.md, first matching rule wins.
+func decide(r *Result, g, e []float32) (bool, string) {
+	switch {
+	case r.LenGraph != r.LenEager:
+		return true, ReasonLength
+	case r.NonFinite > 0:
+		return true, ReasonNonFinite
+	case len(r.Missing) > 0 || len(r.Extra) > 0:
+		return true, ReasonSelection
+	case top1Moved(r, g, e):
+		return true, ReasonTop1
+	case r.AllClose:
+		return false, ""
+	case r.HasRef:
+		bound := r.Tol.Multiplier*r.EagerRefRMSE + r.Tol.Floor
+		if r.GraphRefRMSE > bound {
+			return true, ReasonRefRMSE
+		}
+		return false, ""
+	}
+	return true, ReasonAllClose
+}
+
+// top1Moved reports an argmax change that is not a rounding-level tie: on at
+// least one side, that side's winner beats the other side's winner by more than
+// the allclose tolerance.
+func top1Moved(r *Result, g, e []float32) bool {
+	if r.ArgmaxAgree || r.ArgmaxGraph < 0 || r.ArgmaxEager < 0 {
+		return r.ArgmaxGraph != r.ArgmaxEager && (r.ArgmaxGraph < 0 || r.ArgmaxEager < 0)
+	}
+	ag, ae := r.ArgmaxGraph, r.ArgmaxEager
+	ev, eo := float64(e[ae]), float64(e[ag])
+	gv, gow := float64(g[ag]), float64(g[ae])
+	return ev-eo > r.Tol.ATol+r.Tol.RTol*math.Abs(ev) || gv-gow > r.Tol.ATol+r.Tol.RTol*math.Abs(gv)
+}
+
+// pairStats accumulates the element-wise pass.
+type pairStats struct {
+	sumAbs, dd, ee, gg, ge float64
+	maxAbs                 float64
+	maxAt                  int
+	finite                 int
+	nonFinite              int
+	notClose               int
+	argG, argE             int
+}
+
+// pairPass computes, in one pass, everything element-wise: abs-diff sum and
+// max, the squared sums behind RMSE and cosine, the allclose count, the
+// non-finite mismatch count and both argmaxes (NaN never wins; ties go to the
+// lower index).
+func pairPass(g, e []float32, tol Tolerance) pairStats {
+	st := pairStats{maxAt: -1, argG: -1, argE: -1}
+	atol, rtol := tol.ATol, tol.RTol
+	maxG, maxE := float32(math.Inf(-1)), float32(math.Inf(-1))
+	var sa0, sa1, dd0, dd1, ee0, ee1, gg0, gg1, ge0, ge1 float64
+	maxAbs := 0.0
+	e = e[:len(g)]
+	i := 0
+	for ; i+1 < len(g); i += 2 {
+		g0, e0 := float64(g[i]), float64(e[i])
+		g1, e1 := float64(g[i+1]), float64(e[i+1])
+		d0, d1 := g0-e0, g1-e1
+		if d0-d0 != 0 || d1-d1 != 0 { // a non-finite entry: take the slow path for both
+			st.slowEntry(g, e, i, atol, rtol, &maxAbs, &sa0, &dd0, &ee0, &gg0, &ge0)
+			st.slowEntry(g, e, i+1, atol, rtol, &maxAbs, &sa1, &dd1, &ee1, &gg1, &ge1)
+			continue
+		}
+		a0, a1 := math.Abs(d0), math.Abs(d1)
+		sa0 += a0
+		sa1 += a1
+		dd0 += d0 * d0
+		dd1 += d1 * d1
+		ee0 += e0 * e0
+		ee1 += e1 * e1
+		gg0 += g0 * g0
+		gg1 += g1 * g1
+		ge0 += g0 * e0
+		ge1 += g1 * e1
+		if a0 > atol+rtol*math.Abs(e0) {
+			st.notClose++
+		}
+		if a1 > atol+rtol*math.Abs(e1) {
+			st.notClose++
+		}
+		if a0 > maxAbs {
+			maxAbs, st.maxAt = a0, i
+		}
+		if a1 > maxAbs {
+			maxAbs, st.maxAt = a1, i+1
+		}
+		st.finite += 2
+	}
+	for ; i < len(g); i++ {
+		st.slowEntry(g, e, i, atol, rtol, &maxAbs, &sa0, &dd0, &ee0, &gg0, &ge0)
+	}
+	// Argmax in a separate tight pass per side: branch-predictable and cheap.
+	for j, v := range g {
+		if v > maxG {
+			maxG, st.argG = v, j
+		}
+	}
+	for j, v := range e {
+		if v > maxE {
+			maxE, st.argE = v, j
+		}
+	}
+	// A side whose only non-NaN entries are -Inf: the first -Inf wins.
+	if st.argG < 0 {
+		st.argG = firstNonNaN(g)
+	}
+	if st.argE < 0 {
+		st.argE = firstNonNaN(e)
+	}
+	st.maxAbs = maxAbs
+	st.sumAbs, st.dd, st.ee, st.gg, st.ge = sa0+sa1, dd0+dd1, ee0+ee1, gg0+gg1, ge0+ge1
+	return st
+}
+
+func firstNonNaN(v []float32) int {
+	for i, f := range v {
+		if f == f {
+			return i
+		}
+	}
+	return -1
+}
+
+// slowEntry handles one entry where either side may be non-finite.
+func (st *pairStats) slowEntry(g, e []float32, i int, atol, rtol float64, maxAbs, sa, dd, ee, gg, ge *float64) {
+	gv, ev := float64(g[i]), float64(e[i])
+	gf := !math.IsNaN(gv) && !math.IsInf(gv, 0)
+	ef := !math.IsNaN(ev) && !math.IsInf(ev, 0)
+	if !gf || !ef {
+		same := (math.IsNaN(gv) && math.IsNaN(ev)) || (gf == ef && gv == ev)
+		if !same {
+			st.nonFinite++
+		}
+		return
+	}
+	d := gv - ev
+	a := math.Abs(d)
+	*sa += a
+	*dd += d * d
+	*ee += ev * ev
+	*gg += gv * gv
+	*ge += gv * ev
+	if a > atol+rtol*math.Abs(ev) {
+		st.notClose++
+	}
+	if a > *maxAbs {
+		*maxAbs, st.maxAt = a, i
+	}
+	st.finite++
+}
+
+// klSoftmax returns KL(P‖Q) for P = softmax(e), Q = softmax(g) over the
+// positions where both are finite (positions masked to -Inf on both sides have
+// probability 0 on both). With d = e-g and w = exp(e - max e):
+//
+//	KL = Σ w·d / Σ w + log1p(Σ w·expm1(-d) / Σ w)
+//
+// which is exact algebra for Σ p·(log p - log q) and keeps full float64
+// precision when d is tiny (rounding noise), where the textbook form cancels.
+func klSoftmax(g, e []float32) (float64, bool) {
+	mE := math.Inf(-1)
+	for _, v := range e {
+		if f := float64(v); f > mE && !math.IsInf(f, 1) {
+			mE = f
+		}
+	}
+	if math.IsInf(mE, -1) {
+		return 0, false
+	}
+	var z0, z1, a0, a1, b0, b1 float64
+	g = g[:len(e)]
+	i := 0
+	for ; i+1 < len(e); i += 2 {
+		e0, e1 := float64(e[i]), float64(e[i+1])
+		d0, d1 := e0-float64(g[i]), e1-float64(g[i+1])
+		if d0-d0 != 0 || d1-d1 != 0 { // -Inf on both sides (weight 0) or non-finite
+			if d0-d0 == 0 {
+				w := expNonPos(e0 - mE)
+				z0 += w
+				a0 += w * d0
+				b0 += w * expm1Neg(d0)
+			}
+			if d1-d1 == 0 {
+				w := expNonPos(e1 - mE)
+				z1 += w
+				a1 += w * d1
+				b1 += w * expm1Neg(d1)
+			}
+			continue
+		}
+		w0, w1 := expNonPos(e0-mE), expNonPos(e1-mE)
+		z0 += w0
+		z1 += w1
+		a0 += w0 * d0
+		a1 += w1 * d1
+		b0 += w0 * expm1Neg(d0)
+		b1 += w1 * expm1Neg(d1)
+	}
+	if i < len(e) {
+		e0 := float64(e[i])
+		if d0 := e0 - float64(g[i]); d0-d0 == 0 {
+			w := expNonPos(e0 - mE)
+			z0 += w
+			a0 += w * d0
+			b0 += w * expm1Neg(d0)
+		}
+	}
+	z := z0 + z1
+	if !(z > 0) {
+		return 0, false
+	}
+	kl := (a0+a1)/z + math.Log1p((b0+b1)/z)
+	if kl < 0 { // rounding below the true value 0
+		kl = 0
+	}
+	return kl, !math.IsNaN(kl) && !math.IsInf(kl, 0)
+}
+
+// refRMSE returns rmse(g, ref) and rmse(e, ref) in float64 over the positions
+// where all three are finite; ok is false when no such position exists.
+func refRMSE(g, e, ref []float32) (float64, float64, bool) {
+	var sg, se float64
+	n := 0
+	g, e = g[:len(ref)], e[:len(ref)]
+	for i, rv := range ref {
+		r := float64(rv)
+		dg, de := float64(g[i])-r, float64(e[i])-r
+		if dg-dg != 0 || de-de != 0 {
+			continue
+		}
+		sg += dg * dg
+		se += de * de
+		n++
+	}
+	if n == 0 {
+		return 0, 0, false
+	}
+	return math.Sqrt(sg / float64(n)), math.Sqrt(se / float64(n)), true
+}

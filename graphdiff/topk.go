@@ -1,0 +1,198 @@
+package graphdiff
+
+import (
+	"math"
+	"slices"
+)
+
+// sortKey maps a float32 to a uint32 whose unsigned order is the float order
+// graphdiff ranks by: every NaN is below -Inf (NaN sorts last), and -0 equals
+// +0 (they tie, so the lower index wins).
+func sortKey(f float32) uint32 {
+	b := math.Float32bits(f)
+	if f != f { // NaN, whatever its sign and payload
+		return 0
+	}
+	if b == 0x80000000 { // -0 ranks as +0
+		b = 0
+	}
+	if b&0x80000000 != 0 {
+		return ^b
+	}
+	return b | 0x80000000
+}
+
+// TopK returns the positions of the k largest entries of v, best first,
+// appended to dst[:0] (dst may be nil; pass a reused buffer to avoid
+// allocation). The order is total and deterministic: larger value first; equal
+// values (and -0 against +0) by lower index first; -Inf below every finite
+// value; NaN below -Inf, so NaNs are selected last, by lower index. k is clamped
+// to [0, len(v)].
+//
+// It never sorts all of v: a strided sample of v estimates a threshold, one pass
+// keeps the candidates at or above it, and only those are ordered exactly (a
+// radix sort). When the estimate keeps too few candidates (adversarial layouts,
+// many NaNs) it falls back to a radix select over all of v. Either path gives
+// the same answer.
+func TopK(v []float32, k int, dst []int32) []int32 {
+	var s topkScratch
+	return s.topK(v, k, dst)
+}
+
+// topkScratch holds the buffers TopK needs, so a Comparer can reuse them.
+type topkScratch struct {
+	sample []uint32
+	cand   []int32
+	pairs  []keyIdx
+	tmp    []keyIdx
+	keys   []uint32
+}
+
+type keyIdx struct {
+	key uint32
+	idx int32
+}
+
+const (
+	topkSample   = 1024 // strided sample size used to estimate the threshold
+	topkSmallCut = 4096 // below this length, order every entry exactly
+)
+
+func (s *topkScratch) topK(v []float32, k int, dst []int32) []int32 {
+	dst = dst[:0]
+	n := len(v)
+	if k > n {
+		k = n
+	}
+	if k <= 0 {
+		return dst
+	}
+	if n <= topkSmallCut || k*8 > n {
+		s.pairs = s.pairs[:0]
+		for i, f := range v {
+			s.pairs = append(s.pairs, keyIdx{sortKey(f), int32(i)})
+		}
+		return s.finish(k, dst)
+	}
+	// Estimate a threshold from a strided sample: the sample rank that expects
+	// about 1.5·k+ entries of v at or above it.
+	stride := n / topkSample
+	s.sample = s.sample[:0]
+	for i := 0; i < n && len(s.sample) < topkSample; i += stride {
+		s.sample = append(s.sample, sortKey(v[i]))
+	}
+	m := len(s.sample)
+	expect := float64(k) * float64(m) / float64(n)
+	r := int(1.5*expect+3*math.Sqrt(expect)) + 2
+	if r < m {
+		slices.Sort(s.sample)
+		t := s.sample[m-1-r]
+		if t != 0 { // a NaN threshold would keep everything
+			s.pairs = s.pairs[:0]
+			for i, f := range v {
+				if key := sortKey(f); key >= t {
+					s.pairs = append(s.pairs, keyIdx{key, int32(i)})
+				}
+			}
+			if len(s.pairs) >= k {
+				return s.finish(k, dst)
+			}
+		}
+	}
+	return s.radixSelect(v, k, dst)
+}
+
+// radixSelect finds the k-th largest key with a 16-bit then 16-bit histogram
+// over all of v, then gathers the winners in index order.
+func (s *topkScratch) radixSelect(v []float32, k int, dst []int32) []int32 {
+	n := len(v)
+	if cap(s.keys) < n {
+		s.keys = make([]uint32, n)
+	}
+	keys := s.keys[:n]
+	var hist [1 << 16]int32
+	for i, f := range v {
+		key := sortKey(f)
+		keys[i] = key
+		hist[key>>16]++
+	}
+	need := k
+	hi := uint32(0)
+	for b := len(hist) - 1; b >= 0; b-- {
+		c := int(hist[b])
+		if c >= need {
+			hi = uint32(b)
+			break
+		}
+		need -= c
+	}
+	clear(hist[:])
+	for _, key := range keys {
+		if key>>16 == hi {
+			hist[key&0xffff]++
+		}
+	}
+	lo := uint32(0)
+	for b := len(hist) - 1; b >= 0; b-- {
+		c := int(hist[b])
+		if c >= need {
+			lo = uint32(b)
+			break
+		}
+		need -= c
+	}
+	t := hi<<16 | lo
+	// Every key above t is in; of the keys equal to t, the first `need` in
+	// index order are.
+	s.pairs = s.pairs[:0]
+	for i, key := range keys {
+		if key > t || (key == t && need > 0) {
+			if key == t {
+				need--
+			}
+			s.pairs = append(s.pairs, keyIdx{key, int32(i)})
+		}
+	}
+	return s.finish(k, dst)
+}
+
+// finish orders s.pairs (gathered in ascending index order) by key descending,
+// ties by index ascending, and appends the first k indices to dst.
+func (s *topkScratch) finish(k int, dst []int32) []int32 {
+	p := s.pairs
+	if cap(s.tmp) < len(p) {
+		s.tmp = make([]keyIdx, len(p))
+	}
+	tmp := s.tmp[:len(p)]
+	// LSD radix sort on the inverted key (so ascending order is descending
+	// key), 8 bits per pass; each pass is stable, so equal keys keep ascending
+	// index order.
+	for shift := uint(0); shift < 32; shift += 8 {
+		var count [257]int
+		allSame := true
+		first := (^p[0].key >> shift) & 0xff
+		for _, e := range p {
+			d := (^e.key >> shift) & 0xff
+			count[d+1]++
+			if d != first {
+				allSame = false
+			}
+		}
+		if allSame {
+			continue
+		}
+		for i := 1; i < len(count); i++ {
+			count[i] += count[i-1]
+		}
+		for _, e := range p {
+			d := (^e.key >> shift) & 0xff
+			tmp[count[d]] = e
+			count[d]++
+		}
+		p, tmp = tmp, p
+	}
+	for _, e := range p[:k] {
+		dst = append(dst, e.idx)
+	}
+	return dst
+}
