@@ -1,0 +1,107 @@
+package checksum
+
+import (
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+func roomEvent(side hook.Side, room uint64, seqLen int, bsum, xxh3 uint64, pages ...hook.Hex64) hook.Event {
+	return hook.Event{Kind: hook.KindRoomChecksum, Body: &hook.RoomChecksum{
+		Room: hook.Dec64(room), Side: side, SeqLen: seqLen, Pages: len(pages), Bsum: hook.Hex64(bsum), XXH3: hook.Hex64(xxh3), PageSum: pages}}
+}
+
+func TestAnalyzer(t *testing.T) {
+	a := NewAnalyzer(Options{})
+	if a.Name() != "checksum" {
+		t.Fatalf("name %q", a.Name())
+	}
+	var findings []hook.Event
+	emit := func(ev hook.Event) { findings = append(findings, ev) }
+	P, D := hook.SidePrefill, hook.SideDecode
+	for _, ev := range []hook.Event{
+		{Kind: hook.KindReplay, Body: &hook.Replay{Step: 1}},
+		roomEvent(P, 0, 4, 31177, 1),            // warmup
+		roomEvent(D, 0, 4, 0, 0),                //
+		roomEvent(P, 1, 200, 5, 6),              // match
+		roomEvent(D, 1, 200, 5, 6),              //
+		roomEvent(D, 2, 130, 7, 8, 1, 9, 3),     // mismatch, decode first, page 1 differs
+		roomEvent(P, 2, 130, 7, 9, 1, 2, 3),     //
+		roomEvent(P, 3, 300, 1, 1),              // missing decode
+		roomEvent(P, 1, 200, 5, 6),              // repeat after judging
+		roomEvent(D, 4, 10, 1, 1),               // short, one side: warmup
+		roomEvent(D, 5, 500, 0, 0),              // decode zero, prefill never: missing
+		roomEvent(P, 6, 100, 1, 1),              // repeat on a pending side
+		roomEvent(P, 6, 100, 1, 2),              //
+		roomEvent(hook.Side("x"), 9, 100, 1, 1), // ignored
+	} {
+		a.Observe(ev, emit)
+	}
+	if len(findings) != 1 {
+		t.Fatalf("%d findings, want 1: %+v", len(findings), findings)
+	}
+	f := findings[0].Body.(*hook.Finding)
+	if findings[0].Kind != hook.KindFinding || f.Analyzer != "checksum" || f.Severity != hook.SevError {
+		t.Errorf("finding %+v", f)
+	}
+	for k, v := range map[string]string{"room": "2", "seq_len": "130", "prefill_xxh3": "0x0000000000000009", "decode_xxh3": "0x0000000000000008",
+		"prefill_bsum": "0x0000000000000007", "mismatch_pages": "1", "mismatch_tokens": "64-128"} {
+		if f.Evidence[k] != v {
+			t.Errorf("evidence %s = %q, want %q", k, f.Evidence[k], v)
+		}
+	}
+	if !strings.Contains(f.Summary, "room 2") || !strings.Contains(f.Summary, "64-128") {
+		t.Errorf("summary %q", f.Summary)
+	}
+	s := a.Summary().(Summary)
+	want := Summary{Rooms: 7, Matched: 1, Mismatched: 1, Warmup: 2, Missing: 3, Repeats: 2}
+	if s != want {
+		t.Errorf("summary %+v, want %+v", s, want)
+	}
+	b, _ := json.Marshal(a.Summary())
+	for _, k := range []string{`"rooms":7`, `"matched":1`, `"mismatched":1`, `"warmup":2`, `"missing":3`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("summary json %s lacks %s", b, k)
+		}
+	}
+}
+
+func TestAnalyzerOnBus(t *testing.T) {
+	a := NewAnalyzer(Options{WarmupMaxSeqLen: 16})
+	var mu sync.Mutex
+	var kinds []hook.Kind
+	pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
+		mu.Lock()
+		kinds = append(kinds, ev.Kind)
+		mu.Unlock()
+	}), a)
+	ev := roomEvent(hook.SidePrefill, 8, 100, 1, 2)
+	ev.TS = 77
+	pub.Publish(ev)
+	ev = roomEvent(hook.SideDecode, 8, 100, 1, 3)
+	ev.TS = 78
+	pub.Publish(ev)
+	if len(kinds) != 3 || kinds[2] != hook.KindFinding {
+		t.Fatalf("published kinds %v, want two room.checksum and a finding", kinds)
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 100 {
+				room := uint64(1000 + i*100 + j)
+				a.Observe(roomEvent(hook.SidePrefill, room, 100, 1, 1), func(hook.Event) {})
+				a.Observe(roomEvent(hook.SideDecode, room, 100, 1, 1), func(hook.Event) {})
+				_ = a.Summary()
+			}
+		}()
+	}
+	wg.Wait()
+	if s := a.Summary().(Summary); s.Matched != 400 || s.Mismatched != 1 {
+		t.Errorf("summary after concurrent use %+v", s)
+	}
+}

@@ -1,0 +1,103 @@
+package checksum
+
+import (
+	"fmt"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// Record is one side's checksum of one room, from any input: a room.checksum
+// event, a kvcanary room_checksum log line, or (Evidence) an SGLang
+// "KV checksum mismatch" abort, which carries no digests.
+type Record struct {
+	Room     uint64
+	Side     hook.Side
+	SeqLen   int
+	Pages    int
+	Bsum     uint64
+	XXH3     uint64
+	Dtype    string
+	PageXXH3 []uint64 // RoomPages digests, page-table order; may be empty
+	Request  string
+
+	// Evidence marks an engine's own mismatch report (SGLang's abort). Its
+	// digests are zero; HasRoom says whether the line named the room.
+	Evidence bool
+	HasRoom  bool
+
+	Line int64 // 1-based line (log) or event index (bundle) in its input
+}
+
+// RecordFromEvent converts a room.checksum event body to a Record. The
+// returned record shares rc's page digests.
+func RecordFromEvent(rc *hook.RoomChecksum) (Record, error) {
+	if rc.Side != hook.SidePrefill && rc.Side != hook.SideDecode {
+		return Record{}, fmt.Errorf("room %d: side %q is neither prefill nor decode", uint64(rc.Room), rc.Side)
+	}
+	if rc.SeqLen < 0 || rc.Pages < 0 {
+		return Record{}, fmt.Errorf("room %d: negative seq_len %d or pages %d", uint64(rc.Room), rc.SeqLen, rc.Pages)
+	}
+	r := Record{
+		Room: uint64(rc.Room), Side: rc.Side, SeqLen: rc.SeqLen, Pages: rc.Pages,
+		Bsum: uint64(rc.Bsum), XXH3: uint64(rc.XXH3), Dtype: rc.Dtype, Request: rc.Request, HasRoom: true,
+	}
+	if len(rc.PageSum) > 0 {
+		r.PageXXH3 = make([]uint64, len(rc.PageSum))
+		for i, h := range rc.PageSum {
+			r.PageXXH3[i] = uint64(h)
+		}
+	}
+	return r, nil
+}
+
+// Event returns the room.checksum event body of a digest record.
+func (r *Record) Event() *hook.RoomChecksum {
+	rc := &hook.RoomChecksum{
+		Room: hook.Dec64(r.Room), Side: r.Side, SeqLen: r.SeqLen, Pages: r.Pages,
+		Bsum: hook.Hex64(r.Bsum), XXH3: hook.Hex64(r.XXH3), Dtype: r.Dtype, Request: r.Request,
+	}
+	for _, v := range r.PageXXH3 {
+		rc.PageSum = append(rc.PageSum, hook.Hex64(v))
+	}
+	return rc
+}
+
+// NewRoomEvent digests a room and returns its room.checksum body, with the
+// per-page digests (RoomPages) a compare needs to locate a mismatch. This is
+// the one call an engine-side hook (or the twin) makes per room and side.
+func NewRoomEvent(l Layout, arena []byte, pages []uint32, seqLen int, room uint64, side hook.Side) *hook.RoomChecksum {
+	d := Room(l, arena, pages, seqLen)
+	rc := &hook.RoomChecksum{
+		Room: hook.Dec64(room), Side: side, SeqLen: seqLen, Pages: len(pages),
+		Bsum: hook.Hex64(d.Bsum), XXH3: hook.Hex64(d.XXH3), Dtype: l.Dtype,
+	}
+	for _, v := range RoomPages(l, arena, pages, seqLen, nil) {
+		rc.PageSum = append(rc.PageSum, hook.Hex64(v))
+	}
+	return rc
+}
+
+// AppendLogLine appends the SPEC.md §6 log line of a digest record (without a
+// newline): digests in 0x-hex, page digests when present.
+func AppendLogLine(b []byte, r *Record) []byte {
+	b = append(b, "kvcanary room_checksum side="...)
+	b = append(b, r.Side...)
+	b = fmt.Appendf(b, " room=%d seq_len=%d pages=%d bsum=", r.Room, r.SeqLen, r.Pages)
+	b = hook.AppendHex64(b, r.Bsum)
+	b = append(b, " xxh3="...)
+	b = hook.AppendHex64(b, r.XXH3)
+	if r.Dtype != "" {
+		b = append(b, " dtype="...)
+		b = append(b, r.Dtype...)
+	}
+	if len(r.PageXXH3) > 0 {
+		b = append(b, " page_xxh3="...)
+		for i, v := range r.PageXXH3 {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = hook.AppendHex64(b, v)
+		}
+	}
+	return b
+}
