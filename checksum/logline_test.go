@@ -120,12 +120,12 @@ func TestLogLineRoundTrip(t *testing.T) {
 
 func TestScanLog(t *testing.T) {
 	input := strings.Join([]string{
-		"garbage ###",                    // 1 skipped
+		"garbage ###", // 1 skipped
 		"kvcanary room_checksum side=prefill room=1 seq_len=20 pages=1 bsum=1 xxh3=2", // 2
 		"kvcanary room_checksum side=prefill room=2 seq_len=20",                       // 3 malformed
-		"\x00\xff\xfe binary junk",        // 4 skipped
-		"",                               // 5 skipped
-		"E KV checksum mismatch room=2",  // 6 evidence
+		"\x00\xff\xfe binary junk",      // 4 skipped
+		"",                              // 5 skipped
+		"E KV checksum mismatch room=2", // 6 evidence
 		"kvcanary room_checksum side=decode room=1 seq_len=20 pages=1 bsum=1 xxh3=2", // 7, no final newline
 	}, "\n")
 	var rooms []uint64
