@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -15,6 +16,7 @@ type AnalyzerOptions struct {
 // `sim run --json`.
 func newAnalyzers(opts AnalyzerOptions) []hook.Analyzer {
 	return []hook.Analyzer{
+		canary.NewAnalyzer(canary.Options{}),
 		// One line per analyzer, e.g. checksum.NewAnalyzer(checksum.Options{...}),
 	}
 }

@@ -1,0 +1,377 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// CanaryReportOptions are the inputs of `kvcanary canary report`.
+type CanaryReportOptions struct {
+	IO   *cmdutil.IOStreams
+	JSON *cmdutil.JSONFlags
+	Path string // a trace bundle or an SGLang server log
+}
+
+// CanaryReport is the --json shape of `kvcanary canary report`.
+type CanaryReport struct {
+	Input  string `json:"input"`
+	Format string `json:"format"` // "bundle" | "sglang-log"
+	// Bundle input: the canary analyzer's run summary over the canary.pages
+	// events, the findings it made (first canaryMaxFindings), and what the
+	// reader had to skip.
+	Canary        *canary.Summary   `json:"canary,omitempty"`
+	Findings      []*hook.Finding   `json:"findings,omitempty"`
+	FindingsTotal int               `json:"findings_total"`
+	Bundle        *CanaryBundleInfo `json:"bundle,omitempty"`
+	// Log input: SGLang's own kv_canary violations.
+	SGLang *canary.LogScan `json:"sglang,omitempty"`
+}
+
+// CanaryBundleInfo says how much of a bundle was usable.
+type CanaryBundleInfo struct {
+	Events      uint64 `json:"events"`
+	CanaryPages uint64 `json:"canary_pages"`
+	Skipped     uint64 `json:"skipped"`
+	Truncated   bool   `json:"truncated"`
+	Reason      string `json:"truncation_reason,omitempty"`
+}
+
+// canaryMaxFindings bounds the findings a report lists; FindingsTotal counts all.
+const canaryMaxFindings = 100
+
+// canaryZstdMagic starts every zstd frame, hence every trace bundle.
+var canaryZstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// NewCmdCanary builds `kvcanary canary` and its subcommands.
+func NewCmdCanary(f *cmdutil.Factory, runF func(*CanaryReportOptions) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "canary",
+		Short: "Judge what graph replays did to the index-K pool (live-page overwrites)",
+		Long: `Around each CUDA graph replay the canary digests the index-K pages its policy
+selects (live, all, sweep:N), diffs them, and classifies every changed page:
+expected-store, benign-transfer, free-page, held-page or LIVE-PAGE-OVERWRITE.
+An expected store that did not land is a missing store. See canary/SPEC.md.`,
+		Args: usageArgs(cobra.NoArgs),
+	}
+	cmd.AddCommand(NewCmdCanaryReport(f, runF))
+	return cmd
+}
+
+// NewCmdCanaryReport builds `kvcanary canary report`.
+func NewCmdCanaryReport(f *cmdutil.Factory, runF func(*CanaryReportOptions) error) *cobra.Command {
+	opts := &CanaryReportOptions{IO: f.IO}
+	cmd := &cobra.Command{
+		Use:   "report BUNDLE|LOG",
+		Short: "Report live-page overwrites and missing stores from a bundle or an SGLang log",
+		Long: `Report the canary verdicts of a run.
+
+A trace bundle (.kvtrace, recognized by its zstd magic) is replayed through the
+canary analyzer: the headline counts LIVE-PAGE-OVERWRITE hits over all replays
+and states the coverage of the digest policy, followed by per-class counts and
+samples. Any other file is read as an SGLang server log, and its
+"kv_canary violation:" lines (SGLang --kv-canary log) are reported.
+
+Exit codes: 0 clean, 1 a live-page overwrite, a missing store or an SGLang
+violation was found, 3 the input is unreadable or has malformed violation lines.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Path = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return canaryReportRun(opts)
+		},
+	}
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+func canaryReportRun(opts *CanaryReportOptions) error {
+	f, err := os.Open(opts.Path)
+	if err != nil {
+		return cmdutil.InputError(fmt.Errorf("open input: %w", err))
+	}
+	head := make([]byte, 4)
+	n, err := io.ReadFull(f, head)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		f.Close()
+		return cmdutil.InputError(fmt.Errorf("read %s: %w", opts.Path, err))
+	}
+	if n == 4 && bytes.Equal(head, canaryZstdMagic) {
+		f.Close()
+		return canaryBundleReport(opts)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return cmdutil.InputError(fmt.Errorf("read %s: %w", opts.Path, err))
+	}
+	defer f.Close()
+	return canaryLogReport(opts, f)
+}
+
+func canaryBundleReport(opts *CanaryReportOptions) error {
+	r, err := traces.Open(opts.Path)
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	defer r.Close()
+	an := canary.NewAnalyzer(canary.Options{})
+	rep := CanaryReport{Input: opts.Path, Format: "bundle", Bundle: &CanaryBundleInfo{}}
+	emit := func(ev hook.Event) {
+		fd, ok := ev.Body.(*hook.Finding)
+		if !ok {
+			return
+		}
+		rep.FindingsTotal++
+		if len(rep.Findings) < canaryMaxFindings {
+			rep.Findings = append(rep.Findings, fd)
+		}
+	}
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return cmdutil.InputError(fmt.Errorf("read bundle %s: %w", opts.Path, err))
+		}
+		rep.Bundle.Events++
+		if ev.Kind == hook.KindCanaryPages {
+			rep.Bundle.CanaryPages++
+		}
+		an.Observe(ev, emit)
+	}
+	rep.Bundle.Skipped = r.Skipped()
+	rep.Bundle.Truncated = r.Truncated()
+	rep.Bundle.Reason = r.TruncationReason()
+	s := an.Summary().(canary.Summary)
+	rep.Canary = &s
+
+	if opts.JSON.JSON {
+		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
+			return err
+		}
+	} else if err := writeCanaryBundleText(opts.IO, &rep); err != nil {
+		return err
+	}
+	if rep.Bundle.Skipped > 0 {
+		fmt.Fprintf(opts.IO.ErrOut, "kvcanary: %s: skipped %d damaged records\n", opts.Path, rep.Bundle.Skipped)
+	}
+	if rep.Bundle.Truncated {
+		fmt.Fprintf(opts.IO.ErrOut, "kvcanary: %s: truncated (%s); the report covers what was readable\n", opts.Path, rep.Bundle.Reason)
+	}
+	if s.Findings() {
+		return cmdutil.FindingError
+	}
+	return nil
+}
+
+func canaryLogReport(opts *CanaryReportOptions, f *os.File) error {
+	scan, err := canary.ScanLog(f, opts.Path, canary.LogOptions{})
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	rep := CanaryReport{Input: opts.Path, Format: "sglang-log", SGLang: scan, FindingsTotal: int(min(scan.Violations, 1<<31-1))}
+	for i := range scan.Samples {
+		if len(rep.Findings) >= canaryMaxFindings {
+			break
+		}
+		rep.Findings = append(rep.Findings, scan.Samples[i].Finding())
+	}
+	if opts.JSON.JSON {
+		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
+			return err
+		}
+	} else if err := writeCanaryLogText(opts.IO, scan); err != nil {
+		return err
+	}
+	for _, e := range scan.Errors {
+		fmt.Fprintln(opts.IO.ErrOut, "kvcanary:", cmdutil.Quote(e))
+	}
+	if scan.Findings() {
+		return cmdutil.FindingError
+	}
+	if scan.Malformed > 0 {
+		return cmdutil.InputError(fmt.Errorf("%s: %d malformed kv_canary violation lines", opts.Path, scan.Malformed))
+	}
+	return nil
+}
+
+// canaryHeadline is the report's first line, e.g.
+// "LIVE-PAGE-OVERWRITE hits: 0 in 5,120 replays (live coverage 100%)".
+func canaryHeadline(s *canary.Summary) string {
+	cov := "live coverage not reported"
+	if s.LiveCoverage != nil {
+		cov = "live coverage " + canaryPercent(*s.LiveCoverage)
+	}
+	return fmt.Sprintf("LIVE-PAGE-OVERWRITE hits: %s in %s replays (%s)", canaryCommas(s.LivePageOverwrites), canaryCommas(s.Replays), cov)
+}
+
+func writeCanaryBundleText(ios *cmdutil.IOStreams, rep *CanaryReport) error {
+	s := rep.Canary
+	var b strings.Builder
+	if rep.Bundle.CanaryPages == 0 {
+		fmt.Fprintf(&b, "no canary.pages events in %s (%s events): was the canary enabled?\n", rep.Input, canaryCommas(rep.Bundle.Events))
+		_, err := fmt.Fprint(ios.Out, b.String())
+		return err
+	}
+	b.WriteString(canaryHeadline(s) + "\n")
+	fmt.Fprintf(&b, "policy %s: %s pages digested, %s of the pool per replay\n",
+		cmdutil.Quote(s.Policy), canaryCommas(s.PagesChecked), canaryPercent(s.Coverage))
+	if s.MissingStores > 0 {
+		fmt.Fprintf(&b, "MISSING STORES: %s expected pages did not change\n", canaryCommas(s.MissingStores))
+	}
+	b.WriteString("\n")
+	rows := [][]string{{"CLASS", "PAGES"}}
+	rows = append(rows,
+		[]string{"expected-store", canaryCommas(s.ExpectedWrites)},
+		[]string{"benign-transfer", canaryCommas(s.BenignTransferWrites)},
+		[]string{"free-page", canaryCommas(s.FreePageWrites)},
+		[]string{"held-page", canaryCommas(s.HeldPageWrites)},
+		[]string{"LIVE-PAGE-OVERWRITE", canaryCommas(s.LivePageOverwrites)},
+		[]string{"missing-store", canaryCommas(s.MissingStores)},
+	)
+	canaryRows(&b, ios.IsStdoutTTY(), rows)
+	if len(s.Samples) > 0 {
+		b.WriteString("\nsamples\n")
+		rows = [][]string{{"STEP", "PAGE", "CLASS", "OWNER", "BEFORE", "AFTER"}}
+		for _, sm := range s.Samples {
+			before, after := sm.Before.String(), sm.After.String()
+			if sm.Class == canary.ClassMissingStore {
+				before, after = "-", "-"
+			}
+			owner := sm.Owner
+			if owner == "" {
+				owner = "-"
+			}
+			rows = append(rows, []string{strconv.FormatUint(sm.Step, 10), strconv.FormatUint(uint64(sm.Page), 10),
+				sm.Class, cmdutil.Quote(owner), before, after})
+		}
+		canaryRows(&b, ios.IsStdoutTTY(), rows)
+	}
+	if s.FindingsSuppressed > 0 {
+		fmt.Fprintf(&b, "\n%s further findings not emitted (per-run cap)\n", canaryCommas(s.FindingsSuppressed))
+	}
+	_, err := fmt.Fprint(ios.Out, b.String())
+	return err
+}
+
+func writeCanaryLogText(ios *cmdutil.IOStreams, scan *canary.LogScan) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "SGLang kv_canary violations: %s in %s lines of %s\n", canaryCommas(scan.Violations), canaryCommas(uint64(scan.Lines)), cmdutil.Quote(scan.File))
+	if scan.Malformed > 0 {
+		fmt.Fprintf(&b, "malformed violation lines: %s (see stderr)\n", canaryCommas(scan.Malformed))
+	}
+	if scan.Violations > 0 {
+		b.WriteString("\n")
+		rows := [][]string{{"FAIL_REASON", "VIOLATIONS"}}
+		rows = append(rows, canaryCountRows(scan.ByReason)...)
+		canaryRows(&b, ios.IsStdoutTTY(), rows)
+		b.WriteString("\n")
+		rows = [][]string{{"LAUNCH_TAG", "VIOLATIONS"}}
+		rows = append(rows, canaryCountRows(scan.ByTag)...)
+		canaryRows(&b, ios.IsStdoutTTY(), rows)
+		b.WriteString("\nsamples\n")
+		rows = [][]string{{"LINE", "STEP", "LAUNCH_TAG", "FAIL_REASON", "SLOT", "POSITION", "STORED_TOKEN", "EXPECTED_TOKEN", "STORED_HASH", "EXPECTED_AUX"}}
+		for _, v := range scan.Samples {
+			step := "-"
+			if v.Step >= 0 {
+				step = strconv.FormatInt(v.Step, 10)
+			}
+			rows = append(rows, []string{strconv.Itoa(v.Line), step, cmdutil.Quote(v.LaunchTag), v.FailReason(),
+				strconv.FormatInt(v.SlotIdx, 10), strconv.FormatInt(v.Position, 10),
+				strconv.FormatInt(v.StoredToken, 10), strconv.FormatInt(v.ExpectedToken, 10),
+				hook.Hex64(v.StoredChainHash).String(), hook.Hex64(v.ExpectedAux).String()})
+		}
+		canaryRows(&b, ios.IsStdoutTTY(), rows)
+		if scan.Truncated {
+			b.WriteString("(more violations than samples kept; counts above are complete)\n")
+		}
+	}
+	_, err := fmt.Fprint(ios.Out, b.String())
+	return err
+}
+
+func canaryCountRows(m map[string]uint64) [][]string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	rows := make([][]string, 0, len(keys))
+	for _, k := range keys {
+		rows = append(rows, []string{cmdutil.Quote(k), canaryCommas(m[k])})
+	}
+	return rows
+}
+
+// canaryRows prints an aligned table on a terminal and tab-separated lines in
+// a pipe.
+func canaryRows(b *strings.Builder, tty bool, rows [][]string) {
+	if !tty {
+		for _, r := range rows {
+			b.WriteString(strings.Join(r, "\t") + "\n")
+		}
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+// canaryCommas formats n with thousands separators (5120 → "5,120").
+func canaryCommas(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	if len(s) <= 3 {
+		return s
+	}
+	var b strings.Builder
+	pre := len(s) % 3
+	if pre > 0 {
+		b.WriteString(s[:pre])
+	}
+	for i := pre; i < len(s); i += 3 {
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(s[i : i+3])
+	}
+	return b.String()
+}
+
+// canaryPercent formats a fraction: 1 → "100%", 0.0312 → "3.1%", tiny non-zero → "<0.1%".
+func canaryPercent(f float64) string {
+	switch {
+	case f >= 1:
+		return "100%"
+	case f <= 0:
+		return "0%"
+	case f < 0.001:
+		return "<0.1%"
+	case f > 0.999:
+		return ">99.9%"
+	}
+	s := strconv.FormatFloat(100*f, 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0") + "%"
+}
