@@ -192,10 +192,10 @@ func decide(r *Result, g, e []float32) (bool, string) {
 	switch {
 	case r.LenGraph != r.LenEager:
 		return true, ReasonLength
-	case r.NonFinite > 0:
-		return true, ReasonNonFinite
 	case len(r.Missing) > 0 || len(r.Extra) > 0:
 		return true, ReasonSelection
+	case r.NonFinite > 0:
+		return true, ReasonNonFinite
 	case top1Moved(r, g, e):
 		return true, ReasonTop1
 	case r.AllClose:

@@ -68,10 +68,16 @@ func TestCompareMetrics(t *testing.T) {
 		{name: "NaN one side diverges", g: []float32{nan, 1}, e: []float32{0.5, 1}, cosine: 1, maxAt: -1, nonFinite: 1,
 			divergent: true, reason: ReasonNonFinite, argmaxSame: true},
 		{name: "NaN against Inf", g: []float32{nan, 1}, e: []float32{inf, 1}, cosine: 1, maxAt: -1, nonFinite: 1,
-			divergent: true, reason: ReasonNonFinite},
+			divergent: true, reason: ReasonSelection}, // top-1 moved from the Inf: selection is checked first
+		{name: "NaN against -Inf outside top-k", g: []float32{1, nan}, e: []float32{1, -inf}, cosine: 1, maxAt: -1, nonFinite: 1,
+			divergent: true, reason: ReasonNonFinite, argmaxSame: true},
 		{name: "same Inf is equal", g: []float32{inf, 1}, e: []float32{inf, 1}, cosine: 1, maxAt: -1, argmaxSame: true},
 		{name: "+Inf against -Inf", g: []float32{inf, 1}, e: []float32{-inf, 1}, cosine: 1, maxAt: -1, nonFinite: 1,
-			divergent: true, reason: ReasonNonFinite},
+			divergent: true, reason: ReasonSelection},
+		{name: "-Inf against +Inf outside top-k", g: []float32{2, -inf, 1}, e: []float32{2, inf, 1}, cosine: 1, maxAt: -1, nonFinite: 1,
+			divergent: true, reason: ReasonSelection}, // +Inf would be the top-1 of eager
+		{name: "masked on one side outside top-k", g: []float32{2, -inf, 1}, e: []float32{2, 0, 1}, maxAt: -1, nonFinite: 1,
+			cosine: 1, divergent: true, reason: ReasonNonFinite, argmaxSame: true},
 		{name: "length mismatch", g: []float32{1, 2}, e: []float32{1, 2, 3}, cosine: 1, maxAt: -1,
 			divergent: true, reason: ReasonLength, argmaxSame: true},
 		{name: "all zero", g: []float32{0, 0}, e: []float32{0, 0}, cosine: 1, maxAt: -1, argmaxSame: true},

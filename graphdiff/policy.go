@@ -65,8 +65,8 @@ func ToleranceFor(dtype string, n int) Tolerance {
 // Reasons a pair is judged divergent, in the order the policy checks them.
 const (
 	ReasonLength    = "length"    // the two vectors differ in length
-	ReasonNonFinite = "nonfinite" // NaN/Inf on one side only (or of different kinds)
 	ReasonSelection = "selection" // the top-k selections differ as sets
+	ReasonNonFinite = "nonfinite" // NaN/Inf on one side only (or of different kinds)
 	ReasonTop1      = "top1"      // the argmax moved by more than rounding
 	ReasonAllClose  = "allclose"  // not allclose and no reference to arbitrate
 	ReasonRefRMSE   = "ref_rmse"  // graph error vs the reference exceeds the eager bound
