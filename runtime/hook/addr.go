@@ -1,0 +1,68 @@
+package hook
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+)
+
+// ErrRemoteRefused is returned by Listen for a TCP address that is not
+// loopback when ListenOptions.AllowRemote is false.
+var ErrRemoteRefused = errors.New("non-loopback address refused")
+
+// endpoint is a parsed collector address.
+type endpoint struct {
+	network string // "unix" | "tcp"
+	address string // socket path or host:port
+}
+
+func (e endpoint) String() string {
+	if e.network == "unix" {
+		return "unix://" + e.address
+	}
+	return "tcp://" + e.address
+}
+
+// parseAddr parses unix:///path.sock or tcp://HOST:PORT.
+func parseAddr(addr string) (endpoint, error) {
+	switch {
+	case strings.HasPrefix(addr, "unix://"):
+		p := strings.TrimPrefix(addr, "unix://")
+		if p == "" {
+			return endpoint{}, fmt.Errorf("address %q: empty socket path (want unix:///path.sock)", addr)
+		}
+		return endpoint{"unix", p}, nil
+	case strings.HasPrefix(addr, "tcp://"):
+		hp := strings.TrimPrefix(addr, "tcp://")
+		if _, _, err := net.SplitHostPort(hp); err != nil {
+			return endpoint{}, fmt.Errorf("address %q: %w (want tcp://127.0.0.1:PORT)", addr, err)
+		}
+		return endpoint{"tcp", hp}, nil
+	}
+	return endpoint{}, fmt.Errorf("address %q: want unix:///path.sock or tcp://127.0.0.1:PORT", addr)
+}
+
+// checkLoopback refuses a TCP listen address that other hosts could reach.
+func checkLoopback(ep endpoint) error {
+	host, _, _ := net.SplitHostPort(ep.address)
+	if host == "" {
+		return fmt.Errorf("listen %s: an empty host listens on every interface: %w; pass --allow-remote to accept events from other hosts", ep, ErrRemoteRefused)
+	}
+	var ips []net.IP
+	if ip := net.ParseIP(host); ip != nil {
+		ips = []net.IP{ip}
+	} else {
+		found, err := net.LookupIP(host)
+		if err != nil {
+			return fmt.Errorf("listen %s: resolve %s: %w", ep, host, err)
+		}
+		ips = found
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return fmt.Errorf("listen %s: %s is not a loopback address: %w; pass --allow-remote to accept events from other hosts", ep, ip, ErrRemoteRefused)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,460 @@
+package hook
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ListenOptions configure a collector.
+type ListenOptions struct {
+	// AllowRemote permits a TCP address that is not loopback
+	// (--allow-remote on the command line).
+	AllowRemote bool
+	// Run is the run id given to events that arrive without one.
+	Run string
+	// Node names the host of producers on a Unix socket (default: this
+	// host's name). TCP producers are named by their remote address.
+	Node string
+	// OnReject, when set, is called for each rejected frame or line with
+	// the connection's id and the error (which names the byte offset or
+	// line). It runs on the connection's goroutine and must not block long.
+	OnReject func(conn uint64, err error)
+}
+
+// Collector ingests events from many producers over one socket. Create it
+// with Listen and run it with Serve.
+type Collector struct {
+	ln    net.Listener
+	ep    endpoint
+	opts  ListenOptions
+	node  string
+	sock  os.FileInfo // the Unix socket file we created, to remove on Close
+	pubMu sync.Mutex  // serialises Publish: the Publisher need not be concurrency-safe
+
+	closeOnce sync.Once
+	done      chan struct{}
+
+	nextID      atomic.Uint64
+	connections atomic.Uint64
+	events      atomic.Uint64
+	bytes       atomic.Uint64
+	rejected    atomic.Uint64
+	lostFraming atomic.Uint64
+	byReason    [reasonLimit]atomic.Uint64
+	byKind      [kindLimit]atomic.Uint64
+
+	mu     sync.Mutex
+	open   map[*conn]struct{}
+	closed []ConnStats // most recent last, at most keepClosed
+}
+
+const keepClosed = 64
+
+// Stats is a snapshot of a collector's counters.
+type Stats struct {
+	Connections uint64            `json:"connections"` // accepted since start
+	Open        int               `json:"open"`
+	Events      uint64            `json:"events"` // published
+	Bytes       uint64            `json:"bytes"`  // read from producers
+	Rejected    uint64            `json:"rejected"`
+	RejectedBy  map[string]uint64 `json:"rejected_by,omitempty"` // reason -> count
+	LostFraming uint64            `json:"lost_framing"`          // connections closed because framing was lost
+	ByKind      map[string]uint64 `json:"by_kind,omitempty"`
+	Conns       []ConnStats       `json:"conns,omitempty"` // open connections, then recently closed ones
+}
+
+// ConnStats describes one producer connection.
+type ConnStats struct {
+	ID         uint64            `json:"id"`
+	Remote     string            `json:"remote,omitempty"`
+	PID        int32             `json:"pid,omitempty"`
+	Proc       string            `json:"proc,omitempty"`
+	Protocol   string            `json:"protocol,omitempty"` // "frames" | "jsonl"
+	Events     uint64            `json:"events"`
+	Bytes      uint64            `json:"bytes"`
+	Rejected   uint64            `json:"rejected"`
+	RejectedBy map[string]uint64 `json:"rejected_by,omitempty"`
+	Open       bool              `json:"open"`
+	Closed     string            `json:"closed,omitempty"` // why it ended: "eof", "lost framing", "shutdown", "read error"
+	LastError  string            `json:"last_error,omitempty"`
+}
+
+// Listen opens a collector socket: addr is unix:///path.sock (created 0600; a
+// stale socket file is replaced, a live one or a non-socket file is not) or
+// tcp://HOST:PORT (loopback only unless opts.AllowRemote).
+func Listen(addr string, opts ListenOptions) (*Collector, error) {
+	ep, err := parseAddr(addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	c := &Collector{ep: ep, opts: opts, done: make(chan struct{}), open: map[*conn]struct{}{}}
+	c.node = opts.Node
+	if c.node == "" {
+		c.node, _ = os.Hostname()
+	}
+	switch ep.network {
+	case "unix":
+		c.ln, c.sock, err = listenUnix(ep)
+	default:
+		if !opts.AllowRemote {
+			if err := checkLoopback(ep); err != nil {
+				return nil, err
+			}
+		}
+		c.ln, err = net.Listen("tcp", ep.address)
+		if err == nil {
+			c.ep.address = c.ln.Addr().String()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", ep, err)
+	}
+	return c, nil
+}
+
+// listenUnix binds a socket under a private temporary name, makes it 0600,
+// then renames it into place, so the final path is never connectable with
+// looser permissions.
+func listenUnix(ep endpoint) (net.Listener, os.FileInfo, error) {
+	path := ep.address
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, nil, fmt.Errorf("%s exists and is not a socket; refusing to replace it", path)
+		}
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			c.Close()
+			return nil, nil, fmt.Errorf("%s is in use by a running collector", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := filepath.Join(filepath.Dir(path), ".kvc"+hex.EncodeToString(rnd[:]))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, nil, fmt.Errorf("chmod socket: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, nil, fmt.Errorf("place socket: %w", err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		ln.Close()
+		return nil, nil, err
+	}
+	return ln, fi, nil
+}
+
+// Addr is the collector's address in the form Dial takes (with the real
+// port when tcp://…:0 was given).
+func (c *Collector) Addr() string { return c.ep.String() }
+
+// Close stops accepting, ends every connection and removes the Unix socket
+// file. Serve returns after Close.
+func (c *Collector) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		close(c.done)
+		err = c.ln.Close()
+		if c.sock != nil {
+			if fi, serr := os.Lstat(c.ep.address); serr == nil && os.SameFile(fi, c.sock) {
+				os.Remove(c.ep.address)
+			}
+		}
+		c.mu.Lock()
+		for cn := range c.open {
+			cn.nc.Close()
+		}
+		c.mu.Unlock()
+	})
+	return err
+}
+
+// Serve accepts producers until ctx is cancelled or Close is called, and
+// publishes every accepted event to pub. Publishes are serialised, so pub
+// need not be safe for concurrent use; a slow pub slows every producer (a
+// lossless bus subscriber does exactly that). Serve closes the collector
+// before it returns and waits for every connection to finish. It returns nil
+// after ctx cancellation or Close.
+func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer c.Close()
+	var backoff time.Duration
+	for {
+		nc, err := c.ln.Accept()
+		if err != nil {
+			select {
+			case <-c.done:
+				return nil
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, syscall.EMFILE) {
+				// Out of descriptors or a transient failure: wait and retry.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(backoff):
+				case <-c.done:
+					return nil
+				}
+				continue
+			}
+			return fmt.Errorf("accept on %s: %w", c.ep, err)
+		}
+		backoff = 0
+		cn := c.newConn(nc)
+		c.mu.Lock()
+		select {
+		case <-c.done:
+			c.mu.Unlock()
+			nc.Close()
+			return nil
+		default:
+		}
+		c.open[cn] = struct{}{}
+		c.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.finish(cn, c.handle(cn, pub))
+		}()
+	}
+}
+
+// conn is one producer connection.
+type conn struct {
+	nc       net.Conn
+	id       uint64
+	remote   string
+	src      Source // defaults filled into events
+	protocol atomic.Value
+	events   atomic.Uint64
+	bytes    atomic.Uint64
+	rejected atomic.Uint64
+	byReason [reasonLimit]atomic.Uint64
+	lastErr  atomic.Value // string
+}
+
+func (c *Collector) newConn(nc net.Conn) *conn {
+	c.connections.Add(1)
+	cn := &conn{nc: nc, id: c.nextID.Add(1)}
+	cn.src.Node = c.node
+	if c.ep.network == "unix" {
+		cn.src.PID, cn.src.Proc = peerProcess(nc)
+		if cn.src.PID != 0 {
+			cn.remote = fmt.Sprintf("pid %d", cn.src.PID)
+		} else {
+			cn.remote = "unix"
+		}
+	} else {
+		cn.remote = nc.RemoteAddr().String()
+		if host, _, err := net.SplitHostPort(cn.remote); err == nil {
+			cn.src.Node = host
+		}
+	}
+	return cn
+}
+
+// countingReader counts bytes read from a connection.
+type countingReader struct {
+	r    io.Reader
+	conn *conn
+	all  *atomic.Uint64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.conn.bytes.Add(uint64(n))
+	r.all.Add(uint64(n))
+	return n, err
+}
+
+type decoder interface {
+	Decode() (Event, error)
+}
+
+// handle reads one connection until it ends and says why it ended.
+func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
+	r := &countingReader{r: cn.nc, conn: cn, all: &c.bytes}
+	var first [1]byte
+	if _, err := io.ReadFull(r, first[:]); err != nil {
+		return "eof"
+	}
+	var dec decoder
+	switch first[0] {
+	case '{', ' ', '\t', '\r', '\n':
+		cn.protocol.Store("jsonl")
+		dec = NewJSONLinesDecoder(io.MultiReader(bytes.NewReader(first[:]), r))
+	default:
+		var rest [len(FramePreamble) - 1]byte
+		_, err := io.ReadFull(r, rest[:])
+		if err != nil || first[0] != FramePreamble[0] || string(rest[:]) != FramePreamble[1:] {
+			got := append(first[:], rest[:]...)
+			c.reject(cn, &WireError{Reason: ReasonBadPreamble, Fatal: true,
+				Err: fmt.Errorf("connection starts with %q: neither JSON lines ('{') nor the frame preamble %q", got, FramePreamble)})
+			c.lostFraming.Add(1)
+			return "lost framing"
+		}
+		cn.protocol.Store("frames")
+		fd := NewFrameDecoder(r)
+		fd.SetOffset(int64(len(FramePreamble)))
+		dec = fd
+	}
+	for {
+		ev, err := dec.Decode()
+		if err != nil {
+			if err == io.EOF {
+				return "eof"
+			}
+			select {
+			case <-c.done:
+				return "shutdown"
+			default:
+			}
+			var we *WireError
+			if !errors.As(err, &we) {
+				return "read error"
+			}
+			if we.Reason == ReasonTruncated && !errors.Is(we.Err, io.ErrUnexpectedEOF) {
+				// A read error (reset by peer), not a cut frame.
+				cn.lastErr.Store(err.Error())
+				return "read error"
+			}
+			c.reject(cn, we)
+			if we.Fatal {
+				c.lostFraming.Add(1)
+				return "lost framing"
+			}
+			continue
+		}
+		if ev.Src.Node == "" {
+			ev.Src.Node = cn.src.Node
+		}
+		if ev.Src.PID == 0 {
+			ev.Src.PID = cn.src.PID
+		}
+		if ev.Src.Proc == "" {
+			ev.Src.Proc = cn.src.Proc
+		}
+		if ev.Run == "" {
+			ev.Run = c.opts.Run
+		}
+		c.pubMu.Lock()
+		pub.Publish(ev)
+		c.pubMu.Unlock()
+		cn.events.Add(1)
+		c.events.Add(1)
+		c.byKind[ev.Kind].Add(1)
+	}
+}
+
+func (c *Collector) reject(cn *conn, we *WireError) {
+	r := we.Reason
+	if r >= reasonLimit {
+		r = ReasonBadBody
+	}
+	cn.rejected.Add(1)
+	cn.byReason[r].Add(1)
+	c.rejected.Add(1)
+	c.byReason[r].Add(1)
+	cn.lastErr.Store(we.Error())
+	if c.opts.OnReject != nil {
+		c.opts.OnReject(cn.id, we)
+	}
+}
+
+func (c *Collector) finish(cn *conn, closed string) {
+	cn.nc.Close()
+	st := cn.stats()
+	st.Closed = closed
+	c.mu.Lock()
+	delete(c.open, cn)
+	c.closed = append(c.closed, st)
+	if len(c.closed) > keepClosed {
+		c.closed = append(c.closed[:0], c.closed[len(c.closed)-keepClosed:]...)
+	}
+	c.mu.Unlock()
+}
+
+func (cn *conn) stats() ConnStats {
+	st := ConnStats{ID: cn.id, Remote: cn.remote, PID: cn.src.PID, Proc: cn.src.Proc,
+		Events: cn.events.Load(), Bytes: cn.bytes.Load(), Rejected: cn.rejected.Load()}
+	if p, ok := cn.protocol.Load().(string); ok {
+		st.Protocol = p
+	}
+	if e, ok := cn.lastErr.Load().(string); ok {
+		st.LastError = e
+	}
+	st.RejectedBy = reasonMap(&cn.byReason)
+	return st
+}
+
+func reasonMap(counts *[reasonLimit]atomic.Uint64) map[string]uint64 {
+	var m map[string]uint64
+	for r := ReasonNone + 1; r < reasonLimit; r++ {
+		if n := counts[r].Load(); n > 0 {
+			if m == nil {
+				m = map[string]uint64{}
+			}
+			m[r.String()] = n
+		}
+	}
+	return m
+}
+
+// Stats returns a snapshot of the counters. Safe to call at any time.
+func (c *Collector) Stats() Stats {
+	st := Stats{
+		Connections: c.connections.Load(),
+		Events:      c.events.Load(),
+		Bytes:       c.bytes.Load(),
+		Rejected:    c.rejected.Load(),
+		LostFraming: c.lostFraming.Load(),
+		RejectedBy:  reasonMap(&c.byReason),
+	}
+	for k := KindRunStart; k < kindLimit; k++ {
+		if n := c.byKind[k].Load(); n > 0 {
+			if st.ByKind == nil {
+				st.ByKind = map[string]uint64{}
+			}
+			st.ByKind[k.String()] = n
+		}
+	}
+	c.mu.Lock()
+	st.Open = len(c.open)
+	for cn := range c.open {
+		s := cn.stats()
+		s.Open = true
+		st.Conns = append(st.Conns, s)
+	}
+	sort.Slice(st.Conns, func(i, j int) bool { return st.Conns[i].ID < st.Conns[j].ID })
+	st.Conns = append(st.Conns, c.closed...)
+	c.mu.Unlock()
+	return st
+}

@@ -1,0 +1,305 @@
+package hook
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DialOptions configure an Emitter. Zero values pick the defaults.
+type DialOptions struct {
+	// QueueBytes bounds the encoded frames waiting to be written (default
+	// 4 MiB). Emit drops an event when the queue is full.
+	QueueBytes int
+	// Source and Run are written into events that leave them empty. Leave
+	// them unset to let the collector fill them from the connection.
+	Source Source
+	Run    string
+	// FlushTimeout bounds how long Close waits to write what is queued
+	// (default 2s).
+	FlushTimeout time.Duration
+	// WriteTimeout is how long one write may block before the collector is
+	// considered stuck and the connection is dropped and redialled
+	// (default 5s).
+	WriteTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the wait between connection attempts
+	// (defaults 50ms and 2s; the wait doubles after each failure).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// EmitterStats are an emitter's counters.
+type EmitterStats struct {
+	Sent     uint64 `json:"sent"`     // frames written completely to a collector
+	Dropped  uint64 `json:"dropped"`  // events lost: queue full, no collector, failed write, Emit after Close
+	Invalid  uint64 `json:"invalid"`  // events AppendFrame refused (bad kind, NaN, invalid UTF-8)
+	Connects uint64 `json:"connects"` // successful connections (the first included)
+}
+
+// Emitter sends events to a collector as binary frames from a background
+// goroutine. Emit never blocks on the network: when the collector is slow or
+// gone the queue fills and further events are dropped and counted.
+type Emitter struct {
+	ep   endpoint
+	opts DialOptions
+
+	mu      sync.Mutex
+	buf     []byte // encoded frames waiting
+	pending uint64 // events in buf
+	closed  bool
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	connMu sync.Mutex
+	conn   net.Conn // owned by the writer goroutine; Close may close it to unblock a write
+
+	sent, dropped, invalid, connects atomic.Uint64
+	lastErr                          atomic.Value // string
+}
+
+// Dial returns an emitter for addr (unix:///path.sock or tcp://HOST:PORT).
+// It tries to connect once before returning; if the collector is not there
+// yet the emitter keeps retrying in the background, so an error means only a
+// malformed address.
+func Dial(addr string, opts DialOptions) (*Emitter, error) {
+	ep, err := parseAddr(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	if opts.QueueBytes <= 0 {
+		opts.QueueBytes = 4 << 20
+	}
+	if opts.FlushTimeout <= 0 {
+		opts.FlushTimeout = 2 * time.Second
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 5 * time.Second
+	}
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 50 * time.Millisecond
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = max(2*time.Second, opts.MinBackoff)
+	}
+	e := &Emitter{ep: ep, opts: opts,
+		buf:  make([]byte, 0, min(opts.QueueBytes, 1<<20)),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	e.connect(time.Second)
+	go e.run()
+	return e, nil
+}
+
+// Emit queues ev. It never waits for the network; it drops ev (and counts
+// it) when the queue is full or the emitter is closed. The body is encoded
+// before Emit returns, so the caller may reuse it.
+func (e *Emitter) Emit(ev Event) {
+	if ev.Src == (Source{}) {
+		ev.Src = e.opts.Source
+	}
+	if ev.Run == "" {
+		ev.Run = e.opts.Run
+	}
+	e.mu.Lock()
+	if e.closed || len(e.buf) >= e.opts.QueueBytes {
+		e.mu.Unlock()
+		e.dropped.Add(1)
+		return
+	}
+	wasEmpty := len(e.buf) == 0
+	b, err := AppendFrame(e.buf, ev)
+	e.buf = b
+	if err != nil {
+		e.mu.Unlock()
+		e.invalid.Add(1)
+		e.lastErr.Store(err.Error())
+		return
+	}
+	e.pending++
+	e.mu.Unlock()
+	if wasEmpty {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Publish makes an Emitter a Publisher (it calls Emit).
+func (e *Emitter) Publish(ev Event) { e.Emit(ev) }
+
+// Dropped is the number of events lost so far.
+func (e *Emitter) Dropped() uint64 { return e.dropped.Load() }
+
+// Stats returns the emitter's counters.
+func (e *Emitter) Stats() EmitterStats {
+	return EmitterStats{Sent: e.sent.Load(), Dropped: e.dropped.Load(), Invalid: e.invalid.Load(), Connects: e.connects.Load()}
+}
+
+// LastError is the most recent connection, write or encoding error ("" if none).
+func (e *Emitter) LastError() string {
+	s, _ := e.lastErr.Load().(string)
+	return s
+}
+
+// Close writes what is queued (waiting at most FlushTimeout), closes the
+// connection and stops the writer. Events still queued then are counted as
+// dropped. Close is idempotent.
+func (e *Emitter) Close() error {
+	e.mu.Lock()
+	already := e.closed
+	e.closed = true
+	e.mu.Unlock()
+	if already {
+		<-e.done
+		return nil
+	}
+	close(e.stop)
+	select {
+	case <-e.done:
+	case <-time.After(e.opts.FlushTimeout):
+		// Unblock a write stuck on a slow collector.
+		e.connMu.Lock()
+		if e.conn != nil {
+			e.conn.Close()
+		}
+		e.connMu.Unlock()
+		<-e.done
+	}
+	return nil
+}
+
+func (e *Emitter) connect(timeout time.Duration) bool {
+	nc, err := net.DialTimeout(e.ep.network, e.ep.address, timeout)
+	if err == nil {
+		if err = nc.SetWriteDeadline(time.Now().Add(e.opts.WriteTimeout)); err == nil {
+			_, err = nc.Write([]byte(FramePreamble))
+		}
+		if err != nil {
+			nc.Close()
+		}
+	}
+	if err != nil {
+		e.lastErr.Store(fmt.Sprintf("connect %s: %v", e.ep, err))
+		return false
+	}
+	e.connMu.Lock()
+	e.conn = nc
+	e.connMu.Unlock()
+	e.connects.Add(1)
+	return true
+}
+
+func (e *Emitter) disconnect() {
+	e.connMu.Lock()
+	if e.conn != nil {
+		e.conn.Close()
+		e.conn = nil
+	}
+	e.connMu.Unlock()
+}
+
+// run is the writer goroutine.
+func (e *Emitter) run() {
+	defer close(e.done)
+	defer e.disconnect()
+	backoff := e.opts.MinBackoff
+	var retry *time.Timer
+	var retryC <-chan time.Time
+	var spare []byte
+	stopping := false
+	for {
+		if !stopping {
+			select {
+			case <-e.wake:
+			case <-retryC:
+				retryC = nil
+			case <-e.stop:
+				stopping = true
+			}
+		}
+		if e.conn == nil {
+			if retryC != nil && !stopping {
+				continue // wait for the backoff to pass; Emit keeps queueing
+			}
+			timeout := time.Second
+			if stopping {
+				timeout = e.opts.FlushTimeout
+			}
+			if !e.connect(timeout) {
+				if stopping {
+					e.dropQueued()
+					return
+				}
+				if retry == nil {
+					retry = time.NewTimer(backoff)
+				} else {
+					retry.Reset(backoff)
+				}
+				retryC = retry.C
+				backoff = min(2*backoff, e.opts.MaxBackoff)
+				continue
+			}
+			backoff = e.opts.MinBackoff
+		}
+		// Connected: write until the queue is empty.
+		for e.conn != nil {
+			e.mu.Lock()
+			if len(e.buf) == 0 {
+				e.mu.Unlock()
+				break
+			}
+			out, n := e.buf, e.pending
+			e.buf, e.pending = spare[:0], 0
+			e.mu.Unlock()
+			e.write(out, n)
+			spare = out
+		}
+		if stopping {
+			e.dropQueued() // only non-empty when the last write failed
+			return
+		}
+	}
+}
+
+// write sends one batch of n frames; on failure it counts the frames not
+// written completely as dropped and drops the connection (the stream is no
+// longer in step at a frame boundary).
+func (e *Emitter) write(out []byte, n uint64) {
+	nc := e.conn
+	nc.SetWriteDeadline(time.Now().Add(e.opts.WriteTimeout))
+	w, err := nc.Write(out)
+	if err == nil {
+		e.sent.Add(n)
+		return
+	}
+	whole := completeFrames(out[:w])
+	e.sent.Add(whole)
+	e.dropped.Add(n - whole)
+	e.lastErr.Store(fmt.Sprintf("write to %s: %v", e.ep, err))
+	e.disconnect()
+}
+
+// completeFrames counts the whole frames at the start of b.
+func completeFrames(b []byte) uint64 {
+	var n uint64
+	for len(b) >= frameHeaderLen {
+		l := frameHeaderLen + int(binary.LittleEndian.Uint32(b))
+		if l > len(b) {
+			break
+		}
+		b = b[l:]
+		n++
+	}
+	return n
+}
+
+func (e *Emitter) dropQueued() {
+	e.mu.Lock()
+	e.dropped.Add(e.pending)
+	e.buf, e.pending = e.buf[:0], 0
+	e.mu.Unlock()
+}

@@ -1,0 +1,580 @@
+package hook
+
+import (
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// A hand-written fast path for the JSON-lines form. It accepts only plain,
+// canonical input (exact lower-case keys, unescaped strings, integer literals
+// for integer fields) and gives up — returning ok=false — on anything else,
+// so the caller falls back to encoding/json. It never decides that input is
+// bad: errors are always produced by the slow path, so both paths accept
+// exactly the same lines and build exactly the same events (FuzzJSONLines
+// checks this).
+
+// jscan is a cursor over one line. ok turns false at the first thing the fast
+// path does not handle; every method is then a no-op.
+type jscan struct {
+	b  []byte
+	i  int
+	ok bool
+}
+
+func (s *jscan) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *jscan) give() { s.ok = false }
+
+// next consumes c after optional whitespace.
+func (s *jscan) next(c byte) bool {
+	s.ws()
+	if s.ok && s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// peek returns the next non-space byte (0 at the end).
+func (s *jscan) peek() byte {
+	s.ws()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// rawStr returns the bytes of an unescaped string value.
+func (s *jscan) rawStr() []byte {
+	if !s.next('"') {
+		s.give()
+		return nil
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c == '"' {
+			out := s.b[start:s.i]
+			s.i++
+			return out
+		}
+		if c == '\\' || c < 0x20 {
+			s.give() // escapes and control characters: slow path
+			return nil
+		}
+		s.i++
+	}
+	s.give()
+	return nil
+}
+
+func (s *jscan) str() string {
+	b := s.rawStr()
+	if !s.ok {
+		return ""
+	}
+	return intern(b)
+}
+
+// num returns the bytes of a number literal following JSON's grammar.
+func (s *jscan) num() []byte {
+	s.ws()
+	start := s.i
+	b := s.b
+	if s.i < len(b) && b[s.i] == '-' {
+		s.i++
+	}
+	if s.i >= len(b) {
+		s.give()
+		return nil
+	}
+	if b[s.i] == '0' {
+		s.i++
+	} else if b[s.i] >= '1' && b[s.i] <= '9' {
+		for s.i < len(b) && b[s.i] >= '0' && b[s.i] <= '9' {
+			s.i++
+		}
+	} else {
+		s.give()
+		return nil
+	}
+	if s.i < len(b) && b[s.i] == '.' {
+		s.i++
+		d := s.i
+		for s.i < len(b) && b[s.i] >= '0' && b[s.i] <= '9' {
+			s.i++
+		}
+		if s.i == d {
+			s.give()
+			return nil
+		}
+	}
+	if s.i < len(b) && (b[s.i] == 'e' || b[s.i] == 'E') {
+		s.i++
+		if s.i < len(b) && (b[s.i] == '+' || b[s.i] == '-') {
+			s.i++
+		}
+		d := s.i
+		for s.i < len(b) && b[s.i] >= '0' && b[s.i] <= '9' {
+			s.i++
+		}
+		if s.i == d {
+			s.give()
+			return nil
+		}
+	}
+	return b[start:s.i]
+}
+
+// int64v parses an integer literal; fractions, exponents and overflow give up.
+func (s *jscan) int64v() int64 {
+	lit := s.num()
+	if !s.ok {
+		return 0
+	}
+	neg := false
+	d := lit
+	if len(d) > 0 && d[0] == '-' {
+		neg, d = true, d[1:]
+	}
+	if len(d) == 0 || len(d) > 18 {
+		// 19-digit values may overflow: let strconv decide.
+		v, err := strconv.ParseInt(string(lit), 10, 64)
+		if err != nil {
+			s.give()
+		}
+		return v
+	}
+	var v int64
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			s.give()
+			return 0
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v
+}
+
+func (s *jscan) intv() int {
+	v := s.int64v()
+	if int64(int(v)) != v {
+		s.give()
+	}
+	return int(v)
+}
+
+func (s *jscan) uint64v() uint64 {
+	lit := s.num()
+	if !s.ok {
+		return 0
+	}
+	v, err := strconv.ParseUint(string(lit), 10, 64)
+	if err != nil {
+		s.give()
+	}
+	return v
+}
+
+func (s *jscan) uint32v() uint32 {
+	v := s.uint64v()
+	if v > 1<<32-1 {
+		s.give()
+	}
+	return uint32(v)
+}
+
+func (s *jscan) int32v() int32 {
+	v := s.int64v()
+	if v != int64(int32(v)) {
+		s.give()
+	}
+	return int32(v)
+}
+
+func (s *jscan) float64v() float64 {
+	lit := s.num()
+	if !s.ok {
+		return 0
+	}
+	v, err := strconv.ParseFloat(string(lit), 64)
+	if err != nil {
+		s.give()
+	}
+	return v
+}
+
+func (s *jscan) boolv() bool {
+	s.ws()
+	b := s.b[s.i:]
+	if len(b) >= 4 && string(b[:4]) == "true" {
+		s.i += 4
+		return true
+	}
+	if len(b) >= 5 && string(b[:5]) == "false" {
+		s.i += 5
+		return false
+	}
+	s.give()
+	return false
+}
+
+// u64v parses a Dec64/Hex64 value: a decimal or 0x-hex string, or a number.
+func (s *jscan) u64v() uint64 {
+	if s.peek() != '"' {
+		return s.uint64v()
+	}
+	raw := s.rawStr()
+	if !s.ok {
+		return 0
+	}
+	var v uint64
+	var err error
+	if len(raw) > 2 && raw[0] == '0' && (raw[1] == 'x' || raw[1] == 'X') {
+		v, err = strconv.ParseUint(string(raw[2:]), 16, 64)
+	} else {
+		v, err = strconv.ParseUint(string(raw), 10, 64)
+	}
+	if err != nil {
+		s.give()
+	}
+	return v
+}
+
+// array calls elem for each element of an array (null and non-arrays give up).
+func (s *jscan) array(elem func()) {
+	if !s.next('[') {
+		s.give()
+		return
+	}
+	if s.next(']') {
+		return
+	}
+	for s.ok {
+		elem()
+		if s.next(',') {
+			continue
+		}
+		if !s.next(']') {
+			s.give()
+		}
+		return
+	}
+}
+
+func (s *jscan) strList() []string {
+	out := []string{}
+	s.array(func() { out = append(out, s.str()) })
+	return out
+}
+
+// object calls field for each key of an object; field returns false for a
+// key it does not know, which gives up.
+func (s *jscan) object(field func(key string) bool) {
+	if !s.next('{') {
+		s.give()
+		return
+	}
+	if s.next('}') {
+		return
+	}
+	for s.ok {
+		key := s.rawStr()
+		if !s.ok || !s.next(':') {
+			s.give()
+			return
+		}
+		if !field(string(key)) { // no allocation: the compiler converts in place for switch
+			s.give()
+			return
+		}
+		if s.next(',') {
+			continue
+		}
+		if !s.next('}') {
+			s.give()
+		}
+		return
+	}
+}
+
+// skip passes over any JSON value, checking its syntax.
+func (s *jscan) skip() {
+	switch s.peek() {
+	case '{':
+		s.object(func(string) bool { s.skip(); return true })
+	case '[':
+		s.array(s.skip)
+	case '"':
+		s.rawStr()
+	case 't', 'f':
+		s.boolv()
+	case 'n':
+		if len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "null" {
+			s.i += 4
+			return
+		}
+		s.give()
+	default:
+		s.num()
+	}
+}
+
+// fastBodies are the kinds with a fast JSON body decoder and the JSON keys
+// each decoder knows. init disables a decoder whose struct has gained a key
+// (TestFastJSONKeysCurrent fails until jsonfast.go catches up).
+var fastBodies = map[Kind][]string{
+	KindReplay:       {"step", "bs", "bucket", "mode", "dur_ns"},
+	KindSched:        {"phase", "running_req", "queue_req", "tokens", "token_usage", "retracted", "new_token_ratio", "cuda_graph", "gen_throughput"},
+	KindRoomChecksum: {"room", "side", "seq_len", "pages", "bsum", "xxh3", "dtype", "request", "page_xxh3"},
+	KindSession:      {"id", "outcome", "rounds", "error", "finish_reasons", "loop", "deviated", "requests"},
+	KindCUDA:         {"call", "pid", "tid", "stream", "graph_exec", "arg", "start_ns", "end_ns", "ret", "bytes"},
+}
+
+var fastBody [kindLimit]bool
+
+func init() {
+	for k, keys := range fastBodies {
+		fastBody[k] = slices.Equal(sortedKeys(keys), jsonKeysOf(k))
+	}
+	fastDecodeLine = fastLine
+}
+
+func sortedKeys(keys []string) []string {
+	out := slices.Clone(keys)
+	slices.Sort(out)
+	return out
+}
+
+// jsonKeysOf lists the JSON keys of kind k's body struct, sorted.
+func jsonKeysOf(k Kind) []string {
+	body, err := NewBody(k)
+	if err != nil {
+		return nil
+	}
+	t := reflect.TypeOf(body).Elem()
+	var keys []string
+	for i := range t.NumField() {
+		tag := t.Field(i).Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = t.Field(i).Name
+		}
+		keys = append(keys, name)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// fastLine decodes a canonical JSON line, or gives up.
+func fastLine(line []byte) (Event, bool) {
+	s := jscan{b: line, ok: true}
+	var (
+		ev       Event
+		v        int64
+		haveV    bool
+		kindName []byte
+		bodyKind Kind // kind the body was decoded as
+	)
+	s.object(func(key string) bool {
+		switch key {
+		case "v":
+			v, haveV = s.int64v(), true
+		case "kind":
+			kindName = s.rawStr()
+		case "ts_ns":
+			ev.TS = s.int64v()
+		case "run":
+			ev.Run = s.str()
+		case "src":
+			// A repeated src merges into the first, as encoding/json does
+			// with a non-nil pointer.
+			s.object(func(key string) bool {
+				switch key {
+				case "node":
+					ev.Src.Node = s.str()
+				case "proc":
+					ev.Src.Proc = s.str()
+				case "pid":
+					ev.Src.PID = s.int32v()
+				default:
+					return false
+				}
+				return true
+			})
+		case "body":
+			// The canonical order puts kind before body; otherwise give up.
+			k, err := ParseKind(string(kindName))
+			if err != nil || !fastBody[k] || s.peek() != '{' {
+				return false
+			}
+			bodyKind, ev.Body = k, fastBodyDecode(k, &s)
+		default:
+			return false // unknown or differently-cased keys: slow path
+		}
+		return true
+	})
+	s.ws()
+	if !s.ok || s.i != len(line) || !haveV || v != Version || ev.Body == nil || string(kindName) != bodyKind.String() {
+		return Event{}, false
+	}
+	ev.Kind = bodyKind
+	return ev, true
+}
+
+func fastBodyDecode(k Kind, s *jscan) Body {
+	switch k {
+	case KindReplay:
+		v := &Replay{}
+		s.object(func(key string) bool {
+			switch key {
+			case "step":
+				v.Step = s.uint64v()
+			case "bs":
+				v.BatchSize = s.intv()
+			case "bucket":
+				v.Bucket = s.intv()
+			case "mode":
+				v.Mode = s.str()
+			case "dur_ns":
+				v.DurNS = s.int64v()
+			default:
+				return false
+			}
+			return true
+		})
+		return v
+	case KindSched:
+		v := &Sched{}
+		s.object(func(key string) bool {
+			switch key {
+			case "phase":
+				v.Phase = s.str()
+			case "running_req":
+				v.RunningReq = s.intv()
+			case "queue_req":
+				v.QueueReq = s.intv()
+			case "tokens":
+				v.Tokens = s.intv()
+			case "token_usage":
+				v.TokenUsage = s.float64v()
+			case "retracted":
+				v.Retracted = s.intv()
+			case "new_token_ratio":
+				v.NewTokenRatio = s.float64v()
+			case "cuda_graph":
+				v.CUDAGraph = s.boolv()
+			case "gen_throughput":
+				v.GenThroughput = s.float64v()
+			default:
+				return false
+			}
+			return true
+		})
+		return v
+	case KindRoomChecksum:
+		v := &RoomChecksum{}
+		s.object(func(key string) bool {
+			switch key {
+			case "room":
+				v.Room = Dec64(s.u64v())
+			case "side":
+				v.Side = Side(s.str())
+			case "seq_len":
+				v.SeqLen = s.intv()
+			case "pages":
+				v.Pages = s.intv()
+			case "bsum":
+				v.Bsum = Hex64(s.u64v())
+			case "xxh3":
+				v.XXH3 = Hex64(s.u64v())
+			case "dtype":
+				v.Dtype = s.str()
+			case "request":
+				v.Request = s.str()
+			case "page_xxh3":
+				sums := []Hex64{}
+				s.array(func() { sums = append(sums, Hex64(s.u64v())) })
+				v.PageSum = sums
+			default:
+				return false
+			}
+			return true
+		})
+		return v
+	case KindSession:
+		v := &Session{}
+		s.object(func(key string) bool {
+			switch key {
+			case "id":
+				v.ID = s.str()
+			case "outcome":
+				v.Outcome = s.str()
+			case "rounds":
+				v.Rounds = s.intv()
+			case "error":
+				v.Error = s.str()
+			case "finish_reasons":
+				v.FinishReasons = s.strList()
+			case "loop":
+				v.Loop = s.boolv()
+			case "deviated":
+				v.Deviated = s.boolv()
+			case "requests":
+				v.Requests = s.strList()
+			default:
+				return false
+			}
+			return true
+		})
+		return v
+	case KindCUDA:
+		v := &CUDA{}
+		s.object(func(key string) bool {
+			switch key {
+			case "call":
+				v.Call = s.str()
+			case "pid":
+				v.PID = s.uint32v()
+			case "tid":
+				v.TID = s.uint32v()
+			case "stream":
+				v.Stream = Hex64(s.u64v())
+			case "graph_exec":
+				v.GraphExec = Hex64(s.u64v())
+			case "arg":
+				v.Arg = Hex64(s.u64v())
+			case "start_ns":
+				v.StartNS = s.int64v()
+			case "end_ns":
+				v.EndNS = s.int64v()
+			case "ret":
+				v.Ret = s.int32v()
+			case "bytes":
+				v.Bytes = s.uint64v()
+			default:
+				return false
+			}
+			return true
+		})
+		return v
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package hook
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"unicode/utf8"
+)
+
+// JSONLinesDecoder reads the JSON-lines form: one event object per line, as
+// Event.MarshalJSON writes it. Blank lines are skipped; a line may end in
+// "\r\n". Errors name the 1-based line number and the line's byte offset.
+type JSONLinesDecoder struct {
+	r     io.Reader
+	buf   []byte
+	start int
+	end   int
+	off   int64 // stream offset of buf[start]
+	line  int   // lines consumed so far
+	rerr  error
+	fatal error
+}
+
+// NewJSONLinesDecoder returns a decoder reading JSON lines from r.
+func NewJSONLinesDecoder(r io.Reader) *JSONLinesDecoder {
+	return &JSONLinesDecoder{r: r, buf: make([]byte, 64<<10)}
+}
+
+// Line is the number of lines consumed so far.
+func (d *JSONLinesDecoder) Line() int { return d.line }
+
+// nextLine returns the next line without its terminator, its offset, and
+// whether it was terminated by '\n'.
+func (d *JSONLinesDecoder) nextLine() (line []byte, off int64, terminated bool, err error) {
+	scanFrom := d.start
+	zeroReads := 0
+	for {
+		if i := bytes.IndexByte(d.buf[scanFrom:d.end], '\n'); i >= 0 {
+			nl := scanFrom + i
+			line = d.buf[d.start:nl]
+			off = d.off
+			d.off += int64(nl + 1 - d.start)
+			d.start = nl + 1
+			if len(line) > MaxFrameSize {
+				return nil, off, true, errLineTooLong
+			}
+			return line, off, true, nil
+		}
+		scanFrom = d.end
+		if d.end-d.start > MaxFrameSize {
+			return nil, d.off, false, errLineTooLong
+		}
+		if d.rerr != nil {
+			if d.end == d.start {
+				return nil, d.off, false, d.rerr
+			}
+			line = d.buf[d.start:d.end]
+			off = d.off
+			d.off += int64(d.end - d.start)
+			d.start = d.end
+			return line, off, false, nil
+		}
+		// Make room: slide to the front, grow when the line fills the buffer.
+		if d.start > 0 {
+			copy(d.buf, d.buf[d.start:d.end])
+			d.end -= d.start
+			scanFrom -= d.start
+			d.start = 0
+		}
+		if d.end == len(d.buf) {
+			nb := make([]byte, 2*len(d.buf))
+			copy(nb, d.buf[:d.end])
+			d.buf = nb
+		}
+		n, err := d.r.Read(d.buf[d.end:])
+		d.end += n
+		if err != nil {
+			d.rerr = err
+		} else if n == 0 {
+			if zeroReads++; zeroReads > 100 {
+				d.rerr = io.ErrNoProgress
+			}
+		}
+	}
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// Decode returns the next event, io.EOF at a clean end of stream, or a
+// *WireError. After a non-fatal error (a bad line) Decode may be called again;
+// a line longer than MaxFrameSize or a read error is fatal.
+func (d *JSONLinesDecoder) Decode() (Event, error) {
+	for {
+		if d.fatal != nil {
+			return Event{}, d.fatal
+		}
+		line, off, terminated, err := d.nextLine()
+		if err != nil {
+			if err == errLineTooLong {
+				d.fatal = &WireError{Offset: off, Line: d.line + 1, Reason: ReasonTooLong, Fatal: true,
+					Err: fmt.Errorf("line exceeds the %d-byte limit: framing lost", MaxFrameSize)}
+			} else if err == io.EOF {
+				d.fatal = io.EOF
+			} else {
+				d.fatal = &WireError{Offset: off, Line: d.line + 1, Reason: ReasonTruncated, Fatal: true,
+					Err: fmt.Errorf("read line: %w", err)}
+			}
+			return Event{}, d.fatal
+		}
+		d.line++
+		if n := len(line); n > 0 && line[n-1] == '\r' {
+			line = line[:n-1]
+		}
+		if isBlank(line) {
+			continue
+		}
+		ev, reason, err := DecodeJSONLine(line)
+		if err != nil {
+			if !terminated && reason == ReasonBadJSON {
+				reason = ReasonTruncated
+			}
+			return Event{}, &WireError{Offset: off, Line: d.line, Reason: reason, Err: err}
+		}
+		return ev, nil
+	}
+}
+
+func isBlank(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return false
+		}
+	}
+	return true
+}
+
+// DecodeJSONLine decodes one JSON-lines event (without the newline) and says
+// why it was rejected. It accepts exactly what Event.UnmarshalJSON accepts,
+// and additionally rejects invalid UTF-8 (which encoding/json would silently
+// replace). A fast path handles the canonical encoding of the high-rate
+// kinds; anything it does not recognise goes through encoding/json.
+func DecodeJSONLine(line []byte) (Event, Reason, error) {
+	if !utf8.Valid(line) {
+		i := firstInvalidUTF8(line)
+		return Event{}, ReasonBadUTF8, fmt.Errorf("invalid UTF-8 at column %d", i+1)
+	}
+	if ev, ok := fastDecodeLine(line); ok {
+		return ev, ReasonNone, nil
+	}
+	return slowDecodeLine(line)
+}
+
+func firstInvalidUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// slowDecodeLine mirrors Event.UnmarshalJSON with classified errors.
+func slowDecodeLine(line []byte) (Event, Reason, error) {
+	var env envelope
+	if err := json.Unmarshal(line, &env); err != nil {
+		return Event{}, jsonReasonFor(line, err), fmt.Errorf("decode event: %w", err)
+	}
+	if env.V != Version {
+		return Event{}, ReasonBadVersion, fmt.Errorf("decode event: unsupported event version %d (this build reads version %d)", env.V, Version)
+	}
+	k, err := ParseKind(env.Kind)
+	if err != nil {
+		return Event{}, ReasonUnknownKind, fmt.Errorf("decode event: %w", err)
+	}
+	body, err := decodeJSONBody(k, env.Body)
+	if err != nil {
+		return Event{}, jsonReason(err), fmt.Errorf("decode %s body: %w", k, err)
+	}
+	ev := Event{Kind: k, TS: env.TS, Run: env.Run, Body: body}
+	if env.Src != nil {
+		ev.Src = *env.Src
+	}
+	return ev, ReasonNone, nil
+}
+
+// reasonError carries a Reason through encoding/json-style errors.
+type reasonError struct {
+	reason Reason
+	err    error
+}
+
+func (e *reasonError) Error() string { return e.err.Error() }
+func (e *reasonError) Unwrap() error { return e.err }
+
+func jsonReason(err error) Reason {
+	var re *reasonError
+	if errors.As(err, &re) {
+		return re.reason
+	}
+	return ReasonBadJSON
+}
+
+// jsonReasonFor classifies an encoding/json error on input b.
+func jsonReasonFor(b []byte, err error) Reason {
+	if hasNonFiniteLiteral(b) {
+		return ReasonNonFinite
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && len(te.Value) > 7 && te.Value[:7] == "number " {
+		// A number that does not fit its field: 1e999 into a float64 is
+		// an infinity.
+		if _, perr := strconv.ParseFloat(te.Value[7:], 64); perr != nil {
+			return ReasonNonFinite
+		}
+	}
+	return ReasonBadJSON
+}
+
+// hasNonFiniteLiteral reports whether b holds NaN or Infinity (with an
+// optional sign) outside a string: what Python's json.dumps writes for
+// non-finite floats.
+func hasNonFiniteLiteral(b []byte) bool {
+	inStr := false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inStr {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inStr = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inStr = true
+		case 'N':
+			if bytes.HasPrefix(b[i:], []byte("NaN")) {
+				return true
+			}
+		case 'I':
+			if bytes.HasPrefix(b[i:], []byte("Infinity")) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// decodeJSONBody decodes a kind's JSON body object. b must be valid UTF-8
+// (checked here for frames, by the line decoder for lines).
+func decodeJSONBody(k Kind, b []byte) (Body, error) {
+	if !utf8.Valid(b) {
+		return nil, &reasonError{ReasonBadUTF8, fmt.Errorf("invalid UTF-8 at byte %d", firstInvalidUTF8(b))}
+	}
+	if len(bytes.TrimSpace(b)) == 0 || string(bytes.TrimSpace(b)) == "null" {
+		return nil, &reasonError{ReasonBadBody, fmt.Errorf("%s event has no body", k)}
+	}
+	body, err := NewBody(k)
+	if err != nil {
+		return nil, &reasonError{ReasonUnknownKind, err}
+	}
+	if err := json.Unmarshal(b, body); err != nil {
+		return nil, &reasonError{jsonReasonFor(b, err), err}
+	}
+	return body, nil
+}
+
+// appendJSONBody appends body's JSON object.
+func appendJSONBody(dst []byte, body Body) ([]byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, b...), nil
+}
+
+// fastDecodeLine is replaced by the hand-written fast path in jsonfast.go.
+var fastDecodeLine = func([]byte) (Event, bool) { return Event{}, false }

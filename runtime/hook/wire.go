@@ -1,0 +1,381 @@
+package hook
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
+
+// Wire protocol constants. WIRE.md is the normative description.
+const (
+	// FrameVersion is the version byte of every binary frame.
+	FrameVersion = 1
+	// FramePreamble opens a binary connection. A connection whose first byte
+	// is '{' or JSON whitespace carries JSON lines instead.
+	FramePreamble = "KVCF"
+	// MaxFrameSize bounds one frame (the value of its length prefix) and one
+	// JSON line. Anything larger is refused and, on a socket, ends that
+	// connection: the stream cannot be trusted to be in step any more.
+	MaxFrameSize = 16 << 20
+
+	frameHeaderLen = 4                  // length prefix
+	frameFixedLen  = 1 + 1 + 1 + 8      // version, kind, flags, ts_ns
+	minFrameLen    = frameFixedLen      // smallest legal length prefix
+	frameFlagsMask = FlagJSON | FlagSrc | FlagRun
+)
+
+// Frame flag bits (byte 6 of a frame).
+const (
+	FlagJSON = 1 << 0 // body is the kind's JSON object instead of its binary layout
+	FlagSrc  = 1 << 1 // envelope carries src (node, proc, pid)
+	FlagRun  = 1 << 2 // envelope carries the run id
+)
+
+// Reason classifies why an input was rejected. Reason strings are stable: they
+// are the keys of the collector's rejection counts.
+type Reason uint8
+
+// Rejection reasons.
+const (
+	ReasonNone        Reason = iota
+	ReasonBadLength          // length prefix outside [11, MaxFrameSize]: framing lost
+	ReasonTruncated          // stream ended inside a frame or line
+	ReasonBadVersion         // frame version byte or JSON "v" is not 1
+	ReasonUnknownKind        // kind byte or "kind" string is not a v1 kind
+	ReasonBadFlags           // unknown flag bits
+	ReasonBadBody            // body does not decode as its kind (short, trailing bytes, wrong type)
+	ReasonBadUTF8            // a string or a JSON line is not valid UTF-8
+	ReasonBadJSON            // JSON syntax error, or a body that does not fit its kind
+	ReasonNonFinite          // NaN or Inf where a number is expected
+	ReasonTooLong            // JSON line longer than MaxFrameSize: framing lost
+	ReasonBadPreamble        // first bytes are neither JSON nor the frame preamble
+	reasonLimit
+)
+
+var reasonNames = [reasonLimit]string{
+	ReasonNone:        "none",
+	ReasonBadLength:   "bad_length",
+	ReasonTruncated:   "truncated",
+	ReasonBadVersion:  "bad_version",
+	ReasonUnknownKind: "unknown_kind",
+	ReasonBadFlags:    "bad_flags",
+	ReasonBadBody:     "bad_body",
+	ReasonBadUTF8:     "bad_utf8",
+	ReasonBadJSON:     "bad_json",
+	ReasonNonFinite:   "non_finite",
+	ReasonTooLong:     "too_long",
+	ReasonBadPreamble: "bad_preamble",
+}
+
+func (r Reason) String() string {
+	if r < reasonLimit {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// Reasons lists every rejection reason in numeric order (without ReasonNone).
+func Reasons() []Reason {
+	rs := make([]Reason, 0, reasonLimit-1)
+	for r := ReasonNone + 1; r < reasonLimit; r++ {
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// WireError is a rejected frame or line. Offset is the byte offset in the
+// stream where the frame or line starts (after any preamble the caller
+// consumed, plus the decoder's base offset); Line is the 1-based line number
+// for JSON lines, 0 for frames. Fatal means framing is lost: the stream cannot
+// be read further and a collector closes the connection.
+type WireError struct {
+	Offset int64
+	Line   int
+	Reason Reason
+	Fatal  bool
+	Err    error
+}
+
+func (e *WireError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("line %d (byte %d): %v", e.Line, e.Offset, e.Err)
+	}
+	return fmt.Sprintf("frame at byte %d: %v", e.Offset, e.Err)
+}
+
+func (e *WireError) Unwrap() error { return e.Err }
+
+// ReasonOf returns the rejection reason of err, or ReasonNone.
+func ReasonOf(err error) Reason {
+	var we *WireError
+	if errors.As(err, &we) {
+		return we.Reason
+	}
+	return ReasonNone
+}
+
+// bodyError is a body decoding error with a reason and the body-relative
+// position; the frame decoder turns it into a WireError.
+type bodyError struct {
+	reason Reason
+	pos    int // offset inside the frame payload, -1 when unknown
+	msg    string
+}
+
+func (e *bodyError) Error() string { return e.msg }
+
+// ---------------------------------------------------------------------------
+// Encoding.
+
+// AppendFrame appends ev as one binary frame (length prefix included) to dst.
+// Src and Run are written only when set. Kinds with a binary body layout use
+// it; the others (run.start) carry their JSON body with FlagJSON. It fails on
+// an invalid kind, a body that does not match the kind, a string that is not
+// UTF-8, or a NaN/Inf in a scalar float field.
+func AppendFrame(dst []byte, ev Event) ([]byte, error) {
+	return appendFrame(dst, ev, false)
+}
+
+// AppendFrameJSON is AppendFrame with the body always in its JSON form
+// (FlagJSON), for producers without a binary encoder for a kind.
+func AppendFrameJSON(dst []byte, ev Event) ([]byte, error) {
+	return appendFrame(dst, ev, true)
+}
+
+func appendFrame(dst []byte, ev Event, forceJSON bool) ([]byte, error) {
+	if !ev.Kind.Valid() {
+		return dst, fmt.Errorf("encode frame: invalid kind %d", ev.Kind)
+	}
+	if ev.Body == nil || isNilBody(ev.Body) {
+		return dst, fmt.Errorf("encode frame: %s event has no body", ev.Kind)
+	}
+	if ev.Body.Kind() != ev.Kind {
+		return dst, fmt.Errorf("encode frame: kind %s with a %s body", ev.Kind, ev.Body.Kind())
+	}
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, FrameVersion, byte(ev.Kind), 0)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(ev.TS))
+	var flags byte
+	if ev.Src != (Source{}) {
+		flags |= FlagSrc
+		dst = appendStr(dst, ev.Src.Node)
+		dst = appendStr(dst, ev.Src.Proc)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(ev.Src.PID))
+	}
+	if ev.Run != "" {
+		flags |= FlagRun
+		dst = appendStr(dst, ev.Run)
+	}
+	var err error
+	if binaryBody[ev.Kind] && !forceJSON {
+		dst, err = appendBinaryBody(dst, ev.Body)
+	} else {
+		flags |= FlagJSON
+		dst, err = appendJSONBody(dst, ev.Body)
+	}
+	if err != nil {
+		return dst[:start], fmt.Errorf("encode %s frame: %w", ev.Kind, err)
+	}
+	if !utf8.ValidString(ev.Src.Node) || !utf8.ValidString(ev.Src.Proc) || !utf8.ValidString(ev.Run) {
+		return dst[:start], fmt.Errorf("encode %s frame: src or run is not valid UTF-8", ev.Kind)
+	}
+	n := len(dst) - start - frameHeaderLen
+	if n > MaxFrameSize {
+		return dst[:start], fmt.Errorf("encode %s frame: %d bytes exceeds the %d-byte frame limit", ev.Kind, n, MaxFrameSize)
+	}
+	binary.LittleEndian.PutUint32(dst[start:], uint32(n))
+	dst[start+6] = flags
+	return dst, nil
+}
+
+// ---------------------------------------------------------------------------
+// Decoding.
+
+// FrameDecoder reads binary frames from a stream (without the preamble; a
+// collector consumes that). It never panics and never allocates more than
+// MaxFrameSize for a frame, whatever the input.
+type FrameDecoder struct {
+	r     io.Reader
+	buf   []byte
+	start int // first unread byte in buf
+	end   int // end of valid data in buf
+	off   int64
+	fatal error
+	rerr  error // read error seen while filling
+}
+
+// NewFrameDecoder returns a decoder reading frames from r.
+func NewFrameDecoder(r io.Reader) *FrameDecoder {
+	return &FrameDecoder{r: r, buf: make([]byte, 64<<10)}
+}
+
+// SetOffset sets the stream offset reported for the next frame (use it when
+// the caller already consumed bytes, e.g. the preamble).
+func (d *FrameDecoder) SetOffset(off int64) { d.off = off }
+
+// Offset is the stream offset of the next frame.
+func (d *FrameDecoder) Offset() int64 { return d.off }
+
+// fill ensures at least n unread bytes are buffered; it returns false when the
+// stream ended (or failed) first.
+func (d *FrameDecoder) fill(n int) bool {
+	if d.end-d.start >= n {
+		return true
+	}
+	if d.start > 0 {
+		copy(d.buf, d.buf[d.start:d.end])
+		d.end -= d.start
+		d.start = 0
+	}
+	if n > len(d.buf) {
+		nb := make([]byte, max(n, 2*len(d.buf)))
+		copy(nb, d.buf[:d.end])
+		d.buf = nb
+	}
+	for d.end < n {
+		if d.rerr != nil {
+			return false
+		}
+		m, err := d.r.Read(d.buf[d.end:])
+		d.end += m
+		if err != nil {
+			d.rerr = err
+		} else if m == 0 {
+			// Guard against readers that return 0, nil forever.
+			continue
+		}
+	}
+	return true
+}
+
+// Decode returns the next event. At a clean end of stream it returns io.EOF.
+// A rejected frame yields a *WireError; when its Fatal is false the decoder
+// has skipped the frame and Decode may be called again. After a fatal error
+// (lost framing, truncation, read error) every call returns that error.
+func (d *FrameDecoder) Decode() (Event, error) {
+	if d.fatal != nil {
+		return Event{}, d.fatal
+	}
+	if !d.fill(frameHeaderLen) {
+		return Event{}, d.endErr(d.end - d.start)
+	}
+	n := binary.LittleEndian.Uint32(d.buf[d.start:])
+	if n < minFrameLen || n > MaxFrameSize {
+		d.fatal = &WireError{Offset: d.off, Reason: ReasonBadLength, Fatal: true,
+			Err: fmt.Errorf("length prefix %d outside [%d, %d]: framing lost", n, minFrameLen, MaxFrameSize)}
+		return Event{}, d.fatal
+	}
+	total := frameHeaderLen + int(n)
+	if !d.fill(total) {
+		return Event{}, d.endErr(d.end - d.start)
+	}
+	frame := d.buf[d.start+frameHeaderLen : d.start+total]
+	off := d.off
+	d.start += total
+	d.off += int64(total)
+	ev, err := decodeFramePayload(frame)
+	if err != nil {
+		we := &WireError{Offset: off, Reason: ReasonBadBody, Err: err}
+		var be *bodyError
+		if errors.As(err, &be) {
+			we.Reason = be.reason
+			if be.pos >= 0 {
+				we.Err = fmt.Errorf("byte %d: %w", off+frameHeaderLen+int64(be.pos), err)
+			}
+		}
+		return Event{}, we
+	}
+	return ev, nil
+}
+
+func (d *FrameDecoder) endErr(have int) error {
+	if have == 0 && (d.rerr == nil || d.rerr == io.EOF) {
+		d.fatal = io.EOF
+		return io.EOF
+	}
+	if d.rerr != nil && d.rerr != io.EOF {
+		d.fatal = &WireError{Offset: d.off, Reason: ReasonTruncated, Fatal: true,
+			Err: fmt.Errorf("read frame: %w", d.rerr)}
+		return d.fatal
+	}
+	d.fatal = &WireError{Offset: d.off, Reason: ReasonTruncated, Fatal: true,
+		Err: fmt.Errorf("stream ends inside a frame (%d bytes of it present): %w", have, io.ErrUnexpectedEOF)}
+	return d.fatal
+}
+
+// DecodeFrame decodes one complete frame (length prefix included) from b and
+// returns the event and the number of bytes consumed.
+func DecodeFrame(b []byte) (Event, int, error) {
+	if len(b) < frameHeaderLen {
+		return Event{}, 0, &WireError{Reason: ReasonTruncated, Fatal: true, Err: io.ErrUnexpectedEOF}
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if n < minFrameLen || n > MaxFrameSize {
+		return Event{}, 0, &WireError{Reason: ReasonBadLength, Fatal: true,
+			Err: fmt.Errorf("length prefix %d outside [%d, %d]: framing lost", n, minFrameLen, MaxFrameSize)}
+	}
+	if uint64(len(b)) < frameHeaderLen+uint64(n) {
+		return Event{}, 0, &WireError{Reason: ReasonTruncated, Fatal: true, Err: io.ErrUnexpectedEOF}
+	}
+	total := frameHeaderLen + int(n)
+	ev, err := decodeFramePayload(b[frameHeaderLen:total])
+	if err != nil {
+		we := &WireError{Reason: ReasonBadBody, Err: err}
+		var be *bodyError
+		if errors.As(err, &be) {
+			we.Reason = be.reason
+		}
+		return Event{}, total, we
+	}
+	return ev, total, nil
+}
+
+// decodeFramePayload decodes the bytes after the length prefix.
+func decodeFramePayload(p []byte) (Event, error) {
+	if p[0] != FrameVersion {
+		return Event{}, &bodyError{ReasonBadVersion, 0,
+			fmt.Sprintf("unsupported frame version %d (this build reads version %d)", p[0], FrameVersion)}
+	}
+	k := Kind(p[1])
+	if !k.Valid() {
+		return Event{}, &bodyError{ReasonUnknownKind, 1, fmt.Sprintf("unknown event kind %d", p[1])}
+	}
+	flags := p[2]
+	if flags&^frameFlagsMask != 0 {
+		return Event{}, &bodyError{ReasonBadFlags, 2, fmt.Sprintf("%s frame: unknown flag bits %#02x", k, flags&^frameFlagsMask)}
+	}
+	ev := Event{Kind: k, TS: int64(binary.LittleEndian.Uint64(p[3:]))}
+	r := reader{b: p, off: frameFixedLen}
+	if flags&FlagSrc != 0 {
+		ev.Src.Node = r.str()
+		ev.Src.Proc = r.str()
+		ev.Src.PID = int32(r.u32())
+	}
+	if flags&FlagRun != 0 {
+		ev.Run = r.str()
+	}
+	if r.err != nil {
+		return Event{}, r.error(k.String() + " envelope")
+	}
+	var err error
+	if flags&FlagJSON != 0 {
+		ev.Body, err = decodeJSONBody(k, p[r.off:])
+		if err != nil {
+			return Event{}, &bodyError{jsonReason(err), r.off, fmt.Sprintf("%s JSON body: %v", k, err)}
+		}
+		return ev, nil
+	}
+	if !binaryBody[k] {
+		return Event{}, &bodyError{ReasonBadBody, r.off, fmt.Sprintf("%s has no binary body layout; set the JSON flag", k)}
+	}
+	ev.Body = decodeBinaryBody(k, &r)
+	if r.err == nil && r.off != len(p) {
+		r.fail(ReasonBadBody, "%d trailing bytes", len(p)-r.off)
+	}
+	if r.err != nil {
+		return Event{}, r.error(k.String() + " body")
+	}
+	return ev, nil
+}
