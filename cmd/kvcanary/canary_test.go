@@ -1,0 +1,231 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+func TestCanaryReportFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios}
+	var got *CanaryReportOptions
+	cmd := NewCmdCanary(f, func(o *CanaryReportOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"report", "run.kvtrace", "--json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
+		t.Fatalf("options %+v", got)
+	}
+	cmd = NewCmdCanary(f, func(*CanaryReportOptions) error { t.Fatal("ran"); return nil })
+	cmd.SetArgs([]string{"report"})
+	cmd.SetErr(&strings.Builder{})
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		t.Fatalf("no args: %v (exit %d)", err, cmdutil.ExitCode(err))
+	}
+}
+
+// writeCanaryBundle writes a bundle with one replay per element of changes.
+func writeCanaryBundle(t *testing.T, replays []hook.CanaryPages) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "run.kvtrace")
+	w, err := traces.Create(path, traces.Manifest{Run: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range replays {
+		if err := w.Write(hook.Event{Kind: hook.KindCanaryPages, TS: int64(i + 1), Body: &replays[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Write(hook.Event{Kind: hook.KindReplay, TS: 99, Body: &hook.Replay{Step: 1, Mode: "graph"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func cleanReplay(step uint64) hook.CanaryPages {
+	return hook.CanaryPages{
+		Step: step, Policy: "live", PagesTotal: 1000, PagesChecked: 40, LivePages: 36, LiveChecked: 36,
+		Expected: []uint32{10, 20}, Padding: []uint32{0}, Transfer: []uint32{500},
+		Running: []string{"req-1", "req-2"},
+		Changed: []hook.PageChange{
+			{Page: 0, Before: 1, After: 2},
+			{Page: 10, Owner: "req-1", Before: 3, After: 4},
+			{Page: 20, Owner: "req-2", Before: 5, After: 6},
+			{Page: 500, Owner: "req-incoming", Before: 7, After: 8},
+		},
+	}
+}
+
+func runCanaryReport(t *testing.T, path string, tty, asJSON bool) (string, string, error) {
+	t.Helper()
+	ios, _, out, errOut := cmdutil.Test()
+	ios.SetTTY(tty, tty)
+	err := canaryReportRun(&CanaryReportOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: asJSON}, Path: path})
+	return out.String(), errOut.String(), err
+}
+
+func TestCanaryReportBundleClean(t *testing.T) {
+	var rs []hook.CanaryPages
+	for s := range uint64(5120) {
+		rs = append(rs, cleanReplay(s))
+	}
+	path := writeCanaryBundle(t, rs)
+	for _, tty := range []bool{true, false} {
+		out, _, err := runCanaryReport(t, path, tty, false)
+		if err != nil {
+			t.Fatalf("tty=%v: %v", tty, err)
+		}
+		if !strings.HasPrefix(out, "LIVE-PAGE-OVERWRITE hits: 0 in 5,120 replays (live coverage 100%)\n") {
+			t.Fatalf("tty=%v headline:\n%s", tty, out)
+		}
+		if !strings.Contains(out, "4% of the pool per replay") {
+			t.Fatalf("coverage line missing:\n%s", out)
+		}
+		sep := "\t"
+		if tty {
+			sep = "  "
+		}
+		if !strings.Contains(out, "benign-transfer"+sep) || !strings.Contains(out, "5,120") {
+			t.Fatalf("tty=%v class table:\n%s", tty, out)
+		}
+	}
+	out, _, err := runCanaryReport(t, path, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Format string         `json:"format"`
+		Canary map[string]any `json:"canary"`
+		Bundle map[string]any `json:"bundle"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Format != "bundle" || rep.Canary["replays"] != float64(5120) || rep.Canary["expected_writes"] != float64(3*5120) ||
+		rep.Canary["benign_transfer_writes"] != float64(5120) || rep.Canary["live_page_overwrites"] != float64(0) ||
+		rep.Canary["missing_stores"] != float64(0) || rep.Bundle["canary_pages"] != float64(5120) {
+		t.Fatalf("json: %s", out)
+	}
+}
+
+func TestCanaryReportBundleOverwrite(t *testing.T) {
+	bad := cleanReplay(77)
+	bad.Changed = append(bad.Changed, hook.PageChange{Page: 33, Owner: "req-2\x1b[31m", Before: 9, After: 10})
+	bad.Running = append(bad.Running, "req-2\x1b[31m")
+	missing := cleanReplay(78)
+	missing.Changed = missing.Changed[:2] // page 20's store did not land
+	path := writeCanaryBundle(t, []hook.CanaryPages{cleanReplay(76), bad, missing})
+	out, _, err := runCanaryReport(t, path, true, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("exit %d (%v), want 1\n%s", cmdutil.ExitCode(err), err, out)
+	}
+	if !strings.HasPrefix(out, "LIVE-PAGE-OVERWRITE hits: 1 in 3 replays") || !strings.Contains(out, "MISSING STORES: 1") {
+		t.Fatalf("report:\n%s", out)
+	}
+	if strings.Contains(out, "\x1b") || !strings.Contains(out, `"req-2\x1b[31m"`) {
+		t.Fatalf("untrusted owner not quoted:\n%q", out)
+	}
+	// The sample lines name the victim page and step.
+	if !strings.Contains(out, "77    33    LIVE-PAGE-OVERWRITE") && !strings.Contains(out, "77  33") {
+		t.Fatalf("sample row missing:\n%s", out)
+	}
+	js, _, err := runCanaryReport(t, path, false, true)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("json exit %d", cmdutil.ExitCode(err))
+	}
+	var rep CanaryReport
+	if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.FindingsTotal != 2 || rep.Findings[0].Evidence["step"] != "77" || rep.Findings[0].Evidence["page"] != "33" ||
+		rep.Findings[1].Evidence["class"] != "missing-store" || rep.Findings[1].Evidence["page"] != "20" {
+		t.Fatalf("findings %+v", rep.Findings)
+	}
+}
+
+func TestCanaryReportBundleWithoutCanary(t *testing.T) {
+	path := writeCanaryBundle(t, nil)
+	out, _, err := runCanaryReport(t, path, false, false)
+	if err != nil || !strings.Contains(out, "no canary.pages events") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+func TestCanaryReportLog(t *testing.T) {
+	out, errOut, err := runCanaryReport(t, filepath.Join("..", "..", "canary", "testdata", "sglang-canary.log"), false, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("exit %d (%v)", cmdutil.ExitCode(err), err)
+	}
+	if !strings.HasPrefix(out, "SGLang kv_canary violations: 2 in 13 lines of ") || !strings.Contains(out, "3\t5120\tHEAD_K_FULL\tchain_hash+real_kv_hash\t4113") {
+		t.Fatalf("report:\n%s", out)
+	}
+	if !strings.Contains(errOut, "sglang-canary.log:13: ") {
+		t.Fatalf("malformed line not reported on stderr: %q", errOut)
+	}
+
+	// A log whose only canary line is malformed: exit 3.
+	p := filepath.Join(t.TempDir(), "bad.log")
+	line := "I kv_canary violation: launch_tag=X fail_reason=none slot_idx=1 position=2 stored_token=3 expected_token=4 stored_chain_hash=0xz expected_aux=0x0\n"
+	if err := os.WriteFile(p, []byte("hello\n"+line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, err = runCanaryReport(t, p, false, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(errOut, "bad.log:2: ") {
+		t.Fatalf("exit %d err %v stderr %q", cmdutil.ExitCode(err), err, errOut)
+	}
+
+	// A clean log: exit 0.
+	if err := os.WriteFile(p, []byte("hello\nworld\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = runCanaryReport(t, p, false, true)
+	if err != nil || !strings.Contains(out, `"violations": 0`) || !strings.Contains(out, `"format": "sglang-log"`) {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+func TestCanaryReportUnreadable(t *testing.T) {
+	_, _, err := runCanaryReport(t, filepath.Join(t.TempDir(), "missing"), false, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput {
+		t.Fatalf("missing file: exit %d", cmdutil.ExitCode(err))
+	}
+	// zstd magic but not a bundle.
+	p := filepath.Join(t.TempDir(), "x.kvtrace")
+	if err := os.WriteFile(p, []byte{0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runCanaryReport(t, p, false, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput {
+		t.Fatalf("broken bundle: exit %d (%v)", cmdutil.ExitCode(err), err)
+	}
+	// A directory cannot be read as a log.
+	_, _, err = runCanaryReport(t, t.TempDir(), false, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput {
+		t.Fatalf("directory: exit %d (%v)", cmdutil.ExitCode(err), err)
+	}
+}
+
+func TestCanaryFormatting(t *testing.T) {
+	for n, want := range map[uint64]string{0: "0", 999: "999", 1000: "1,000", 5120: "5,120", 1234567: "1,234,567"} {
+		if got := canaryCommas(n); got != want {
+			t.Errorf("commas(%d) = %q", n, got)
+		}
+	}
+	for f, want := range map[float64]string{1: "100%", 0: "0%", 0.04: "4%", 0.0312: "3.1%", 0.00001: "<0.1%", 0.99999: ">99.9%"} {
+		if got := canaryPercent(f); got != want {
+			t.Errorf("percent(%v) = %q, want %q", f, got, want)
+		}
+	}
+}
