@@ -1,0 +1,126 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/kvcanary/kvcanary/checksum"
+)
+
+// Arena is one worker's index-K pool: a byte arena of fixed-size pages in the
+// layout's format. Page 0 is reserved as the padding page (SGLang points the
+// out_cache_loc of padded graph rows at slot 0).
+type Arena struct {
+	L     checksum.Layout
+	Buf   []byte
+	Pages int
+}
+
+// NewArena allocates an arena of pages pages of dtype.
+func NewArena(dtype string, pages int) (*Arena, error) {
+	l, err := checksum.NewLayout(dtype)
+	if err != nil {
+		return nil, fmt.Errorf("new arena: %w", err)
+	}
+	if pages < 2 {
+		return nil, fmt.Errorf("new arena: %d pages is too few", pages)
+	}
+	return &Arena{L: l, Buf: make([]byte, pages*l.PageBytes()), Pages: pages}, nil
+}
+
+func (a *Arena) fp8() bool { return a.L.Dtype == checksum.DtypeFP8 }
+
+// Store encodes key into token slot slot (page*64 + offset).
+func (a *Arena) Store(slot int, key []float32) {
+	page, off := slot/PageTokens, slot%PageTokens
+	base := page * a.L.PageBytes()
+	if a.fp8() {
+		k := a.Buf[base+off*HeadDim : base+(off+1)*HeadDim]
+		sc := base + PageTokens*HeadDim + off*4
+		encodeKeyFP8(key, k, a.Buf[sc:sc+4])
+		return
+	}
+	encodeKeyBF16(key, a.Buf[base+off*2*HeadDim:base+(off+1)*2*HeadDim])
+}
+
+// CopyPage copies one whole page from src (another arena of the same layout).
+func (a *Arena) CopyPage(dst uint32, src *Arena, sp uint32) {
+	pb := a.L.PageBytes()
+	copy(a.Buf[int(dst)*pb:int(dst+1)*pb], src.Buf[int(sp)*pb:int(sp+1)*pb])
+}
+
+// dotGraph and dotEager score query q against the key in slot.
+func (a *Arena) dot(slot int, q []float32, eager bool) float32 {
+	page, off := slot/PageTokens, slot%PageTokens
+	base := page * a.L.PageBytes()
+	if a.fp8() {
+		sc := base + PageTokens*HeadDim + off*4
+		return dotFP8(q, a.Buf[base+off*HeadDim:], a.Buf[sc:sc+4])
+	}
+	if eager {
+		return dotBF16Eager(q, a.Buf[base+off*2*HeadDim:])
+	}
+	return dotBF16Graph(q, a.Buf[base+off*2*HeadDim:])
+}
+
+// owner values of the page table.
+const (
+	ownerFree     = 0
+	ownerReserved = -1 // page 0
+)
+
+// Allocator hands out pages of an arena and keeps the ownership table:
+// page → owning request (its internal index), free, or reserved. Incoming
+// transfers are owned by their request and listed in incoming.
+type Allocator struct {
+	owner    []int32
+	incoming []bool
+	free     []uint32 // LIFO stack: the most recently freed page is reused first
+}
+
+// NewAllocator manages pages 1..pages-1 (page 0 is the padding page).
+func NewAllocator(pages int) *Allocator {
+	a := &Allocator{owner: make([]int32, pages), incoming: make([]bool, pages)}
+	a.owner[0] = ownerReserved
+	for p := pages - 1; p >= 1; p-- {
+		a.free = append(a.free, uint32(p))
+	}
+	return a
+}
+
+// FreePages is the number of free pages.
+func (a *Allocator) FreePages() int { return len(a.free) }
+
+// UsedPages is the number of allocated pages.
+func (a *Allocator) UsedPages() int { return len(a.owner) - 1 - len(a.free) }
+
+// Alloc takes n pages for owner; ok is false (and nothing is taken) when
+// fewer than n are free.
+func (a *Allocator) Alloc(owner int32, n int, dst []uint32) ([]uint32, bool) {
+	if n > len(a.free) {
+		return dst, false
+	}
+	for range n {
+		p := a.free[len(a.free)-1]
+		a.free = a.free[:len(a.free)-1]
+		a.owner[p] = owner
+		dst = append(dst, p)
+	}
+	return dst, true
+}
+
+// Free returns pages to the free list in order (the last one is reused first).
+func (a *Allocator) Free(pages []uint32) {
+	for _, p := range pages {
+		a.owner[p] = ownerFree
+		a.incoming[p] = false
+		a.free = append(a.free, p)
+	}
+}
+
+// Owner returns the owner index of page (0 free, -1 reserved).
+func (a *Allocator) Owner(p uint32) int32 {
+	if int(p) >= len(a.owner) {
+		return ownerFree
+	}
+	return a.owner[p]
+}

@@ -1,0 +1,168 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// Fault names accepted by Config.Inject.
+const (
+	FaultTransferRace = "transfer-race" // completion signalled before the last chunk lands
+	FaultStaleOutLoc  = "stale-outloc"  // a retracted row's store lands on its freed out_loc
+	FaultStaleSeqLen  = "stale-seqlen"  // the captured graph bakes the max seq len at capture
+)
+
+// Faults lists the injectable faults.
+var Faults = []string{FaultTransferRace, FaultStaleOutLoc, FaultStaleSeqLen}
+
+// Config is the engine's configuration: SGLang-named engine flags, the
+// injected faults and which instruments publish events.
+type Config struct {
+	IndexKDtype        string   // "bf16" | "fp8" (--index-k-dtype)
+	DisableCUDAGraph   bool     // --disable-cuda-graph
+	CUDAGraphMaxBS     int      // --cuda-graph-max-bs
+	MultiStreamOverlap bool     // --multi-stream-overlap (SGLANG_OPT_USE_MULTI_STREAM_OVERLAP)
+	Disaggregation     string   // "pd" | "none" (--disaggregation)
+	MaxRunningRequests int      // --max-running-requests
+	PoolTokens         int      // --pool-tokens: decode index-K pool capacity in tokens
+	Inject             []string // --inject
+	Seed               uint64   // replay interleaving, rooms, transfer latencies
+
+	PrefillPoolTokens    int // prefill worker pool (PD only)
+	PrefillTokensPerStep int // prefill throughput per engine step
+	TransferPagesPerStep int // transfer engine bandwidth in pages per step
+	TransferChunkPages   int // pages per transfer chunk
+	DecodeLogInterval    int // steps between "Decode batch" lines (SGLang: 40)
+	TestRetractEvery     int // retract one request every N steps when bs > 10 (SGLANG_TEST_RETRACT); 0 off
+	Workers              int // row-parallel workers; 0 = GOMAXPROCS (results never depend on it)
+
+	Instruments Instruments
+	Log         io.Writer // SGLang-format scheduler log lines; nil discards
+}
+
+// Instruments selects the hook points that publish events. A hook that is
+// off costs nothing: its digests, reruns and events are never computed.
+type Instruments struct {
+	Checksum          bool   // room.checksum on both PD sides
+	Canary            bool   // canary.pages around every replay
+	CanaryPolicy      string // "live" | "all" | "sweep:N"
+	GraphDiff         bool   // graphdiff.sample on sampled steps
+	GraphDiffEvery    int    // sample every Nth replay (plus every step of flagged sessions)
+	GraphDiffTopKOnly bool   // samples carry selections only, no logit rows
+	Replay            bool   // replay per step
+	Sched             bool   // sched events
+}
+
+// AllInstruments turns every instrument on with the defaults sim run uses.
+func AllInstruments() Instruments {
+	return Instruments{Checksum: true, Canary: true, CanaryPolicy: "live", GraphDiff: true,
+		GraphDiffEvery: DefaultGraphDiffEvery, Replay: true, Sched: true}
+}
+
+// DefaultGraphDiffEvery is the default graph-vs-eager sampling period.
+const DefaultGraphDiffEvery = 2
+
+// DefaultConfig is the seeds' baseline: bf16 index-K, captured decode with
+// multi-stream overlap, PD disaggregation.
+func DefaultConfig() Config {
+	return Config{
+		IndexKDtype:          "bf16",
+		CUDAGraphMaxBS:       32,
+		MultiStreamOverlap:   true,
+		Disaggregation:       "pd",
+		MaxRunningRequests:   48,
+		PoolTokens:           300000,
+		Seed:                 1,
+		PrefillPoolTokens:    262144,
+		PrefillTokensPerStep: 16384,
+		TransferPagesPerStep: 64,
+		TransferChunkPages:   8,
+		DecodeLogInterval:    40,
+		Instruments:          AllInstruments(),
+	}
+}
+
+// Validate checks c and names the first bad field.
+func (c *Config) Validate() error {
+	switch c.IndexKDtype {
+	case "bf16", "fp8":
+	default:
+		return fmt.Errorf("index-k-dtype %q: want bf16 or fp8", c.IndexKDtype)
+	}
+	switch c.Disaggregation {
+	case "pd", "none":
+	default:
+		return fmt.Errorf("disaggregation %q: want pd or none", c.Disaggregation)
+	}
+	if c.CUDAGraphMaxBS < 1 || c.CUDAGraphMaxBS > 512 {
+		return fmt.Errorf("cuda-graph-max-bs %d: want 1..512", c.CUDAGraphMaxBS)
+	}
+	if c.MaxRunningRequests < 1 || c.MaxRunningRequests > 4096 {
+		return fmt.Errorf("max-running-requests %d: want 1..4096", c.MaxRunningRequests)
+	}
+	if c.PoolTokens < 16*PageTokens || c.PoolTokens > 1<<26 {
+		return fmt.Errorf("pool-tokens %d: want %d..%d", c.PoolTokens, 16*PageTokens, 1<<26)
+	}
+	for _, f := range c.Inject {
+		if !slices.Contains(Faults, f) {
+			return fmt.Errorf("inject %q: unknown fault (want one of %s)", f, strings.Join(Faults, ", "))
+		}
+	}
+	if c.PrefillTokensPerStep < 1 || c.TransferPagesPerStep < 1 || c.TransferChunkPages < 1 || c.DecodeLogInterval < 1 {
+		return fmt.Errorf("prefill/transfer/log rates must be positive")
+	}
+	if c.PrefillPoolTokens < ContextLen {
+		return fmt.Errorf("prefill pool %d tokens: want at least %d", c.PrefillPoolTokens, ContextLen)
+	}
+	if c.Instruments.Canary {
+		if _, err := canary.ParsePolicy(c.Instruments.CanaryPolicy); err != nil {
+			return fmt.Errorf("canary-policy: %w", err)
+		}
+	}
+	if c.Instruments.GraphDiff && c.Instruments.GraphDiffEvery < 1 {
+		return fmt.Errorf("graphdiff-every %d: want at least 1", c.Instruments.GraphDiffEvery)
+	}
+	return nil
+}
+
+func (c *Config) has(fault string) bool { return slices.Contains(c.Inject, fault) }
+
+// RunConfig maps c onto the event model's run configuration.
+func (c *Config) RunConfig() hook.RunConfig {
+	return hook.RunConfig{
+		Engine:             "sim",
+		Model:              "kvcanary-twin",
+		IndexKDtype:        c.IndexKDtype,
+		CUDAGraph:          !c.DisableCUDAGraph,
+		CUDAGraphMaxBS:     c.CUDAGraphMaxBS,
+		MultiStreamOverlap: c.MultiStreamOverlap,
+		Disaggregation:     c.Disaggregation,
+		MaxRunningRequests: c.MaxRunningRequests,
+		PoolTokens:         c.PoolTokens,
+		Seed:               c.Seed,
+		Inject:             slices.Clone(c.Inject),
+	}
+}
+
+// buckets returns SGLang's capture batch sizes up to maxBS: 1, 2, 4, 8, then
+// every 8.
+func buckets(maxBS int) []int {
+	var out []int
+	for _, b := range []int{1, 2, 4} {
+		if b <= maxBS {
+			out = append(out, b)
+		}
+	}
+	for b := 8; b <= maxBS; b += 8 {
+		out = append(out, b)
+	}
+	if out[len(out)-1] != maxBS {
+		out = append(out, maxBS)
+	}
+	return out
+}
