@@ -9,7 +9,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -374,4 +373,3 @@ func TestReaderJoinsLineAcrossFrames(t *testing.T) {
 	}
 }
 
-var _ = reflect.DeepEqual

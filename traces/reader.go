@@ -119,18 +119,27 @@ func newReader(rd io.Reader, name string) (*Reader, error) {
 	if r.src.fill(4) && !bytes.Equal(r.src.peek(0, 4), zstdMagicBytes) {
 		return nil, fmt.Errorf("read bundle %s: not a zstd stream: starts with % x, want % x", name, r.src.peek(0, 4), zstdMagicBytes)
 	}
-	typ, line, pos, err := r.nextRecord()
+	line, pos, err := r.nextLine()
 	if err != nil {
 		if err == io.EOF {
 			if r.truncated {
 				return nil, fmt.Errorf("read bundle %s: not a bundle: %s before a manifest", name, r.truncReason)
 			}
+			if r.skipped > 0 {
+				return nil, fmt.Errorf("read bundle %s: not a bundle: %s", name, r.skips[0])
+			}
 			return nil, fmt.Errorf("read bundle %s: not a bundle: no records", name)
 		}
 		return nil, fmt.Errorf("read bundle %s: %w", name, err)
 	}
-	if typ != RecordManifest {
-		return nil, fmt.Errorf("read bundle %s: not a bundle: first record (%s) is a %s, want a {\"kvtrace\":…} manifest", name, pos, typ)
+	if typ, reason := classify(line); typ != RecordManifest {
+		switch {
+		case typ != 0:
+			reason = "a " + typ.String()
+		case reason == "":
+			reason = "a blank line"
+		}
+		return nil, fmt.Errorf("read bundle %s: not a bundle: first record (%s) is %s, want a {\"kvtrace\":…} manifest", name, pos, reason)
 	}
 	var mr manifestRecord
 	if err := json.Unmarshal(line, &mr); err != nil || mr.Manifest == nil {
