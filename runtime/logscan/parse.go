@@ -1,0 +1,892 @@
+package logscan
+
+import (
+	"bytes"
+	"strconv"
+	"time"
+)
+
+// Options tune parsing. The zero value is ready to use.
+type Options struct {
+	// Year is used for vLLM timestamps, which print month and day but no year.
+	// 0 means the current year (time.Now).
+	Year int
+	// Location is the zone log timestamps are in. nil means UTC.
+	Location *time.Location
+	// MaxLine is the longest line, in bytes, that is parsed; longer lines are
+	// counted as unrecognized (Summary.LongLines) and skipped. 0 means 1 MiB.
+	MaxLine int
+}
+
+// DefaultMaxLine is the longest line parsed when Options.MaxLine is 0.
+const DefaultMaxLine = 1 << 20
+
+func (o Options) maxLine() int {
+	if o.MaxLine <= 0 {
+		return DefaultMaxLine
+	}
+	return o.MaxLine
+}
+
+// Parser classifies and parses single lines. It keeps a one-entry timestamp
+// cache, so use one Parser per goroutine.
+type Parser struct {
+	year int
+	loc  *time.Location
+	utc  bool
+
+	cacheKey [19]byte // "YYYY-MM-DD HH:MM:SS" of the last SGLang timestamp
+	cacheOK  bool
+	cacheNS  int64
+}
+
+// NewParser returns a parser with the given options.
+func NewParser(opts Options) *Parser {
+	p := &Parser{year: opts.Year, loc: opts.Location}
+	if p.year == 0 {
+		p.year = time.Now().Year()
+	}
+	if p.loc == nil {
+		p.loc = time.UTC
+	}
+	p.utc = p.loc == time.UTC
+	return p
+}
+
+// Parse classifies one line (without its newline) into rec, which it resets
+// first; lineNo is stored as rec.Line. Parse never fails: a line it does not
+// know is KindUnrecognized.
+func (p *Parser) Parse(line []byte, lineNo int64, rec *Record) {
+	rec.reset(lineNo)
+	for len(line) > 0 && (line[len(line)-1] == '\r' || line[len(line)-1] == ' ' || line[len(line)-1] == '\t') {
+		line = line[:len(line)-1]
+	}
+	i := 0
+	for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+		i++
+	}
+	if i == len(line) {
+		rec.Kind = KindBlank
+		return
+	}
+	msg, ts, eng := p.prefix(line)
+	rec.TS = ts
+	if p.classify(msg, line, rec) {
+		if eng != EngineUnknown && rec.Kind == KindChecksumMismatch {
+			rec.Engine = eng
+		}
+		return
+	}
+	p.search(line, rec)
+}
+
+// prefix strips a known log prefix and returns the message, its timestamp
+// and the engine whose prefix it was.
+func (p *Parser) prefix(line []byte) (msg []byte, ts int64, eng Engine) {
+	if len(line) > 0 && line[0] == '[' {
+		if ts, n, ok := p.sglangTS(line); ok {
+			return line[n:], ts, EngineSGLang
+		}
+		return line, 0, EngineUnknown
+	}
+	s := line
+	if len(s) > 0 && s[0] == '(' {
+		// vLLM multiprocess prefix: "(APIServer pid=123) " / "(EngineCore_DP0 pid=9) ".
+		j := bytes.IndexByte(s[:min(len(s), 96)], ')')
+		if j < 0 || j+1 >= len(s) || s[j+1] != ' ' {
+			return line, 0, EngineUnknown
+		}
+		s = s[j+2:]
+	}
+	if ts, n, ok := p.vllmTS(s); ok {
+		return s[n:], ts, EngineVLLM
+	}
+	return line, 0, EngineUnknown
+}
+
+// classify parses msg when it starts with a known marker. It reports whether
+// the marker was there; the record's kind then is final (possibly
+// KindUnrecognized when the line was malformed).
+func (p *Parser) classify(msg, line []byte, rec *Record) bool {
+	if len(msg) == 0 {
+		return false
+	}
+	switch msg[0] {
+	case 'D':
+		if bytes.HasPrefix(msg, mDecodeBatch) {
+			parseBatch(msg[len(mDecodeBatch):], KindDecode, rec)
+			return true
+		}
+		if bytes.HasPrefix(msg, mDecodeOOM) {
+			parseRetract(msg[len(mDecodeOOM):], rec)
+			return true
+		}
+	case 'd':
+		if bytes.HasPrefix(msg, mDecodeOOMLower) {
+			parseRetract(msg[len(mDecodeOOMLower):], rec)
+			return true
+		}
+	case 'P':
+		if bytes.HasPrefix(msg, mPrefillBatch) {
+			parseBatch(msg[len(mPrefillBatch):], KindPrefill, rec)
+			return true
+		}
+	case 'K':
+		if bytes.HasPrefix(msg, mPoolFull) {
+			parseRetract(msg[len(mPoolFull):], rec)
+			return true
+		}
+		if bytes.HasPrefix(msg, mChecksum) {
+			rec.Kind, rec.Raw = KindChecksumMismatch, string(line)
+			return true
+		}
+	case 'k':
+		if bytes.HasPrefix(msg, mCanary) {
+			rec.Kind, rec.Engine, rec.Raw = KindCanaryViolation, EngineSGLang, string(line)
+			return true
+		}
+	case 'E', 'A', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		if rest, idx, ok := vllmStatsHead(msg); ok {
+			rec.EngineIndex = idx
+			parseVLLMStats(rest, rec)
+			return true
+		}
+	case 'S':
+		if bytes.HasPrefix(msg, mSeqGroup) && bytes.Contains(msg, mPreempted) {
+			rec.Kind, rec.Engine, rec.Raw, rec.Preemptions = KindPreemption, EngineVLLM, string(line), 1
+			rec.Fields |= FieldPreemptions
+			return true
+		}
+	}
+	return false
+}
+
+// search looks for a marker anywhere in the line (journald, docker or other
+// prefixes before the engine's own), parses from there, and recovers a
+// timestamp from the text before it when it can.
+func (p *Parser) search(line []byte, rec *Record) {
+	best, which := -1, -1
+	for i, m := range anywhere {
+		if j := bytes.Index(line, m); j >= 0 && (best < 0 || j < best) {
+			best, which = j, i
+		}
+	}
+	if best < 0 {
+		rec.Kind = KindUnrecognized
+		return
+	}
+	msg := line[best:]
+	switch which {
+	case 0:
+		parseBatch(msg[len(mDecodeBatch):], KindDecode, rec)
+	case 1:
+		parseBatch(msg[len(mPrefillBatch):], KindPrefill, rec)
+	case 2:
+		parseRetract(msg[len(mPoolFull):], rec)
+	case 3:
+		// "… out of memory happened" is preceded by "Decode " or "decode ".
+		if best >= 7 && (bytes.Equal(line[best-7:best], []byte("Decode ")) || bytes.Equal(line[best-7:best], []byte("decode "))) {
+			best -= 7
+			parseRetract(msg[len(mOOMTail):], rec)
+		} else {
+			rec.Kind = KindUnrecognized
+			return
+		}
+	case 4:
+		rec.Kind, rec.Engine, rec.Raw = KindCanaryViolation, EngineSGLang, string(line)
+	case 5:
+		rec.Kind, rec.Raw = KindChecksumMismatch, string(line)
+	case 6:
+		if rest, idx, ok := vllmStatsHead(p.statsStart(line, best)); ok {
+			rec.EngineIndex = idx
+			parseVLLMStats(rest, rec)
+		} else {
+			parseVLLMStats(msg[len(mAvgPrompt):], rec)
+		}
+	case 7:
+		rec.Kind, rec.Engine, rec.Raw, rec.Preemptions = KindPreemption, EngineVLLM, string(line), 1
+		rec.Fields |= FieldPreemptions
+	}
+	if rec.Kind != KindUnrecognized && rec.TS == 0 {
+		rec.TS = p.findTS(line[:best])
+	}
+}
+
+// statsStart backs up from "Avg prompt throughput" over an "Engine NNN: " or
+// "N Engines Aggregated: " head so the engine index is kept.
+func (p *Parser) statsStart(line []byte, at int) []byte {
+	for _, back := range []int{len("Engine 000: "), len("Engine 0000: ")} {
+		if at >= back && bytes.HasPrefix(line[at-back:], mEngine) {
+			return line[at-back:]
+		}
+	}
+	return line[at:]
+}
+
+// findTS finds an SGLang or vLLM timestamp anywhere in s.
+func (p *Parser) findTS(s []byte) int64 {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '[':
+			if ts, _, ok := p.sglangTS(s[i:]); ok {
+				return ts
+			}
+		case 'I', 'W', 'E', 'D', 'C':
+			if i == 0 || s[i-1] == ' ' {
+				if ts, _, ok := p.vllmTS(s[i:]); ok {
+					return ts
+				}
+			}
+		}
+	}
+	return 0
+}
+
+var (
+	mDecodeBatch    = []byte("Decode batch")
+	mPrefillBatch   = []byte("Prefill batch")
+	mPoolFull       = []byte("KV cache pool is full. Retract requests.")
+	mDecodeOOM      = []byte("Decode out of memory happened")
+	mDecodeOOMLower = []byte("decode out of memory happened")
+	mOOMTail        = []byte("out of memory happened")
+	mCanary         = []byte("kv_canary violation:")
+	mChecksum       = []byte("KV checksum mismatch")
+	mAvgPrompt      = []byte("Avg prompt throughput:")
+	mEngine         = []byte("Engine ")
+	mSeqGroup       = []byte("Sequence group ")
+	mPreempted      = []byte("preempted by PreemptionMode")
+
+	anywhere = [...][]byte{mDecodeBatch, mPrefillBatch, mPoolFull, mOOMTail, mCanary, mChecksum, mAvgPrompt, mPreempted}
+)
+
+// ---------------------------------------------------------------------------
+// Timestamps.
+
+// sglangTS parses "[YYYY-MM-DD HH:MM:SS(.fff)?( TAGS)?] " and returns the time,
+// the length of the prefix including the trailing space, and ok.
+func (p *Parser) sglangTS(b []byte) (int64, int, bool) {
+	if len(b) < 21 || b[0] != '[' || b[5] != '-' || b[8] != '-' || b[11] != ' ' || b[14] != ':' || b[17] != ':' {
+		return 0, 0, false
+	}
+	y, ok1 := digits(b[1:5])
+	mo, ok2 := digits(b[6:8])
+	d, ok3 := digits(b[9:11])
+	h, ok4 := digits(b[12:14])
+	mi, ok5 := digits(b[15:17])
+	s, ok6 := digits(b[18:20])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) {
+		return 0, 0, false
+	}
+	var base int64
+	if p.cacheOK && bytes.Equal(p.cacheKey[:], b[1:20]) {
+		base = p.cacheNS
+	} else {
+		var ok bool
+		base, ok = p.civil(y, mo, d, h, mi, s)
+		if !ok {
+			return 0, 0, false
+		}
+		copy(p.cacheKey[:], b[1:20])
+		p.cacheNS, p.cacheOK = base, true
+	}
+	i := 20
+	frac, i := fraction(b, i)
+	end := bytes.IndexByte(b[i:min(len(b), i+96)], ']')
+	if end < 0 {
+		return 0, 0, false
+	}
+	i += end + 1
+	if i < len(b) && b[i] == ' ' {
+		i++
+	}
+	return base + frac, i, true
+}
+
+var vllmLevels = [...][]byte{[]byte("INFO "), []byte("WARNING "), []byte("ERROR "), []byte("DEBUG "), []byte("CRITICAL "), []byte("WARN ")}
+
+// vllmTS parses "LEVEL MM-DD HH:MM:SS(.fff)? [file.py:N] " (or the older
+// "file.py:N] ") and returns the time, the prefix length and ok.
+func (p *Parser) vllmTS(b []byte) (int64, int, bool) {
+	n := 0
+	for _, lv := range vllmLevels {
+		if bytes.HasPrefix(b, lv) {
+			n = len(lv)
+			break
+		}
+	}
+	if n == 0 || len(b) < n+14 {
+		return 0, 0, false
+	}
+	t := b[n:]
+	if t[2] != '-' || t[5] != ' ' || t[8] != ':' || t[11] != ':' {
+		return 0, 0, false
+	}
+	mo, ok1 := digits(t[0:2])
+	d, ok2 := digits(t[3:5])
+	h, ok3 := digits(t[6:8])
+	mi, ok4 := digits(t[9:11])
+	s, ok5 := digits(t[12:14])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5) {
+		return 0, 0, false
+	}
+	base, ok := p.civil(p.year, mo, d, h, mi, s)
+	if !ok {
+		return 0, 0, false
+	}
+	frac, i := fraction(t, 14)
+	i += n
+	// The logger location ends at the first ']' shortly after the time.
+	if i < len(b) && b[i] == ' ' {
+		i++
+	}
+	if end := bytes.IndexByte(b[i:min(len(b), i+128)], ']'); end >= 0 && bytes.IndexByte(b[i:i+end], ' ') < 0 {
+		i += end + 1
+		if i < len(b) && b[i] == ' ' {
+			i++
+		}
+	}
+	return base + frac, i, true
+}
+
+// fraction parses an optional ".ddd" or ",ddd" at b[i:] into nanoseconds.
+func fraction(b []byte, i int) (int64, int) {
+	if i >= len(b) || (b[i] != '.' && b[i] != ',') {
+		return 0, i
+	}
+	j := i + 1
+	var ns int64
+	scale := int64(100_000_000)
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		if scale > 0 {
+			ns += int64(b[j]-'0') * scale
+			scale /= 10
+		}
+		j++
+	}
+	if j == i+1 {
+		return 0, i
+	}
+	return ns, j
+}
+
+func (p *Parser) civil(y, mo, d, h, mi, s int) (int64, bool) {
+	if mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60 {
+		return 0, false
+	}
+	if !p.utc {
+		return time.Date(y, time.Month(mo), d, h, mi, s, 0, p.loc).UnixNano(), true
+	}
+	days := daysFromCivil(y, mo, d)
+	return (days*86400 + int64(h*3600+mi*60+s)) * int64(time.Second), true
+}
+
+// daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian date.
+func daysFromCivil(y, m, d int) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	if y < 0 && y%400 != 0 {
+		era--
+	}
+	yoe := y - era*400
+	mp := (m + 9) % 12
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return int64(era)*146097 + int64(doe) - 719468
+}
+
+func digits(b []byte) (int, bool) {
+	v := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
+}
+
+// ---------------------------------------------------------------------------
+// Message bodies.
+
+// fieldIter walks "key: value, key: value, " lists.
+type fieldIter struct {
+	s []byte
+	i int
+}
+
+func (it *fieldIter) next() (key, val []byte, ok bool) {
+	for it.i < len(it.s) && (it.s[it.i] == ' ' || it.s[it.i] == ',' || it.s[it.i] == '.') {
+		it.i++
+	}
+	if it.i >= len(it.s) {
+		return nil, nil, false
+	}
+	seg := it.s[it.i:]
+	if j := bytes.IndexByte(seg, ','); j >= 0 {
+		seg = seg[:j]
+		it.i += j + 1
+	} else {
+		it.i = len(it.s)
+	}
+	c := bytes.IndexByte(seg, ':')
+	if c < 0 {
+		return trimSpace(seg), nil, true
+	}
+	return trimSpace(seg[:c]), trimSpace(seg[c+1:]), true
+}
+
+// parseBatch parses what follows "Decode batch" / "Prefill batch".
+func parseBatch(rest []byte, kind Kind, rec *Record) {
+	rec.Engine = EngineSGLang
+	// Optional " [forward_ct]" iteration tag (SGLANG_LOG_FORWARD_ITERS).
+	if len(rest) > 1 && rest[0] == ' ' && rest[1] == '[' {
+		j := bytes.IndexByte(rest, ']')
+		if j < 0 {
+			rec.unrecognized()
+			return
+		}
+		rest = rest[j+1:]
+	}
+	// Old mixed prefill: "(mixed #running-req: N). ".
+	if len(rest) > 0 && rest[0] == '(' {
+		j := bytes.IndexByte(rest, ')')
+		if j < 0 {
+			rec.unrecognized()
+			return
+		}
+		inner := rest[1:j]
+		if k := bytes.IndexByte(inner, ':'); k >= 0 {
+			if v, ok := parseInt(trimSpace(inner[k+1:])); ok {
+				rec.MixedRunning = v
+			} else {
+				rec.BadFields++
+			}
+		}
+		rest = rest[j+1:]
+	}
+	if len(rest) == 0 || (rest[0] != ',' && rest[0] != '.' && rest[0] != ':') {
+		rec.unrecognized()
+		return
+	}
+	fields := rest[1:]
+	if kind == KindDecode {
+		fields = fastDecode(fields, rec)
+	}
+	it := fieldIter{s: fields}
+	for {
+		key, val, ok := it.next()
+		if !ok {
+			break
+		}
+		batchField(key, val, rec)
+	}
+	switch {
+	case kind == KindDecode && rec.Fields&FieldRunningReq != 0:
+		rec.Kind = KindDecode
+	case kind == KindPrefill && rec.Fields&(FieldNewSeq|FieldNewToken) != 0:
+		rec.Kind = KindPrefill
+	default:
+		rec.unrecognized()
+	}
+}
+
+// fastDecode consumes the leading fields of a decode line when they come in
+// the common order (#running-req, #token, token usage, cuda graph, gen
+// throughput, #queue-req) and returns the rest for the general field loop,
+// which handles any other order, optional fields and malformed values.
+func fastDecode(s []byte, rec *Record) []byte {
+	s = skipSep(s)
+	v, s, ok := fastInt(s, "#running-req: ")
+	if !ok {
+		return s
+	}
+	rec.RunningReq = v
+	rec.Fields |= FieldRunningReq
+	if v, s, ok = fastInt(s, "#token: "); !ok {
+		return s
+	}
+	rec.Tokens = v
+	rec.Fields |= FieldTokens
+	f, s, ok := fastFloat(s, "token usage: ")
+	if !ok {
+		return s
+	}
+	rec.TokenUsage = f
+	rec.Fields |= FieldTokenUsage
+	switch {
+	case hasKey(s, "cuda graph: True"):
+		rec.CUDAGraph = true
+		s = skipSep(s[len("cuda graph: True"):])
+		rec.Fields |= FieldCUDAGraph
+	case hasKey(s, "cuda graph: False"):
+		s = skipSep(s[len("cuda graph: False"):])
+		rec.Fields |= FieldCUDAGraph
+	}
+	if f, s, ok = fastFloat(s, "gen throughput (token/s): "); !ok {
+		return s
+	}
+	rec.GenThroughput = f
+	rec.Fields |= FieldGenThroughput
+	if v, s, ok = fastInt(s, "#queue-req: "); !ok {
+		return s
+	}
+	rec.QueueReq = v
+	rec.Fields |= FieldQueueReq
+	return s
+}
+
+func hasKey(s []byte, key string) bool {
+	return len(s) >= len(key) && string(s[:len(key)]) == key
+}
+
+func skipSep(s []byte) []byte {
+	for len(s) > 0 && (s[0] == ',' || s[0] == ' ') {
+		s = s[1:]
+	}
+	return s
+}
+
+// fastInt parses `key` then a decimal ending at ',' or the end of s. On any
+// surprise it returns s unchanged and false.
+func fastInt(s []byte, key string) (int, []byte, bool) {
+	if !hasKey(s, key) {
+		return 0, s, false
+	}
+	i, v := len(key), 0
+	for ; i < len(s) && i-len(key) < 18 && s[i] >= '0' && s[i] <= '9'; i++ {
+		v = v*10 + int(s[i]-'0')
+	}
+	if i == len(key) || (i < len(s) && s[i] != ',') {
+		return 0, s, false
+	}
+	return v, skipSep(s[i:]), true
+}
+
+// fastFloat parses `key` then "digits[.digits]" ending at ',' or the end.
+func fastFloat(s []byte, key string) (float64, []byte, bool) {
+	if !hasKey(s, key) {
+		return 0, s, false
+	}
+	i := len(key)
+	j := i
+	for j < len(s) && s[j] != ',' {
+		j++
+	}
+	f, ok := parseFloat(s[i:j])
+	if !ok {
+		return 0, s, false
+	}
+	return f, skipSep(s[j:]), true
+}
+
+func batchField(key, val []byte, rec *Record) {
+	var bad bool
+	switch string(key) {
+	case "#running-req":
+		rec.RunningReq, bad = setInt(val, &rec.Fields, FieldRunningReq)
+	case "#queue-req":
+		rec.QueueReq, bad = setInt(val, &rec.Fields, FieldQueueReq)
+	case "#token", "#full token", "#swa token", "#used page num":
+		v, b := setInt(val, &rec.Fields, FieldTokens)
+		rec.Tokens, bad = max(rec.Tokens, v), b
+	case "token usage", "full token usage", "swa token usage", "page usage":
+		v, ok := parseFloat(val)
+		if ok {
+			rec.TokenUsage = max(rec.TokenUsage, v)
+			rec.Fields |= FieldTokenUsage
+		}
+		bad = !ok
+	case "cuda graph", "cpu graph":
+		switch string(val) {
+		case "True", "true":
+			rec.CUDAGraph = true
+			rec.Fields |= FieldCUDAGraph
+		case "False", "false":
+			rec.Fields |= FieldCUDAGraph
+		default:
+			bad = true
+		}
+	case "gen throughput (token/s)":
+		v, ok := parseFloat(val)
+		if ok {
+			rec.GenThroughput = v
+			rec.Fields |= FieldGenThroughput
+		}
+		bad = !ok
+	case "#new-seq":
+		rec.NewSeq, bad = setInt(val, &rec.Fields, FieldNewSeq)
+	case "#new-token":
+		rec.NewToken, bad = setInt(val, &rec.Fields, FieldNewToken)
+	case "#cached-token":
+		rec.CachedToken, bad = setInt(val, &rec.Fields, FieldCachedToken)
+	case "cache hit rate":
+		v, ok := parsePercent(val)
+		rec.CacheHitRate, bad = v, !ok
+	case "input throughput (token/s)":
+		v, ok := parseFloat(val)
+		rec.InputThroughput, bad = v, !ok
+	case "pre-allocated usage":
+		v, ok := parseFloat(val)
+		rec.PreallocUsage, bad = v, !ok
+		if ok {
+			rec.Fields |= FieldPrealloc
+		}
+	case "#prealloc-req", "#unbootstrapped-req":
+		rec.PreallocReq, bad = setInt(val, &rec.Fields, FieldPrealloc)
+	case "#transfer-req":
+		rec.TransferReq, bad = setInt(val, &rec.Fields, FieldPrealloc)
+	case "#inflight-req", "#transferring-req":
+		rec.InflightReq, bad = setInt(val, &rec.Fields, FieldPrealloc)
+	case "#retracted-req":
+		rec.RetractedQueue, bad = setInt(val, &rec.Fields, FieldPrealloc)
+	}
+	// Fields this package does not model (accept len, mamba usage, itl, …) are skipped.
+	if bad {
+		rec.BadFields++
+	}
+}
+
+// parseRetract parses what follows the retraction marker.
+func parseRetract(rest []byte, rec *Record) {
+	rec.Engine = EngineSGLang
+	it := fieldIter{s: rest}
+	for {
+		key, val, ok := it.next()
+		if !ok {
+			break
+		}
+		switch string(key) {
+		case "#retracted_reqs":
+			v, bad := setInt(val, &rec.Fields, FieldRetracted)
+			rec.Retracted = v
+			if bad {
+				rec.BadFields++
+			}
+		case "#new_tokens_gained":
+			if v, ok := parseInt(val); ok {
+				rec.NewTokensGained = v
+			} else {
+				rec.BadFields++
+			}
+		case "#new_token_ratio":
+			a, b, ok := cut(val, []byte("->"))
+			x, ok1 := parseFloat(trimSpace(a))
+			y, ok2 := parseFloat(trimSpace(b))
+			if ok && ok1 && ok2 {
+				rec.RatioBefore, rec.RatioAfter = x, y
+				rec.Fields |= FieldNewTokenRatio
+			} else {
+				rec.BadFields++
+			}
+		}
+	}
+	if rec.Fields&FieldRetracted != 0 {
+		rec.Kind = KindRetract
+	} else {
+		rec.unrecognized()
+	}
+}
+
+// vllmStatsHead recognizes "Engine 000: Avg prompt throughput:",
+// "4 Engines Aggregated: Avg prompt throughput:" and a bare
+// "Avg prompt throughput:" and returns what follows, with the engine index.
+func vllmStatsHead(msg []byte) ([]byte, int, bool) {
+	idx := -1
+	switch {
+	case bytes.HasPrefix(msg, mEngine):
+		rest := msg[len(mEngine):]
+		j := 0
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		if j == 0 || j > 6 || len(rest) < j+2 || rest[j] != ':' || rest[j+1] != ' ' {
+			return nil, 0, false
+		}
+		idx, _ = digits(rest[:j])
+		msg = rest[j+2:]
+	case msg[0] >= '0' && msg[0] <= '9':
+		j := bytes.Index(msg[:min(len(msg), 32)], []byte(" Engines Aggregated: "))
+		if j < 0 {
+			return nil, 0, false
+		}
+		msg = msg[j+len(" Engines Aggregated: "):]
+	}
+	if !bytes.HasPrefix(msg, mAvgPrompt) {
+		return nil, 0, false
+	}
+	return msg[len(mAvgPrompt):], idx, true
+}
+
+// parseVLLMStats parses what follows "Avg prompt throughput:".
+func parseVLLMStats(rest []byte, rec *Record) {
+	rec.Engine = EngineVLLM
+	// The first value belongs to "Avg prompt throughput".
+	it := fieldIter{s: rest}
+	first := true
+	for {
+		key, val, ok := it.next()
+		if !ok {
+			break
+		}
+		if first {
+			// key holds the value ("0.0 tokens/s"): there was no key before it.
+			first = false
+			if v, ok := parseFloat(firstWord(key)); ok {
+				rec.PromptThroughput = v
+			} else {
+				rec.BadFields++
+			}
+			continue
+		}
+		var bad bool
+		switch string(key) {
+		case "Avg generation throughput":
+			v, ok := parseFloat(firstWord(val))
+			if ok {
+				rec.GenThroughput = v
+				rec.Fields |= FieldGenThroughput
+			}
+			bad = !ok
+		case "Running":
+			rec.RunningReq, bad = setInt(firstWord(val), &rec.Fields, FieldRunningReq)
+		case "Waiting", "Pending":
+			rec.QueueReq, bad = setInt(firstWord(val), &rec.Fields, FieldQueueReq)
+		case "Preemptions":
+			rec.Preemptions, bad = setInt(firstWord(val), &rec.Fields, FieldPreemptions)
+		case "GPU KV cache usage":
+			if bytes.HasPrefix(val, []byte("active ")) {
+				val = val[len("active "):]
+			}
+			if string(val) == "n/a" {
+				break
+			}
+			v, ok := parsePercent(val)
+			if ok {
+				rec.TokenUsage = v
+				rec.Fields |= FieldTokenUsage
+			}
+			bad = !ok
+		case "Prefix cache hit rate":
+			if string(val) == "n/a" {
+				break
+			}
+			v, ok := parsePercent(val)
+			rec.PrefixHitRate, bad = v, !ok
+		}
+		if bad {
+			rec.BadFields++
+		}
+	}
+	if rec.Fields&FieldRunningReq != 0 {
+		rec.Kind = KindEngineStats
+	} else {
+		rec.unrecognized()
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Values.
+
+func setInt(val []byte, fields *uint32, bit uint32) (int, bool) {
+	v, ok := parseInt(val)
+	if !ok {
+		return 0, true
+	}
+	*fields |= bit
+	return v, false
+}
+
+// parseInt parses a non-negative decimal of at most 18 digits.
+func parseInt(b []byte) (int, bool) {
+	if len(b) == 0 || len(b) > 18 {
+		return 0, false
+	}
+	v := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
+}
+
+var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// parseFloat parses "123", "0.97", "2622.21". A mantissa of at most 15 digits
+// divided by an exact power of ten is one correctly rounded operation, so the
+// result equals strconv.ParseFloat's; anything else goes to strconv.
+func parseFloat(b []byte) (float64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var mant uint64
+	nd, frac := 0, -1
+	for i, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			mant = mant*10 + uint64(c-'0')
+			nd++
+			if frac >= 0 {
+				frac++
+			}
+		case c == '.' && frac < 0 && i > 0:
+			frac = 0
+		default:
+			return slowFloat(b)
+		}
+	}
+	if frac == 0 || nd > 15 {
+		return slowFloat(b)
+	}
+	if frac < 0 {
+		return float64(mant), true
+	}
+	return float64(mant) / pow10[frac], true
+}
+
+func slowFloat(b []byte) (float64, bool) {
+	v, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || v != v || v < 0 || v > 1e300 {
+		return 0, false
+	}
+	return v, true
+}
+
+// parsePercent parses "12.3%" (optionally followed by ".") into 0.123.
+func parsePercent(b []byte) (float64, bool) {
+	if len(b) > 0 && b[len(b)-1] == '.' {
+		b = b[:len(b)-1]
+	}
+	if len(b) == 0 || b[len(b)-1] != '%' {
+		return 0, false
+	}
+	v, ok := parseFloat(b[:len(b)-1])
+	return v / 100, ok
+}
+
+func firstWord(b []byte) []byte {
+	if j := bytes.IndexByte(b, ' '); j >= 0 {
+		return b[:j]
+	}
+	return b
+}
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t' || b[len(b)-1] == '.') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func cut(s, sep []byte) (before, after []byte, ok bool) {
+	if i := bytes.Index(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, nil, false
+}
