@@ -35,9 +35,9 @@ type Scanner struct {
 	eof   bool
 	err   error
 
-	line     int64
-	long     bool // discarding the rest of an over-long line
-	rec      Record
+	line int64
+	long bool // discarding the rest of an over-long line
+	rec  Record
 }
 
 // NewScanner returns a scanner reading r; name identifies the input in errors.
