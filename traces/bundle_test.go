@@ -372,4 +372,3 @@ func TestReaderJoinsLineAcrossFrames(t *testing.T) {
 		t.Error("bundle without footer not reported truncated")
 	}
 }
-
