@@ -13,7 +13,7 @@ build:
 
 # The main job, on the embedded twin (no GPU needed).
 run: build
-	./$(BIN) version
+	./$(BIN) sim run --sessions 80 --rounds 4 --seed 1
 
 # Every test: vet, formatting, and the race-enabled test suite.
 test: vet fmt-check

@@ -36,6 +36,8 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 		NewCmdVersion(f, nil),
 		NewCmdGPU(f, nil),
 		NewCmdCanary(f, nil),
+		NewCmdGraphDiff(f, nil),
+		NewCmdSim(f),
 		// Commands register here, one line each.
 	)
 	return root

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/buildinfo"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// NewCmdSim builds `kvcanary sim`, the parent of the twin's commands.
+func NewCmdSim(f *cmdutil.Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Run the embedded twin: a deterministic serving runtime with the seeds' bug",
+		Long: `The twin is a small deterministic serving runtime with the anatomy of the seeds'
+SGLang stack: paged bf16/fp8 index-K arenas, PD disaggregation, continuous
+batching with retraction, captured decode graphs with multi-stream overlap and
+a sparse top-k indexer. Its corruption emerges from the data path, so every
+kvcanary instrument can be tested against ground truth.`,
+	}
+	cmd.AddCommand(NewCmdSimRun(f, nil))
+	return cmd
+}
+
+// engineFlags are the twin's engine and instrument flags, shared by every
+// command that runs the twin (sim run, sim serve, watch --sim).
+type engineFlags struct {
+	cfg          sim.Config
+	noChecksum   bool
+	noCanary     bool
+	noGraphDiff  bool
+	gdEvery      int
+	gdTopKOnly   bool
+	canaryPolicy string
+	logFile      string
+}
+
+// addEngineFlags registers the engine flags (named after SGLang's) on cmd.
+func addEngineFlags(cmd *cobra.Command) *engineFlags {
+	ef := &engineFlags{cfg: sim.DefaultConfig()}
+	fl := cmd.Flags()
+	c := &ef.cfg
+	fl.StringVar(&c.IndexKDtype, "index-k-dtype", c.IndexKDtype, "index-K dtype: bf16 or fp8")
+	fl.BoolVar(&c.DisableCUDAGraph, "disable-cuda-graph", false, "run every decode step eagerly")
+	fl.IntVar(&c.CUDAGraphMaxBS, "cuda-graph-max-bs", c.CUDAGraphMaxBS, "largest batch size with a captured graph (larger batches run eagerly)")
+	fl.BoolVar(&c.MultiStreamOverlap, "multi-stream-overlap", c.MultiStreamOverlap, "run the indexer on an alternate stream inside captured graphs (SGLANG_OPT_USE_MULTI_STREAM_OVERLAP)")
+	fl.StringVar(&c.Disaggregation, "disaggregation", c.Disaggregation, "prefill/decode disaggregation: pd or none")
+	fl.IntVar(&c.MaxRunningRequests, "max-running-requests", c.MaxRunningRequests, "most requests decoding at once")
+	fl.IntVar(&c.PoolTokens, "pool-tokens", c.PoolTokens, "decode index-K pool capacity in tokens")
+	fl.StringArrayVar(&c.Inject, "inject", nil, "inject a fault: "+strings.Join(sim.Faults, ", ")+" (repeatable)")
+	fl.BoolVar(&ef.noChecksum, "no-checksum", false, "turn off per-room transfer checksums")
+	fl.BoolVar(&ef.noCanary, "no-canary", false, "turn off the replay page canary")
+	fl.BoolVar(&ef.noGraphDiff, "no-graphdiff", false, "turn off graph-vs-eager sampling")
+	fl.IntVar(&ef.gdEvery, "graphdiff-every", sim.DefaultGraphDiffEvery, "graph-vs-eager: sample every Nth replay (and every step of flagged sessions)")
+	fl.BoolVar(&ef.gdTopKOnly, "graphdiff-topk-only", false, "graph-vs-eager samples carry only the top-k selections")
+	fl.StringVar(&ef.canaryPolicy, "canary-policy", "live", "pages the canary digests: live, all or sweep:N")
+	fl.StringVar(&ef.logFile, "log-file", "", "write SGLang-format scheduler lines to this file")
+	return ef
+}
+
+// config returns the engine configuration the flags describe (seed set by
+// the caller); the error names the bad flag.
+func (ef *engineFlags) config(seed uint64) (sim.Config, error) {
+	c := ef.cfg
+	c.Seed = seed
+	c.Inject = append([]string(nil), c.Inject...)
+	c.Instruments = sim.AllInstruments()
+	c.Instruments.Checksum = !ef.noChecksum
+	c.Instruments.Canary = !ef.noCanary
+	c.Instruments.CanaryPolicy = ef.canaryPolicy
+	c.Instruments.GraphDiff = !ef.noGraphDiff
+	c.Instruments.GraphDiffEvery = ef.gdEvery
+	c.Instruments.GraphDiffTopKOnly = ef.gdTopKOnly
+	if err := c.Validate(); err != nil {
+		return c, cmdutil.UsageError("--%w", err)
+	}
+	return c, nil
+}
+
+// engineConfigJSON is the config section of sim run --json: every engine flag.
+type engineConfigJSON struct {
+	IndexKDtype        string   `json:"index_k_dtype"`
+	DisableCUDAGraph   bool     `json:"disable_cuda_graph"`
+	CUDAGraphMaxBS     int      `json:"cuda_graph_max_bs"`
+	MultiStreamOverlap bool     `json:"multi_stream_overlap"`
+	Disaggregation     string   `json:"disaggregation"`
+	MaxRunningRequests int      `json:"max_running_requests"`
+	PoolTokens         int      `json:"pool_tokens"`
+	Inject             []string `json:"inject"`
+	Seed               uint64   `json:"seed"`
+	Checksum           bool     `json:"checksum"`
+	Canary             bool     `json:"canary"`
+	CanaryPolicy       string   `json:"canary_policy"`
+	GraphDiff          bool     `json:"graphdiff"`
+	GraphDiffEvery     int      `json:"graphdiff_every"`
+	GraphDiffTopKOnly  bool     `json:"graphdiff_topk_only"`
+}
+
+func configJSON(c sim.Config) engineConfigJSON {
+	inj := c.Inject
+	if inj == nil {
+		inj = []string{}
+	}
+	return engineConfigJSON{IndexKDtype: c.IndexKDtype, DisableCUDAGraph: c.DisableCUDAGraph, CUDAGraphMaxBS: c.CUDAGraphMaxBS,
+		MultiStreamOverlap: c.MultiStreamOverlap, Disaggregation: c.Disaggregation, MaxRunningRequests: c.MaxRunningRequests,
+		PoolTokens: c.PoolTokens, Inject: inj, Seed: c.Seed, Checksum: c.Instruments.Checksum, Canary: c.Instruments.Canary,
+		CanaryPolicy: c.Instruments.CanaryPolicy, GraphDiff: c.Instruments.GraphDiff, GraphDiffEvery: c.Instruments.GraphDiffEvery,
+		GraphDiffTopKOnly: c.Instruments.GraphDiffTopKOnly}
+}
+
+// SimRunOptions are the inputs of `kvcanary sim run`.
+type SimRunOptions struct {
+	IO       *cmdutil.IOStreams
+	Factory  *cmdutil.Factory
+	Engine   *engineFlags
+	Sessions int
+	Rounds   int
+	Seed     uint64
+	Record   string
+	JSON     *cmdutil.JSONFlags
+}
+
+// NewCmdSimRun builds `kvcanary sim run`.
+func NewCmdSimRun(f *cmdutil.Factory, runF func(*SimRunOptions) error) *cobra.Command {
+	opts := &SimRunOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run multi-turn tool-calling sessions on the twin and report the corruption rate",
+		Long: `Run N concurrent multi-turn tool-calling sessions on the twin and classify each
+(done, maxrounds, leak, no_tool, error, timeout). Every instrument is on by
+default (room checksums, replay canary, graph-vs-eager sampling); each has a
+flag to turn it off. The run is deterministic for a given seed.`,
+		Example: `  kvcanary sim run --sessions 80 --rounds 4 --seed 1
+  kvcanary sim run --index-k-dtype fp8 --json
+  kvcanary sim run --multi-stream-overlap=false --pool-tokens 60000
+  kvcanary sim run --inject transfer-race --record run.kvtrace`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.Sessions < 1 || opts.Rounds < 1 {
+				return cmdutil.UsageError("--sessions and --rounds must be at least 1")
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return simRunRun(opts)
+		},
+	}
+	opts.Engine = addEngineFlags(cmd)
+	cmd.Flags().IntVar(&opts.Sessions, "sessions", 80, "concurrent sessions")
+	cmd.Flags().IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
+	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the workload, rooms and stream interleaving")
+	cmd.Flags().StringVar(&opts.Record, "record", "", "record every event to this trace bundle")
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+func simRunRun(opts *SimRunOptions) error {
+	cfg, err := opts.Engine.config(opts.Seed)
+	if err != nil {
+		return err
+	}
+	var logF *os.File
+	if p := opts.Engine.logFile; p != "" {
+		if logF, err = os.Create(p); err != nil {
+			return cmdutil.InputError(fmt.Errorf("open log file: %w", err))
+		}
+		defer logF.Close()
+		bw := bufio.NewWriterSize(logF, 1<<16)
+		defer bw.Flush()
+		cfg.Log = bw
+	}
+	analyzers := newAnalyzers(AnalyzerOptions{WarmupMaxSeqLen: 4})
+	var sink hook.Publisher = hook.PublishFunc(func(hook.Event) {})
+	var recErr chan error
+	var bus *hook.Bus
+	if opts.Record != "" {
+		rc := cfg.RunConfig()
+		rc.Sessions, rc.Rounds = opts.Sessions, opts.Rounds
+		w, err := traces.Create(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
+			Config: rc, Run: fmt.Sprintf("sim-seed%d", opts.Seed), Command: "sim run"})
+		if err != nil {
+			return cmdutil.InputError(fmt.Errorf("create bundle: %w", err))
+		}
+		bus = hook.NewBus()
+		sub := bus.Lossless("record", 4096)
+		recErr = make(chan error, 1)
+		go func() { recErr <- traces.Record(sub, w) }()
+		sink = bus
+	}
+	pub := hook.WithAnalyzers(sink, analyzers...)
+	w := sim.DefaultWorkload()
+	w.Sessions, w.Rounds = opts.Sessions, opts.Rounds
+	w.Tool = "kvcanary " + buildinfo.String()
+	tty := opts.IO.IsStderrTTY() && !opts.JSON.JSON
+	if opts.IO.IsStderrTTY() {
+		last := time.Time{}
+		w.Progress = func(done, total int) {
+			if now := time.Now(); done == total || now.Sub(last) > 100*time.Millisecond {
+				last = now
+				fmt.Fprintf(opts.IO.ErrOut, "\rsim run: %d/%d sessions finished", done, total)
+				if done == total {
+					fmt.Fprint(opts.IO.ErrOut, "\r\033[K")
+				}
+			}
+		}
+	}
+	_ = tty
+	res, runErr := sim.Run(opts.Factory.Ctx, cfg, w, pub)
+	if bus != nil {
+		bus.Close()
+		if err := <-recErr; err != nil && runErr == nil {
+			runErr = err
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	sections := map[string]any{}
+	for _, a := range analyzers {
+		sections[a.Name()] = a.Summary()
+	}
+	if opts.JSON.JSON {
+		return cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, res, sections))
+	}
+	return writeSimRunText(opts.IO.Out, cfg, res, sections)
+}
+
+// simRunJSON is the one --json object of sim run.
+func simRunJSON(cfg sim.Config, res sim.Result, sections map[string]any) map[string]any {
+	out := map[string]any{
+		"config":             configJSON(cfg),
+		"sessions":           res.Sessions,
+		"rounds":             res.Rounds,
+		"outcomes":           res.Outcomes,
+		"corrupted_sessions": res.CorruptedSessions,
+		"corruption_rate":    res.CorruptionRate,
+		"wilson95":           res.Wilson95,
+		"deviated_sessions":  res.Deviated,
+		"sched": map[string]any{
+			"peak_running_req": res.Stats.PeakRunningReq,
+			"retractions":      res.Stats.Retractions,
+			"peak_token_usage": res.Stats.PeakTokenUsage,
+			"graph_replays":    res.Stats.GraphReplays,
+			"eager_steps":      res.Stats.EagerSteps,
+			"requests":         res.Stats.Requests,
+		},
+		"steps":         res.Stats.Steps,
+		"decode_tokens": res.Stats.DecodeTokens,
+		"wall_seconds":  res.WallSeconds,
+	}
+	for k, v := range sections {
+		if _, taken := out[k]; !taken {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
+
+func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[string]any) error {
+	o := res.Outcomes
+	fmt.Fprintf(w, "CORRUPTION sessions: %d/%d = %s (leak=%d no_tool=%d error=%d ok-ish[done/maxrounds]=%d)  95%% CI %s–%s\n",
+		res.CorruptedSessions, res.Sessions, pct(res.CorruptionRate), o[hook.OutcomeLeak], o[hook.OutcomeNoTool], o[hook.OutcomeError],
+		o[hook.OutcomeDone]+o[hook.OutcomeMaxRounds], pct(res.Wilson95[0]), pct(res.Wilson95[1]))
+	fmt.Fprintf(w, "outcomes: done=%d maxrounds=%d leak=%d no_tool=%d error=%d timeout=%d (deviated from script: %d)\n",
+		o[hook.OutcomeDone], o[hook.OutcomeMaxRounds], o[hook.OutcomeLeak], o[hook.OutcomeNoTool], o[hook.OutcomeError], o[hook.OutcomeTimeout], res.Deviated)
+	graph := "on"
+	if cfg.DisableCUDAGraph {
+		graph = "off"
+	}
+	fmt.Fprintf(w, "engine: index-K %s, cuda graph %s (max bs %d), multi-stream overlap %v, disaggregation %s, max running %d, pool %d tokens",
+		cfg.IndexKDtype, graph, cfg.CUDAGraphMaxBS, cfg.MultiStreamOverlap, cfg.Disaggregation, cfg.MaxRunningRequests, cfg.PoolTokens)
+	if len(cfg.Inject) > 0 {
+		fmt.Fprintf(w, ", inject %s", strings.Join(cfg.Inject, ","))
+	}
+	fmt.Fprintf(w, ", seed %d\n", cfg.Seed)
+	s := res.Stats
+	fmt.Fprintf(w, "sched: peak running-req %d, retractions %d, peak token usage %.2f, steps %d (graph %d, eager %d), decode tokens %d\n",
+		s.PeakRunningReq, s.Retractions, s.PeakTokenUsage, s.Steps, s.GraphReplays, s.EagerSteps, s.DecodeTokens)
+	fmt.Fprintf(w, "wall: %.2fs (%.0f steps/s, %.0f tokens/s)\n", res.WallSeconds,
+		float64(s.Steps)/res.WallSeconds, float64(s.DecodeTokens)/res.WallSeconds)
+	names := make([]string, 0, len(sections))
+	for k := range sections {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		b, err := json.Marshal(sections[k])
+		if err != nil {
+			return fmt.Errorf("encode %s summary: %w", k, err)
+		}
+		if _, err := fmt.Fprintf(w, "%s: %s\n", k, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
