@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -17,6 +18,7 @@ type AnalyzerOptions struct {
 func newAnalyzers(opts AnalyzerOptions) []hook.Analyzer {
 	return []hook.Analyzer{
 		canary.NewAnalyzer(canary.Options{}),
+		graphdiff.NewAnalyzer(graphdiff.Options{}),
 		// One line per analyzer, e.g. checksum.NewAnalyzer(checksum.Options{...}),
 	}
 }

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// GraphDiffReportOptions are the inputs of `kvcanary graphdiff report`.
+type GraphDiffReportOptions struct {
+	IO   *cmdutil.IOStreams
+	JSON *cmdutil.JSONFlags
+	Path string // a trace bundle
+}
+
+// GraphDiffReport is the --json shape of `kvcanary graphdiff report`.
+type GraphDiffReport struct {
+	Input         string              `json:"input"`
+	Headline      string              `json:"headline"`
+	GraphDiff     graphdiff.Summary   `json:"graphdiff"`
+	Findings      []*hook.Finding     `json:"findings"` // first graphDiffMaxFindings
+	FindingsTotal int                 `json:"findings_total"`
+	Bundle        GraphDiffBundleInfo `json:"bundle"`
+}
+
+// GraphDiffBundleInfo says how much of a bundle was usable.
+type GraphDiffBundleInfo struct {
+	Events    uint64 `json:"events"`
+	Samples   uint64 `json:"graphdiff_samples"`
+	Skipped   uint64 `json:"skipped"`
+	Truncated bool   `json:"truncated"`
+	Reason    string `json:"truncation_reason,omitempty"`
+}
+
+const graphDiffMaxFindings = 100
+
+// NewCmdGraphDiff builds `kvcanary graphdiff` and its subcommands.
+func NewCmdGraphDiff(f *cmdutil.Factory, runF func(*GraphDiffReportOptions) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "graphdiff",
+		Short: "Judge graph-vs-eager differentials (captured replay against an eager rerun)",
+		Long: `A graph-vs-eager sample runs one decode step twice from the same inputs: as the
+captured CUDA graph and eagerly. Rounding differences are absorbed by a
+dtype-aware tolerance (allclose, then error against a float64 reference); a
+changed top-k selection is always a divergence. See graphdiff/SPEC.md.`,
+		Args: usageArgs(cobra.NoArgs),
+	}
+	cmd.AddCommand(NewCmdGraphDiffReport(f, runF))
+	return cmd
+}
+
+// NewCmdGraphDiffReport builds `kvcanary graphdiff report`.
+func NewCmdGraphDiffReport(f *cmdutil.Factory, runF func(*GraphDiffReportOptions) error) *cobra.Command {
+	opts := &GraphDiffReportOptions{IO: f.IO}
+	cmd := &cobra.Command{
+		Use:   "report BUNDLE",
+		Short: "Report graph-vs-eager divergence from a trace bundle",
+		Long: `Replay a trace bundle's graphdiff.sample events through the graphdiff analyzer:
+a headline (divergent samples, requests, worst top-k Jaccard), the worst
+samples, and the histogram of top-k Jaccard similarity.
+
+Exit codes: 0 no divergence, 1 a divergent sample, 3 the bundle is unreadable.`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Path = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return graphDiffReportRun(opts)
+		},
+	}
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+func graphDiffReportRun(opts *GraphDiffReportOptions) error {
+	r, err := traces.Open(opts.Path)
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	defer r.Close()
+	an := graphdiff.NewAnalyzer(graphdiff.Options{})
+	rep := GraphDiffReport{Input: opts.Path, Findings: []*hook.Finding{}}
+	emit := func(ev hook.Event) {
+		fd, ok := ev.Body.(*hook.Finding)
+		if !ok {
+			return
+		}
+		rep.FindingsTotal++
+		if len(rep.Findings) < graphDiffMaxFindings {
+			rep.Findings = append(rep.Findings, fd)
+		}
+	}
+	// The manifest carries the run configuration even when the bundle lost
+	// its run.start event; a run.start in the stream overrides it.
+	if m := r.Manifest(); m.Config.Engine != "" || m.Config.Sessions > 0 || m.Config.CUDAGraph {
+		an.Observe(hook.Event{Kind: hook.KindRunStart, Body: &hook.RunStart{Config: m.Config}}, emit)
+	}
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return cmdutil.InputError(fmt.Errorf("read bundle %s: %w", opts.Path, err))
+		}
+		rep.Bundle.Events++
+		switch ev.Kind {
+		case hook.KindGraphDiffSample:
+			rep.Bundle.Samples++
+		case hook.KindFinding:
+			continue // findings recorded at run time are recomputed, not re-judged
+		}
+		an.Observe(ev, emit)
+	}
+	rep.Bundle.Skipped = r.Skipped()
+	rep.Bundle.Truncated = r.Truncated()
+	rep.Bundle.Reason = r.TruncationReason()
+	rep.GraphDiff = an.Result()
+	rep.Headline = graphDiffHeadline(&rep.GraphDiff)
+
+	if opts.JSON.JSON {
+		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
+			return err
+		}
+	} else if err := writeGraphDiffText(opts.IO, &rep); err != nil {
+		return err
+	}
+	if rep.Bundle.Skipped > 0 {
+		fmt.Fprintf(opts.IO.ErrOut, "kvcanary: %s: skipped %d damaged records\n", opts.Path, rep.Bundle.Skipped)
+	}
+	if rep.Bundle.Truncated {
+		fmt.Fprintf(opts.IO.ErrOut, "kvcanary: %s: truncated (%s); the report covers what was readable\n", opts.Path, rep.Bundle.Reason)
+	}
+	if rep.GraphDiff.Divergent > 0 {
+		return cmdutil.FindingError
+	}
+	return nil
+}
+
+// graphDiffHeadline is the report's first line, e.g.
+// "GRAPH≠EAGER: 37/512 samples diverge (12 requests); worst top-k Jaccard 0.41".
+func graphDiffHeadline(s *graphdiff.Summary) string {
+	if s.Samples == 0 {
+		return "no graph-vs-eager samples: " + s.NoSamplesReason
+	}
+	j := "1"
+	if s.MinTopKJaccard != nil {
+		j = strconv.FormatFloat(*s.MinTopKJaccard, 'f', 2, 64)
+	}
+	if s.Divergent == 0 {
+		return fmt.Sprintf("graph = eager within tolerance: 0/%s samples diverge (%s differ by rounding, max abs diff %s); worst top-k Jaccard %s",
+			graphDiffCommas(uint64(s.Samples)), graphDiffCommas(uint64(s.RawDiffSamples)), graphDiffFloat(s.MaxAbsDiff), j)
+	}
+	req := graphDiffPlural(s.DivergentRequests, "request")
+	sess := ""
+	if s.DivergentSessions > 0 {
+		sess = fmt.Sprintf(", %d %s", s.DivergentSessions, graphDiffPlural(s.DivergentSessions, "session"))
+		if s.DivergentSessionsLeaked > 0 {
+			sess += fmt.Sprintf(" of which %d leaked", s.DivergentSessionsLeaked)
+		}
+	}
+	return fmt.Sprintf("GRAPH≠EAGER: %s/%s samples diverge (%d %s%s); worst top-k Jaccard %s",
+		graphDiffCommas(uint64(s.Divergent)), graphDiffCommas(uint64(s.Samples)), s.DivergentRequests, req, sess, j)
+}
+
+func graphDiffFloat(f float64) string { return strconv.FormatFloat(f, 'g', 4, 64) }
+
+func writeGraphDiffText(ios *cmdutil.IOStreams, rep *GraphDiffReport) error {
+	s := &rep.GraphDiff
+	tty := ios.IsStdoutTTY()
+	var b strings.Builder
+	b.WriteString(rep.Headline + "\n")
+	if s.Samples == 0 {
+		fmt.Fprintf(&b, "(%s events read from %s)\n", graphDiffCommas(rep.Bundle.Events), cmdutil.Quote(rep.Input))
+		_, err := fmt.Fprint(ios.Out, b.String())
+		return err
+	}
+	if len(s.Reasons) > 0 {
+		keys := make([]string, 0, len(s.Reasons))
+		for k := range s.Reasons {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if s.Reasons[keys[i]] != s.Reasons[keys[j]] {
+				return s.Reasons[keys[i]] > s.Reasons[keys[j]]
+			}
+			return keys[i] < keys[j]
+		})
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %d", k, s.Reasons[k])
+		}
+		b.WriteString("reasons: " + strings.Join(parts, ", ") + "\n")
+	}
+	fmt.Fprintf(&b, "max abs diff %s (largest within tolerance %s), max rel RMSE %s, max KL %s\n",
+		graphDiffFloat(s.MaxAbsDiff), graphDiffFloat(s.MaxAbsDiffPassing), graphDiffFloat(s.MaxRelRMSE), graphDiffFloat(s.MaxKL))
+
+	b.WriteString("\nworst samples\n")
+	rows := [][]string{{"STEP", "REQUEST", "SESSION", "VERDICT", "JACCARD", "RANK", "MISSING", "EXTRA", "MAX_ABS_DIFF", "REL_RMSE"}}
+	for _, w := range s.Worst {
+		verdict := "ok"
+		if w.Divergent {
+			verdict = w.Reason
+		}
+		sess := w.Session
+		if sess == "" {
+			sess = "-"
+		}
+		missing := strconv.Itoa(w.MissingCount)
+		if w.MissingNewest {
+			missing += " (newest)"
+		}
+		rank := "-"
+		if w.FirstDiffRank >= 0 {
+			rank = strconv.Itoa(w.FirstDiffRank)
+		}
+		rows = append(rows, []string{strconv.FormatUint(w.Step, 10), cmdutil.Quote(w.Request), cmdutil.Quote(sess), verdict,
+			strconv.FormatFloat(w.TopKJaccard, 'f', 3, 64), rank, missing, strconv.Itoa(w.ExtraCount),
+			graphDiffFloat(w.MaxAbsDiff), graphDiffFloat(w.RelRMSE)})
+	}
+	graphDiffRows(&b, tty, rows)
+
+	b.WriteString("\ntop-k Jaccard histogram\n")
+	rows = [][]string{{"JACCARD", "SAMPLES"}}
+	peak := 0
+	for _, h := range s.JaccardHist {
+		peak = max(peak, h.Count)
+	}
+	for _, h := range s.JaccardHist {
+		row := []string{h.Label, graphDiffCommas(uint64(h.Count))}
+		if tty && peak > 0 {
+			row = append(row, strings.Repeat("█", (h.Count*30+peak-1)/peak))
+		}
+		rows = append(rows, row)
+	}
+	graphDiffRows(&b, tty, rows)
+	if s.FindingsSuppressed > 0 {
+		fmt.Fprintf(&b, "\n%s further findings not emitted (per-run cap)\n", graphDiffCommas(s.FindingsSuppressed))
+	}
+	_, err := fmt.Fprint(ios.Out, b.String())
+	return err
+}
+
+// graphDiffRows prints an aligned table on a terminal and tab-separated lines
+// in a pipe.
+func graphDiffRows(b *strings.Builder, tty bool, rows [][]string) {
+	if !tty {
+		for _, r := range rows {
+			b.WriteString(strings.Join(r, "\t") + "\n")
+		}
+		return
+	}
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+// graphDiffCommas formats n with thousands separators (5120 → "5,120").
+func graphDiffCommas(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	var b strings.Builder
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func graphDiffPlural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+func TestGraphDiffReportFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios}
+	var got *GraphDiffReportOptions
+	cmd := NewCmdGraphDiff(f, func(o *GraphDiffReportOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"report", "run.kvtrace", "--json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
+		t.Fatalf("options %+v", got)
+	}
+	cmd = NewCmdGraphDiff(f, func(*GraphDiffReportOptions) error { t.Fatal("ran"); return nil })
+	cmd.SetArgs([]string{"report"})
+	cmd.SetErr(&strings.Builder{})
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		t.Fatalf("no args: %v (exit %d)", err, cmdutil.ExitCode(err))
+	}
+}
+
+func writeGraphDiffBundle(t *testing.T, cfg hook.RunConfig, evs []hook.Event) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "run.kvtrace")
+	w, err := traces.Create(path, traces.Manifest{Run: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]hook.Event{{Kind: hook.KindRunStart, TS: 1, Body: &hook.RunStart{Tool: "test", Config: cfg}}}, evs...)
+	for i, ev := range all {
+		ev.TS = int64(i + 1)
+		if err := w.Write(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func gdSample(step uint64, req, sess string, graph []float32) hook.Event {
+	eager := []float32{0, 1, 2, 3, 4, 5, 6, 7}
+	return hook.Event{Kind: hook.KindGraphDiffSample, Body: &hook.GraphDiffSample{
+		Step: step, Request: req, Session: sess, Dtype: "bf16", Graph: graph, Eager: eager, K: 4, SeqLen: 8,
+	}}
+}
+
+func runGraphDiffReport(t *testing.T, path string, tty, asJSON bool) (string, string, error) {
+	t.Helper()
+	ios, _, out, errOut := cmdutil.Test()
+	ios.SetTTY(tty, tty)
+	err := graphDiffReportRun(&GraphDiffReportOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: asJSON}, Path: path})
+	return out.String(), errOut.String(), err
+}
+
+func TestGraphDiffReportDivergent(t *testing.T) {
+	ninf := float32(math.Inf(-1))
+	stale := []float32{0, 1, 2, 3, 4, 5, ninf, ninf}
+	noisy := []float32{0, 1, 2, 3.004, 4, 5, 6, 7}
+	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: true}, []hook.Event{
+		gdSample(1, "r1", "s1", noisy),
+		gdSample(2, "r2\x1b[31m", "s2", stale),
+		gdSample(3, "r3", "s2", stale),
+		{Kind: hook.KindSession, Body: &hook.Session{ID: "s2", Outcome: hook.OutcomeLeak}},
+	})
+	for _, tty := range []bool{true, false} {
+		out, _, err := runGraphDiffReport(t, path, tty, false)
+		if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+			t.Fatalf("tty=%v: exit %d (%v), want 1\n%s", tty, cmdutil.ExitCode(err), err, out)
+		}
+		want := "GRAPH≠EAGER: 2/3 samples diverge (2 requests, 1 session of which 1 leaked); worst top-k Jaccard 0.33\n"
+		if !strings.HasPrefix(out, want) {
+			t.Fatalf("tty=%v headline:\n%s", tty, out)
+		}
+		if !strings.Contains(out, "reasons: selection 2") || !strings.Contains(out, "2 (newest)") || !strings.Contains(out, "[0,0.5)") {
+			t.Fatalf("tty=%v body:\n%s", tty, out)
+		}
+		if strings.Contains(out, "\x1b") || !strings.Contains(out, `"r2\x1b[31m"`) {
+			t.Fatalf("untrusted request id not quoted:\n%q", out)
+		}
+		if tty != strings.Contains(out, "█") {
+			t.Fatalf("tty=%v: histogram bars only on a terminal:\n%s", tty, out)
+		}
+	}
+	out, _, err := runGraphDiffReport(t, path, false, true)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("json: exit %d", cmdutil.ExitCode(err))
+	}
+	var rep struct {
+		GraphDiff map[string]any   `json:"graphdiff"`
+		Findings  []map[string]any `json:"findings"`
+		Total     int              `json:"findings_total"`
+		Bundle    map[string]any   `json:"bundle"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	g := rep.GraphDiff
+	if g["samples"] != float64(3) || g["divergent"] != float64(2) || g["divergent_requests"] != float64(2) ||
+		g["min_topk_jaccard"].(float64) > 0.34 || g["max_abs_diff"].(float64) <= 0 || rep.Total != 2 || len(rep.Findings) != 2 ||
+		rep.Bundle["graphdiff_samples"] != float64(3) {
+		t.Fatalf("json: %s", out)
+	}
+	if ev := rep.Findings[0]["evidence"].(map[string]any); ev["missing"] != "6,7" || ev["step"] != "2" {
+		t.Fatalf("finding evidence: %v", ev)
+	}
+}
+
+func TestGraphDiffReportClean(t *testing.T) {
+	noisy := []float32{0, 1, 2, 3.004, 4, 5, 6, 7}
+	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: true}, []hook.Event{gdSample(1, "r1", "s1", noisy)})
+	out, _, err := runGraphDiffReport(t, path, false, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.HasPrefix(out, "graph = eager within tolerance: 0/1 samples diverge (1 differ by rounding, max abs diff 0.004") {
+		t.Fatalf("headline:\n%s", out)
+	}
+}
+
+func TestGraphDiffReportNoSamples(t *testing.T) {
+	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: false, Engine: "sim"}, nil)
+	out, _, err := runGraphDiffReport(t, path, false, false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.HasPrefix(out, "no graph-vs-eager samples: no captured replay to compare: CUDA graphs are disabled\n") {
+		t.Fatalf("report:\n%s", out)
+	}
+	out, _, _ = runGraphDiffReport(t, path, false, true)
+	if !strings.Contains(out, `"no_samples_reason": "no captured replay to compare: CUDA graphs are disabled"`) ||
+		!strings.Contains(out, `"samples": 0`) {
+		t.Fatalf("json:\n%s", out)
+	}
+}
+
+func TestGraphDiffReportUnreadable(t *testing.T) {
+	_, _, err := runGraphDiffReport(t, filepath.Join(t.TempDir(), "missing.kvtrace"), false, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput {
+		t.Fatalf("missing file: exit %d (%v), want 3", cmdutil.ExitCode(err), err)
+	}
+	junk := filepath.Join(t.TempDir(), "junk.kvtrace")
+	if err := os.WriteFile(junk, []byte("this is not a bundle\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = runGraphDiffReport(t, junk, false, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput {
+		t.Fatalf("junk file: exit %d (%v), want 3", cmdutil.ExitCode(err), err)
+	}
+}
