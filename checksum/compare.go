@@ -227,7 +227,7 @@ const maxLocate = 10000
 // slice growth), whatever the input size.
 type Comparer struct {
 	opts     Options
-	sides    [2][]entry
+	sides    [2]store
 	evidence []evidence
 
 	report *Report
@@ -262,16 +262,13 @@ func (c *Comparer) Add(r *Record, where string) {
 	if len(r.PageXXH3) > 0 {
 		e.pages |= hasPagesBit
 	}
-	c.sides[s] = append(c.sides[s], e)
+	c.sides[s].add(e)
 }
 
 // Finish classifies every room and returns the report. If NeedPages then
 // reports true, feed the inputs again through AddPages and call Locate to fill
 // in the mismatching pages.
 func (c *Comparer) Finish() *Report {
-	for s := range c.sides {
-		slices.SortFunc(c.sides[s], func(a, b entry) int { return cmp.Compare(a.room, b.room) })
-	}
 	slices.SortFunc(c.evidence, func(a, b evidence) int { return cmp.Compare(a.room, b.room) })
 	r := &Report{WarmupMaxSeqLen: c.opts.warmupMax(), NonMatching: []RoomResult{}}
 	var ev []evidence
@@ -282,34 +279,46 @@ func (c *Comparer) Finish() *Report {
 			r.Unattributed = append(r.Unattributed, EvidenceRef{Where: e.where, Request: e.request})
 		}
 	}
-	p, d := c.sides[0], c.sides[1]
-	i, j, k := 0, 0, 0
-	for i < len(p) || j < len(d) || k < len(ev) {
-		room := uint64(1<<64 - 1)
-		if i < len(p) {
-			room = p[i].room
+	p, d := c.sides[0].sorted(), c.sides[1].sorted()
+	var pg, dg []entry
+	k := 0
+	for {
+		pe, pok := p.peek()
+		de, dok := d.peek()
+		if !pok && !dok && k == len(ev) {
+			break
 		}
-		if j < len(d) && d[j].room < room {
-			room = d[j].room
+		room := uint64(1<<64 - 1)
+		if pok {
+			room = pe.room
+		}
+		if dok && de.room < room {
+			room = de.room
 		}
 		if k < len(ev) && ev[k].room < room {
 			room = ev[k].room
 		}
-		i0, j0, k0 := i, j, k
-		for i < len(p) && p[i].room == room {
-			i++
+		pg, dg = pg[:0], dg[:0]
+		for pok && pe.room == room {
+			pg = append(pg, *pe)
+			p.next()
+			pe, pok = p.peek()
 		}
-		for j < len(d) && d[j].room == room {
-			j++
+		for dok && de.room == room {
+			dg = append(dg, *de)
+			d.next()
+			de, dok = d.peek()
 		}
+		k0 := k
 		for k < len(ev) && ev[k].room == room {
 			k++
 		}
 		r.Rooms++
-		c.judge(r, room, p[i0:i], d[j0:j], ev[k0:k])
+		c.judge(r, room, pg, dg, ev[k0:k])
 	}
 	c.report = r
 	c.evidence = nil
+	c.sides = [2]store{}
 	return r
 }
 
@@ -343,6 +352,12 @@ func (c *Comparer) judge(r *Report, room uint64, pg, dg []entry, ev []evidence) 
 		r.IdenticalRepeats += n1 + n2
 	} else {
 		pd, dd = pg, dg
+	}
+	// The common case, one record per side that matches, allocates nothing.
+	if len(pd) == 1 && len(dd) == 1 && len(ev) == 0 && pd[0].bsum == dd[0].bsum && pd[0].xxh3 == dd[0].xxh3 &&
+		pd[0].seqLen == dd[0].seqLen && !(wmax >= 0 && int(pd[0].seqLen) <= wmax) && !dd[0].zero() {
+		r.Classes.Match++
+		return
 	}
 	res := RoomResult{Room: hook.Dec64(room)}
 	if len(pd) > 0 {

@@ -1,6 +1,7 @@
 package checksum
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -281,3 +282,25 @@ func TestCompareEventSource(t *testing.T) {
 }
 
 var errEOF = io.EOF
+
+func TestRadixSort(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 100, 5000} {
+		for _, gen := range []func(i int) uint64{
+			func(i int) uint64 { return Mix64(uint64(i)) },
+			func(i int) uint64 { return uint64(n - i) },
+			func(i int) uint64 { return 7 },
+			func(i int) uint64 { return uint64(i%3) << 56 },
+		} {
+			c := make([]entry, n)
+			for i := range c {
+				c[i] = entry{room: gen(i), bsum: uint64(i)}
+			}
+			want := slices.Clone(c)
+			slices.SortStableFunc(want, func(a, b entry) int { return cmp.Compare(a.room, b.room) })
+			radixSort(c, nil)
+			if !slices.Equal(c, want) {
+				t.Fatalf("n=%d: radix sort differs from a stable sort", n)
+			}
+		}
+	}
+}
