@@ -1,0 +1,200 @@
+package repro
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// Confound is one way two runs differ besides the flag under test. A and B
+// are the two runs' values (numbers, strings or booleans).
+type Confound struct {
+	Name string `json:"name"`
+	A    any    `json:"a"`
+	B    any    `json:"b"`
+	Note string `json:"note"`
+}
+
+// FlagDiff is one engine flag whose value differs between two runs.
+type FlagDiff struct {
+	Name string `json:"name"`
+	A    any    `json:"a"`
+	B    any    `json:"b"`
+}
+
+// Thresholds for calling a scheduler difference a confound.
+const (
+	// PeakRunningTolerance: peak running requests differing by more than this
+	// fraction of the larger peak are a confound.
+	PeakRunningTolerance = 0.20
+	// TokenUsageTolerance: peak token usage (fraction of the pool) differing
+	// by more than this much is a confound.
+	TokenUsageTolerance = 0.10
+	// RetractionRatio: retraction counts (both non-zero) differing by more
+	// than this factor are a confound; retractions in one arm only always are.
+	RetractionRatio = 2.0
+)
+
+// EngineFlagDiffs lists the engine flags (the run configuration minus the
+// workload: sessions, rounds, concurrency, seed, model, engine, URL) whose
+// values differ, in a fixed order. Flags in RunConfig.Extra are named
+// "extra.<key>"; an absent key reads as "".
+func EngineFlagDiffs(a, b hook.RunConfig) []FlagDiff {
+	var out []FlagDiff
+	add := func(name string, va, vb any) {
+		if va != vb {
+			out = append(out, FlagDiff{Name: name, A: va, B: vb})
+		}
+	}
+	add("index_k_dtype", a.IndexKDtype, b.IndexKDtype)
+	add("cuda_graph", a.CUDAGraph, b.CUDAGraph)
+	add("cuda_graph_max_bs", a.CUDAGraphMaxBS, b.CUDAGraphMaxBS)
+	add("multi_stream_overlap", a.MultiStreamOverlap, b.MultiStreamOverlap)
+	add("disaggregation", a.Disaggregation, b.Disaggregation)
+	add("max_running_requests", a.MaxRunningRequests, b.MaxRunningRequests)
+	add("pool_tokens", a.PoolTokens, b.PoolTokens)
+	add("inject", joinSorted(a.Inject), joinSorted(b.Inject))
+	keys := map[string]bool{}
+	for k := range a.Extra {
+		keys[k] = true
+	}
+	for k := range b.Extra {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		add("extra."+k, a.Extra[k], b.Extra[k])
+	}
+	return out
+}
+
+func joinSorted(ss []string) string {
+	c := append([]string(nil), ss...)
+	sort.Strings(c)
+	return strings.Join(c, ",")
+}
+
+// Confounds compares two runs and returns the engine flags that differ, the
+// one under test (nil when it cannot be named), and every confound. flag names
+// the flag under test ("" to infer it: it is the differing flag when exactly
+// one differs). Every differing engine flag other than the one under test is
+// a confound, as are differences in workload (rounds, sessions, concurrency),
+// model and engine, scheduler pressure (peak running requests, peak token
+// usage, retractions), hardware (GPU count and model, host) and tool version.
+func Confounds(a, b *RunStats, flag string) (diffs []FlagDiff, underTest *FlagDiff, cs []Confound) {
+	diffs = EngineFlagDiffs(a.Config, b.Config)
+	switch {
+	case flag != "":
+		for i := range diffs {
+			if diffs[i].Name == flag {
+				d := diffs[i]
+				underTest = &d
+			}
+		}
+	case len(diffs) == 1:
+		d := diffs[0]
+		underTest = &d
+	}
+	for _, d := range diffs {
+		if underTest != nil && d.Name == underTest.Name {
+			continue
+		}
+		note := "engine flag differs besides the flag under test"
+		if underTest == nil {
+			note = fmt.Sprintf("engine flag differs; %d engine flags differ, so no single flag can be credited (name the one under test with --flag)", len(diffs))
+			if flag != "" {
+				note = fmt.Sprintf("engine flag differs; the named flag under test %q does not", flag)
+			}
+		}
+		cs = append(cs, Confound{Name: d.Name, A: d.A, B: d.B, Note: note})
+	}
+
+	ra, rb := a.Rounds(), b.Rounds()
+	if ra != rb {
+		cs = append(cs, Confound{Name: "rounds", A: ra, B: rb, Note: fmt.Sprintf(
+			"sessions ran %d vs %d rounds: longer sessions give corruption more chances and done/maxrounds are not comparable; rerun with equal rounds", ra, rb)})
+	}
+	sa, sb := a.Outcomes.Total(), b.Outcomes.Total()
+	if sa != sb {
+		cs = append(cs, Confound{Name: "sessions", A: sa, B: sb, Note: "different numbers of sessions: the test accounts for sample size, but the offered load differs"})
+	}
+	if a.Config.Concurrency != b.Config.Concurrency {
+		cs = append(cs, Confound{Name: "concurrency", A: a.Config.Concurrency, B: b.Config.Concurrency,
+			Note: "different offered concurrency: batch size drives this bug class"})
+	}
+	if a.Config.Model != b.Config.Model {
+		cs = append(cs, Confound{Name: "model", A: a.Config.Model, B: b.Config.Model, Note: "different models"})
+	}
+	if a.Config.Engine != b.Config.Engine {
+		cs = append(cs, Confound{Name: "engine", A: a.Config.Engine, B: b.Config.Engine, Note: "different serving engines"})
+	}
+	cs = append(cs, schedConfounds(a, b)...)
+
+	if ga, gb := a.GPUCount(), b.GPUCount(); ga > 0 && gb > 0 && ga != gb {
+		cs = append(cs, Confound{Name: "gpu_count", A: ga, B: gb, Note: fmt.Sprintf(
+			"different hardware: %d vs %d GPUs — memory headroom, pool size and retraction pressure differ", ga, gb)})
+	}
+	if ma, mb := a.GPUModels(), b.GPUModels(); ma != "" && mb != "" && ma != mb {
+		cs = append(cs, Confound{Name: "gpu_model", A: ma, B: mb, Note: "different GPU models"})
+	}
+	if ha, hb := a.Host.Hostname, b.Host.Hostname; ha != "" && hb != "" && ha != hb {
+		cs = append(cs, Confound{Name: "host", A: ha, B: hb, Note: "runs on different machines"})
+	}
+	if a.Tool != "" && b.Tool != "" && a.Tool != b.Tool {
+		cs = append(cs, Confound{Name: "tool_version", A: a.Tool, B: b.Tool, Note: "recorded by different kvcanary versions"})
+	}
+	return diffs, underTest, cs
+}
+
+func schedConfounds(a, b *RunStats) []Confound {
+	ha, hb := a.Sched.Observations > 0, b.Sched.Observations > 0
+	if ha != hb {
+		return []Confound{{Name: "sched_data", A: a.Sched.Observations, B: b.Sched.Observations,
+			Note: "scheduler observations in one run only: peak concurrency, pool pressure and retractions cannot be compared (record the server log, e.g. repro --server-log)"}}
+	}
+	if !ha {
+		return nil
+	}
+	var cs []Confound
+	pa, pb := a.Sched.PeakRunningReq, b.Sched.PeakRunningReq
+	if hi := max(pa, pb); hi > 0 && float64(abs(pa-pb)) > PeakRunningTolerance*float64(hi) {
+		lower := "B"
+		if pa < pb {
+			lower = "A"
+		}
+		cs = append(cs, Confound{Name: "peak_running_req", A: pa, B: pb, Note: fmt.Sprintf(
+			"run %s's peak concurrency is %.0f%% lower (%d vs %d): fewer simultaneous decodes give a concurrency bug fewer chances — a run that finishes sessions faster looks cleaner without being fixed",
+			lower, 100*float64(abs(pa-pb))/float64(max(pa, pb)), min(pa, pb), max(pa, pb))})
+	}
+	ua, ub := a.Sched.PeakTokenUsage, b.Sched.PeakTokenUsage
+	if math.Abs(ua-ub) > TokenUsageTolerance {
+		cs = append(cs, Confound{Name: "peak_token_usage", A: ua, B: ub, Note: fmt.Sprintf(
+			"KV pool pressure differs (peak token usage %.2f vs %.2f)", ua, ub)})
+	}
+	xa, xb := a.Sched.Retractions, b.Sched.Retractions
+	if (xa > 0) != (xb > 0) || (xa > 0 && xb > 0 && float64(max(xa, xb)) > RetractionRatio*float64(min(xa, xb))) {
+		which := "both runs, in very different numbers"
+		if xb == 0 {
+			which = "run A only"
+		} else if xa == 0 {
+			which = "run B only"
+		}
+		cs = append(cs, Confound{Name: "retractions", A: xa, B: xb, Note: fmt.Sprintf(
+			"retractions in %s: pool pressure differs between the runs; retractions may be non-causal (they follow load)", which)})
+	}
+	return cs
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
