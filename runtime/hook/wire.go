@@ -20,9 +20,9 @@ const (
 	// connection: the stream cannot be trusted to be in step any more.
 	MaxFrameSize = 16 << 20
 
-	frameHeaderLen = 4                  // length prefix
-	frameFixedLen  = 1 + 1 + 1 + 8      // version, kind, flags, ts_ns
-	minFrameLen    = frameFixedLen      // smallest legal length prefix
+	frameHeaderLen = 4             // length prefix
+	frameFixedLen  = 1 + 1 + 1 + 8 // version, kind, flags, ts_ns
+	minFrameLen    = frameFixedLen // smallest legal length prefix
 	frameFlagsMask = FlagJSON | FlagSrc | FlagRun
 )
 

@@ -1,0 +1,180 @@
+package hook
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"unicode/utf8"
+)
+
+// frameSeeds are streams for FuzzFrameDecoder: every kind, a mixed stream,
+// and the malformed frames of TestFrameDecoderBadInput.
+func frameSeeds(t testing.TB) [][]byte {
+	var seeds [][]byte
+	var all []byte
+	for _, ev := range codecCases(t) {
+		b, err := AppendFrame(nil, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seeds = append(seeds, b)
+		all = append(all, b...)
+		if j, err := AppendFrameJSON(nil, ev); err == nil {
+			seeds = append(seeds, j)
+		}
+	}
+	seeds = append(seeds, all)
+	good := mustFrame(t, replayEvent(1))
+	seeds = append(seeds,
+		binary.LittleEndian.AppendUint32(nil, 1<<30),
+		append(append([]byte{}, good...), good[:7]...),
+		rawFrame(1, 77, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+		rawFrame(1, byte(KindSched), FlagJSON, 0, 0, 0, 0, 0, 0, 0, 0, '{', '"', 't', 'o', 'k', 'e', 'n', '_', 'u', 's', 'a', 'g', 'e', '"', ':', 'N', 'a', 'N', '}'),
+		rawFrame(1, byte(KindSession), 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0xc3, 0x28),
+	)
+	return seeds
+}
+
+func jsonSeeds(t testing.TB) [][]byte {
+	var seeds [][]byte
+	var all []byte
+	for _, ev := range codecCases(t) {
+		l := jsonLine(t, ev)
+		seeds = append(seeds, l)
+		all = append(all, l...)
+	}
+	seeds = append(seeds, all,
+		[]byte(`{"v":1,"kind":"sched","ts_ns":5,"body":{"token_usage":NaN}}`+"\n"),
+		[]byte(`{"v":1,"kind":"replay","ts_ns":5,"body":{"step":9`),
+		[]byte("{\"v\":1,\"kind\":\"session\",\"ts_ns\":5,\"body\":{\"id\":\"\xff\"}}\n"),
+		[]byte(`{"V":1,"KIND":"replay","ts_ns":5,"body":{"Step":9,"bs":1.0}}`+"\n"),
+		[]byte(`{"v":1,"kind":"room.checksum","body":{"room":18446744073709551615,"bsum":"0X1f","page_xxh3":[]},"src":{"pid":1},"src":{"node":"n"}}`+"\r\n\n  \n"),
+		[]byte(`{"v":1,"kind":"replay","body":{"step":1},"kind":"sched"}`+"\n"),
+	)
+	return seeds
+}
+
+// TestWriteFuzzSeeds regenerates the committed seed corpus when
+// KVCANARY_WRITE_FUZZ_SEEDS=1.
+func TestWriteFuzzSeeds(t *testing.T) {
+	if os.Getenv("KVCANARY_WRITE_FUZZ_SEEDS") != "1" {
+		t.Skip("set KVCANARY_WRITE_FUZZ_SEEDS=1 to regenerate testdata/fuzz")
+	}
+	for name, seeds := range map[string][][]byte{"FuzzFrameDecoder": frameSeeds(t), "FuzzJSONLines": jsonSeeds(t)} {
+		dir := filepath.Join("testdata", "fuzz", name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range seeds {
+			body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s)
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%03d", i)), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func FuzzFrameDecoder(f *testing.F) {
+	f.Fuzz(func(t *testing.T, in []byte) {
+		d := NewFrameDecoder(bytes.NewReader(in))
+		for range 10000 {
+			ev, err := d.Decode()
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				var we *WireError
+				if !errors.As(err, &we) {
+					t.Fatalf("error %v is not a *WireError", err)
+				}
+				if we.Reason == ReasonNone || we.Offset < 0 || we.Offset > int64(len(in)) {
+					t.Fatalf("bad WireError %+v", we)
+				}
+				if we.Fatal {
+					if _, err2 := d.Decode(); err2 != err {
+						t.Fatalf("after fatal %v: %v", err, err2)
+					}
+					return
+				}
+				continue
+			}
+			// Whatever decodes re-encodes, and re-encoding is stable.
+			b1, err := AppendFrame(nil, ev)
+			if err != nil {
+				t.Fatalf("decoded event does not re-encode: %v (%+v)", err, ev)
+			}
+			ev2, n, err := DecodeFrame(b1)
+			if err != nil || n != len(b1) {
+				t.Fatalf("re-encoded frame does not decode: %v", err)
+			}
+			b2, _ := AppendFrame(nil, ev2)
+			if !bytes.Equal(b1, b2) {
+				t.Fatalf("unstable encoding:\n%x\n%x", b1, b2)
+			}
+			if _, err := json.Marshal(ev); err != nil {
+				t.Fatalf("decoded event cannot be written as JSON (bundles need that): %v", err)
+			}
+		}
+	})
+}
+
+func FuzzJSONLines(f *testing.F) {
+	f.Fuzz(func(t *testing.T, in []byte) {
+		// Differential: the fast path must agree with encoding/json.
+		for _, line := range bytes.Split(in, []byte("\n")) {
+			if !utf8.Valid(line) {
+				continue // DecodeJSONLine rejects these before either path
+			}
+			fast, ok := fastLine(line)
+			slow, _, slowErr := slowDecodeLine(line)
+			if ok {
+				if slowErr != nil {
+					t.Fatalf("fast path accepted %q, encoding/json rejects it: %v", line, slowErr)
+				}
+				fb, _ := json.Marshal(fast)
+				sb, _ := json.Marshal(slow)
+				if !bytes.Equal(fb, sb) {
+					t.Fatalf("paths disagree on %q:\nfast %s\nslow %s", line, fb, sb)
+				}
+			}
+		}
+		d := NewJSONLinesDecoder(bytes.NewReader(in))
+		for range 10000 {
+			ev, err := d.Decode()
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				var we *WireError
+				if !errors.As(err, &we) || we.Reason == ReasonNone || we.Line < 1 {
+					t.Fatalf("bad error %v", err)
+				}
+				if we.Fatal {
+					return
+				}
+				continue
+			}
+			b, err := json.Marshal(ev)
+			if err != nil {
+				t.Fatalf("decoded event does not re-marshal: %v", err)
+			}
+			if _, err := AppendFrame(nil, ev); err != nil {
+				t.Fatalf("decoded event does not encode as a frame: %v", err)
+			}
+			again, _, err := DecodeJSONLine(b)
+			if err != nil {
+				t.Fatalf("re-marshalled line %s does not decode: %v", b, err)
+			}
+			b2, _ := json.Marshal(again)
+			if !bytes.Equal(b, b2) {
+				t.Fatalf("unstable JSON:\n%s\n%s", b, b2)
+			}
+		}
+	})
+}
