@@ -70,6 +70,7 @@ type Reader struct {
 	closer io.Closer
 
 	frameNo  uint64 // frames seen (complete or skipped)
+	decoded  uint64 // bytes of decoded content
 	frameOff int64  // offset of the frame content comes from
 	content  []byte // decoded frame
 	pos      int    // read position in content
@@ -78,8 +79,12 @@ type Reader struct {
 	done     bool
 
 	manifest Manifest
-	footer   *Footer
-	validate bool
+	// manifestLine is returned by the first NextRecord; newReader has
+	// already consumed it from the stream.
+	manifestLine []byte
+	manifestPos  Position
+	footer       *Footer
+	validate     bool
 
 	truncated   bool
 	truncReason string
@@ -149,6 +154,8 @@ func newReader(rd io.Reader, name string) (*Reader, error) {
 		return nil, fmt.Errorf("read bundle %s: %w", name, err)
 	}
 	r.manifest = *mr.Manifest
+	r.manifestLine = append([]byte(nil), line...)
+	r.manifestPos = pos
 	return r, nil
 }
 
@@ -161,6 +168,15 @@ func errOr(err error, s string) string {
 
 // Name is the file name (or "bundle" for NewReader) used in messages.
 func (r *Reader) Name() string { return r.name }
+
+// Frames is the number of zstd frames met so far (decoded, skipped or cut).
+func (r *Reader) Frames() uint64 { return r.frameNo }
+
+// Offset is the byte offset in the file up to which the reader has consumed.
+func (r *Reader) Offset() int64 { return r.src.off }
+
+// DecodedBytes is the number of JSON-line bytes decoded so far.
+func (r *Reader) DecodedBytes() uint64 { return r.decoded }
 
 // Manifest returns the bundle's manifest.
 func (r *Reader) Manifest() Manifest { return r.manifest }
@@ -236,14 +252,40 @@ func (r *Reader) Next() (hook.Event, error) {
 
 // NextLine returns the next event line (without newline) and its kind and
 // timestamp, without decoding the body. The line is valid until the next call.
+// Lines that are not JSON (when validating, the default), have an event
+// version other than 1 or an unknown kind are skipped and counted.
 func (r *Reader) NextLine() (line []byte, kind hook.Kind, ts int64, err error) {
 	for {
-		typ, line, pos, err := r.nextRecord()
+		rec, err := r.NextRecord()
 		if err != nil {
 			return nil, 0, 0, err
 		}
+		if rec.Type == RecordEvent {
+			return rec.Line, rec.Kind, rec.TS, nil
+		}
+	}
+}
+
+// RawRecord is one line of a bundle as NextRecord returns it.
+type RawRecord struct {
+	Type RecordType
+	Line []byte    // without newline; valid until the next call
+	Kind hook.Kind // events only
+	TS   int64     // events only
+	Pos  Position
+}
+
+// NextRecord returns the next record of any type (manifest and footer
+// included) as its raw line. Event lines are checked as by NextLine.
+func (r *Reader) NextRecord() (RawRecord, error) {
+	for {
+		typ, line, pos, err := r.nextRecord()
+		if err != nil {
+			return RawRecord{}, err
+		}
+		rec := RawRecord{Type: typ, Line: line, Pos: pos}
 		if typ != RecordEvent {
-			continue
+			return rec, nil
 		}
 		kind, ts, ok := eventPrefix(line)
 		if ok && r.validate && !json.Valid(line) {
@@ -257,21 +299,18 @@ func (r *Reader) NextLine() (line []byte, kind hook.Kind, ts int64, err error) {
 				continue
 			}
 		}
-		return line, kind, ts, nil
+		rec.Kind, rec.TS = kind, ts
+		return rec, nil
 	}
-}
-
-// NextRecord returns the next record of any type (manifest and footer
-// included) as its raw line, valid until the next call. Event lines are
-// classified by their envelope only.
-func (r *Reader) NextRecord() (RecordType, []byte, error) {
-	typ, line, _, err := r.nextRecord()
-	return typ, line, err
 }
 
 // nextRecord returns the next classified line; unusable lines are skipped
 // and counted here. Footers are parsed and kept as they pass.
 func (r *Reader) nextRecord() (RecordType, []byte, Position, error) {
+	if line := r.manifestLine; line != nil {
+		r.manifestLine = nil
+		return RecordManifest, line, r.manifestPos, nil
+	}
 	for {
 		line, pos, err := r.nextLine()
 		if err != nil {
@@ -393,6 +432,7 @@ func (r *Reader) nextFrame() error {
 			continue
 		}
 		r.content = content
+		r.decoded += uint64(len(content))
 		r.pos = 0
 		r.frameOff = off
 		return nil

@@ -38,6 +38,7 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 		NewCmdCanary(f, nil),
 		NewCmdGraphDiff(f, nil),
 		NewCmdSim(f),
+		NewCmdTrace(f),
 		// Commands register here, one line each.
 	)
 	return root
