@@ -66,6 +66,9 @@ func (c *Class) UnmarshalText(b []byte) error {
 type PageVerdict struct {
 	hook.PageChange
 	Class Class `json:"class"`
+	// Collateral marks a change beside an expected store on an expected page
+	// (from CanaryPages.Collateral), judged as if the page were not expected.
+	Collateral bool `json:"collateral,omitempty"`
 }
 
 // MissingStore is an expected page whose digest did not change across the
@@ -83,9 +86,10 @@ type ReplayResult struct {
 	PagesChecked int
 	LivePages    int
 	LiveChecked  int
-	Counts       [classLimit]int // changed pages per class
-	Pages        []PageVerdict   // every changed page, in the order the source listed them
-	Missing      []MissingStore  // expected, non-padding pages that did not change, ascending
+	Counts       [classLimit]int // changed pages per class (collateral entries included)
+	Pages        []PageVerdict   // every changed page in the order the source listed them, then every collateral entry
+	Missing      []MissingStore  // expected, non-padding, non-rewritten pages that did not change, ascending
+	Rewritten    int             // expected pages unchanged because their store rewrote identical bytes
 }
 
 // Count returns the number of changed pages of class c.
@@ -105,12 +109,13 @@ func (r *ReplayResult) Findings() bool {
 // Classifier classifies replays, reusing its scratch space between calls. The
 // zero value is ready to use; a Classifier is not safe for concurrent use.
 type Classifier struct {
-	expected []uint32
-	padding  []uint32
-	transfer []uint32
-	running  map[string]struct{}
-	owners   map[uint32]string
-	seen     []uint32
+	expected  []uint32
+	padding   []uint32
+	transfer  []uint32
+	rewritten []uint32
+	running   map[string]struct{}
+	owners    map[uint32]string
+	seen      []uint32
 }
 
 // Classify judges one observation into r, overwriting r but reusing its
@@ -126,6 +131,7 @@ func (c *Classifier) Classify(obs *hook.CanaryPages, r *ReplayResult) {
 	c.expected = sortedSet(c.expected, obs.Expected)
 	c.padding = sortedSet(c.padding, obs.Padding)
 	c.transfer = sortedSet(c.transfer, obs.Transfer)
+	c.rewritten = sortedSet(c.rewritten, obs.Rewritten)
 	if c.running == nil {
 		c.running = make(map[string]struct{}, len(obs.Running))
 	}
@@ -142,6 +148,11 @@ func (c *Classifier) Classify(obs *hook.CanaryPages, r *ReplayResult) {
 		r.Counts[cl]++
 		r.Pages = append(r.Pages, PageVerdict{PageChange: ch, Class: cl})
 		c.seen = append(c.seen, ch.Page)
+	}
+	for _, ch := range obs.Collateral {
+		cl := c.unexpectedClass(ch)
+		r.Counts[cl]++
+		r.Pages = append(r.Pages, PageVerdict{PageChange: ch, Class: cl, Collateral: true})
 	}
 	if len(c.expected) == 0 {
 		return
@@ -164,6 +175,10 @@ func (c *Classifier) Classify(obs *hook.CanaryPages, r *ReplayResult) {
 		if contains(c.padding, pg) || contains(c.seen, pg) {
 			continue
 		}
+		if contains(c.rewritten, pg) {
+			r.Rewritten++
+			continue
+		}
 		r.Missing = append(r.Missing, MissingStore{Page: pg, Owner: owners[pg]})
 	}
 }
@@ -174,6 +189,12 @@ func (c *Classifier) classOf(ch hook.PageChange) Class {
 	if contains(c.expected, ch.Page) || contains(c.padding, ch.Page) {
 		return ClassExpectedStore
 	}
+	return c.unexpectedClass(ch)
+}
+
+// unexpectedClass applies rules 2-5 of SPEC.md to a change that no expected
+// store explains.
+func (c *Classifier) unexpectedClass(ch hook.PageChange) Class {
 	if ch.Owner != "" {
 		if _, ok := c.running[ch.Owner]; ok {
 			return ClassLiveOverwrite

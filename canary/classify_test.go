@@ -208,3 +208,44 @@ func TestRunAggregatesAndBoundsSamples(t *testing.T) {
 		t.Fatalf("empty run summary %+v", es)
 	}
 }
+
+// TestClassifyCollateral: a stray write beside an expected store on the same
+// page (stale-outloc's signature) is a live overwrite when the source reports
+// it as collateral, although the page itself counts as an expected store.
+func TestClassifyCollateral(t *testing.T) {
+	obs := &hook.CanaryPages{
+		Step: 12, Running: []string{"victim", "other"}, Expected: []uint32{7, 8}, Transfer: []uint32{9},
+		Changed: []hook.PageChange{chg(7, "victim"), chg(8, "other")},
+		Collateral: []hook.PageChange{
+			chg(7, "victim"),
+			chg(8, "parked"), // owner outside the batch: held
+		},
+	}
+	r := Classify(obs)
+	if r.Count(ClassExpectedStore) != 2 || r.Count(ClassLiveOverwrite) != 1 || r.Count(ClassHeldPage) != 1 || len(r.Pages) != 4 {
+		t.Fatalf("counts %v pages %+v", r.Counts, r.Pages)
+	}
+	live := r.Pages[2]
+	if !live.Collateral || live.Class != ClassLiveOverwrite || live.Page != 7 || live.Owner != "victim" {
+		t.Fatalf("collateral verdict %+v", live)
+	}
+	if len(r.Missing) != 0 {
+		t.Fatalf("missing %v", r.Missing)
+	}
+}
+
+// TestClassifyRewritten: an expected page that did not change because its
+// store wrote identical bytes is not a missing store, but is counted.
+func TestClassifyRewritten(t *testing.T) {
+	obs := &hook.CanaryPages{Running: []string{"a", "b"}, Expected: []uint32{1, 2, 3}, Rewritten: []uint32{2},
+		Changed: []hook.PageChange{chg(1, "a")}}
+	r := Classify(obs)
+	if len(r.Missing) != 1 || r.Missing[0].Page != 3 || r.Rewritten != 1 {
+		t.Fatalf("missing %v rewritten %d", r.Missing, r.Rewritten)
+	}
+	var run Run
+	run.Add(&r)
+	if s := run.Summary(); s.RewrittenStores != 1 || s.MissingStores != 1 {
+		t.Fatalf("summary %+v", s)
+	}
+}

@@ -38,6 +38,7 @@ type Summary struct {
 	HeldPageWrites       uint64   `json:"held_page_writes"`
 	LivePageOverwrites   uint64   `json:"live_page_overwrites"`
 	MissingStores        uint64   `json:"missing_stores"`
+	RewrittenStores      uint64   `json:"rewritten_stores"` // expected pages unchanged because the store wrote identical bytes
 	FindingsSuppressed   uint64   `json:"findings_suppressed,omitempty"`
 	Samples              []Sample `json:"samples"`
 }
@@ -59,6 +60,7 @@ type Run struct {
 	liveChecked uint64
 	counts      [classLimit]uint64
 	missing     uint64
+	rewritten   uint64
 	samples     [classLimit + 1][]Sample // index classLimit holds missing stores
 }
 
@@ -78,6 +80,7 @@ func (a *Run) Add(r *ReplayResult) {
 		a.counts[c] += uint64(r.Counts[c])
 	}
 	a.missing += uint64(len(r.Missing))
+	a.rewritten += uint64(max(r.Rewritten, 0))
 	limit := a.SamplesPerClass
 	if limit == 0 {
 		limit = DefaultSamplesPerClass
@@ -113,6 +116,7 @@ func (a *Run) Summary() Summary {
 		HeldPageWrites:       a.counts[ClassHeldPage],
 		LivePageOverwrites:   a.counts[ClassLiveOverwrite],
 		MissingStores:        a.missing,
+		RewrittenStores:      a.rewritten,
 		Samples:              []Sample{},
 	}
 	if a.mixed {

@@ -395,6 +395,18 @@ type CanaryPages struct {
 	// coverage the canary report states (100% under every built-in policy).
 	LivePages   int `json:"live_pages,omitempty"`
 	LiveChecked int `json:"live_checked,omitempty"`
+	// Collateral lists expected pages on which bytes outside this step's
+	// stored slots changed (the source compares those pages slot by slot, a
+	// copy from before the replay against the page after; Before/After are the
+	// whole-page digests). A page digest cannot tell a stray write beside an
+	// expected store from the store itself; these entries can, and the canary
+	// judges them as if the page were not expected.
+	Collateral []PageChange `json:"collateral,omitempty"`
+	// Rewritten lists expected pages that did not change because each store
+	// on them wrote exactly the bytes its slot already held (only a source
+	// that knows the stored bytes, like the twin, can tell). They are not
+	// missing stores.
+	Rewritten []uint32 `json:"rewritten,omitempty"`
 }
 
 // GraphDiffSample holds what the captured replay and an eager rerun computed
