@@ -179,7 +179,7 @@ func FormatP(p float64) string {
 	switch {
 	case p != p:
 		return "NaN"
-	case p >= 0.001 || p == 0:
+	case p >= 1e-4 || p == 0:
 		return strconv.FormatFloat(p, 'g', 3, 64)
 	default:
 		return strconv.FormatFloat(p, 'e', 2, 64)

@@ -1,0 +1,268 @@
+package repro
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+func baseCfg() hook.RunConfig {
+	return hook.RunConfig{Engine: "sglang", Model: "DeepSeek-V4-Flash", IndexKDtype: "bf16", CUDAGraph: true, CUDAGraphMaxBS: 32,
+		MultiStreamOverlap: true, Disaggregation: "pd", Sessions: 80, Rounds: 4, Concurrency: 80, Seed: 1}
+}
+
+func host(name string, gpus int) hook.HostInfo {
+	h := hook.HostInfo{Hostname: name}
+	for i := 0; i < gpus; i++ {
+		h.GPUs = append(h.GPUs, hook.GPUInfo{Index: i, Name: "RTX PRO 6000"})
+	}
+	return h
+}
+
+func confoundNames(cs []Confound) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func findConfound(cs []Confound, name string) (Confound, bool) {
+	for _, c := range cs {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Confound{}, false
+}
+
+// The seeds' first A/B: bf16 baseline ran 6 rounds, the fp8 bisect run 4.
+func TestSeedsRoundsConfound(t *testing.T) {
+	a := baseCfg()
+	a.Rounds = 6
+	b := baseCfg()
+	b.IndexKDtype = "fp8"
+	A := runSpec{cfg: a, host: host("pd", 8), tool: "v1", outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, running: []int{60}, usage: 0.3}.stats("bf16.kvtrace")
+	B := runSpec{cfg: b, host: host("pd", 8), tool: "v1", outcomes: Outcomes{Done: 77, NoTool: 1, Error: 2}, rounds: 4, running: []int{58}, usage: 0.3}.stats("fp8.kvtrace")
+	r := Compare(A, B, CompareOptions{})
+	if r.FlagUnderTest == nil || r.FlagUnderTest.Name != "index_k_dtype" || r.FlagUnderTest.A != "bf16" || r.FlagUnderTest.B != "fp8" {
+		t.Fatalf("flag under test = %+v", r.FlagUnderTest)
+	}
+	c, ok := findConfound(r.Confounds, "rounds")
+	if !ok || c.A != 6 || c.B != 4 || !strings.Contains(c.Note, "6 vs 4 rounds") {
+		t.Fatalf("rounds confound missing: %+v", r.Confounds)
+	}
+	if got := confoundNames(r.Confounds); len(got) != 1 {
+		t.Errorf("confounds = %v, want only rounds", got)
+	}
+	// Equal rounds: the confound goes away.
+	b.Rounds, a.Rounds = 4, 4
+	A = runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
+	B = runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	if _, ok := findConfound(Compare(A, B, CompareOptions{}).Confounds, "rounds"); ok {
+		t.Error("rounds confound with equal rounds")
+	}
+}
+
+// The seeds' second caveat: fp8 may finish faster, so its peak concurrency is
+// lower — fewer chances for a concurrency bug.
+func TestSeedsPeakConcurrencyConfound(t *testing.T) {
+	a, b := baseCfg(), baseCfg()
+	b.IndexKDtype = "fp8"
+	A := runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4, running: []int{20, 37, 30}, usage: 0.5}.stats("bf16")
+	B := runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 79, NoTool: 1}, rounds: 4, running: []int{12, 24, 20}, usage: 0.5}.stats("fp8")
+	r := Compare(A, B, CompareOptions{})
+	c, ok := findConfound(r.Confounds, "peak_running_req")
+	if !ok || c.A != 37 || c.B != 24 || !strings.Contains(c.Note, "run B's peak concurrency is 35% lower (24 vs 37)") {
+		t.Fatalf("peak concurrency confound: %+v", r.Confounds)
+	}
+	// Within 20%: not a confound.
+	B = runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{31}, usage: 0.5}.stats("fp8")
+	if _, ok := findConfound(Compare(A, B, CompareOptions{}).Confounds, "peak_running_req"); ok {
+		t.Error("37 vs 31 (16%) flagged")
+	}
+}
+
+// The seeds' third: fp8 ran on the 8-GPU PD setup, bf16 on a 4-GPU single server.
+func TestSeedsHardwareConfound(t *testing.T) {
+	a, b := baseCfg(), baseCfg()
+	a.Disaggregation = "none"
+	b.IndexKDtype = "fp8"
+	A := runSpec{cfg: a, host: host("single", 4), tool: "v1", outcomes: Outcomes{MaxRounds: 77, NoTool: 3}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{3}}.stats("bf16-single")
+	B := runSpec{cfg: b, host: host("pd-decode", 8), tool: "v1", outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{58}, usage: 0.26}.stats("fp8-pd")
+	r := Compare(A, B, CompareOptions{Flag: "index_k_dtype"})
+	names := strings.Join(confoundNames(r.Confounds), ",")
+	for _, want := range []string{"disaggregation", "gpu_count", "host", "peak_token_usage", "retractions"} {
+		if !strings.Contains(names, want) {
+			t.Errorf("confound %q missing from %s", want, names)
+		}
+	}
+	if c, _ := findConfound(r.Confounds, "gpu_count"); c.A != 4 || c.B != 8 || !strings.Contains(c.Note, "different hardware") {
+		t.Errorf("gpu_count = %+v", c)
+	}
+	if c, _ := findConfound(r.Confounds, "retractions"); !strings.Contains(c.Note, "run A only") || !strings.Contains(c.Note, "non-causal") {
+		t.Errorf("retractions = %+v", c)
+	}
+	if r.FlagUnderTest == nil || r.FlagUnderTest.Name != "index_k_dtype" {
+		t.Errorf("flag under test = %+v", r.FlagUnderTest)
+	}
+	if c, _ := findConfound(r.Confounds, "disaggregation"); !strings.Contains(c.Note, "besides the flag under test") {
+		t.Errorf("disaggregation = %+v", c)
+	}
+}
+
+func TestMoreThanOneFlagWithoutName(t *testing.T) {
+	a, b := baseCfg(), baseCfg()
+	b.CUDAGraphMaxBS = 64
+	b.MultiStreamOverlap = false
+	A := runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
+	B := runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	r := Compare(A, B, CompareOptions{})
+	if r.FlagUnderTest != nil || len(r.DifferingFlags) != 2 {
+		t.Fatalf("flag under test %+v, diffs %+v", r.FlagUnderTest, r.DifferingFlags)
+	}
+	if got := strings.Join(confoundNames(r.Confounds), ","); got != "cuda_graph_max_bs,multi_stream_overlap" {
+		t.Errorf("confounds = %s", got)
+	}
+	r = Compare(A, B, CompareOptions{Flag: "multi_stream_overlap"})
+	if r.FlagUnderTest == nil || r.FlagUnderTest.Name != "multi_stream_overlap" || len(r.Confounds) != 1 || r.Confounds[0].Name != "cuda_graph_max_bs" {
+		t.Errorf("named flag: %+v %+v", r.FlagUnderTest, r.Confounds)
+	}
+	r = Compare(A, B, CompareOptions{Flag: "index_k_dtype"})
+	if r.FlagUnderTest != nil || !strings.Contains(strings.Join(r.Notes, "\n"), `"index_k_dtype" has the same value`) {
+		t.Errorf("absent named flag: %+v %v", r.FlagUnderTest, r.Notes)
+	}
+}
+
+func TestOtherConfounds(t *testing.T) {
+	a, b := baseCfg(), baseCfg()
+	b.Concurrency, b.Model, b.Engine = 40, "Qwen3-8B", "vllm"
+	b.Extra = map[string]string{"attention-backend": "flashinfer"}
+	ha, hb := host("x", 4), host("x", 4)
+	hb.GPUs[0].Name = "H200"
+	A := runSpec{cfg: a, host: ha, tool: "v1", outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
+	B := runSpec{cfg: b, host: hb, tool: "v2", outcomes: Outcomes{MaxRounds: 40}, rounds: 4}.stats("b")
+	rep := Compare(A, B, CompareOptions{})
+	if rep.FlagUnderTest == nil || rep.FlagUnderTest.Name != "extra.attention-backend" || rep.FlagUnderTest.A != "" || rep.FlagUnderTest.B != "flashinfer" {
+		t.Errorf("the one differing flag (an extra) is not the flag under test: %+v", rep.FlagUnderTest)
+	}
+	names := strings.Join(confoundNames(rep.Confounds), ",")
+	for _, want := range []string{"sessions", "concurrency", "model", "engine", "gpu_model", "tool_version"} {
+		if !strings.Contains(names, want) {
+			t.Errorf("confound %q missing from %s", want, names)
+		}
+	}
+	if strings.Contains(names, "host") || strings.Contains(names, "gpu_count") {
+		t.Errorf("same host/count flagged: %s", names)
+	}
+	// Scheduler data in one run only.
+	A = runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{5}}.stats("a")
+	B = runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	r := Compare(A, B, CompareOptions{})
+	if got := strings.Join(confoundNames(r.Confounds), ","); got != "sched_data" {
+		t.Errorf("confounds = %s", got)
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "no engine flag differs") {
+		t.Errorf("notes = %v", r.Notes)
+	}
+}
+
+// The seeds' red herring: 3 retractions matched 3 no_tool sessions, yet the
+// PD decode node corrupted 15% with zero retractions.
+func TestRetractionCorrelationNotes(t *testing.T) {
+	a, b := baseCfg(), baseCfg()
+	b.MultiStreamOverlap = false
+	A := runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 68, Leak: 12}, rounds: 4, running: []int{24}, usage: 0.26}.stats("pd-decode")
+	B := runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{2, 1}}.stats("small-pool")
+	r := Compare(A, B, CompareOptions{})
+	notes := strings.Join(r.Notes, "\n")
+	if !strings.Contains(notes, "retractions occurred in a run with no corruption (run B: 3 requests retracted, 0/80 sessions corrupted): not causal evidence") {
+		t.Errorf("clean-run retraction note missing: %v", r.Notes)
+	}
+	if !strings.Contains(notes, "run A corrupted 12/80 sessions without a single retraction") {
+		t.Errorf("corruption-without-retraction note missing: %v", r.Notes)
+	}
+	if !strings.Contains(r.Verdict, "B corrupts significantly less than A") {
+		t.Errorf("verdict = %s", r.Verdict)
+	}
+}
+
+func TestABJSONContract(t *testing.T) {
+	a := baseCfg()
+	a.Rounds = 6
+	b := baseCfg()
+	b.IndexKDtype = "fp8"
+	A := runSpec{cfg: a, outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, wall: 300 * time.Second}.stats("bf16")
+	B := runSpec{cfg: b, outcomes: Outcomes{Done: 77, NoTool: 1, Error: 2}, rounds: 4}.stats("fp8")
+	r := Compare(A, B, CompareOptions{})
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		A         map[string]any   `json:"a"`
+		B         map[string]any   `json:"b"`
+		FisherP   *float64         `json:"fisher_p"`
+		Confounds []map[string]any `json:"confounds"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, side := range []map[string]any{m.A, m.B} {
+		for _, k := range []string{"sessions", "rounds", "outcomes", "corrupted_sessions", "corruption_rate", "wilson95", "wall_seconds", "rates"} {
+			if _, ok := side[k]; !ok {
+				t.Errorf("side lacks %q: %s", k, raw)
+			}
+		}
+	}
+	if m.A["wall_seconds"].(float64) != 300 || m.A["rounds"].(float64) != 6 {
+		t.Errorf("side a: %v", m.A)
+	}
+	if m.FisherP == nil || *m.FisherP <= 0 || *m.FisherP >= 0.05 {
+		t.Errorf("fisher_p = %v", m.FisherP)
+	}
+	if len(m.Confounds) == 0 || m.Confounds[0]["name"] != "rounds" || m.Confounds[0]["a"].(float64) != 6 || m.Confounds[0]["b"].(float64) != 4 || m.Confounds[0]["note"] == "" {
+		t.Errorf("confounds = %v", m.Confounds)
+	}
+	leak := m.A["rates"].(map[string]any)["leak"].(map[string]any)
+	if leak["count"].(float64) != 14 || leak["rate"].(float64) != 0.175 {
+		t.Errorf("leak rate = %v", leak)
+	}
+}
+
+func TestWriteText(t *testing.T) {
+	a, b := baseCfg(), baseCfg()
+	b.IndexKDtype = "fp8"
+	A := runSpec{cfg: a, outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 4}.stats("bf16\x1b[31m.kvtrace")
+	B := runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 79, NoTool: 1}, rounds: 4}.stats("fp8.kvtrace")
+	var buf bytes.Buffer
+	if err := Compare(A, B, CompareOptions{}).WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 ok-ish[done/maxrounds]=66)",
+		"CORRUPTION sessions: 1/80 = 1% (leak=0 no_tool=1 error=0 ok-ish[done/maxrounds]=79)",
+		"p = 0.000568", "flag under test: index_k_dtype  bf16 -> fp8", "confounds: none found",
+		"verdict: B corrupts significantly less than A", `"bf16\x1b[31m.kvtrace"`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Error("escape sequence reached the output")
+	}
+}
+
+func TestFormatP(t *testing.T) {
+	for p, want := range map[float64]string{0.4857142857: "0.486", 0.0005682572: "0.000568", 1.0825e-05: "1.08e-05", 1: "1", 0: "0"} {
+		if got := FormatP(p); got != want {
+			t.Errorf("FormatP(%v) = %q, want %q", p, got, want)
+		}
+	}
+}
