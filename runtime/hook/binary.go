@@ -30,7 +30,7 @@ var binaryFieldCount = map[reflect.Type]int{
 	reflect.TypeFor[RoomChecksum]():    9,
 	reflect.TypeFor[Replay]():          5,
 	reflect.TypeFor[PageChange]():      4,
-	reflect.TypeFor[CanaryPages]():     12,
+	reflect.TypeFor[CanaryPages]():     14,
 	reflect.TypeFor[GraphDiffSample](): 11,
 	reflect.TypeFor[Session]():         8,
 	reflect.TypeFor[Sched]():           9,
@@ -171,6 +171,17 @@ func (e *enc) u32s(v []uint32) {
 	}
 }
 
+func (e *enc) pageChanges(v []PageChange) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
+	for i := range v {
+		c := &v[i]
+		e.b = binary.AppendUvarint(e.b, uint64(c.Page))
+		e.str("owner", c.Owner)
+		e.b = appendU64(e.b, uint64(c.Before))
+		e.b = appendU64(e.b, uint64(c.After))
+	}
+}
+
 func (e *enc) i32s(v []int32) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
 	for _, x := range v {
@@ -211,14 +222,7 @@ func appendBinaryBody(dst []byte, body Body) ([]byte, error) {
 		e.str("policy", v.Policy)
 		e.b = appendInt(e.b, v.PagesTotal)
 		e.b = appendInt(e.b, v.PagesChecked)
-		e.b = binary.AppendUvarint(e.b, uint64(len(v.Changed)))
-		for i := range v.Changed {
-			c := &v.Changed[i]
-			e.b = binary.AppendUvarint(e.b, uint64(c.Page))
-			e.str("owner", c.Owner)
-			e.b = appendU64(e.b, uint64(c.Before))
-			e.b = appendU64(e.b, uint64(c.After))
-		}
+		e.pageChanges(v.Changed)
 		e.u32s(v.Expected)
 		e.u32s(v.Transfer)
 		e.strs("running", v.Running)
@@ -226,6 +230,8 @@ func appendBinaryBody(dst []byte, body Body) ([]byte, error) {
 		e.strs("expected_owner", v.ExpectedOwner)
 		e.b = appendInt(e.b, v.LivePages)
 		e.b = appendInt(e.b, v.LiveChecked)
+		e.pageChanges(v.Collateral)
+		e.u32s(v.Rewritten)
 	case *GraphDiffSample:
 		e.b = binary.AppendUvarint(e.b, v.Step)
 		e.str("request", v.Request)
@@ -541,6 +547,22 @@ func (r *reader) u32list(field string) []uint32 {
 	return out
 }
 
+func (r *reader) pageChanges(field string) []PageChange {
+	n := r.count(field, 1+1+8+8)
+	if n == 0 {
+		return nil
+	}
+	out := make([]PageChange, n)
+	for i := range out {
+		c := &out[i]
+		c.Page = r.uint32v("page")
+		c.Owner = r.str()
+		c.Before = Hex64(r.u64())
+		c.After = Hex64(r.u64())
+	}
+	return out
+}
+
 func (r *reader) i32list(field string) []int32 {
 	n := r.count(field, 1)
 	if n == 0 {
@@ -593,16 +615,7 @@ func decodeBinaryBody(k Kind, r *reader) Body {
 		v.Policy = r.str()
 		v.PagesTotal = r.int()
 		v.PagesChecked = r.int()
-		if n := r.count("changed", 1+1+8+8); n > 0 {
-			v.Changed = make([]PageChange, n)
-			for i := range v.Changed {
-				c := &v.Changed[i]
-				c.Page = r.uint32v("page")
-				c.Owner = r.str()
-				c.Before = Hex64(r.u64())
-				c.After = Hex64(r.u64())
-			}
-		}
+		v.Changed = r.pageChanges("changed")
 		v.Expected = r.u32list("expected")
 		v.Transfer = r.u32list("transfer")
 		v.Running = r.strs("running")
@@ -610,6 +623,8 @@ func decodeBinaryBody(k Kind, r *reader) Body {
 		v.ExpectedOwner = r.strs("expected_owner")
 		v.LivePages = r.int()
 		v.LiveChecked = r.int()
+		v.Collateral = r.pageChanges("collateral")
+		v.Rewritten = r.u32list("rewritten")
 		return v
 	case KindGraphDiffSample:
 		v := &GraphDiffSample{}

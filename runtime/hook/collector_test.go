@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -484,5 +485,47 @@ func TestCollectorManyProducersPublishSerially(t *testing.T) {
 		if perProducer[int64(p)] != each {
 			t.Errorf("producer %d: %d events", p, perProducer[int64(p)])
 		}
+	}
+}
+
+// TestPythonExampleFromWIRE runs the Python emitter printed in WIRE.md
+// against a collector, so the documented example keeps working.
+func TestPythonExampleFromWIRE(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not installed")
+	}
+	doc, err := os.ReadFile("WIRE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "<!-- python-example")
+	if !ok {
+		t.Fatal("WIRE.md lacks the python-example marker")
+	}
+	_, after, _ = strings.Cut(after, "```python\n")
+	script, _, ok := strings.Cut(after, "```")
+	if !ok {
+		t.Fatal("unterminated python block in WIRE.md")
+	}
+	if n := strings.Count(strings.TrimSpace(script), "\n") + 1; n > 12 {
+		t.Errorf("the example is %d lines; the issue promises about ten", n)
+	}
+	c, rec := startCollector(t, ListenOptions{Run: "py"})
+	path := filepath.Join(t.TempDir(), "emit.py")
+	os.WriteFile(path, []byte(script), 0o644)
+	out, err := exec.Command(py, path, strings.TrimPrefix(c.Addr(), "unix://")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python: %v\n%s", err, out)
+	}
+	waitFor(t, "100 events", func() bool { return len(rec.events()) == 100 })
+	for i, ev := range rec.events() {
+		r, ok := ev.Body.(*Replay)
+		if !ok || r.Step != uint64(i) || ev.Src.Proc != "py-demo" || ev.Src.PID == 0 || ev.Run != "py" || ev.TS == 0 {
+			t.Fatalf("event %d: %+v %+v", i, ev, ev.Body)
+		}
+	}
+	if st := c.Stats(); st.Rejected != 0 {
+		t.Fatalf("rejected %+v", st)
 	}
 }

@@ -1,0 +1,5 @@
+//go:build !unix
+
+package hook
+
+func processCPUSeconds() float64 { return 0 }
