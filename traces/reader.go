@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 
@@ -474,13 +475,38 @@ func classify(line []byte) (RecordType, string) {
 	return 0, "unknown record: none of the keys v, kind, kvtrace, kvtrace_footer"
 }
 
-var kindByName = func() map[string]hook.Kind {
-	m := make(map[string]hook.Kind)
-	for _, k := range hook.Kinds() {
-		m[k.String()] = k
+// kindOf maps a kind name to its Kind without allocating (KindInvalid when
+// unknown); TestKindOf keeps it in step with hook.
+func kindOf(name []byte) hook.Kind {
+	switch string(name) {
+	case "run.start":
+		return hook.KindRunStart
+	case "run.end":
+		return hook.KindRunEnd
+	case "room.checksum":
+		return hook.KindRoomChecksum
+	case "replay":
+		return hook.KindReplay
+	case "canary.pages":
+		return hook.KindCanaryPages
+	case "graphdiff.sample":
+		return hook.KindGraphDiffSample
+	case "session":
+		return hook.KindSession
+	case "sched":
+		return hook.KindSched
+	case "gpu":
+		return hook.KindGPU
+	case "cuda":
+		return hook.KindCUDA
+	case "finding":
+		return hook.KindFinding
 	}
-	return m
-}()
+	if k, err := hook.ParseKind(string(name)); err == nil {
+		return k // a kind added to hook after this switch was written
+	}
+	return hook.KindInvalid
+}
 
 var eventHead = []byte(`{"v":1,"kind":"`)
 
@@ -495,8 +521,8 @@ func eventPrefix(line []byte) (hook.Kind, int64, bool) {
 	if q < 0 {
 		return 0, 0, false
 	}
-	k, ok := kindByName[string(rest[:q])]
-	if !ok {
+	k := kindOf(rest[:q])
+	if k == hook.KindInvalid {
 		return 0, 0, false
 	}
 	rest = rest[q+1:]
@@ -515,11 +541,25 @@ func eventPrefix(line []byte) (hook.Kind, int64, bool) {
 	if i == 0 || i >= len(rest) || (rest[i] != ',' && rest[i] != '}') {
 		return 0, 0, false
 	}
-	ts, err := strconv.ParseInt(string(rest[:i]), 10, 64)
-	if err != nil {
+	digits := rest[:i]
+	neg := digits[0] == '-'
+	if neg {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 19 { // 19 digits cannot overflow uint64
 		return 0, 0, false
 	}
-	return k, ts, true
+	var u uint64
+	for _, c := range digits {
+		u = u*10 + uint64(c-'0')
+	}
+	switch {
+	case !neg && u <= math.MaxInt64:
+		return k, int64(u), true
+	case neg && u <= math.MaxInt64+1:
+		return k, int64(-u), true // -u wraps to the negative value for MaxInt64+1 too
+	}
+	return 0, 0, false
 }
 
 // eventProbe reads kind and ts_ns from an event line in any field order.
