@@ -39,6 +39,8 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 		NewCmdGraphDiff(f, nil),
 		NewCmdSim(f),
 		NewCmdTrace(f),
+		NewCmdLogs(f),
+		NewCmdAB(f, nil),
 		// Commands register here, one line each.
 	)
 	return root

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/repro"
+)
+
+// ABOptions are the inputs of `kvcanary ab`.
+type ABOptions struct {
+	IO   *cmdutil.IOStreams
+	JSON *cmdutil.JSONFlags
+
+	PathA, PathB string
+	Flag         string // engine flag under test; "" infers it
+}
+
+// NewCmdAB builds `kvcanary ab A.kvtrace B.kvtrace`.
+func NewCmdAB(f *cmdutil.Factory, runF func(*ABOptions) error) *cobra.Command {
+	opts := &ABOptions{IO: f.IO}
+	cmd := &cobra.Command{
+		Use:   "ab A.kvtrace B.kvtrace",
+		Short: "Compare two runs: corruption rates, Fisher's exact test, and confounds",
+		Long: `Compare two recorded runs (trace bundles of repro or sim run --record).
+
+For each run: sessions per outcome class with rates and 95% Wilson intervals.
+Between them: the two-sided Fisher exact p for corrupted (leak, no_tool, error)
+vs not, and the confounds that make the comparison unfair — every way the runs
+differ besides the engine flag under test: rounds, sessions, concurrency,
+model, engine, other engine flags, peak running requests (more than 20% apart),
+peak token usage, retractions, GPU count and model, host, tool version.
+
+The flag under test is the one engine flag that differs; when several differ,
+name it with --flag (index_k_dtype, cuda_graph, cuda_graph_max_bs,
+multi_stream_overlap, disaggregation, max_running_requests, pool_tokens, inject,
+extra.<name>) and the others are listed as confounds.
+
+Correlations are reported honestly: retractions in a run with no corruption are
+called out as non-causal evidence, and corruption in a run without retractions
+rules retraction out as its cause there.
+
+ab is a report, not a check: it exits 0 whatever the comparison shows, 3 when a
+bundle cannot be read, 2 on usage errors.`,
+		Example: `  kvcanary ab baseline.kvtrace fp8.kvtrace
+  kvcanary ab base.kvtrace no-overlap.kvtrace --flag multi_stream_overlap --json | jq .fisher_p`,
+		Args: usageArgs(cobra.ExactArgs(2)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.PathA, opts.PathB = args[0], args[1]
+			if runF != nil {
+				return runF(opts)
+			}
+			return abRun(opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Flag, "flag", "", "engine flag under test (default: the one that differs)")
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+func abRun(opts *ABOptions) error {
+	a, err := repro.RunStatsFromBundle(opts.PathA)
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	b, err := repro.RunStatsFromBundle(opts.PathB)
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	for _, r := range []*repro.RunStats{a, b} {
+		warnRun(opts.IO.ErrOut, r)
+	}
+	rep := repro.Compare(a, b, repro.CompareOptions{Flag: opts.Flag})
+	if opts.JSON.JSON {
+		return cmdutil.WriteJSON(opts.IO.Out, rep)
+	}
+	return rep.WriteText(opts.IO.Out)
+}
+
+func warnRun(w io.Writer, r *repro.RunStats) {
+	if r.Truncated {
+		fmt.Fprintf(w, "warning: %s: bundle is truncated; counts cover what was recorded\n", cmdutil.Quote(r.Name))
+	}
+	if r.Skipped > 0 {
+		fmt.Fprintf(w, "warning: %s: %d damaged records skipped\n", cmdutil.Quote(r.Name), r.Skipped)
+	}
+	if r.Outcomes.Total() == 0 {
+		fmt.Fprintf(w, "warning: %s: no session events; was it recorded by repro or sim run?\n", cmdutil.Quote(r.Name))
+	}
+}

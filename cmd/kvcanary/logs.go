@@ -1,0 +1,160 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/logscan"
+)
+
+// NewCmdLogs builds `kvcanary logs` and its subcommands.
+func NewCmdLogs(f *cmdutil.Factory) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "logs",
+		Short: "Read serving engines' server logs (SGLang, vLLM)",
+		Args:  usageArgs(cobra.NoArgs),
+	}
+	cmd.AddCommand(NewCmdLogsScan(f, nil))
+	return cmd
+}
+
+// LogsScanOptions are the inputs of `kvcanary logs scan`.
+type LogsScanOptions struct {
+	IO   *cmdutil.IOStreams
+	JSON *cmdutil.JSONFlags
+	Now  func() time.Time
+
+	Path  string // "-" reads stdin
+	Year  int    // year for vLLM timestamps; 0 means the current year
+	TZ    string // zone of the log's timestamps
+	Limit int    // retractions and raw lines printed in the text report
+}
+
+// NewCmdLogsScan builds `kvcanary logs scan FILE`.
+func NewCmdLogsScan(f *cmdutil.Factory, runF func(*LogsScanOptions) error) *cobra.Command {
+	opts := &LogsScanOptions{IO: f.IO, Now: f.Now}
+	cmd := &cobra.Command{
+		Use:   "scan FILE",
+		Short: "Summarise a server log: batches, peak load, retractions, canary violations",
+		Long: `Summarise an SGLang or vLLM server log (FILE, or - for stdin): decode and
+prefill batches, peak #running-req and token usage, retractions with their
+timestamps, kv_canary violations, KV checksum mismatches and vLLM preemptions.
+
+For vLLM logs, decode_batches counts the periodic "Engine NNN: Avg prompt
+throughput: …" lines and token usage is the GPU KV cache usage as a fraction.
+Lines in formats the scanner does not know are counted as unrecognized, never
+fatal. Timestamps are read in --tz (default UTC); vLLM prints no year, so
+--year supplies it (default: this year).
+
+This is a summary, not a check: it exits 0 whatever the log holds (use
+"kvcanary canary report LOG" to judge canary violations). It exits 3 when FILE
+cannot be read.`,
+		Example: `  kvcanary logs scan decode.log
+  journalctl -u sglang-decode | kvcanary logs scan - --json | jq .retraction_events`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Path = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return logsScanRun(opts)
+		},
+	}
+	cmd.Flags().IntVar(&opts.Year, "year", 0, "year of vLLM timestamps, which print none (default: the current year)")
+	cmd.Flags().StringVar(&opts.TZ, "tz", "UTC", "time zone the log's timestamps are in (IANA name or Local)")
+	cmd.Flags().IntVar(&opts.Limit, "limit", 10, "retractions and raw lines listed in the text report")
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+func logsScanRun(opts *LogsScanOptions) error {
+	loc, err := time.LoadLocation(opts.TZ)
+	if err != nil {
+		return cmdutil.UsageError("--tz %s: %w", cmdutil.Quote(opts.TZ), err)
+	}
+	year := opts.Year
+	if year == 0 {
+		year = opts.Now().Year()
+	}
+	var r io.Reader
+	name := opts.Path
+	if opts.Path == "-" {
+		r, name = opts.IO.In, "stdin"
+	} else {
+		fh, err := os.Open(opts.Path)
+		if err != nil {
+			return cmdutil.InputError(fmt.Errorf("open server log: %w", err))
+		}
+		defer fh.Close()
+		r = fh
+	}
+	sum, err := logscan.ScanAll(r, name, logscan.Options{Year: year, Location: loc})
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	if opts.JSON.JSON {
+		return cmdutil.WriteJSON(opts.IO.Out, sum)
+	}
+	return writeLogSummary(opts.IO.Out, name, sum, max(opts.Limit, 0))
+}
+
+func writeLogSummary(w io.Writer, name string, s *logscan.Summary, limit int) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s log, %d lines (%d unrecognized, %d blank", cmdutil.Quote(name), s.Format, s.Lines, s.Unrecognized, s.Blank)
+	if s.LongLines > 0 {
+		fmt.Fprintf(&b, ", %d over-long", s.LongLines)
+	}
+	b.WriteString(")")
+	if s.Start != "" {
+		fmt.Fprintf(&b, ", %s .. %s", s.Start, s.End)
+	}
+	b.WriteString("\n")
+	batches := "decode batches"
+	if s.Format == "vllm" {
+		batches = "engine stat lines"
+	}
+	fmt.Fprintf(&b, "%-20s %d (peak #running-req %d, peak token usage %.2f, peak #queue-req %d, cuda graph on %d)\n",
+		batches, s.DecodeBatches, s.PeakRunningReq, s.PeakTokenUsage, s.PeakQueueReq, s.CUDAGraphBatches)
+	if s.Format != "vllm" {
+		fmt.Fprintf(&b, "%-20s %d\n", "prefill batches", s.PrefillBatches)
+	}
+	fmt.Fprintf(&b, "%-20s %d events, %d requests retracted\n", "retractions", s.RetractionEvents, s.RetractedReqs)
+	for i, r := range s.Retractions {
+		if i >= limit {
+			fmt.Fprintf(&b, "  … %d more (--json lists up to %d)\n", s.RetractionEvents-int64(limit), logscan.MaxRetractions)
+			break
+		}
+		when := r.Time
+		if when == "" {
+			when = "(no timestamp)"
+		}
+		fmt.Fprintf(&b, "  line %-7d %s  retracted %d (token usage %.2f, #running-req %d, new_token_ratio %.4f -> %.4f)\n",
+			r.Line, when, r.Retracted, r.TokenUsage, r.RunningReq, r.NewTokenRatio[0], r.NewTokenRatio[1])
+	}
+	fmt.Fprintf(&b, "%-20s %d\n", "canary violations", s.CanaryViolations)
+	writeSamples(&b, s.CanaryLines, limit)
+	fmt.Fprintf(&b, "%-20s %d\n", "checksum mismatches", s.ChecksumMismatches)
+	writeSamples(&b, s.ChecksumLines, limit)
+	fmt.Fprintf(&b, "%-20s %d\n", "preemptions", s.Preemptions)
+	writeSamples(&b, s.PreemptionLines, limit)
+	if s.BadFields > 0 {
+		fmt.Fprintf(&b, "%-20s %d values did not parse on recognized lines\n", "bad fields", s.BadFields)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func writeSamples(b *strings.Builder, samples []logscan.Sample, limit int) {
+	for i, s := range samples {
+		if i >= limit {
+			break
+		}
+		fmt.Fprintf(b, "  line %-7d %s\n", s.Line, cmdutil.Quote(s.Text))
+	}
+}
