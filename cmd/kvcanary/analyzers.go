@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -19,6 +20,7 @@ func newAnalyzers(opts AnalyzerOptions) []hook.Analyzer {
 	return []hook.Analyzer{
 		canary.NewAnalyzer(canary.Options{}),
 		graphdiff.NewAnalyzer(graphdiff.Options{}),
+		checksum.NewAnalyzer(checksum.Options{WarmupMaxSeqLen: opts.WarmupMaxSeqLen}),
 		// One line per analyzer, e.g. checksum.NewAnalyzer(checksum.Options{...}),
 	}
 }

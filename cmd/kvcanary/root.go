@@ -41,6 +41,7 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 		NewCmdTrace(f),
 		NewCmdLogs(f),
 		NewCmdAB(f, nil),
+		NewCmdChecksum(f, nil),
 		// Commands register here, one line each.
 	)
 	return root

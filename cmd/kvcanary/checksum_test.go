@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+func TestChecksumCompareFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios}
+	var got *ChecksumCompareOptions
+	cmd := NewCmdChecksum(f, func(o *ChecksumCompareOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"compare", "p.log", "d.log", "--json", "--warmup-max-seqlen", "32", "--limit", "5"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil || strings.Join(got.Paths, ",") != "p.log,d.log" || !got.JSON.JSON || got.WarmupMaxSeqLen != 32 || got.Limit != 5 {
+		t.Fatalf("options %+v", got)
+	}
+	cmd = NewCmdChecksum(f, func(o *ChecksumCompareOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"compare", "run.kvtrace"})
+	if err := cmd.Execute(); err != nil || got.WarmupMaxSeqLen != 16 {
+		t.Fatalf("defaults: %v %+v", err, got)
+	}
+	for _, args := range [][]string{{"compare"}, {"compare", "a", "b", "c"}, {"compare", "a", "--warmup-max-seqlen", "-1"}} {
+		cmd = NewCmdChecksum(f, func(*ChecksumCompareOptions) error { t.Fatal("ran"); return nil })
+		cmd.SetArgs(args)
+		cmd.SetErr(&strings.Builder{})
+		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+			t.Errorf("%v: %v (exit %d), want usage", args, err, cmdutil.ExitCode(err))
+		}
+	}
+}
+
+func runChecksumCompare(t *testing.T, tty, asJSON bool, paths ...string) (string, string, error) {
+	t.Helper()
+	ios, _, out, errOut := cmdutil.Test()
+	ios.SetTTY(tty, tty)
+	err := checksumCompareRun(&ChecksumCompareOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: asJSON}, Paths: paths, WarmupMaxSeqLen: 16, Limit: 50})
+	return out.String(), errOut.String(), err
+}
+
+// seedLogs writes the seeds' 112-room result as a prefill and a decode log,
+// with prefixes, decimal and hex digests and a garbage line.
+func seedLogs(t *testing.T, mismatchRoom uint64) (string, string) {
+	t.Helper()
+	var p, d strings.Builder
+	fmt.Fprintln(&p, "[2026-03-01 10:00:00 TP0] kvcanary room_checksum side=prefill room=0 seq_len=4 pages=1 bsum=31177 xxh3=0")
+	fmt.Fprintln(&d, "[2026-03-01 10:00:00 TP0] kvcanary room_checksum side=decode room=0 seq_len=4 pages=1 bsum=0 xxh3=0")
+	fmt.Fprintln(&d, "@@ garbage @@")
+	for room := uint64(1); room < 112; room++ {
+		b, x := checksum.Mix64(room), checksum.Mix64(room+1)
+		fmt.Fprintf(&p, "I1201 rank=0] kvcanary room_checksum side=prefill room=%d seq_len=%d pages=%d bsum=%d xxh3=%#x\n", 7000+room, 100+room, 2+room/64, b, x)
+		if room == mismatchRoom {
+			x++
+		}
+		fmt.Fprintf(&d, "kvcanary room_checksum xxh3=%d bsum=%#x side=decode room=%d seq_len=%d pages=%d\n", x, b, 7000+room, 100+room, 2+room/64)
+	}
+	dir := t.TempDir()
+	pp, dp := filepath.Join(dir, "prefill.log"), filepath.Join(dir, "decode.log")
+	if err := os.WriteFile(pp, []byte(p.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dp, []byte(d.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return pp, dp
+}
+
+func TestChecksumCompareSeedLogs(t *testing.T) {
+	pp, dp := seedLogs(t, 0)
+	for _, tty := range []bool{true, false} {
+		out, errOut, err := runChecksumCompare(t, tty, false, pp, dp)
+		if err != nil {
+			t.Fatalf("tty=%v: %v", tty, err)
+		}
+		if first := strings.SplitN(out, "\n", 2)[0]; first != "111/112 rooms match; 1 warmup (room 0, seq_len 4, decode 0)" {
+			t.Errorf("tty=%v headline %q", tty, first)
+		}
+		if !strings.Contains(out, "warmup") || !strings.Contains(out, "0x00000000000079c9") {
+			t.Errorf("tty=%v table:\n%s", tty, out)
+		}
+		if tty == strings.Contains(out, "\t") {
+			t.Errorf("tty=%v: want an aligned table on a TTY and tab-separated lines on a pipe:\n%s", tty, out)
+		}
+		if !strings.Contains(errOut, "decode.log: skipped 1 line without a checksum record (line 2)") {
+			t.Errorf("stderr %q", errOut)
+		}
+	}
+}
+
+func TestChecksumCompareMismatchJSON(t *testing.T) {
+	pp, dp := seedLogs(t, 50)
+	out, _, err := runChecksumCompare(t, false, true, pp, dp)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("err %v, want exit 1", err)
+	}
+	var rep struct {
+		Rooms       int            `json:"rooms"`
+		Classes     map[string]int `json:"classes"`
+		NonMatching []struct {
+			Room    string `json:"room"`
+			Class   string `json:"class"`
+			SeqLen  int    `json:"seq_len"`
+			Prefill struct {
+				XXH3 string `json:"xxh3"`
+			} `json:"prefill"`
+			Decode struct {
+				XXH3 string `json:"xxh3"`
+			} `json:"decode"`
+		} `json:"non_matching"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Rooms != 112 || rep.Classes["match"] != 110 || rep.Classes["mismatch"] != 1 || rep.Classes["warmup"] != 1 ||
+		rep.Classes["missing-decode"] != 0 || rep.Classes["missing-prefill"] != 0 || rep.Classes["duplicate"] != 0 {
+		t.Fatalf("rooms %d classes %v", rep.Rooms, rep.Classes)
+	}
+	var mm []string
+	for _, r := range rep.NonMatching {
+		if r.Class == "mismatch" {
+			mm = append(mm, r.Room)
+			if r.SeqLen != 150 || r.Prefill.XXH3 == r.Decode.XXH3 {
+				t.Errorf("mismatch row %+v", r)
+			}
+		}
+	}
+	if strings.Join(mm, ",") != "7050" {
+		t.Errorf("mismatching rooms %v", mm)
+	}
+}
+
+func TestChecksumCompareBadInputs(t *testing.T) {
+	pp, dp := seedLogs(t, 0)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	copyP := write("copy.log", mustRead(t, pp))
+	link := filepath.Join(dir, "link.log")
+	if err := os.Link(pp, link); err != nil {
+		t.Fatal(err)
+	}
+	empty := write("empty.log", "")
+	noRecs := write("norecs.log", "hello\nworld\n")
+	badDigest := write("bad.log", "ok\nkvcanary room_checksum side=decode room=1 seq_len=100 pages=2 bsum=0x12 xxh3=0xnope\n")
+	for _, c := range []struct {
+		name  string
+		paths []string
+		want  string
+	}{
+		{"same path", []string{pp, pp}, "same file"},
+		{"same inode", []string{pp, link}, "same file"},
+		{"same content", []string{pp, copyP}, "identical content"},
+		{"empty", []string{pp, empty}, "empty.log: empty input"},
+		{"no records", []string{noRecs, dp}, "no room checksum records in 2 lines"},
+		{"malformed digest", []string{pp, badDigest}, "bad.log:2: malformed xxh3 digest"},
+		{"missing file", []string{pp, filepath.Join(dir, "nope.log")}, "nope.log"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := runChecksumCompare(t, false, false, c.paths...)
+			if cmdutil.ExitCode(err) != cmdutil.ExitInput || err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v (exit %d), want exit 3 mentioning %q", err, cmdutil.ExitCode(err), c.want)
+			}
+		})
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestChecksumCompareBundle(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run.kvtrace")
+	w, err := traces.Create(path, traces.Manifest{Run: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []*hook.RoomChecksum{
+		{Room: 0, Side: hook.SidePrefill, SeqLen: 4, Pages: 1, Bsum: 31177},
+		{Room: 0, Side: hook.SideDecode, SeqLen: 4, Pages: 1},
+		{Room: 9, Side: hook.SidePrefill, SeqLen: 150, Pages: 3, Bsum: 1, XXH3: 2, PageSum: []hook.Hex64{1, 2, 3}},
+		{Room: 9, Side: hook.SideDecode, SeqLen: 150, Pages: 3, Bsum: 1, XXH3: 5, PageSum: []hook.Hex64{1, 2, 4}},
+		{Room: 10, Side: hook.SidePrefill, SeqLen: 300, Pages: 5, Bsum: 7, XXH3: 8},
+	}
+	for i, b := range evs {
+		if err := w.Write(hook.Event{Kind: hook.KindRoomChecksum, TS: int64(i + 1), Body: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runChecksumCompare(t, true, false, path)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("err %v, want exit 1\n%s", err, out)
+	}
+	if !strings.HasPrefix(out, "0/3 rooms match; 1 mismatch (room 9, seq_len 150); 1 warmup (room 0, seq_len 4, decode 0); 1 missing-decode (room 10, seq_len 300)\n") {
+		t.Errorf("headline:\n%s", out)
+	}
+	if !strings.Contains(out, "2 (tokens 128-150)") {
+		t.Errorf("table lacks the mismatching page:\n%s", out)
+	}
+}
