@@ -42,6 +42,7 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 		NewCmdLogs(f),
 		NewCmdAB(f, nil),
 		NewCmdChecksum(f, nil),
+		NewCmdCollect(f, nil),
 		// Commands register here, one line each.
 	)
 	return root
