@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+)
+
+const logsFixture = `[2025-06-01 12:00:01 TP0] Prefill batch, #new-seq: 3, #new-token: 8192, #cached-token: 1024, token usage: 0.41, #running-req: 57, #queue-req: 9, 
+[2025-06-01 12:00:02 TP0] Decode batch, #running-req: 60, #token: 87282, token usage: 1.00, cuda graph: True, gen throughput (token/s): 2529.33, #queue-req: 13, 
+[2025-06-01 12:00:03 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.4100 -> 0.7000
+[2025-06-01 12:00:04 TP0] kv_canary violation: launch_tag=HEAD_K_FULL fail_reason=position slot_idx=1 position=2 stored_token=3 expected_token=4 stored_chain_hash=0x1 expected_aux=0x2` + "\x1b[2J" + `
+INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK
+`
+
+func runLogsScan(t *testing.T, args []string, stdin string) (string, string, error) {
+	t.Helper()
+	ios, in, out, errOut := cmdutil.Test()
+	in.WriteString(stdin)
+	f := &cmdutil.Factory{IO: ios, Now: func() time.Time { return time.Date(2025, 7, 1, 0, 0, 0, 0, time.UTC) }}
+	cmd := NewCmdLogsScan(f, nil)
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	err := cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestLogsScanJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decode.log")
+	if err := os.WriteFile(path, []byte(logsFixture), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runLogsScan(t, []string{path, "--json"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := map[string]float64{
+		"lines": 5, "decode_batches": 1, "peak_running_req": 60, "peak_token_usage": 1, "retraction_events": 1,
+		"retracted_reqs": 3, "canary_violations": 1, "checksum_mismatches": 0, "preemptions": 0, "unrecognized": 1,
+	}
+	for k, v := range want {
+		got, ok := m[k].(float64)
+		if !ok || got != v {
+			t.Errorf("%s = %v, want %v", k, m[k], v)
+		}
+	}
+	if m["format"] != "sglang" {
+		t.Errorf("format = %v", m["format"])
+	}
+	rs := m["retractions"].([]any)
+	if len(rs) != 1 || rs[0].(map[string]any)["time"] != "2025-06-01T12:00:03Z" {
+		t.Errorf("retractions = %v", rs)
+	}
+}
+
+func TestLogsScanTextQuotesAndStdin(t *testing.T) {
+	out, _, err := runLogsScan(t, []string{"-"}, logsFixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"stdin: sglang log, 5 lines (1 unrecognized", "retractions          1 events, 3 requests retracted",
+		"2025-06-01T12:00:03Z  retracted 3", "canary violations    1", `\x1b[2J`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Error("raw escape sequence from the log reached the terminal")
+	}
+}
+
+func TestLogsScanErrors(t *testing.T) {
+	_, _, err := runLogsScan(t, []string{filepath.Join(t.TempDir(), "missing.log")}, "")
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), "missing.log") {
+		t.Errorf("missing file: %v (exit %d)", err, cmdutil.ExitCode(err))
+	}
+	_, _, err = runLogsScan(t, []string{"-", "--tz", "Mars/Olympus"}, "")
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		t.Errorf("bad tz: %v", err)
+	}
+	_, _, err = runLogsScan(t, []string{}, "")
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		t.Errorf("no args: %v", err)
+	}
+	// Binary garbage is counted, never fatal.
+	out, _, err := runLogsScan(t, []string{"-", "--json"}, "\x00\x01\x02\n\xff\xfe\n")
+	if err != nil || !strings.Contains(out, `"unrecognized": 2`) {
+		t.Errorf("garbage: %v %s", err, out)
+	}
+}
+
+func TestLogsScanVLLMYear(t *testing.T) {
+	log := "INFO 06-01 12:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 930.1 tokens/s, Running: 64 reqs, Waiting: 12 reqs, GPU KV cache usage: 99.8%, Prefix cache hit rate: 0.0%\n"
+	out, _, err := runLogsScan(t, []string{"-", "--json", "--year", "2024"}, log)
+	if err != nil || !strings.Contains(out, `"start": "2024-06-01T12:00:10Z"`) || !strings.Contains(out, `"peak_token_usage": 0.998`) {
+		t.Errorf("%v %s", err, out)
+	}
+	out, _, _ = runLogsScan(t, []string{"-", "--json"}, log)
+	if !strings.Contains(out, `"start": "2025-06-01T12:00:10Z"`) {
+		t.Errorf("default year not from the injected clock: %s", out)
+	}
+}
