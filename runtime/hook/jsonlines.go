@@ -168,7 +168,8 @@ func firstInvalidUTF8(b []byte) int {
 func slowDecodeLine(line []byte) (Event, Reason, error) {
 	var env envelope
 	if err := json.Unmarshal(line, &env); err != nil {
-		return Event{}, jsonReasonFor(line, err), fmt.Errorf("decode event: %w", err)
+		r := jsonReasonFor(line, err)
+		return Event{}, r, fmt.Errorf("decode event: %s%w", nonFiniteNote(r), err)
 	}
 	if env.V != Version {
 		return Event{}, ReasonBadVersion, fmt.Errorf("decode event: unsupported event version %d (this build reads version %d)", env.V, Version)
@@ -221,6 +222,13 @@ func jsonReasonFor(b []byte, err error) Reason {
 	return ReasonBadJSON
 }
 
+func nonFiniteNote(r Reason) string {
+	if r == ReasonNonFinite {
+		return "NaN or Infinity where a number is expected: "
+	}
+	return ""
+}
+
 // hasNonFiniteLiteral reports whether b holds NaN or Infinity (with an
 // optional sign) outside a string: what Python's json.dumps writes for
 // non-finite floats.
@@ -267,7 +275,11 @@ func decodeJSONBody(k Kind, b []byte) (Body, error) {
 		return nil, &reasonError{ReasonUnknownKind, err}
 	}
 	if err := json.Unmarshal(b, body); err != nil {
-		return nil, &reasonError{jsonReasonFor(b, err), err}
+		r := jsonReasonFor(b, err)
+		if r == ReasonNonFinite {
+			err = fmt.Errorf("%s%w", nonFiniteNote(r), err)
+		}
+		return nil, &reasonError{r, err}
 	}
 	return body, nil
 }

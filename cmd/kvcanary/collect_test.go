@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+func TestCollectFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios}
+	var got *CollectOptions
+	cmd := NewCmdCollect(f, func(o *CollectOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Listen != "unix:///tmp/x.sock" || got.Record != "out.kvtrace" || !got.AllowRemote || !got.JSON.JSON || got.Run != "r9" {
+		t.Fatalf("options %+v", got)
+	}
+	cmd = NewCmdCollect(f, func(*CollectOptions) error { t.Fatal("ran without --listen"); return nil })
+	cmd.SetArgs([]string{})
+	var sink strings.Builder
+	cmd.SetOut(&sink)
+	cmd.SetErr(&sink)
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		t.Fatalf("missing --listen: %v (exit %d)", err, cmdutil.ExitCode(err))
+	}
+}
+
+func TestCollectRefusesRemoteWithoutFlag(t *testing.T) {
+	ios, _, _, errOut := cmdutil.Test()
+	opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now},
+		JSON: &cmdutil.JSONFlags{}, Listen: "tcp://0.0.0.0:0"}
+	err := collectRun(opts)
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--allow-remote") {
+		t.Fatalf("err = %v (exit %d), stderr %q", err, cmdutil.ExitCode(err), errOut)
+	}
+}
+
+// runCollect starts collectRun in the background and returns the collector
+// once it listens, and a stop function returning collectRun's error.
+func runCollect(t *testing.T, opts *CollectOptions) (*hook.Collector, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	opts.Factory.Ctx = ctx
+	ready := make(chan *hook.Collector, 1)
+	opts.ready = func(c *hook.Collector) { ready <- c }
+	done := make(chan error, 1)
+	go func() { done <- collectRun(opts) }()
+	select {
+	case c := <-ready:
+		return c, func() error { cancel(); return <-done }
+	case err := <-done:
+		cancel()
+		t.Fatalf("collect ended before listening: %v", err)
+	}
+	return nil, nil
+}
+
+// TestCollectRecordsTwoProducers is the issue's "done when": a Go emitter and
+// a JSON-lines writer at once, recorded into a bundle that trace inspect (and
+// zstdcat | jq, when installed) read.
+func TestCollectRecordsTwoProducers(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "c.sock")
+	bundle := filepath.Join(dir, "out.kvtrace")
+	ios, _, out, errOut := cmdutil.Test()
+	opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Now: time.Now},
+		JSON: &cmdutil.JSONFlags{JSON: true}, Listen: "unix://" + sock, Record: bundle, Run: "r-collect"}
+	c, stop := runCollect(t, opts)
+
+	const nGo, nJSON = 3000, 1000
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		em, err := hook.Dial("unix://"+sock, hook.DialOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for i := range nGo {
+			em.Emit(hook.Event{Kind: hook.KindReplay, TS: int64(1 + i), Body: &hook.Replay{Step: uint64(i), Mode: "graph"}})
+		}
+		em.Emit(hook.Event{Kind: hook.KindRunEnd, TS: nGo + 1, Body: &hook.RunEnd{Dropped: 7}})
+		em.Close()
+	}()
+	go func() {
+		defer wg.Done()
+		nc, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer nc.Close()
+		for i := range nJSON {
+			line, _ := json.Marshal(hook.Event{Kind: hook.KindSession, TS: int64(1 + i), Body: &hook.Session{ID: "s", Outcome: "done", Rounds: i}})
+			nc.Write(append(line, '\n'))
+		}
+		nc.Write([]byte(`{"v":1,"kind":"sched","ts_ns":1,"body":{"token_usage":NaN}}` + "\n"))
+	}()
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().Events < nGo+nJSON+1 || c.Stats().Rejected < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("collector stats %+v", c.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("collect: %v\n%s", err, errOut)
+	}
+	var sum CollectSummary
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	if sum.Events != nGo+nJSON+1 || sum.ByKind["replay"] != nGo || sum.ByKind["session"] != nJSON ||
+		sum.Rejected != 1 || sum.RejectedBy["non_finite"] != 1 || sum.Recorded != sum.Events ||
+		sum.DroppedProducer != 7 || sum.Dropped != 7 || sum.Connections != 2 || sum.Run != "r-collect" {
+		t.Fatalf("summary %+v", sum)
+	}
+	if !strings.Contains(errOut.String(), "rejected line 1001") || !strings.Contains(errOut.String(), "NaN") {
+		t.Errorf("stderr lacks the rejection note: %q", errOut)
+	}
+	s, err := traces.Inspect(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Events != sum.Events || s.Counts["replay"] != nGo || s.Counts["session"] != nJSON || s.Truncated || s.Manifest.Run != "r-collect" {
+		t.Fatalf("bundle summary %+v", s)
+	}
+	// Standard tools read the bundle too.
+	if _, err := exec.LookPath("zstdcat"); err != nil {
+		t.Log("zstdcat not installed; skipping the zstdcat | jq check")
+		return
+	}
+	if _, err := exec.LookPath("jq"); err != nil {
+		t.Log("jq not installed; skipping the zstdcat | jq check")
+		return
+	}
+	res, err := exec.Command("sh", "-c", `zstdcat "$1" | jq -s '[.[] | select(.kind == "replay" and .src.pid > 0 and .run == "r-collect")] | length'`, "sh", bundle).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("zstdcat | jq: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(res)) != "3000" {
+		t.Fatalf("zstdcat | jq counted %q replay events with src and run filled", res)
+	}
+}
+
+func TestCollectTextReport(t *testing.T) {
+	dir := t.TempDir()
+	ios, _, out, errOut := cmdutil.Test()
+	opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Now: time.Now},
+		JSON: &cmdutil.JSONFlags{}, Listen: "unix://" + filepath.Join(dir, "c.sock")}
+	c, stop := runCollect(t, opts)
+	nc, err := net.Dial("unix", strings.TrimPrefix(c.Addr(), "unix://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Write([]byte(hook.FramePreamble))
+	frame, _ := hook.AppendFrame(nil, hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Mode: "graph"}})
+	nc.Write(frame)
+	nc.Write([]byte{0, 0, 0, 0x40}) // a 1 GB length prefix: framing lost
+	for c.Stats().LostFraming == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	nc.Close()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout not empty without --json: %q", out)
+	}
+	for _, want := range []string{"collect: listening on unix://", "collect: 1 events from 1 connections", "by kind: replay 1",
+		"rejected: 1 (bad_length 1); 1 connections closed after losing framing", "dropped: 0", "length prefix 1073741824"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if strings.Contains(errOut.String(), "\x1b[") {
+		t.Errorf("escape sequences on a non-TTY stderr: %q", errOut)
+	}
+}
