@@ -90,6 +90,7 @@ type ReplayResult struct {
 	Pages        []PageVerdict   // every changed page in the order the source listed them, then every collateral entry
 	Missing      []MissingStore  // expected, non-padding, non-rewritten pages that did not change, ascending
 	Rewritten    int             // expected pages unchanged because their store rewrote identical bytes
+	SlotChecked  bool            // collateral and rewritten are complete (CanaryPages.SlotChecked)
 }
 
 // Count returns the number of changed pages of class c.
@@ -125,7 +126,7 @@ func (c *Classifier) Classify(obs *hook.CanaryPages, r *ReplayResult) {
 	*r = ReplayResult{
 		Step: obs.Step, Policy: obs.Policy,
 		PagesTotal: obs.PagesTotal, PagesChecked: obs.PagesChecked,
-		LivePages: obs.LivePages, LiveChecked: obs.LiveChecked,
+		LivePages: obs.LivePages, LiveChecked: obs.LiveChecked, SlotChecked: obs.SlotChecked,
 		Pages: r.Pages[:0], Missing: r.Missing[:0],
 	}
 	c.expected = sortedSet(c.expected, obs.Expected)

@@ -237,7 +237,7 @@ func TestClassifyCollateral(t *testing.T) {
 // TestClassifyRewritten: an expected page that did not change because its
 // store wrote identical bytes is not a missing store, but is counted.
 func TestClassifyRewritten(t *testing.T) {
-	obs := &hook.CanaryPages{Running: []string{"a", "b"}, Expected: []uint32{1, 2, 3}, Rewritten: []uint32{2},
+	obs := &hook.CanaryPages{Running: []string{"a", "b"}, Expected: []uint32{1, 2, 3}, Rewritten: []uint32{2}, SlotChecked: true,
 		Changed: []hook.PageChange{chg(1, "a")}}
 	r := Classify(obs)
 	if len(r.Missing) != 1 || r.Missing[0].Page != 3 || r.Rewritten != 1 {
@@ -245,7 +245,8 @@ func TestClassifyRewritten(t *testing.T) {
 	}
 	var run Run
 	run.Add(&r)
-	if s := run.Summary(); s.RewrittenStores != 1 || s.MissingStores != 1 {
+	run.Add(&ReplayResult{})
+	if s := run.Summary(); s.RewrittenStores != 1 || s.MissingStores != 1 || s.SlotCheckedReplays != 1 || s.Replays != 2 {
 		t.Fatalf("summary %+v", s)
 	}
 }

@@ -38,7 +38,8 @@ type Summary struct {
 	HeldPageWrites       uint64   `json:"held_page_writes"`
 	LivePageOverwrites   uint64   `json:"live_page_overwrites"`
 	MissingStores        uint64   `json:"missing_stores"`
-	RewrittenStores      uint64   `json:"rewritten_stores"` // expected pages unchanged because the store wrote identical bytes
+	RewrittenStores      uint64   `json:"rewritten_stores"`     // expected pages unchanged because the store wrote identical bytes
+	SlotCheckedReplays   uint64   `json:"slot_checked_replays"` // replays whose expected pages were compared slot by slot
 	FindingsSuppressed   uint64   `json:"findings_suppressed,omitempty"`
 	Samples              []Sample `json:"samples"`
 }
@@ -61,6 +62,7 @@ type Run struct {
 	counts      [classLimit]uint64
 	missing     uint64
 	rewritten   uint64
+	slotChecked uint64
 	samples     [classLimit + 1][]Sample // index classLimit holds missing stores
 }
 
@@ -81,6 +83,9 @@ func (a *Run) Add(r *ReplayResult) {
 	}
 	a.missing += uint64(len(r.Missing))
 	a.rewritten += uint64(max(r.Rewritten, 0))
+	if r.SlotChecked {
+		a.slotChecked++
+	}
 	limit := a.SamplesPerClass
 	if limit == 0 {
 		limit = DefaultSamplesPerClass
@@ -117,6 +122,7 @@ func (a *Run) Summary() Summary {
 		LivePageOverwrites:   a.counts[ClassLiveOverwrite],
 		MissingStores:        a.missing,
 		RewrittenStores:      a.rewritten,
+		SlotCheckedReplays:   a.slotChecked,
 		Samples:              []Sample{},
 	}
 	if a.mixed {

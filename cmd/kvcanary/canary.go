@@ -232,8 +232,19 @@ func writeCanaryBundleText(ios *cmdutil.IOStreams, rep *CanaryReport) error {
 	b.WriteString(canaryHeadline(s) + "\n")
 	fmt.Fprintf(&b, "policy %s: %s pages digested, %s of the pool per replay\n",
 		cmdutil.Quote(s.Policy), canaryCommas(s.PagesChecked), canaryPercent(s.Coverage))
+	switch {
+	case s.SlotCheckedReplays == s.Replays:
+		b.WriteString("expected pages checked slot by slot in every replay\n")
+	case s.SlotCheckedReplays == 0:
+		b.WriteString("expected pages not checked slot by slot: a stray write beside an expected store is invisible\n")
+	default:
+		fmt.Fprintf(&b, "expected pages checked slot by slot in %s of %s replays\n", canaryCommas(s.SlotCheckedReplays), canaryCommas(s.Replays))
+	}
 	if s.MissingStores > 0 {
 		fmt.Fprintf(&b, "MISSING STORES: %s expected pages did not change\n", canaryCommas(s.MissingStores))
+	}
+	if s.RewrittenStores > 0 {
+		fmt.Fprintf(&b, "%s expected stores rewrote identical bytes (not missing)\n", canaryCommas(s.RewrittenStores))
 	}
 	b.WriteString("\n")
 	rows := [][]string{{"CLASS", "PAGES"}}

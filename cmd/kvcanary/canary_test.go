@@ -56,7 +56,7 @@ func writeCanaryBundle(t *testing.T, replays []hook.CanaryPages) string {
 
 func cleanReplay(step uint64) hook.CanaryPages {
 	return hook.CanaryPages{
-		Step: step, Policy: "live", PagesTotal: 1000, PagesChecked: 40, LivePages: 36, LiveChecked: 36,
+		Step: step, Policy: "live", PagesTotal: 1000, PagesChecked: 40, LivePages: 36, LiveChecked: 36, SlotChecked: true,
 		Expected: []uint32{10, 20}, Padding: []uint32{0}, Transfer: []uint32{500},
 		Running: []string{"req-1", "req-2"},
 		Changed: []hook.PageChange{
@@ -90,7 +90,7 @@ func TestCanaryReportBundleClean(t *testing.T) {
 		if !strings.HasPrefix(out, "LIVE-PAGE-OVERWRITE hits: 0 in 5,120 replays (live coverage 100%)\n") {
 			t.Fatalf("tty=%v headline:\n%s", tty, out)
 		}
-		if !strings.Contains(out, "4% of the pool per replay") {
+		if !strings.Contains(out, "4% of the pool per replay") || !strings.Contains(out, "slot by slot in every replay") {
 			t.Fatalf("coverage line missing:\n%s", out)
 		}
 		sep := "\t"

@@ -402,6 +402,10 @@ type CanaryPages struct {
 	// expected store from the store itself; these entries can, and the canary
 	// judges them as if the page were not expected.
 	Collateral []PageChange `json:"collateral,omitempty"`
+	// SlotChecked says the source compared every expected page slot by slot,
+	// so Collateral and Rewritten are complete for this replay (an empty list
+	// means none, not unknown).
+	SlotChecked bool `json:"slot_checked,omitempty"`
 	// Rewritten lists expected pages that did not change because each store
 	// on them wrote exactly the bytes its slot already held (only a source
 	// that knows the stored bytes, like the twin, can tell). They are not
