@@ -1,0 +1,229 @@
+//go:build linux && amd64
+
+package cudaprobe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// needProbe skips (or fails under KVCANARY_REQUIRE_PRIVILEGED=1) when this
+// process cannot load and attach the probe.
+func needProbe(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		requirePrivileged(t, "not root: attaching uprobes needs root or CAP_BPF and CAP_PERFMON")
+	}
+	if err := Supported(); err != nil {
+		requirePrivileged(t, fmt.Sprintf("kernel cannot run the probe: %v", err))
+	}
+	if _, err := os.Stat("/sys/bus/event_source/devices/uprobe"); err != nil {
+		if _, err := os.Stat("/sys/kernel/tracing/uprobe_events"); err != nil {
+			requirePrivileged(t, "no uprobe PMU or tracefs uprobe_events: uprobes unsupported")
+		}
+	}
+}
+
+// collect runs p until stop is called, returning the calls seen.
+func collect(p *Probe) (stop func() ([]hook.CUDA, error)) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var got []hook.CUDA
+	done := make(chan error, 1)
+	go func() {
+		done <- p.Run(ctx, func(c hook.CUDA) { mu.Lock(); got = append(got, c); mu.Unlock() })
+	}()
+	return func() ([]hook.CUDA, error) {
+		cancel()
+		err := <-done
+		mu.Lock()
+		defer mu.Unlock()
+		return got, err
+	}
+}
+
+func runDriver(t testing.TB, driver, lib string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(driver, args...)
+	cmd.Env = append(os.Environ(), "STUB_LIBCUDA="+lib)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+func TestProbeStubLibcuda(t *testing.T) {
+	needProbe(t)
+	lib, driver := buildStub(t)
+	p, err := Open(Config{Lib: lib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if len(p.Targets()) != 13 {
+		t.Fatalf("%d targets attached, want 13", len(p.Targets()))
+	}
+	stop := collect(p)
+	cmd := runDriver(t, driver, lib, "script")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("driver: %v", err)
+	}
+	got, err := stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	want := scriptCalls()
+	if len(got) != len(want) {
+		var names []string
+		for _, c := range got {
+			names = append(names, c.Call)
+		}
+		t.Fatalf("%d calls, want %d: %v", len(got), len(want), names)
+	}
+	for i, c := range got {
+		w := want[i]
+		w.PID, w.TID, w.StartNS, w.EndNS = pid, pid, c.StartNS, c.EndNS
+		if c != w {
+			t.Errorf("call %d:\n got %+v\nwant %+v", i, c, w)
+		}
+		if c.EndNS < c.StartNS || (i > 0 && c.StartNS < got[i-1].EndNS) {
+			t.Errorf("call %d (%s): times out of order: %d..%d after %d", i, c.Call, c.StartNS, c.EndNS, got[i-1].EndNS)
+		}
+	}
+	var v Views
+	for i := range got {
+		v.Add(&got[i])
+	}
+	checkScriptSummary(t, v.Summary(), pid)
+	lost, err := p.Lost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lost.Total() != 0 {
+		t.Fatalf("lost %+v", lost)
+	}
+}
+
+func TestProbePIDFilter(t *testing.T) {
+	needProbe(t)
+	lib, driver := buildStub(t)
+	// Filter on this test process, which never calls the stub.
+	p, err := Open(Config{Lib: lib, PIDs: []int{os.Getpid()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	stop := collect(p)
+	if err := runDriver(t, driver, lib, "script").Run(); err != nil {
+		t.Fatal(err)
+	}
+	// A second driver waits on stdin until it is added to the filter.
+	cmd := runDriver(t, driver, lib, "wait")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AddPID(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	in.Write([]byte{'x'})
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != scriptEvents {
+		t.Fatalf("%d calls, want %d (only the added process)", len(got), scriptEvents)
+	}
+	for _, c := range got {
+		if c.PID != uint32(cmd.Process.Pid) {
+			t.Fatalf("call from filtered-out process %d: %+v", c.PID, c)
+		}
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	if _, err := Open(Config{}); err == nil || !strings.Contains(err.Error(), "library path or a process id") {
+		t.Fatalf("Open(empty) = %v", err)
+	}
+	_, err := Open(Config{PIDs: []int{os.Getpid()}})
+	if !errors.Is(err, ErrNoLibcuda) {
+		t.Fatalf("Open(pid without libcuda) = %v", err)
+	}
+	lib, _ := buildStub(t)
+	if _, err := Open(Config{Lib: lib, RingBytes: 1000}); err == nil || !strings.Contains(err.Error(), "power of two") {
+		t.Fatalf("Open(bad ring) = %v", err)
+	}
+}
+
+// BenchmarkProbeOverhead runs the stub driver's cuLaunchKernel loop with the
+// probe detached and attached and reports both call rates and their ratio
+// (attached/detached: the fraction of call throughput left under tracing).
+func BenchmarkProbeOverhead(b *testing.B) {
+	needProbe(b)
+	lib, driver := buildStub(b)
+	const calls = 200000
+	rate := func() float64 {
+		out, err := runDriver(b, driver, lib, "loop", strconv.Itoa(calls)).Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ns, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+		if err != nil || ns <= 0 {
+			b.Fatalf("driver output %q: %v", out, err)
+		}
+		return calls / (ns / 1e9)
+	}
+	p, err := Open(Config{Lib: lib, RingBytes: 64 << 20})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	var seen uint64
+	var mu sync.Mutex
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	// Detached: closing the probe is not reversible, so measure detached with
+	// a second stub copy that has no probes.
+	libPlain, driverPlain := buildStub(b)
+	plain := func() float64 {
+		out, err := runDriver(b, driverPlain, libPlain, "loop", strconv.Itoa(calls)).Output()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ns, _ := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
+		return calls / (ns / 1e9)
+	}
+	go func() { done <- p.Run(ctx, func(hook.CUDA) { mu.Lock(); seen++; mu.Unlock() }) }()
+	var detached, attached float64
+	for b.Loop() {
+		detached += plain()
+		attached += rate()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	lost, _ := p.Lost()
+	n := float64(b.N)
+	b.ReportMetric(detached/n, "calls/s-detached")
+	b.ReportMetric(attached/n, "calls/s-attached")
+	b.ReportMetric(attached/detached, "attached/detached")
+	if seen+lost.Total() != uint64(b.N)*calls {
+		b.Fatalf("saw %d calls + %d lost, want %d", seen, lost.Total(), b.N*calls)
+	}
+}
