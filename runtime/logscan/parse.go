@@ -35,9 +35,9 @@ type Parser struct {
 	loc  *time.Location
 	utc  bool
 
-	cacheKey [19]byte // "YYYY-MM-DD HH:MM:SS" of the last SGLang timestamp
+	cacheKey [10]byte // "YYYY-MM-DD" of the last SGLang timestamp (UTC only)
 	cacheOK  bool
-	cacheNS  int64
+	cacheNS  int64 // its midnight, Unix ns
 }
 
 // NewParser returns a parser with the given options.
@@ -268,26 +268,32 @@ func (p *Parser) sglangTS(b []byte) (int64, int, bool) {
 	if len(b) < 21 || b[0] != '[' || b[5] != '-' || b[8] != '-' || b[11] != ' ' || b[14] != ':' || b[17] != ':' {
 		return 0, 0, false
 	}
-	y, ok1 := digits(b[1:5])
-	mo, ok2 := digits(b[6:8])
-	d, ok3 := digits(b[9:11])
-	h, ok4 := digits(b[12:14])
-	mi, ok5 := digits(b[15:17])
-	s, ok6 := digits(b[18:20])
-	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) {
+	h, ok1 := digits(b[12:14])
+	mi, ok2 := digits(b[15:17])
+	s, ok3 := digits(b[18:20])
+	if !(ok1 && ok2 && ok3) || h > 23 || mi > 59 || s > 60 {
 		return 0, 0, false
 	}
 	var base int64
-	if p.cacheOK && bytes.Equal(p.cacheKey[:], b[1:20]) {
-		base = p.cacheNS
+	if p.cacheOK && string(p.cacheKey[:10]) == string(b[1:11]) {
+		base = p.cacheNS + int64(h*3600+mi*60+s)*int64(time.Second)
 	} else {
-		var ok bool
-		base, ok = p.civil(y, mo, d, h, mi, s)
-		if !ok {
+		y, ok4 := digits(b[1:5])
+		mo, ok5 := digits(b[6:8])
+		d, ok6 := digits(b[9:11])
+		if !(ok4 && ok5 && ok6) {
 			return 0, 0, false
 		}
-		copy(p.cacheKey[:], b[1:20])
-		p.cacheNS, p.cacheOK = base, true
+		var ok bool
+		if base, ok = p.civil(y, mo, d, h, mi, s); !ok {
+			return 0, 0, false
+		}
+		// Cache the date's midnight (UTC only: a zone's offset can change
+		// within a day, so other zones recompute every time).
+		if p.utc {
+			copy(p.cacheKey[:10], b[1:11])
+			p.cacheNS, p.cacheOK = base-int64(h*3600+mi*60+s)*int64(time.Second), true
+		}
 	}
 	i := 20
 	frac, i := fraction(b, i)
@@ -565,20 +571,39 @@ func fastInt(s []byte, key string) (int, []byte, bool) {
 }
 
 // fastFloat parses `key` then "digits[.digits]" ending at ',' or the end.
+// Up to 15 significant digits it computes mantissa / 10^frac, one correctly
+// rounded division (so the value equals strconv.ParseFloat's); anything else
+// gives up and leaves the field to the general loop.
 func fastFloat(s []byte, key string) (float64, []byte, bool) {
 	if !hasKey(s, key) {
 		return 0, s, false
 	}
 	i := len(key)
-	j := i
-	for j < len(s) && s[j] != ',' {
-		j++
+	var mant uint64
+	nd, frac := 0, -1
+	for ; i < len(s) && s[i] != ','; i++ {
+		c := s[i]
+		switch {
+		case c >= '0' && c <= '9':
+			mant = mant*10 + uint64(c-'0')
+			nd++
+			if frac >= 0 {
+				frac++
+			}
+		case c == '.' && frac < 0 && nd > 0:
+			frac = 0
+		default:
+			return 0, s, false
+		}
 	}
-	f, ok := parseFloat(s[i:j])
-	if !ok {
+	if nd == 0 || nd > 15 || frac == 0 {
 		return 0, s, false
 	}
-	return f, skipSep(s[j:]), true
+	f := float64(mant)
+	if frac > 0 {
+		f /= pow10[frac]
+	}
+	return f, skipSep(s[i:]), true
 }
 
 func batchField(key, val []byte, rec *Record) {
