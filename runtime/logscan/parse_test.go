@@ -121,6 +121,13 @@ func TestParseTable(t *testing.T) {
 		{"vllm-preempt-bracket", "WARNING 05-09 00:49:33 [scheduler.py:1754] Sequence group chat-32k_2 is preempted by PreemptionMode.SWAP mode because there is not enough KV cache space. total_num_cumulative_preemption=1",
 			want{kind: KindPreemption, engine: EngineVLLM, ts: ts("2025-05-09 00:49:33.000"), preempt: 1, raw: true, engineIdx: -1}},
 
+		{"docker-vllm", "vllm-1  | INFO 06-01 12:00:00 [loggers.py:118] Engine 002: Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 7 reqs, Waiting: 1 reqs, GPU KV cache usage: 50.0%, Prefix cache hit rate: 0.0%",
+			want{kind: KindEngineStats, engine: EngineVLLM, ts: ts("2025-06-01 12:00:00.000"), running: 7, queue: 1, usage: 0.5, gen: 2, engineIdx: 2}},
+		{"sglang-pd-retracted-queue", "[2025-06-01 12:00:00 TP0] Decode batch, #running-req: 9, #token: 100, token usage: 0.99, pre-allocated usage: 0.00, #prealloc-req: 0, #transfer-req: 0, #retracted-req: 4, cuda graph: True, gen throughput (token/s): 10.00, #queue-req: 0, ",
+			want{kind: KindDecode, engine: EngineSGLang, ts: ts("2025-06-01 12:00:00.000"), running: 9, tokens: 100, usage: 0.99, retractedQ: 4, graph: true, gen: 10, engineIdx: -1}},
+		{"sglang-date-change", "[2025-06-02 00:00:01 TP0] Decode batch, #running-req: 1, ",
+			want{kind: KindDecode, engine: EngineSGLang, ts: ts("2025-06-02 00:00:01.000"), running: 1, engineIdx: -1}},
+
 		// ---- not ours ----
 		{"uvicorn", `INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK`, want{kind: KindUnrecognized, engineIdx: -1}},
 		{"sglang-other", "[2025-06-01 12:00:00 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=30.12 GB", want{kind: KindUnrecognized, ts: ts("2025-06-01 12:00:00.000"), engineIdx: -1}},
