@@ -176,7 +176,7 @@ func TestOpenErrors(t *testing.T) {
 func BenchmarkProbeOverhead(b *testing.B) {
 	needProbe(b)
 	lib, driver := buildStub(b)
-	const calls = 200000
+	const calls = 50000
 	rate := func() float64 {
 		out, err := runDriver(b, driver, lib, "loop", strconv.Itoa(calls)).Output()
 		if err != nil {
