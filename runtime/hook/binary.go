@@ -30,7 +30,7 @@ var binaryFieldCount = map[reflect.Type]int{
 	reflect.TypeFor[RoomChecksum]():    9,
 	reflect.TypeFor[Replay]():          5,
 	reflect.TypeFor[PageChange]():      4,
-	reflect.TypeFor[CanaryPages]():     14,
+	reflect.TypeFor[CanaryPages]():     15,
 	reflect.TypeFor[GraphDiffSample](): 11,
 	reflect.TypeFor[Session]():         8,
 	reflect.TypeFor[Sched]():           9,
@@ -232,6 +232,7 @@ func appendBinaryBody(dst []byte, body Body) ([]byte, error) {
 		e.b = appendInt(e.b, v.LiveChecked)
 		e.pageChanges(v.Collateral)
 		e.u32s(v.Rewritten)
+		e.b = appendBool(e.b, v.SlotChecked)
 	case *GraphDiffSample:
 		e.b = binary.AppendUvarint(e.b, v.Step)
 		e.str("request", v.Request)
@@ -625,6 +626,7 @@ func decodeBinaryBody(k Kind, r *reader) Body {
 		v.LiveChecked = r.int()
 		v.Collateral = r.pageChanges("collateral")
 		v.Rewritten = r.u32list("rewritten")
+		v.SlotChecked = r.bool("slot_checked")
 		return v
 	case KindGraphDiffSample:
 		v := &GraphDiffSample{}

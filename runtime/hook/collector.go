@@ -32,6 +32,9 @@ type ListenOptions struct {
 	// the connection's id and the error (which names the byte offset or
 	// line). It runs on the connection's goroutine and must not block long.
 	OnReject func(conn uint64, err error)
+	// DrainTimeout is how long Close keeps reading what open connections
+	// already sent before it closes them (default 200ms; negative: none).
+	DrainTimeout time.Duration
 }
 
 // Collector ingests events from many producers over one socket. Create it
@@ -172,8 +175,9 @@ func listenUnix(ep endpoint) (net.Listener, os.FileInfo, error) {
 // port when tcp://…:0 was given).
 func (c *Collector) Addr() string { return c.ep.String() }
 
-// Close stops accepting, ends every connection and removes the Unix socket
-// file. Serve returns after Close.
+// Close stops accepting, removes the Unix socket file, and ends every
+// connection after reading, for at most DrainTimeout, what it already sent.
+// Serve returns once every connection has ended.
 func (c *Collector) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
@@ -184,9 +188,17 @@ func (c *Collector) Close() error {
 				os.Remove(c.ep.address)
 			}
 		}
+		// Let each handler read what is already in flight, then end it.
+		grace := c.opts.DrainTimeout
+		if grace == 0 {
+			grace = 200 * time.Millisecond
+		}
+		deadline := time.Now().Add(max(grace, 0))
 		c.mu.Lock()
 		for cn := range c.open {
-			cn.nc.Close()
+			if grace <= 0 || cn.nc.SetReadDeadline(deadline) != nil {
+				cn.nc.Close()
+			}
 		}
 		c.mu.Unlock()
 	})

@@ -529,3 +529,32 @@ func TestPythonExampleFromWIRE(t *testing.T) {
 		t.Fatalf("rejected %+v", st)
 	}
 }
+
+func TestCollectorCloseDrainsInFlight(t *testing.T) {
+	c, err := Listen("unix://"+filepath.Join(t.TempDir(), "c.sock"), ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{t: t}
+	served := make(chan error, 1)
+	go func() { served <- c.Serve(context.Background(), rec) }()
+	nc := dialRaw(t, c)
+	waitFor(t, "connection", func() bool { return c.Stats().Open == 1 })
+	buf := []byte(FramePreamble)
+	for i := range 2000 {
+		buf, _ = AppendFrame(buf, replayEvent(uint64(i)))
+	}
+	if _, err := nc.Write(buf); err != nil { // in the collector's socket buffer now
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.events()); n != 2000 {
+		t.Fatalf("%d of 2000 events sent before Close were published", n)
+	}
+	if st := c.Stats(); st.Rejected != 0 || st.Conns[0].Closed != "shutdown" {
+		t.Fatalf("stats %+v", st)
+	}
+}
