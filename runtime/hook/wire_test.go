@@ -89,7 +89,10 @@ func codecCases(t testing.TB) []Event {
 
 func TestBinaryLayoutsCoverEveryField(t *testing.T) {
 	if d := layoutDrift(); len(d) > 0 {
-		t.Fatalf("binary.go is behind event.go (such kinds fall back to JSON bodies): %v", d)
+		t.Fatalf("binary.go is behind event.go: %v.\n"+
+			"Nothing is lost meanwhile (such kinds travel with JSON bodies), but to restore the binary layout append "+
+			"the new field to the end of the kind's case in appendBinaryBody and decodeBinaryBody, bump binaryFieldCount, "+
+			"and add it to the layout table in WIRE.md", d)
 	}
 	for _, k := range Kinds() {
 		if !binaryBody[k] && k != KindRunStart && k != KindGPU {
