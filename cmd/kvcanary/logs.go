@@ -124,7 +124,7 @@ func writeLogSummary(w io.Writer, name string, s *logscan.Summary, limit int) er
 	if s.Format != "vllm" {
 		fmt.Fprintf(&b, "%-20s %d\n", "prefill batches", s.PrefillBatches)
 	}
-	fmt.Fprintf(&b, "%-20s %d events, %d requests retracted\n", "retractions", s.RetractionEvents, s.RetractedReqs)
+	fmt.Fprintf(&b, "%-20s %d %s, %d requests retracted\n", "retractions", s.RetractionEvents, eventWord(s.RetractionEvents), s.RetractedReqs)
 	for i, r := range s.Retractions {
 		if i >= limit {
 			fmt.Fprintf(&b, "  … %d more (--json lists up to %d)\n", s.RetractionEvents-int64(limit), logscan.MaxRetractions)
@@ -157,4 +157,11 @@ func writeSamples(b *strings.Builder, samples []logscan.Sample, limit int) {
 		}
 		fmt.Fprintf(b, "  line %-7d %s\n", s.Line, cmdutil.Quote(s.Text))
 	}
+}
+
+func eventWord(n int64) string {
+	if n == 1 {
+		return "event"
+	}
+	return "events"
 }

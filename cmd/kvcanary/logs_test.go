@@ -68,7 +68,7 @@ func TestLogsScanTextQuotesAndStdin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"stdin: sglang log, 5 lines (1 unrecognized", "retractions          1 events, 3 requests retracted",
+	for _, want := range []string{"stdin: sglang log, 5 lines (1 unrecognized", "retractions          1 event, 3 requests retracted",
 		"2025-06-01T12:00:03Z  retracted 3", "canary violations    1", `\x1b[2J`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

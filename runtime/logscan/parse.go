@@ -838,12 +838,16 @@ func parseInt(b []byte) (int, bool) {
 	return v, true
 }
 
-var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17}
 
 // parseFloat parses "123", "0.97", "2622.21". A mantissa of at most 15 digits
 // divided by an exact power of ten is one correctly rounded operation, so the
 // result equals strconv.ParseFloat's; anything else goes to strconv.
-func parseFloat(b []byte) (float64, bool) {
+func parseFloat(b []byte) (float64, bool) { return parseScaled(b, 0) }
+
+// parseScaled parses a decimal and divides it by 10^shift in the same single
+// rounding (parsePercent uses shift 2, so "99.9" gives exactly 0.999).
+func parseScaled(b []byte, shift int) (float64, bool) {
 	if len(b) == 0 {
 		return 0, false
 	}
@@ -860,16 +864,25 @@ func parseFloat(b []byte) (float64, bool) {
 		case c == '.' && frac < 0 && i > 0:
 			frac = 0
 		default:
-			return slowFloat(b)
+			return slowScaled(b, shift)
 		}
 	}
 	if frac == 0 || nd > 15 {
-		return slowFloat(b)
+		return slowScaled(b, shift)
 	}
-	if frac < 0 {
+	e := max(frac, 0) + shift
+	if e == 0 {
 		return float64(mant), true
 	}
-	return float64(mant) / pow10[frac], true
+	return float64(mant) / pow10[e], true
+}
+
+func slowScaled(b []byte, shift int) (float64, bool) {
+	s := string(b)
+	if shift != 0 {
+		s += "e-" + strconv.Itoa(shift)
+	}
+	return slowFloat([]byte(s))
 }
 
 func slowFloat(b []byte) (float64, bool) {
@@ -888,8 +901,7 @@ func parsePercent(b []byte) (float64, bool) {
 	if len(b) == 0 || b[len(b)-1] != '%' {
 		return 0, false
 	}
-	v, ok := parseFloat(b[:len(b)-1])
-	return v / 100, ok
+	return parseScaled(b[:len(b)-1], 2)
 }
 
 func firstWord(b []byte) []byte {

@@ -221,6 +221,18 @@ func TestParseFloatMatchesStrconv(t *testing.T) {
 	}
 }
 
+func TestParsePercentSingleRounding(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want float64
+	}{{"99.9%", 0.999}, {"87.5%", 0.875}, {"0.2%", 0.002}, {"100.0%", 1}, {"3.4%.", 0.034}, {"12%", 0.12}} {
+		got, ok := parsePercent([]byte(c.in))
+		if !ok || got != c.want {
+			t.Errorf("parsePercent(%q) = %v, %v; want %v", c.in, got, ok, c.want)
+		}
+	}
+}
+
 func TestVLLMYearAndLocation(t *testing.T) {
 	loc := time.FixedZone("UTC+8", 8*3600)
 	p := NewParser(Options{Year: 2024, Location: loc})
