@@ -5,19 +5,14 @@ import (
 	"unsafe"
 )
 
-// Diff compares in two levels of blocks. An outer block of diffOuter digests
-// (4 KiB) is compared with the runtime's vectorised memequal; only when it
-// differs are its inner blocks of diffInner digests compared the same way, and
-// only differing inner blocks are scanned element by element. Equal pools cost
-// one memequal per 4 KiB; at a 0.1% change rate about 40% of outer blocks
-// differ but only about 3% of inner blocks are scanned.
-const (
-	diffOuter = 512
-	diffInner = 32
-)
-
-// diffBlock is the alignment unit tests use to place changes on block edges.
-const diffBlock = diffInner
+// diffBlock is the number of digests compared as one block. 64 digests are
+// 512 bytes: large enough that the runtime's vectorised memequal dominates
+// the per-call cost, small enough that a 0.1% change rate leaves most blocks
+// clean (about 6% of blocks hold a change at 524,288 pages). Measured on the
+// benchmark's arrays (best of 300 runs, one core): 64 is as fast as two-level
+// schemes (512/32, 256/32, 128/16 outer/inner) and an 8-wide XOR loop is 1.6×
+// slower on equal arrays.
+const diffBlock = 64
 
 // Diff appends to dst the indices i where before[i] != after[i], in ascending
 // order, and returns the extended slice. It compares the arrays block by block
@@ -26,21 +21,15 @@ const diffBlock = diffInner
 func Diff(before, after []uint64, dst []uint32) []uint32 {
 	n := min(len(before), len(after))
 	before, after = before[:n], after[:n]
-	for lo := 0; lo < n; lo += diffOuter {
-		hi := min(lo+diffOuter, n)
-		if bytes.Equal(asBytes(before[lo:hi]), asBytes(after[lo:hi])) {
+	for lo := 0; lo < n; lo += diffBlock {
+		hi := min(lo+diffBlock, n)
+		a, b := before[lo:hi], after[lo:hi]
+		if bytes.Equal(asBytes(a), asBytes(b)) {
 			continue
 		}
-		for ilo := lo; ilo < hi; ilo += diffInner {
-			ihi := min(ilo+diffInner, hi)
-			a, b := before[ilo:ihi], after[ilo:ihi]
-			if bytes.Equal(asBytes(a), asBytes(b)) {
-				continue
-			}
-			for i := range a {
-				if a[i] != b[i] {
-					dst = append(dst, uint32(ilo+i))
-				}
+		for i := range a {
+			if a[i] != b[i] {
+				dst = append(dst, uint32(lo+i))
 			}
 		}
 	}
