@@ -35,6 +35,7 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 	root.AddCommand(
 		NewCmdVersion(f, nil),
 		NewCmdGPU(f, nil),
+		NewCmdProbe(f, nil),
 		NewCmdCanary(f, nil),
 		NewCmdGraphDiff(f, nil),
 		NewCmdSim(f),

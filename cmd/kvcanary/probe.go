@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/buildinfo"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/cudaprobe"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// cudaProbe is what `probe cuda` needs from an attached probe (tests fake it).
+type cudaProbe interface {
+	Lib() string
+	Targets() []cudaprobe.Target
+	Run(ctx context.Context, fn func(hook.CUDA)) error
+	Lost() (cudaprobe.Lost, error)
+	Close() error
+}
+
+// ProbeCUDAOptions are the inputs of `kvcanary probe cuda`.
+type ProbeCUDAOptions struct {
+	IO       *cmdutil.IOStreams
+	JSON     *cmdutil.JSONFlags
+	Ctx      context.Context
+	Now      func() time.Time
+	PID      int
+	Lib      string
+	Record   string
+	Duration time.Duration
+	Run      string
+	// Open attaches the probe; tests inject a fake.
+	Open func(cudaprobe.Config) (cudaProbe, error)
+}
+
+// ProbeCUDAReport is the --json shape of `kvcanary probe cuda`.
+type ProbeCUDAReport struct {
+	Lib        string            `json:"lib"`
+	PID        int               `json:"pid,omitempty"`
+	Targets    []string          `json:"targets"`
+	DurationNS int64             `json:"duration_ns"`
+	Summary    cudaprobe.Summary `json:"summary"`
+	Lost       cudaprobe.Lost    `json:"lost"`
+	LostTotal  uint64            `json:"lost_total"`
+	Record     string            `json:"record,omitempty"`
+	Recorded   uint64            `json:"recorded"`
+}
+
+// NewCmdProbe builds `kvcanary probe` and its `cuda` subcommand.
+func NewCmdProbe(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "probe",
+		Short: "Attach zero-touch probes to a running engine",
+		Args:  usageArgs(cobra.NoArgs),
+	}
+	cmd.AddCommand(newCmdProbeCUDA(f, runF))
+	return cmd
+}
+
+func newCmdProbeCUDA(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *cobra.Command {
+	opts := &ProbeCUDAOptions{IO: f.IO, Ctx: f.Ctx, Now: f.Now, Open: openCUDAProbe}
+	cmd := &cobra.Command{
+		Use:   "cuda --pid PID | --lib PATH [--record FILE] [--duration D]",
+		Short: "Trace CUDA driver calls (graph capture/replay, launches, copies) with eBPF",
+		Long: `Trace CUDA driver API calls of an unmodified process with eBPF uprobes on
+libcuda.so: stream capture, graph instantiate and launch, kernel launches, event
+record/wait, allocations and async copies, with stream and graph-exec handles,
+thread and duration.
+
+--pid traces one process (the filter runs in the kernel) and finds its libcuda
+in /proc/PID/maps; --lib traces every process using that library. Runs until
+interrupted or --duration passes, then prints graph replays per second per
+stream, capture windows and the streams that joined them, and ordering hints:
+work captured on a side stream with no event wait back to the origin stream.
+Calls the kernel could not deliver are always reported.
+
+Needs Linux 5.15+ and root (or CAP_BPF and CAP_PERFMON); run "kvcanary doctor"
+to check.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.PID == 0 && opts.Lib == "" {
+				cmd.PrintErrln(cmd.UsageString())
+				return cmdutil.UsageError("give --pid PID or --lib PATH")
+			}
+			if opts.PID < 0 {
+				return cmdutil.UsageError("--pid %d: want a process id", opts.PID)
+			}
+			if opts.Duration < 0 {
+				return cmdutil.UsageError("--duration %s: want a positive duration", opts.Duration)
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return probeCUDARun(opts)
+		},
+	}
+	cmd.Flags().IntVar(&opts.PID, "pid", 0, "trace process `PID` (its libcuda is found in /proc/PID/maps)")
+	cmd.Flags().StringVar(&opts.Lib, "lib", "", "probe this libcuda.so `PATH` (every process using it unless --pid)")
+	cmd.Flags().StringVar(&opts.Record, "record", "", "record every call to a trace bundle `FILE` (.kvtrace)")
+	cmd.Flags().DurationVar(&opts.Duration, "duration", 0, "stop after `D` (default: until interrupted)")
+	cmd.Flags().StringVar(&opts.Run, "run", "", "run id for recorded events")
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+func openCUDAProbe(cfg cudaprobe.Config) (cudaProbe, error) {
+	p, err := cudaprobe.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func probeCUDARun(opts *ProbeCUDAOptions) error {
+	ctx := opts.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	cfg := cudaprobe.Config{Lib: opts.Lib}
+	if opts.PID != 0 {
+		cfg.PIDs = []int{opts.PID}
+	}
+	p, err := opts.Open(cfg)
+	if err != nil {
+		if errors.Is(err, cudaprobe.ErrNotSupported) {
+			err = fmt.Errorf("%w\nhint: run `kvcanary doctor` to see what this host lacks", err)
+		}
+		return cmdutil.InputError(err)
+	}
+	defer p.Close()
+
+	var w *traces.Writer
+	if opts.Record != "" {
+		labels := map[string]string{"lib": p.Lib()}
+		if opts.PID != 0 {
+			labels["pid"] = strconv.Itoa(opts.PID)
+		}
+		h, _ := os.Hostname()
+		w, err = traces.Create(opts.Record, traces.Manifest{
+			Tool: "kvcanary " + buildinfo.String(), Created: now(), Run: opts.Run, Command: "probe cuda", Labels: labels,
+			Host: hook.HostInfo{Hostname: h, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
+		})
+		if err != nil {
+			return cmdutil.InputError(err)
+		}
+	}
+	if opts.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.Duration)
+		defer cancel()
+	}
+	host, _ := os.Hostname()
+	var (
+		mu       sync.Mutex
+		views    cudaprobe.Views
+		recorded uint64
+		writeErr error
+	)
+	if opts.IO.IsStderrTTY() {
+		fmt.Fprintf(opts.IO.ErrOut, "probing %d entry points in %s; Ctrl-C to stop\n", len(p.Targets()), cmdutil.Quote(p.Lib()))
+		stopProgress := progress(ctx, opts.IO.ErrOut, func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			s := views.Summary()
+			return fmt.Sprintf("%d calls, %d graph launches, %d captures, %d hints", s.Events, s.Calls["cuGraphLaunch"], len(s.Captures), s.HintsTotal)
+		})
+		defer stopProgress()
+	}
+	start := now()
+	runErr := p.Run(ctx, func(c hook.CUDA) {
+		mu.Lock()
+		defer mu.Unlock()
+		views.Add(&c)
+		if w != nil && writeErr == nil {
+			body := c
+			ev := hook.Event{Kind: hook.KindCUDA, TS: c.StartNS, Run: opts.Run,
+				Src: hook.Source{Node: host, Proc: "cudaprobe", PID: int32(c.PID)}, Body: &body}
+			if writeErr = w.Write(ev); writeErr == nil {
+				recorded++
+			}
+		}
+	})
+	elapsed := now().Sub(start)
+	lost, lostErr := p.Lost()
+	mu.Lock()
+	rep := ProbeCUDAReport{Lib: p.Lib(), PID: opts.PID, DurationNS: elapsed.Nanoseconds(), Summary: views.Summary(),
+		Lost: lost, LostTotal: lost.Total(), Record: opts.Record, Recorded: recorded}
+	mu.Unlock()
+	for _, t := range p.Targets() {
+		rep.Targets = append(rep.Targets, t.Symbol)
+	}
+	if w != nil {
+		w.SetDropped(lost.Total())
+		if err := w.Close(); err != nil && writeErr == nil {
+			writeErr = err
+		}
+	}
+	if err := printProbeCUDA(opts, rep); err != nil {
+		return err
+	}
+	switch {
+	case runErr != nil:
+		return cmdutil.InputError(runErr)
+	case writeErr != nil:
+		return cmdutil.InputError(fmt.Errorf("record to %s: %w", opts.Record, writeErr))
+	case lostErr != nil:
+		return cmdutil.InputError(lostErr)
+	}
+	return nil
+}
+
+// progress rewrites one status line on a terminal every second until stopped.
+func progress(ctx context.Context, w io.Writer, line func() string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				fmt.Fprint(w, "\r\033[K")
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "\r\033[K%s", line())
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+func printProbeCUDA(opts *ProbeCUDAOptions, r ProbeCUDAReport) error {
+	if opts.JSON.JSON {
+		return cmdutil.WriteJSON(opts.IO.Out, r)
+	}
+	out := opts.IO.Out
+	s := r.Summary
+	pid := ""
+	if r.PID != 0 {
+		pid = fmt.Sprintf(", pid %d", r.PID)
+	}
+	fmt.Fprintf(out, "probed %s (%d entry points)%s for %.1fs\n", cmdutil.Quote(r.Lib), len(r.Targets), pid, float64(r.DurationNS)/1e9)
+	names := make([]string, 0, len(s.Calls))
+	for k := range s.Calls {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if s.Calls[names[i]] != s.Calls[names[j]] {
+			return s.Calls[names[i]] > s.Calls[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %d", k, s.Calls[k])
+	}
+	fmt.Fprintf(out, "calls: %d", s.Events)
+	if len(parts) > 0 {
+		fmt.Fprintf(out, " (%s)", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(out)
+
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if len(s.Replays) > 0 {
+		fmt.Fprintln(out, "graph replays:")
+		fmt.Fprintln(tw, "  PID\tSTREAM\tREPLAYS\tPER SEC\tEXECS")
+		for _, x := range s.Replays {
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%.1f\t%d\n", x.PID, x.Stream, x.Replays, x.PerSec, x.Execs)
+		}
+		tw.Flush()
+	}
+	if len(s.Captures) > 0 {
+		fmt.Fprintln(out, "captures:")
+		fmt.Fprintln(tw, "  PID\tORIGIN\tDUR ms\tGRAPH\tEXECS\tJOINED\tLAUNCHES\tSIDE\tREPLAYS")
+		for _, c := range s.Captures {
+			dur := "open"
+			if !c.Open {
+				dur = fmt.Sprintf("%.3f", float64(c.EndNS-c.StartNS)/1e6)
+			}
+			joined := make([]string, len(c.Joined))
+			for i, j := range c.Joined {
+				joined[i] = j.String()
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", c.PID, c.Origin, dur, c.Graph, len(c.Execs),
+				orDash(strings.Join(joined, ",")), c.Launches, c.SideLaunches, c.Replays)
+		}
+		tw.Flush()
+		if s.CapturesDropped > 0 {
+			fmt.Fprintf(out, "  (%d more captures not kept)\n", s.CapturesDropped)
+		}
+	}
+	if s.HintsTotal > 0 {
+		fmt.Fprintf(out, "ordering hints (%d): side-stream work captured with no event wait back to the origin stream\n", s.HintsTotal)
+		for _, h := range s.Hints {
+			fmt.Fprintf(out, "  %s\n", h.String())
+		}
+		if s.HintsTotal > len(s.Hints) {
+			fmt.Fprintf(out, "  (%d more)\n", s.HintsTotal-len(s.Hints))
+		}
+	}
+	l := r.Lost
+	fmt.Fprintf(out, "lost: %d (ring buffer full %d, entry table full %d, return without entry %d, malformed %d)\n",
+		r.LostTotal, l.RingFull, l.InflightFull, l.NoEntry, l.Malformed)
+	if r.Record != "" {
+		fmt.Fprintf(out, "recorded %d events to %s\n", r.Recorded, cmdutil.Quote(r.Record))
+	}
+	return nil
+}

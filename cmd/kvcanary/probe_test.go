@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/cudaprobe"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// fakeProbe delivers its calls, then waits for the context like a live probe.
+type fakeProbe struct {
+	calls  []hook.CUDA
+	lost   cudaprobe.Lost
+	closed bool
+}
+
+func (p *fakeProbe) Lib() string { return "/usr/lib/x86_64-linux-gnu/libcuda.so.1" }
+func (p *fakeProbe) Targets() []cudaprobe.Target {
+	return []cudaprobe.Target{{Symbol: "cuGraphLaunch"}, {Symbol: "cuLaunchKernel"}}
+}
+func (p *fakeProbe) Run(ctx context.Context, fn func(hook.CUDA)) error {
+	for _, c := range p.calls {
+		fn(c)
+	}
+	<-ctx.Done()
+	return nil
+}
+func (p *fakeProbe) Lost() (cudaprobe.Lost, error) { return p.lost, nil }
+func (p *fakeProbe) Close() error                  { p.closed = true; return nil }
+
+// oneCapture: stream 0xA captures with side stream 0xB joining, one side
+// launch never waited for, then three replays.
+func oneCapture() []hook.CUDA {
+	c := []hook.CUDA{
+		{Call: "cuStreamBeginCapture_v2", Stream: 0xA},
+		{Call: "cuEventRecord", Stream: 0xA, Arg: 0xE1},
+		{Call: "cuStreamWaitEvent", Stream: 0xB, Arg: 0xE1},
+		{Call: "cuLaunchKernel", Stream: 0xB, Arg: 0xF},
+		{Call: "cuStreamEndCapture", Stream: 0xA, Arg: 0x60},
+		{Call: "cuGraphInstantiateWithFlags", GraphExec: 0x61, Arg: 0x60},
+		{Call: "cuGraphLaunch", Stream: 0xA, GraphExec: 0x61},
+		{Call: "cuGraphLaunch", Stream: 0xA, GraphExec: 0x61},
+		{Call: "cuGraphLaunch", Stream: 0xA, GraphExec: 0x61},
+	}
+	for i := range c {
+		c[i].PID, c[i].TID = 77, 77
+		c[i].StartNS = 1_700_000_000_000_000_000 + int64(i)*1_000_000
+		c[i].EndNS = c[i].StartNS + 1000
+	}
+	return c
+}
+
+func TestProbeCUDAFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios, Now: time.Now, Ctx: context.Background()}
+	var got *ProbeCUDAOptions
+	cmd := NewCmdProbe(f, func(o *ProbeCUDAOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"cuda", "--pid", "42", "--record", "x.kvtrace", "--duration", "2s", "--json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.PID != 42 || got.Record != "x.kvtrace" || got.Duration != 2*time.Second || !got.JSON.JSON {
+		t.Fatalf("options %+v", got)
+	}
+	cmd = NewCmdProbe(f, func(o *ProbeCUDAOptions) error { t.Fatal("ran without a target"); return nil })
+	cmd.SetArgs([]string{"cuda"})
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		t.Fatalf("no --pid/--lib: %v", err)
+	}
+}
+
+func TestProbeCUDAReportAndRecord(t *testing.T) {
+	fp := &fakeProbe{calls: oneCapture(), lost: cudaprobe.Lost{RingFull: 3}}
+	path := filepath.Join(t.TempDir(), "p.kvtrace")
+	var cfg cudaprobe.Config
+	ios, _, out, _ := cmdutil.Test()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the fake delivers everything, then sees the interrupt
+	err := probeCUDARun(&ProbeCUDAOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: ctx, Now: time.Now, PID: 77,
+		Record: path, Run: "r1",
+		Open: func(c cudaprobe.Config) (cudaProbe, error) { cfg = c; return fp, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.PIDs) != 1 || cfg.PIDs[0] != 77 || cfg.Lib != "" || !fp.closed {
+		t.Fatalf("config %+v closed %v", cfg, fp.closed)
+	}
+	for _, want := range []string{
+		"probed /usr/lib/x86_64-linux-gnu/libcuda.so.1 (2 entry points), pid 77",
+		"calls: 9 (cuGraphLaunch 3, cuEventRecord 1,",
+		"graph replays:", "  77   0x000000000000000a  3        1000.0   1",
+		"captures:", "0x0000000000000060  1      0x000000000000000b  1         1     3",
+		"ordering hints (1)", "pid 77: cuLaunchKernel on side stream 0x000000000000000b",
+		"lost: 3 (ring buffer full 3, entry table full 0, return without entry 0, malformed 0)",
+		"recorded 9 events to " + path,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	r, err := traces.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if m := r.Manifest(); m.Command != "probe cuda" || m.Run != "r1" || m.Labels["pid"] != "77" {
+		t.Fatalf("manifest %+v", m)
+	}
+	var n int
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := ev.Body.(*hook.CUDA)
+		if ev.Kind != hook.KindCUDA || *c != oneCapture()[n] || ev.TS != c.StartNS || ev.Src.PID != 77 {
+			t.Fatalf("event %d: %+v %+v", n, ev, c)
+		}
+		n++
+	}
+	if n != 9 {
+		t.Fatalf("%d events recorded", n)
+	}
+	if ft, ok := r.Footer(); !ok || ft.Dropped != 3 {
+		t.Fatalf("footer %+v", ft)
+	}
+}
+
+func TestProbeCUDAJSONAndErrors(t *testing.T) {
+	ios, _, out, _ := cmdutil.Test()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := probeCUDARun(&ProbeCUDAOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: true}, Ctx: ctx, Now: time.Now, Lib: "/x/libcuda.so.1",
+		Open: func(c cudaprobe.Config) (cudaProbe, error) { return &fakeProbe{calls: oneCapture()}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep ProbeCUDAReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Summary.Events != 9 || len(rep.Summary.Captures) != 1 || rep.Summary.HintsTotal != 1 || rep.LostTotal != 0 ||
+		len(rep.Targets) != 2 || rep.Summary.Replays[0].Replays != 3 {
+		t.Fatalf("report %+v", rep)
+	}
+
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{errors.Join(cudaprobe.ErrPermission, errors.New("load BPF programs: run as root or grant CAP_BPF and CAP_PERFMON")), "CAP_BPF and CAP_PERFMON"},
+		{cudaprobe.ErrNotSupported, "kvcanary doctor"},
+		{cudaprobe.ErrNoLibcuda, "libcuda.so not found"},
+	} {
+		ios, _, _, _ := cmdutil.Test()
+		err := probeCUDARun(&ProbeCUDAOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, PID: 5,
+			Open: func(cudaprobe.Config) (cudaProbe, error) { return nil, tc.err }})
+		if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open error %v → %v", tc.err, err)
+		}
+	}
+}
+
+func TestProbeCUDANoLibcudaForPID(t *testing.T) {
+	// The real Open with this test process, which maps no libcuda.
+	ios, _, _, _ := cmdutil.Test()
+	err := probeCUDARun(&ProbeCUDAOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, PID: 1 << 22, Open: openCUDAProbe})
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), "process 4194304") {
+		t.Fatalf("err %v", err)
+	}
+}
