@@ -59,7 +59,7 @@ type CompareOptions struct {
 
 // Compare builds the A/B report of two runs.
 func Compare(a, b *RunStats, opts CompareOptions) ABReport {
-	r := ABReport{A: armOf(a), B: armOf(b), Notes: []string{}}
+	r := ABReport{A: abArmOf(a), B: abArmOf(b), Notes: []string{}}
 	sa, sb := r.A.Summary, r.B.Summary
 	r.FisherP = FisherExact(sa.CorruptedSessions, sa.Sessions-sa.CorruptedSessions,
 		sb.CorruptedSessions, sb.Sessions-sb.CorruptedSessions)
@@ -70,25 +70,25 @@ func Compare(a, b *RunStats, opts CompareOptions) ABReport {
 	if r.Confounds == nil {
 		r.Confounds = []Confound{}
 	}
-	r.Notes = append(r.Notes, notes(a, b, opts.Flag, r.DifferingFlags)...)
-	r.Verdict = verdict(r)
+	r.Notes = append(r.Notes, abNotes(a, b, opts.Flag, r.DifferingFlags)...)
+	r.Verdict = abVerdict(r)
 	return r
 }
 
-func armOf(r *RunStats) Arm {
+func abArmOf(r *RunStats) Arm {
 	s := r.Summary()
 	arm := Arm{
 		Summary: s, Name: r.Name, Rates: map[string]ClassRate{}, Sched: r.Sched, Config: r.Config,
 		Tool: r.Tool, Host: r.Host.Hostname, GPUCount: r.GPUCount(), GPUModel: r.GPUModels(), Truncated: r.Truncated,
 	}
 	for _, c := range hook.Outcomes {
-		arm.Rates[c] = classRate(s.Outcomes.Get(c), s.Sessions)
+		arm.Rates[c] = abClassRate(s.Outcomes.Get(c), s.Sessions)
 	}
-	arm.Rates["corrupted"] = classRate(s.CorruptedSessions, s.Sessions)
+	arm.Rates["corrupted"] = abClassRate(s.CorruptedSessions, s.Sessions)
 	return arm
 }
 
-func classRate(k, n int) ClassRate {
+func abClassRate(k, n int) ClassRate {
 	cr := ClassRate{Count: k}
 	if n > 0 {
 		cr.Rate = float64(k) / float64(n)
@@ -98,7 +98,7 @@ func classRate(k, n int) ClassRate {
 }
 
 // notes are the honest remarks about what the comparison can and cannot show.
-func notes(a, b *RunStats, flag string, diffs []FlagDiff) []string {
+func abNotes(a, b *RunStats, flag string, diffs []FlagDiff) []string {
 	var out []string
 	for _, x := range []struct {
 		label string
@@ -131,13 +131,13 @@ func notes(a, b *RunStats, flag string, diffs []FlagDiff) []string {
 	switch {
 	case len(diffs) == 0:
 		out = append(out, "no engine flag differs between the runs: this compares two runs of one configuration (a repeat, or a change recorded nowhere)")
-	case flag != "" && !hasFlag(diffs, flag):
+	case flag != "" && !abHasFlag(diffs, flag):
 		out = append(out, fmt.Sprintf("the flag under test %q has the same value in both runs", flag))
 	}
 	return out
 }
 
-func hasFlag(diffs []FlagDiff, name string) bool {
+func abHasFlag(diffs []FlagDiff, name string) bool {
 	for _, d := range diffs {
 		if d.Name == name {
 			return true
@@ -146,7 +146,7 @@ func hasFlag(diffs []FlagDiff, name string) bool {
 	return false
 }
 
-func verdict(r ABReport) string {
+func abVerdict(r ABReport) string {
 	sa, sb := r.A.Summary, r.B.Summary
 	if sa.Sessions == 0 || sb.Sessions == 0 {
 		return "no verdict: a run has no session outcomes"
@@ -190,16 +190,16 @@ func FormatP(p float64) string {
 // table, the test, the flag under test, confounds, notes and the verdict.
 func (r ABReport) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "A  %s\n   %s\n", quote(r.A.Name), r.A.Headline())
-	fmt.Fprintf(&b, "B  %s\n   %s\n\n", quote(r.B.Name), r.B.Headline())
+	fmt.Fprintf(&b, "A  %s\n   %s\n", abQuote(r.A.Name), r.A.Headline())
+	fmt.Fprintf(&b, "B  %s\n   %s\n\n", abQuote(r.B.Name), r.B.Headline())
 	fmt.Fprintf(&b, "%-10s  %-28s  %-28s\n", "class", "A", "B")
 	for _, c := range append(append([]string(nil), hook.Outcomes...), "corrupted") {
-		fmt.Fprintf(&b, "%-10s  %-28s  %-28s\n", c, rateCell(r.A.Rates[c]), rateCell(r.B.Rates[c]))
+		fmt.Fprintf(&b, "%-10s  %-28s  %-28s\n", c, abRateCell(r.A.Rates[c]), abRateCell(r.B.Rates[c]))
 	}
 	fmt.Fprintf(&b, "\nFisher exact test, two-sided, corrupted vs not: p = %s\n", FormatP(r.FisherP))
 	switch {
 	case r.FlagUnderTest != nil:
-		fmt.Fprintf(&b, "flag under test: %s  %s -> %s\n", r.FlagUnderTest.Name, value(r.FlagUnderTest.A), value(r.FlagUnderTest.B))
+		fmt.Fprintf(&b, "flag under test: %s  %s -> %s\n", r.FlagUnderTest.Name, abValue(r.FlagUnderTest.A), abValue(r.FlagUnderTest.B))
 	case len(r.DifferingFlags) > 0:
 		names := make([]string, len(r.DifferingFlags))
 		for i, d := range r.DifferingFlags {
@@ -212,7 +212,7 @@ func (r ABReport) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "confounds (%d):\n", len(r.Confounds))
 		for _, c := range r.Confounds {
-			fmt.Fprintf(&b, "  %-20s %s -> %s\n      %s\n", c.Name, value(c.A), value(c.B), c.Note)
+			fmt.Fprintf(&b, "  %-20s %s -> %s\n      %s\n", c.Name, abValue(c.A), abValue(c.B), c.Note)
 		}
 	}
 	if len(r.Notes) > 0 {
@@ -226,17 +226,17 @@ func (r ABReport) WriteText(w io.Writer) error {
 	return err
 }
 
-func rateCell(c ClassRate) string {
+func abRateCell(c ClassRate) string {
 	return fmt.Sprintf("%d (%.1f%%, %.1f-%.1f%%)", c.Count, 100*c.Rate, 100*c.Wilson95[0], 100*c.Wilson95[1])
 }
 
-func value(v any) string {
+func abValue(v any) string {
 	switch x := v.(type) {
 	case string:
 		if x == "" {
 			return `""`
 		}
-		return quote(x)
+		return abQuote(x)
 	case float64:
 		return strconv.FormatFloat(x, 'f', 2, 64)
 	}
@@ -245,7 +245,7 @@ func value(v any) string {
 
 // quote keeps untrusted text (file names, model names, flag values from a
 // bundle) from sending control sequences to a terminal.
-func quote(s string) string {
+func abQuote(s string) string {
 	if !utf8.ValidString(s) {
 		return strconv.Quote(s)
 	}

@@ -10,12 +10,12 @@ import (
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
-func baseCfg() hook.RunConfig {
+func abBaseCfg() hook.RunConfig {
 	return hook.RunConfig{Engine: "sglang", Model: "DeepSeek-V4-Flash", IndexKDtype: "bf16", CUDAGraph: true, CUDAGraphMaxBS: 32,
 		MultiStreamOverlap: true, Disaggregation: "pd", Sessions: 80, Rounds: 4, Concurrency: 80, Seed: 1}
 }
 
-func host(name string, gpus int) hook.HostInfo {
+func abHost(name string, gpus int) hook.HostInfo {
 	h := hook.HostInfo{Hostname: name}
 	for i := 0; i < gpus; i++ {
 		h.GPUs = append(h.GPUs, hook.GPUInfo{Index: i, Name: "RTX PRO 6000"})
@@ -23,7 +23,7 @@ func host(name string, gpus int) hook.HostInfo {
 	return h
 }
 
-func confoundNames(cs []Confound) []string {
+func abConfoundNames(cs []Confound) []string {
 	var out []string
 	for _, c := range cs {
 		out = append(out, c.Name)
@@ -31,7 +31,7 @@ func confoundNames(cs []Confound) []string {
 	return out
 }
 
-func findConfound(cs []Confound, name string) (Confound, bool) {
+func abFindConfound(cs []Confound, name string) (Confound, bool) {
 	for _, c := range cs {
 		if c.Name == name {
 			return c, true
@@ -42,28 +42,28 @@ func findConfound(cs []Confound, name string) (Confound, bool) {
 
 // The seeds' first A/B: bf16 baseline ran 6 rounds, the fp8 bisect run 4.
 func TestSeedsRoundsConfound(t *testing.T) {
-	a := baseCfg()
+	a := abBaseCfg()
 	a.Rounds = 6
-	b := baseCfg()
+	b := abBaseCfg()
 	b.IndexKDtype = "fp8"
-	A := runSpec{cfg: a, host: host("pd", 8), tool: "v1", outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, running: []int{60}, usage: 0.3}.stats("bf16.kvtrace")
-	B := runSpec{cfg: b, host: host("pd", 8), tool: "v1", outcomes: Outcomes{Done: 77, NoTool: 1, Error: 2}, rounds: 4, running: []int{58}, usage: 0.3}.stats("fp8.kvtrace")
+	A := statsRunSpec{cfg: a, host: abHost("pd", 8), tool: "v1", outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, running: []int{60}, usage: 0.3}.stats("bf16.kvtrace")
+	B := statsRunSpec{cfg: b, host: abHost("pd", 8), tool: "v1", outcomes: Outcomes{Done: 77, NoTool: 1, Error: 2}, rounds: 4, running: []int{58}, usage: 0.3}.stats("fp8.kvtrace")
 	r := Compare(A, B, CompareOptions{})
 	if r.FlagUnderTest == nil || r.FlagUnderTest.Name != "index_k_dtype" || r.FlagUnderTest.A != "bf16" || r.FlagUnderTest.B != "fp8" {
 		t.Fatalf("flag under test = %+v", r.FlagUnderTest)
 	}
-	c, ok := findConfound(r.Confounds, "rounds")
+	c, ok := abFindConfound(r.Confounds, "rounds")
 	if !ok || c.A != 6 || c.B != 4 || !strings.Contains(c.Note, "6 vs 4 rounds") {
 		t.Fatalf("rounds confound missing: %+v", r.Confounds)
 	}
-	if got := confoundNames(r.Confounds); len(got) != 1 {
+	if got := abConfoundNames(r.Confounds); len(got) != 1 {
 		t.Errorf("confounds = %v, want only rounds", got)
 	}
 	// Equal rounds: the confound goes away.
 	b.Rounds, a.Rounds = 4, 4
-	A = runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
-	B = runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
-	if _, ok := findConfound(Compare(A, B, CompareOptions{}).Confounds, "rounds"); ok {
+	A = statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
+	B = statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	if _, ok := abFindConfound(Compare(A, B, CompareOptions{}).Confounds, "rounds"); ok {
 		t.Error("rounds confound with equal rounds")
 	}
 }
@@ -71,61 +71,61 @@ func TestSeedsRoundsConfound(t *testing.T) {
 // The seeds' second caveat: fp8 may finish faster, so its peak concurrency is
 // lower — fewer chances for a concurrency bug.
 func TestSeedsPeakConcurrencyConfound(t *testing.T) {
-	a, b := baseCfg(), baseCfg()
+	a, b := abBaseCfg(), abBaseCfg()
 	b.IndexKDtype = "fp8"
-	A := runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4, running: []int{20, 37, 30}, usage: 0.5}.stats("bf16")
-	B := runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 79, NoTool: 1}, rounds: 4, running: []int{12, 24, 20}, usage: 0.5}.stats("fp8")
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4, running: []int{20, 37, 30}, usage: 0.5}.stats("bf16")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 79, NoTool: 1}, rounds: 4, running: []int{12, 24, 20}, usage: 0.5}.stats("fp8")
 	r := Compare(A, B, CompareOptions{})
-	c, ok := findConfound(r.Confounds, "peak_running_req")
+	c, ok := abFindConfound(r.Confounds, "peak_running_req")
 	if !ok || c.A != 37 || c.B != 24 || !strings.Contains(c.Note, "run B's peak concurrency is 35% lower (24 vs 37)") {
 		t.Fatalf("peak concurrency confound: %+v", r.Confounds)
 	}
 	// Within 20%: not a confound.
-	B = runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{31}, usage: 0.5}.stats("fp8")
-	if _, ok := findConfound(Compare(A, B, CompareOptions{}).Confounds, "peak_running_req"); ok {
+	B = statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{31}, usage: 0.5}.stats("fp8")
+	if _, ok := abFindConfound(Compare(A, B, CompareOptions{}).Confounds, "peak_running_req"); ok {
 		t.Error("37 vs 31 (16%) flagged")
 	}
 }
 
 // The seeds' third: fp8 ran on the 8-GPU PD setup, bf16 on a 4-GPU single server.
 func TestSeedsHardwareConfound(t *testing.T) {
-	a, b := baseCfg(), baseCfg()
+	a, b := abBaseCfg(), abBaseCfg()
 	a.Disaggregation = "none"
 	b.IndexKDtype = "fp8"
-	A := runSpec{cfg: a, host: host("single", 4), tool: "v1", outcomes: Outcomes{MaxRounds: 77, NoTool: 3}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{3}}.stats("bf16-single")
-	B := runSpec{cfg: b, host: host("pd-decode", 8), tool: "v1", outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{58}, usage: 0.26}.stats("fp8-pd")
+	A := statsRunSpec{cfg: a, host: abHost("single", 4), tool: "v1", outcomes: Outcomes{MaxRounds: 77, NoTool: 3}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{3}}.stats("bf16-single")
+	B := statsRunSpec{cfg: b, host: abHost("pd-decode", 8), tool: "v1", outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{58}, usage: 0.26}.stats("fp8-pd")
 	r := Compare(A, B, CompareOptions{Flag: "index_k_dtype"})
-	names := strings.Join(confoundNames(r.Confounds), ",")
+	names := strings.Join(abConfoundNames(r.Confounds), ",")
 	for _, want := range []string{"disaggregation", "gpu_count", "host", "peak_token_usage", "retractions"} {
 		if !strings.Contains(names, want) {
 			t.Errorf("confound %q missing from %s", want, names)
 		}
 	}
-	if c, _ := findConfound(r.Confounds, "gpu_count"); c.A != 4 || c.B != 8 || !strings.Contains(c.Note, "different hardware") {
+	if c, _ := abFindConfound(r.Confounds, "gpu_count"); c.A != 4 || c.B != 8 || !strings.Contains(c.Note, "different hardware") {
 		t.Errorf("gpu_count = %+v", c)
 	}
-	if c, _ := findConfound(r.Confounds, "retractions"); !strings.Contains(c.Note, "run A only") || !strings.Contains(c.Note, "non-causal") {
+	if c, _ := abFindConfound(r.Confounds, "retractions"); !strings.Contains(c.Note, "run A only") || !strings.Contains(c.Note, "non-causal") {
 		t.Errorf("retractions = %+v", c)
 	}
 	if r.FlagUnderTest == nil || r.FlagUnderTest.Name != "index_k_dtype" {
 		t.Errorf("flag under test = %+v", r.FlagUnderTest)
 	}
-	if c, _ := findConfound(r.Confounds, "disaggregation"); !strings.Contains(c.Note, "besides the flag under test") {
+	if c, _ := abFindConfound(r.Confounds, "disaggregation"); !strings.Contains(c.Note, "besides the flag under test") {
 		t.Errorf("disaggregation = %+v", c)
 	}
 }
 
 func TestMoreThanOneFlagWithoutName(t *testing.T) {
-	a, b := baseCfg(), baseCfg()
+	a, b := abBaseCfg(), abBaseCfg()
 	b.CUDAGraphMaxBS = 64
 	b.MultiStreamOverlap = false
-	A := runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
-	B := runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
 	r := Compare(A, B, CompareOptions{})
 	if r.FlagUnderTest != nil || len(r.DifferingFlags) != 2 {
 		t.Fatalf("flag under test %+v, diffs %+v", r.FlagUnderTest, r.DifferingFlags)
 	}
-	if got := strings.Join(confoundNames(r.Confounds), ","); got != "cuda_graph_max_bs,multi_stream_overlap" {
+	if got := strings.Join(abConfoundNames(r.Confounds), ","); got != "cuda_graph_max_bs,multi_stream_overlap" {
 		t.Errorf("confounds = %s", got)
 	}
 	r = Compare(A, B, CompareOptions{Flag: "multi_stream_overlap"})
@@ -139,31 +139,31 @@ func TestMoreThanOneFlagWithoutName(t *testing.T) {
 }
 
 func TestOtherConfounds(t *testing.T) {
-	a, b := baseCfg(), baseCfg()
+	a, b := abBaseCfg(), abBaseCfg()
 	b.Concurrency, b.Model, b.Engine = 40, "Qwen3-8B", "vllm"
 	b.Extra = map[string]string{"attention-backend": "flashinfer"}
-	ha, hb := host("x", 4), host("x", 4)
+	ha, hb := abHost("x", 4), abHost("x", 4)
 	hb.GPUs[0].Name = "H200"
-	A := runSpec{cfg: a, host: ha, tool: "v1", outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
-	B := runSpec{cfg: b, host: hb, tool: "v2", outcomes: Outcomes{MaxRounds: 40}, rounds: 4}.stats("b")
+	A := statsRunSpec{cfg: a, host: ha, tool: "v1", outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, host: hb, tool: "v2", outcomes: Outcomes{MaxRounds: 40}, rounds: 4}.stats("b")
 	rep := Compare(A, B, CompareOptions{})
 	if rep.FlagUnderTest == nil || rep.FlagUnderTest.Name != "extra.attention-backend" || rep.FlagUnderTest.A != "" || rep.FlagUnderTest.B != "flashinfer" {
 		t.Errorf("the one differing flag (an extra) is not the flag under test: %+v", rep.FlagUnderTest)
 	}
-	names := strings.Join(confoundNames(rep.Confounds), ",")
+	names := strings.Join(abConfoundNames(rep.Confounds), ",")
 	for _, want := range []string{"sessions", "concurrency", "model", "engine", "gpu_model", "tool_version"} {
 		if !strings.Contains(names, want) {
 			t.Errorf("confound %q missing from %s", want, names)
 		}
 	}
 	if strings.Contains(names, "host") || strings.Contains(names, "gpu_count") {
-		t.Errorf("same host/count flagged: %s", names)
+		t.Errorf("same abHost/count flagged: %s", names)
 	}
 	// Scheduler data in one run only.
-	A = runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{5}}.stats("a")
-	B = runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	A = statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{5}}.stats("a")
+	B = statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
 	r := Compare(A, B, CompareOptions{})
-	if got := strings.Join(confoundNames(r.Confounds), ","); got != "sched_data" {
+	if got := strings.Join(abConfoundNames(r.Confounds), ","); got != "sched_data" {
 		t.Errorf("confounds = %s", got)
 	}
 	if !strings.Contains(strings.Join(r.Notes, "\n"), "no engine flag differs") {
@@ -174,10 +174,10 @@ func TestOtherConfounds(t *testing.T) {
 // The seeds' red herring: 3 retractions matched 3 no_tool sessions, yet the
 // PD decode node corrupted 15% with zero retractions.
 func TestRetractionCorrelationNotes(t *testing.T) {
-	a, b := baseCfg(), baseCfg()
+	a, b := abBaseCfg(), abBaseCfg()
 	b.MultiStreamOverlap = false
-	A := runSpec{cfg: a, outcomes: Outcomes{MaxRounds: 68, Leak: 12}, rounds: 4, running: []int{24}, usage: 0.26}.stats("pd-decode")
-	B := runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{2, 1}}.stats("small-pool")
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 68, Leak: 12}, rounds: 4, running: []int{24}, usage: 0.26}.stats("pd-decode")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{2, 1}}.stats("small-pool")
 	r := Compare(A, B, CompareOptions{})
 	notes := strings.Join(r.Notes, "\n")
 	if !strings.Contains(notes, "retractions occurred in a run with no corruption (run B: 3 requests retracted, 0/80 sessions corrupted): not causal evidence") {
@@ -192,12 +192,12 @@ func TestRetractionCorrelationNotes(t *testing.T) {
 }
 
 func TestABJSONContract(t *testing.T) {
-	a := baseCfg()
+	a := abBaseCfg()
 	a.Rounds = 6
-	b := baseCfg()
+	b := abBaseCfg()
 	b.IndexKDtype = "fp8"
-	A := runSpec{cfg: a, outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, wall: 300 * time.Second}.stats("bf16")
-	B := runSpec{cfg: b, outcomes: Outcomes{Done: 77, NoTool: 1, Error: 2}, rounds: 4}.stats("fp8")
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, wall: 300 * time.Second}.stats("bf16")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{Done: 77, NoTool: 1, Error: 2}, rounds: 4}.stats("fp8")
 	r := Compare(A, B, CompareOptions{})
 	raw, err := json.Marshal(r)
 	if err != nil {
@@ -235,10 +235,10 @@ func TestABJSONContract(t *testing.T) {
 }
 
 func TestWriteText(t *testing.T) {
-	a, b := baseCfg(), baseCfg()
+	a, b := abBaseCfg(), abBaseCfg()
 	b.IndexKDtype = "fp8"
-	A := runSpec{cfg: a, outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 4}.stats("bf16\x1b[31m.kvtrace")
-	B := runSpec{cfg: b, outcomes: Outcomes{MaxRounds: 79, NoTool: 1}, rounds: 4}.stats("fp8.kvtrace")
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 4}.stats("bf16\x1b[31m.kvtrace")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 79, NoTool: 1}, rounds: 4}.stats("fp8.kvtrace")
 	var buf bytes.Buffer
 	if err := Compare(A, B, CompareOptions{}).WriteText(&buf); err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ func EngineFlagDiffs(a, b hook.RunConfig) []FlagDiff {
 	add("disaggregation", a.Disaggregation, b.Disaggregation)
 	add("max_running_requests", a.MaxRunningRequests, b.MaxRunningRequests)
 	add("pool_tokens", a.PoolTokens, b.PoolTokens)
-	add("inject", joinSorted(a.Inject), joinSorted(b.Inject))
+	add("inject", sortedJoin(a.Inject), sortedJoin(b.Inject))
 	keys := map[string]bool{}
 	for k := range a.Extra {
 		keys[k] = true
@@ -75,7 +75,7 @@ func EngineFlagDiffs(a, b hook.RunConfig) []FlagDiff {
 	return out
 }
 
-func joinSorted(ss []string) string {
+func sortedJoin(ss []string) string {
 	c := append([]string(nil), ss...)
 	sort.Strings(c)
 	return strings.Join(c, ",")
@@ -164,14 +164,14 @@ func schedConfounds(a, b *RunStats) []Confound {
 	}
 	var cs []Confound
 	pa, pb := a.Sched.PeakRunningReq, b.Sched.PeakRunningReq
-	if hi := max(pa, pb); hi > 0 && float64(abs(pa-pb)) > PeakRunningTolerance*float64(hi) {
+	if hi := max(pa, pb); hi > 0 && float64(absInt(pa-pb)) > PeakRunningTolerance*float64(hi) {
 		lower := "B"
 		if pa < pb {
 			lower = "A"
 		}
 		cs = append(cs, Confound{Name: "peak_running_req", A: pa, B: pb, Note: fmt.Sprintf(
 			"run %s's peak concurrency is %.0f%% lower (%d vs %d): fewer simultaneous decodes give a concurrency bug fewer chances — a run that finishes sessions faster looks cleaner without being fixed",
-			lower, 100*float64(abs(pa-pb))/float64(max(pa, pb)), min(pa, pb), max(pa, pb))})
+			lower, 100*float64(absInt(pa-pb))/float64(max(pa, pb)), min(pa, pb), max(pa, pb))})
 	}
 	ua, ub := a.Sched.PeakTokenUsage, b.Sched.PeakTokenUsage
 	if math.Abs(ua-ub) > TokenUsageTolerance {
@@ -192,7 +192,7 @@ func schedConfounds(a, b *RunStats) []Confound {
 	return cs
 }
 
-func abs(x int) int {
+func absInt(x int) int {
 	if x < 0 {
 		return -x
 	}

@@ -89,7 +89,7 @@ func TestOutcomesAdd(t *testing.T) {
 }
 
 // run builds the events of a synthetic run.
-type runSpec struct {
+type statsRunSpec struct {
 	cfg        hook.RunConfig
 	host       hook.HostInfo
 	tool       string
@@ -102,7 +102,7 @@ type runSpec struct {
 	noRunStart bool
 }
 
-func (s runSpec) events() []hook.Event {
+func (s statsRunSpec) events() []hook.Event {
 	var evs []hook.Event
 	ts := int64(1_750_000_000_000_000_000)
 	next := func(b hook.Body) {
@@ -130,7 +130,7 @@ func (s runSpec) events() []hook.Event {
 	return evs
 }
 
-func (s runSpec) stats(name string) *RunStats {
+func (s statsRunSpec) stats(name string) *RunStats {
 	r := NewRunStats(name)
 	for _, ev := range s.events() {
 		r.Observe(ev)
@@ -139,7 +139,7 @@ func (s runSpec) stats(name string) *RunStats {
 }
 
 func TestRunStatsFromEvents(t *testing.T) {
-	spec := runSpec{
+	spec := statsRunSpec{
 		cfg:  hook.RunConfig{Engine: "sim", IndexKDtype: "bf16", CUDAGraph: true, Sessions: 80, Rounds: 4, Concurrency: 80},
 		host: hook.HostInfo{Hostname: "box", GPUs: []hook.GPUInfo{{Name: "H200"}, {Name: "H200"}}},
 		tool: "v1", outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 3,
@@ -193,12 +193,12 @@ func TestManifestWinsOverRunStart(t *testing.T) {
 	}
 }
 
-type sliceSource struct {
+type eventSlice struct {
 	evs []hook.Event
 	err error
 }
 
-func (s *sliceSource) Next() (hook.Event, error) {
+func (s *eventSlice) Next() (hook.Event, error) {
 	if len(s.evs) == 0 {
 		if s.err != nil {
 			return hook.Event{}, s.err
@@ -211,9 +211,9 @@ func (s *sliceSource) Next() (hook.Event, error) {
 }
 
 func TestReadRun(t *testing.T) {
-	spec := runSpec{outcomes: Outcomes{Done: 3, Leak: 1}, rounds: 2}
+	spec := statsRunSpec{outcomes: Outcomes{Done: 3, Leak: 1}, rounds: 2}
 	r := NewRunStats("s")
-	if err := ReadRun(&sliceSource{evs: spec.events()}, r); err != nil {
+	if err := ReadRun(&eventSlice{evs: spec.events()}, r); err != nil {
 		t.Fatal(err)
 	}
 	if r.Outcomes.Total() != 4 {
@@ -221,13 +221,13 @@ func TestReadRun(t *testing.T) {
 	}
 	boom := errors.New("disk")
 	r = NewRunStats("s")
-	if err := ReadRun(&sliceSource{evs: spec.events(), err: boom}, r); !errors.Is(err, boom) || r.Outcomes.Total() != 4 {
+	if err := ReadRun(&eventSlice{evs: spec.events(), err: boom}, r); !errors.Is(err, boom) || r.Outcomes.Total() != 4 {
 		t.Errorf("err = %v, total = %d", err, r.Outcomes.Total())
 	}
 }
 
 func TestRunStatsFromBundle(t *testing.T) {
-	spec := runSpec{
+	spec := statsRunSpec{
 		cfg:  hook.RunConfig{Engine: "sim", IndexKDtype: "fp8", Sessions: 80, Rounds: 4, Concurrency: 80},
 		host: hook.HostInfo{Hostname: "box", GPUs: []hook.GPUInfo{{Name: "H200"}}}, tool: "v1",
 		outcomes: Outcomes{Done: 79, NoTool: 1}, rounds: 4, running: []int{30}, usage: 0.5, wall: time.Second,
