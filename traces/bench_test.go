@@ -150,3 +150,49 @@ func BenchmarkRead(b *testing.B) {
 type countWriter struct{ n int }
 
 func (c *countWriter) Write(p []byte) (int, error) { c.n += len(p); return len(p), nil }
+
+// BenchmarkCodec is the ceiling: the shared zstd encoder and decoder alone on
+// the same JSON, in 1 MiB frames, with no bundle logic around them.
+func BenchmarkCodec(b *testing.B) {
+	evs := benchEvents(benchN)
+	lines, total := benchLines(evs)
+	plain := make([]byte, 0, total)
+	for _, l := range lines {
+		plain = append(append(plain, l...), '\n')
+	}
+	enc, _ := encoder()
+	dec, _ := decoder()
+	var frames [][]byte
+	for off := 0; off < len(plain); off += frameBytes {
+		frames = append(frames, enc.EncodeAll(plain[off:min(off+frameBytes, len(plain))], nil))
+	}
+	b.Run("encode", func(b *testing.B) {
+		b.SetBytes(int64(total))
+		var dst []byte
+		cpu0 := processCPU()
+		for i := 0; i < b.N; i++ {
+			for off := 0; off < len(plain); off += frameBytes {
+				dst = enc.EncodeAll(plain[off:min(off+frameBytes, len(plain))], dst[:0])
+			}
+		}
+		if cpu := processCPU() - cpu0; cpu > 0 {
+			b.ReportMetric(float64(total)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.SetBytes(int64(total))
+		var dst []byte
+		var err error
+		cpu0 := processCPU()
+		for i := 0; i < b.N; i++ {
+			for _, f := range frames {
+				if dst, err = dec.DecodeAll(f, dst[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if cpu := processCPU() - cpu0; cpu > 0 {
+			b.ReportMetric(float64(total)*float64(b.N)/cpu.Seconds()/1e9, "GB/cpu-s")
+		}
+	})
+}

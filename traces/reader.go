@@ -138,7 +138,7 @@ func newReader(rd io.Reader, name string) (*Reader, error) {
 		}
 		return nil, fmt.Errorf("read bundle %s: %w", name, err)
 	}
-	if typ, reason := classify(line); typ != RecordManifest {
+	if typ, _, _, _, reason := classify(line); typ != RecordManifest {
 		switch {
 		case typ != 0:
 			reason = "a " + typ.String()
@@ -235,16 +235,16 @@ func (r *Reader) skip(p Position, format string, a ...any) {
 // underlying file fails.
 func (r *Reader) Next() (hook.Event, error) {
 	for {
-		typ, line, pos, err := r.nextRecord()
+		rec, err := r.nextRecord(false)
 		if err != nil {
 			return hook.Event{}, err
 		}
-		if typ != RecordEvent {
+		if rec.Type != RecordEvent {
 			continue
 		}
 		var ev hook.Event
-		if err := ev.UnmarshalJSON(line); err != nil {
-			r.skip(pos, "%v", err)
+		if err := ev.UnmarshalJSON(rec.Line); err != nil {
+			r.skip(rec.Pos, "%v", err)
 			continue
 		}
 		return ev, nil
@@ -278,52 +278,47 @@ type RawRecord struct {
 
 // NextRecord returns the next record of any type (manifest and footer
 // included) as its raw line. Event lines are checked as by NextLine.
-func (r *Reader) NextRecord() (RawRecord, error) {
-	for {
-		typ, line, pos, err := r.nextRecord()
-		if err != nil {
-			return RawRecord{}, err
-		}
-		rec := RawRecord{Type: typ, Line: line, Pos: pos}
-		if typ != RecordEvent {
-			return rec, nil
-		}
-		kind, ts, ok := eventPrefix(line)
-		if ok && r.validate && !json.Valid(line) {
-			r.skip(pos, "event line is not valid JSON")
-			continue
-		}
-		if !ok {
-			kind, ts, err = eventProbe(line)
-			if err != nil {
-				r.skip(pos, "%v", err)
-				continue
-			}
-		}
-		rec.Kind, rec.TS = kind, ts
-		return rec, nil
-	}
-}
+func (r *Reader) NextRecord() (RawRecord, error) { return r.nextRecord(true) }
 
 // nextRecord returns the next classified line; unusable lines are skipped
-// and counted here. Footers are parsed and kept as they pass.
-func (r *Reader) nextRecord() (RecordType, []byte, Position, error) {
+// and counted here. Footers are parsed and kept as they pass. With
+// checkEvents, event lines get their kind and ts_ns and, when validating, a
+// JSON check; without, the caller decodes them fully.
+func (r *Reader) nextRecord(checkEvents bool) (RawRecord, error) {
 	if line := r.manifestLine; line != nil {
 		r.manifestLine = nil
-		return RecordManifest, line, r.manifestPos, nil
+		return RawRecord{Type: RecordManifest, Line: line, Pos: r.manifestPos}, nil
 	}
 	for {
 		line, pos, err := r.nextLine()
 		if err != nil {
-			return 0, nil, pos, err
+			return RawRecord{Pos: pos}, err
 		}
-		typ, reason := classify(line)
-		switch typ {
+		rec := RawRecord{Line: line, Pos: pos}
+		var fast bool
+		var reason string
+		rec.Type, rec.Kind, rec.TS, fast, reason = classify(line)
+		switch rec.Type {
 		case 0:
 			if reason != "" {
 				r.skip(pos, "%s", reason)
 			}
 			continue
+		case RecordEvent:
+			if !checkEvents {
+				break
+			}
+			if fast && r.validate && !json.Valid(line) {
+				r.skip(pos, "event line is not valid JSON")
+				continue
+			}
+			if !fast {
+				rec.Kind, rec.TS, err = eventProbe(line)
+				if err != nil {
+					r.skip(pos, "%v", err)
+					continue
+				}
+			}
 		case RecordManifest:
 			if pos.Line != 1 {
 				r.skip(pos, "second manifest (concatenated bundles?)")
@@ -337,7 +332,7 @@ func (r *Reader) nextRecord() (RecordType, []byte, Position, error) {
 			}
 			r.footer = fr.Footer
 		}
-		return typ, line, pos, nil
+		return rec, nil
 	}
 }
 
@@ -441,19 +436,20 @@ func (r *Reader) nextFrame() error {
 }
 
 // classify tells what a line is. Type 0 is "skip": blank lines have reason
-// "", unusable ones a reason.
-func classify(line []byte) (RecordType, string) {
-	if _, _, ok := eventPrefix(line); ok {
-		return RecordEvent, ""
+// "", unusable ones a reason. For events in the writer's canonical form, fast
+// is true and kind and ts are set.
+func classify(line []byte) (typ RecordType, kind hook.Kind, ts int64, fast bool, reason string) {
+	if kind, ts, ok := eventPrefix(line); ok {
+		return RecordEvent, kind, ts, true, ""
 	}
 	switch {
 	case bytes.HasPrefix(line, []byte(`{"`+footerKey+`":`)):
-		return RecordFooter, ""
+		return RecordFooter, 0, 0, false, ""
 	case bytes.HasPrefix(line, []byte(`{"`+manifestKey+`":`)):
-		return RecordManifest, ""
+		return RecordManifest, 0, 0, false, ""
 	}
 	if len(bytes.TrimSpace(line)) == 0 {
-		return 0, ""
+		return 0, 0, 0, false, ""
 	}
 	var probe struct {
 		V        *int            `json:"v"`
@@ -462,17 +458,17 @@ func classify(line []byte) (RecordType, string) {
 		Footer   json.RawMessage `json:"kvtrace_footer"`
 	}
 	if err := json.Unmarshal(line, &probe); err != nil {
-		return 0, fmt.Sprintf("not a JSON object: %v", err)
+		return 0, 0, 0, false, fmt.Sprintf("not a JSON object: %v", err)
 	}
 	switch {
 	case probe.Manifest != nil:
-		return RecordManifest, ""
+		return RecordManifest, 0, 0, false, ""
 	case probe.Footer != nil:
-		return RecordFooter, ""
+		return RecordFooter, 0, 0, false, ""
 	case probe.V != nil || probe.Kind != nil:
-		return RecordEvent, ""
+		return RecordEvent, 0, 0, false, ""
 	}
-	return 0, "unknown record: none of the keys v, kind, kvtrace, kvtrace_footer"
+	return 0, 0, 0, false, "unknown record: none of the keys v, kind, kvtrace, kvtrace_footer"
 }
 
 // kindOf maps a kind name to its Kind without allocating (KindInvalid when
