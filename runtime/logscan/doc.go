@@ -21,7 +21,14 @@
 //
 // The scanners are hand-written (no regular expressions): the hot path of a
 // decode line is a prefix check and one pass over its fields without
-// allocating.
+// allocating (BenchmarkScanDecodeLines).
+//
+// Entry points: Parser.Parse classifies one line; Scanner reads lines from a
+// reader; ScanAll folds a whole log into a Summary (the `kvcanary logs scan
+// --json` shape); Tail follows a growing file (repro --server-log) and
+// publishes hook.Sched events — phase "decode"/"prefill" for batch lines and
+// vLLM engine lines, phase "retract" for SGLang retractions and for vLLM
+// preemptions (Record.AppendSched).
 //
 // Error contract: no input is fatal. Lines in unknown formats, malformed
 // fields, binary garbage and over-long lines are counted (Summary.Unrecognized,
