@@ -580,13 +580,63 @@ func (r *reader) i32list(field string) []int32 {
 	return out
 }
 
+// slabs hands out bodies of the high-rate kinds from chunks of slabN, so a
+// decoder allocates once per slabN events instead of once per event. Every
+// body is a distinct, never reused element; a chunk stays reachable while
+// any of its bodies is. A nil *slabs allocates each body on its own.
+type slabs struct {
+	replay []Replay
+	sched  []Sched
+	room   []RoomChecksum
+	cuda   []CUDA
+}
+
+const slabN = 64
+
+func take[T any](pool *[]T) *T {
+	if len(*pool) == 0 {
+		*pool = make([]T, slabN)
+	}
+	v := &(*pool)[0]
+	*pool = (*pool)[1:]
+	return v
+}
+
+func (s *slabs) newReplay() *Replay {
+	if s == nil {
+		return &Replay{}
+	}
+	return take(&s.replay)
+}
+
+func (s *slabs) newSched() *Sched {
+	if s == nil {
+		return &Sched{}
+	}
+	return take(&s.sched)
+}
+
+func (s *slabs) newRoom() *RoomChecksum {
+	if s == nil {
+		return &RoomChecksum{}
+	}
+	return take(&s.room)
+}
+
+func (s *slabs) newCUDA() *CUDA {
+	if s == nil {
+		return &CUDA{}
+	}
+	return take(&s.cuda)
+}
+
 // decodeBinaryBody decodes kind k's binary layout; errors are left in r.
-func decodeBinaryBody(k Kind, r *reader) Body {
+func decodeBinaryBody(k Kind, r *reader, sl *slabs) Body {
 	switch k {
 	case KindRunEnd:
 		return &RunEnd{WallNS: r.varint(), Steps: r.varint(), Dropped: r.uvarint(), Error: r.str()}
 	case KindRoomChecksum:
-		v := &RoomChecksum{}
+		v := sl.newRoom()
 		v.Room = Dec64(r.u64())
 		v.Side = Side(r.str())
 		v.SeqLen = r.int()
@@ -603,7 +653,7 @@ func decodeBinaryBody(k Kind, r *reader) Body {
 		}
 		return v
 	case KindReplay:
-		v := &Replay{}
+		v := sl.newReplay()
 		v.Step = r.uvarint()
 		v.BatchSize = r.int()
 		v.Bucket = r.int()
@@ -654,7 +704,7 @@ func decodeBinaryBody(k Kind, r *reader) Body {
 		v.Requests = r.strs("requests")
 		return v
 	case KindSched:
-		v := &Sched{}
+		v := sl.newSched()
 		v.Phase = r.str()
 		v.RunningReq = r.int()
 		v.QueueReq = r.int()
@@ -666,7 +716,7 @@ func decodeBinaryBody(k Kind, r *reader) Body {
 		v.GenThroughput = r.f64("gen_throughput")
 		return v
 	case KindCUDA:
-		v := &CUDA{}
+		v := sl.newCUDA()
 		v.Call = r.str()
 		v.PID = r.uint32v("pid")
 		v.TID = r.uint32v("tid")

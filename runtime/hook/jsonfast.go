@@ -351,7 +351,6 @@ func init() {
 	for k, keys := range fastBodies {
 		fastBody[k] = slices.Equal(sortedKeys(keys), jsonKeysOf(k))
 	}
-	fastDecodeLine = fastLine
 }
 
 func sortedKeys(keys []string) []string {
@@ -384,7 +383,9 @@ func jsonKeysOf(k Kind) []string {
 }
 
 // fastLine decodes a canonical JSON line, or gives up.
-func fastLine(line []byte) (Event, bool) {
+func fastLine(line []byte) (Event, bool) { return fastLineSlabs(line, nil) }
+
+func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 	s := jscan{b: line, ok: true}
 	var (
 		ev       Event
@@ -425,7 +426,7 @@ func fastLine(line []byte) (Event, bool) {
 			if err != nil || !fastBody[k] || s.peek() != '{' {
 				return false
 			}
-			bodyKind, ev.Body = k, fastBodyDecode(k, &s)
+			bodyKind, ev.Body = k, fastBodyDecode(k, &s, sl)
 		default:
 			return false // unknown or differently-cased keys: slow path
 		}
@@ -439,10 +440,10 @@ func fastLine(line []byte) (Event, bool) {
 	return ev, true
 }
 
-func fastBodyDecode(k Kind, s *jscan) Body {
+func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 	switch k {
 	case KindReplay:
-		v := &Replay{}
+		v := sl.newReplay()
 		s.object(func(key string) bool {
 			switch key {
 			case "step":
@@ -462,7 +463,7 @@ func fastBodyDecode(k Kind, s *jscan) Body {
 		})
 		return v
 	case KindSched:
-		v := &Sched{}
+		v := sl.newSched()
 		s.object(func(key string) bool {
 			switch key {
 			case "phase":
@@ -490,7 +491,7 @@ func fastBodyDecode(k Kind, s *jscan) Body {
 		})
 		return v
 	case KindRoomChecksum:
-		v := &RoomChecksum{}
+		v := sl.newRoom()
 		s.object(func(key string) bool {
 			switch key {
 			case "room":
@@ -546,7 +547,7 @@ func fastBodyDecode(k Kind, s *jscan) Body {
 		})
 		return v
 	case KindCUDA:
-		v := &CUDA{}
+		v := sl.newCUDA()
 		s.object(func(key string) bool {
 			switch key {
 			case "call":

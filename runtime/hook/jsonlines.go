@@ -22,6 +22,7 @@ type JSONLinesDecoder struct {
 	line  int   // lines consumed so far
 	rerr  error
 	fatal error
+	slabs slabs
 }
 
 // NewJSONLinesDecoder returns a decoder reading JSON lines from r.
@@ -117,7 +118,7 @@ func (d *JSONLinesDecoder) Decode() (Event, error) {
 		if isBlank(line) {
 			continue
 		}
-		ev, reason, err := DecodeJSONLine(line)
+		ev, reason, err := decodeJSONLine(line, &d.slabs)
 		if err != nil {
 			if !terminated && reason == ReasonBadJSON {
 				reason = ReasonTruncated
@@ -142,12 +143,14 @@ func isBlank(b []byte) bool {
 // and additionally rejects invalid UTF-8 (which encoding/json would silently
 // replace). A fast path handles the canonical encoding of the high-rate
 // kinds; anything it does not recognise goes through encoding/json.
-func DecodeJSONLine(line []byte) (Event, Reason, error) {
+func DecodeJSONLine(line []byte) (Event, Reason, error) { return decodeJSONLine(line, nil) }
+
+func decodeJSONLine(line []byte, sl *slabs) (Event, Reason, error) {
 	if !utf8.Valid(line) {
 		i := firstInvalidUTF8(line)
 		return Event{}, ReasonBadUTF8, fmt.Errorf("invalid UTF-8 at column %d", i+1)
 	}
-	if ev, ok := fastDecodeLine(line); ok {
+	if ev, ok := fastLineSlabs(line, sl); ok {
 		return ev, ReasonNone, nil
 	}
 	return slowDecodeLine(line)
@@ -292,6 +295,3 @@ func appendJSONBody(dst []byte, body Body) ([]byte, error) {
 	}
 	return append(dst, b...), nil
 }
-
-// fastDecodeLine is replaced by the hand-written fast path in jsonfast.go.
-var fastDecodeLine = func([]byte) (Event, bool) { return Event{}, false }

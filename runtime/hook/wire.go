@@ -204,6 +204,7 @@ type FrameDecoder struct {
 	off   int64
 	fatal error
 	rerr  error // read error seen while filling
+	slabs slabs
 }
 
 // NewFrameDecoder returns a decoder reading frames from r.
@@ -275,7 +276,7 @@ func (d *FrameDecoder) Decode() (Event, error) {
 	off := d.off
 	d.start += total
 	d.off += int64(total)
-	ev, err := decodeFramePayload(frame)
+	ev, err := decodeFramePayload(frame, &d.slabs)
 	if err != nil {
 		we := &WireError{Offset: off, Reason: ReasonBadBody, Err: err}
 		var be *bodyError
@@ -320,7 +321,7 @@ func DecodeFrame(b []byte) (Event, int, error) {
 		return Event{}, 0, &WireError{Reason: ReasonTruncated, Fatal: true, Err: io.ErrUnexpectedEOF}
 	}
 	total := frameHeaderLen + int(n)
-	ev, err := decodeFramePayload(b[frameHeaderLen:total])
+	ev, err := decodeFramePayload(b[frameHeaderLen:total], nil)
 	if err != nil {
 		we := &WireError{Reason: ReasonBadBody, Err: err}
 		var be *bodyError
@@ -333,7 +334,7 @@ func DecodeFrame(b []byte) (Event, int, error) {
 }
 
 // decodeFramePayload decodes the bytes after the length prefix.
-func decodeFramePayload(p []byte) (Event, error) {
+func decodeFramePayload(p []byte, sl *slabs) (Event, error) {
 	if p[0] != FrameVersion {
 		return Event{}, &bodyError{ReasonBadVersion, 0,
 			fmt.Sprintf("unsupported frame version %d (this build reads version %d)", p[0], FrameVersion)}
@@ -370,7 +371,7 @@ func decodeFramePayload(p []byte) (Event, error) {
 	if !binaryBody[k] {
 		return Event{}, &bodyError{ReasonBadBody, r.off, fmt.Sprintf("%s has no binary body layout; set the JSON flag", k)}
 	}
-	ev.Body = decodeBinaryBody(k, &r)
+	ev.Body = decodeBinaryBody(k, &r, sl)
 	if r.err == nil && r.off != len(p) {
 		r.fail(ReasonBadBody, "%d trailing bytes", len(p)-r.off)
 	}
