@@ -119,12 +119,17 @@ func writeLogSummary(w io.Writer, name string, s *logscan.Summary, limit int) er
 	if s.Format == "vllm" {
 		batches = "engine stat lines"
 	}
-	fmt.Fprintf(&b, "%-20s %d (peak #running-req %d, peak token usage %.2f, peak #queue-req %d, cuda graph on %d)\n",
-		batches, s.DecodeBatches, s.PeakRunningReq, s.PeakTokenUsage, s.PeakQueueReq, s.CUDAGraphBatches)
-	if s.Format != "vllm" {
-		fmt.Fprintf(&b, "%-20s %d\n", "prefill batches", s.PrefillBatches)
+	vllm := s.Format == "vllm"
+	fmt.Fprintf(&b, "%-20s %d (peak #running-req %d, peak token usage %.2f, peak #queue-req %d",
+		batches, s.DecodeBatches, s.PeakRunningReq, s.PeakTokenUsage, s.PeakQueueReq)
+	if !vllm {
+		fmt.Fprintf(&b, ", cuda graph on %d", s.CUDAGraphBatches)
 	}
-	fmt.Fprintf(&b, "%-20s %d %s, %d requests retracted\n", "retractions", s.RetractionEvents, eventWord(s.RetractionEvents), s.RetractedReqs)
+	b.WriteString(")\n")
+	if !vllm {
+		fmt.Fprintf(&b, "%-20s %d\n", "prefill batches", s.PrefillBatches)
+		fmt.Fprintf(&b, "%-20s %d %s, %d requests retracted\n", "retractions", s.RetractionEvents, eventWord(s.RetractionEvents), s.RetractedReqs)
+	}
 	for i, r := range s.Retractions {
 		if i >= limit {
 			fmt.Fprintf(&b, "  … %d more (--json lists up to %d)\n", s.RetractionEvents-int64(limit), logscan.MaxRetractions)
