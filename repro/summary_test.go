@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/logscan"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -258,5 +259,29 @@ func TestRunStatsFromBundle(t *testing.T) {
 	}
 	if _, err := RunStatsFromBundle(filepath.Join(t.TempDir(), "missing.kvtrace")); err == nil || !strings.Contains(err.Error(), "missing.kvtrace") {
 		t.Errorf("missing bundle: err = %v", err)
+	}
+}
+
+// A server log scanned by logscan feeds RunStats through sched events, so A/B
+// sees a real engine's peak load and retractions.
+func TestSchedFromServerLog(t *testing.T) {
+	log := `[2025-06-01 12:00:02 TP0] Decode batch, #running-req: 58, #token: 80000, token usage: 0.92, cuda graph: True, gen throughput (token/s): 2600.10, #queue-req: 10, 
+[2025-06-01 12:00:03 TP0] Decode batch, #running-req: 60, #token: 87282, token usage: 1.00, cuda graph: True, gen throughput (token/s): 2529.33, #queue-req: 13, 
+[2025-06-01 12:00:03 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.4100 -> 0.7000
+INFO 06-01 12:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 930.1 tokens/s, Running: 12 reqs, Waiting: 0 reqs, Preemptions: 2, GPU KV cache usage: 50.0%, Prefix cache hit rate: 0.0%
+`
+	sc := logscan.NewScanner(strings.NewReader(log), "server.log", logscan.Options{Year: 2025})
+	r := NewRunStats("with-log")
+	var bodies []*hook.Sched
+	for sc.Scan() {
+		rec := sc.Record()
+		bodies = rec.AppendSched(bodies[:0])
+		for _, b := range bodies {
+			r.Observe(hook.Event{Kind: hook.KindSched, TS: rec.TS, Body: b})
+		}
+	}
+	want := SchedStats{Observations: 5, PeakRunningReq: 60, PeakTokenUsage: 1.0, Retractions: 5, RetractionEvents: 2, DecodeBatches: 3}
+	if r.Sched != want {
+		t.Errorf("sched = %+v, want %+v", r.Sched, want)
 	}
 }
