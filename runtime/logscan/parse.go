@@ -71,13 +71,13 @@ func (p *Parser) Parse(line []byte, lineNo int64, rec *Record) {
 	}
 	msg, ts, eng := p.prefix(line)
 	rec.TS = ts
-	if p.classify(msg, line, rec) {
-		if eng != EngineUnknown && rec.Kind == KindChecksumMismatch {
-			rec.Engine = eng
-		}
-		return
+	if !p.classify(msg, line, rec) {
+		p.search(line, rec)
 	}
-	p.search(line, rec)
+	rec.Prefix = eng
+	if rec.Kind == KindChecksumMismatch && rec.Engine == EngineUnknown {
+		rec.Engine = eng
+	}
 }
 
 // prefix strips a known log prefix and returns the message, its timestamp

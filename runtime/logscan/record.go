@@ -80,9 +80,10 @@ const (
 // Fields says which ones it did.
 type Record struct {
 	Kind   Kind
-	Engine Engine
-	Line   int64 // 1-based line number in the input
-	TS     int64 // Unix ns from the line's prefix; 0 when it has none we understand
+	Engine Engine // the engine whose message this is; unknown for unrecognized lines
+	Prefix Engine // the engine whose log prefix the line had (SGLang "[date time TP0] ", vLLM "INFO mm-dd time [file:n] ")
+	Line   int64  // 1-based line number in the input
+	TS     int64  // Unix ns from the line's prefix; 0 when it has none we understand
 
 	Long      bool   // the line was longer than Options.MaxLine and was skipped (Kind is KindUnrecognized)
 	Fields    uint32 // Field* bits present

@@ -188,3 +188,18 @@ func TestFixturesScan(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatFromPrefixAlone(t *testing.T) {
+	s, _ := ScanAll(strings.NewReader("[2025-06-01 12:00:00 TP0] Load weight begin.\n[2025-06-01 12:00:01 TP0] Load weight end.\n"), "x", Options{})
+	if s.Format != "sglang" || s.Unrecognized != 2 {
+		t.Errorf("sglang by prefix: %+v", s)
+	}
+	s, _ = ScanAll(strings.NewReader("INFO 06-01 12:00:00 [api_server.py:1] Starting vLLM API server\n"), "x", Options{Year: 2025})
+	if s.Format != "vllm" {
+		t.Errorf("vllm by prefix: %+v", s)
+	}
+	s, _ = ScanAll(strings.NewReader("hello\nworld\n"), "x", Options{})
+	if s.Format != "unknown" {
+		t.Errorf("plain text: %+v", s)
+	}
+}

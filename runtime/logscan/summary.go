@@ -88,7 +88,13 @@ func (s *Summary) Add(r *Record) {
 		}
 		s.lastTS = max(s.lastTS, r.TS)
 	}
-	switch r.Engine {
+	// Format votes: the message's engine, else the log prefix's (a log with
+	// no batch lines yet still shows whose it is).
+	eng := r.Engine
+	if eng == EngineUnknown {
+		eng = r.Prefix
+	}
+	switch eng {
 	case EngineSGLang:
 		s.sglang++
 	case EngineVLLM:
