@@ -1,0 +1,5 @@
+//go:build !race
+
+package checksum_test
+
+const raceEnabled = false
