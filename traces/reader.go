@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -66,9 +67,12 @@ const maxSkipDetails = 100
 
 // Reader reads a bundle record by record. Not safe for concurrent use.
 type Reader struct {
-	name   string
-	src    source
-	closer io.Closer
+	name    string
+	scan    *frameScanner // nil once decoding ahead
+	ahead   *decodeAhead
+	aheadOK bool
+	closer  io.Closer
+	offset  int64 // file offset after the last frame handed to the reader
 
 	frameNo  uint64 // frames seen (complete or skipped)
 	decoded  uint64 // bytes of decoded content
@@ -115,15 +119,15 @@ func newReader(rd io.Reader, name string) (*Reader, error) {
 	if _, err := decoder(); err != nil {
 		return nil, fmt.Errorf("read bundle %s: zstd decoder: %w", name, err)
 	}
-	r := &Reader{name: name, src: source{r: rd}, validate: true}
-	if !r.src.fill(1) {
-		if r.src.err != nil {
-			return nil, fmt.Errorf("read bundle %s: %w", name, r.src.err)
+	scan := &frameScanner{name: name, src: source{r: rd}}
+	r := &Reader{name: name, scan: scan, validate: true, aheadOK: true}
+	if src := &scan.src; !src.fill(1) {
+		if src.err != nil {
+			return nil, fmt.Errorf("read bundle %s: %w", name, src.err)
 		}
 		return nil, fmt.Errorf("read bundle %s: empty file", name)
-	}
-	if r.src.fill(4) && !bytes.Equal(r.src.peek(0, 4), zstdMagicBytes) {
-		return nil, fmt.Errorf("read bundle %s: not a zstd stream: starts with % x, want % x", name, r.src.peek(0, 4), zstdMagicBytes)
+	} else if src.fill(4) && !bytes.Equal(src.peek(0, 4), zstdMagicBytes) {
+		return nil, fmt.Errorf("read bundle %s: not a zstd stream: starts with % x, want % x", name, src.peek(0, 4), zstdMagicBytes)
 	}
 	line, pos, err := r.nextLine()
 	if err != nil {
@@ -174,7 +178,7 @@ func (r *Reader) Name() string { return r.name }
 func (r *Reader) Frames() uint64 { return r.frameNo }
 
 // Offset is the byte offset in the file up to which the reader has consumed.
-func (r *Reader) Offset() int64 { return r.src.off }
+func (r *Reader) Offset() int64 { return r.offset }
 
 // DecodedBytes is the number of JSON-line bytes decoded so far.
 func (r *Reader) DecodedBytes() uint64 { return r.decoded }
@@ -212,8 +216,12 @@ func (r *Reader) Skips() []Skip { return r.skips }
 // bundles when speed matters.
 func (r *Reader) SetValidate(on bool) { r.validate = on }
 
-// Close closes the file opened by Open.
+// Close stops decoding ahead and closes the file opened by Open. Always
+// Close a reader you stop reading before its end.
 func (r *Reader) Close() error {
+	if r.ahead != nil {
+		r.ahead.stop.stop()
+	}
 	if r.closer == nil {
 		return nil
 	}
@@ -378,61 +386,50 @@ func (r *Reader) nextLine() ([]byte, Position, error) {
 	}
 }
 
-// nextFrame decodes the next complete frame into content, skipping damage.
-// At the end of input it sets done (and truncated when the input ends inside
-// a frame).
+// nextFrame moves to the next decoded frame, recording the damage met on
+// the way. At the end of input it sets done (and truncated when the input
+// ends inside a frame).
 func (r *Reader) nextFrame() error {
-	dec, _ := decoder() // checked in newReader
-	for {
-		off := r.src.off
-		status, n := r.src.scanFrame()
-		if r.src.err != nil {
-			return fmt.Errorf("read bundle %s at byte %d: %w", r.name, r.src.off, r.src.err)
+	var res frameResult
+	switch {
+	case r.ahead != nil:
+		r.ahead.recycle(r.content)
+		r.content = nil
+		var ok bool
+		res, ok = <-r.ahead.results
+		if !ok {
+			return fmt.Errorf("read bundle %s: reader closed", r.name)
 		}
-		switch status {
-		case frameEnd:
-			r.done = true
-			return nil
-		case frameTruncated:
-			r.frameNo++
-			r.truncated = true
-			r.truncReason = fmt.Sprintf("file ends inside frame %d (%d bytes from byte %d)", r.frameNo, n, off)
-			r.done = true
-			return nil
-		case frameGarbage:
-			skipped := r.src.resync()
-			r.skip(Position{Offset: off}, "%d bytes that are not a zstd frame", skipped)
-			continue
-		case frameTooLarge:
-			r.frameNo++
-			skipped := r.src.resync()
-			r.skip(Position{Frame: r.frameNo, Offset: off}, "frame larger than %d bytes (%d bytes skipped to the next frame magic)", maxFrameBytes, skipped)
-			continue
-		case frameSkippable:
-			if !r.src.skip(n) {
-				r.truncated = true
-				r.truncReason = fmt.Sprintf("file ends inside a skippable frame at byte %d", off)
-				r.done = true
-				return nil
-			}
-			continue
+	case r.aheadOK && r.scan.frameNo >= 1:
+		// The manifest frame is read in place; from the next frame on,
+		// decode ahead on another goroutine.
+		r.ahead = startDecodeAhead(r.scan)
+		r.scan = nil
+		runtime.AddCleanup(r, func(s *stopper) { s.stop() }, r.ahead.stop)
+		return r.nextFrame()
+	default:
+		res = r.scan.next(r.content)
+	}
+	for _, sk := range res.skips {
+		r.skip(sk.Position, "%s", sk.Reason)
+	}
+	r.frameNo, r.offset = res.frameNo, res.end
+	if res.err != nil {
+		r.done = true
+		return res.err
+	}
+	if res.done {
+		r.done = true
+		if res.truncated != "" {
+			r.truncated, r.truncReason = true, res.truncated
 		}
-		r.frameNo++
-		if cap(r.content) > 4*frameBytes {
-			r.content = nil // do not keep a huge buffer after one huge frame
-		}
-		content, err := dec.DecodeAll(r.src.peek(0, n), r.content[:0])
-		r.src.consume(n)
-		if err != nil {
-			r.skip(Position{Frame: r.frameNo, Offset: off}, "undecodable frame (%d bytes): %v", n, err)
-			continue
-		}
-		r.content = content
-		r.decoded += uint64(len(content))
-		r.pos = 0
-		r.frameOff = off
 		return nil
 	}
+	r.content = res.content
+	r.decoded += uint64(len(res.content))
+	r.pos = 0
+	r.frameOff = res.off
+	return nil
 }
 
 // classify tells what a line is. Type 0 is "skip": blank lines have reason
