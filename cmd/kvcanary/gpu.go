@@ -134,9 +134,9 @@ func printGPU(opts *GPUOptions, r GPUReport) error {
 	return gpuLines(w, r)
 }
 
-func gib(b uint64) string { return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) }
+func gpuGiB(b uint64) string { return strconv.FormatFloat(float64(b)/(1<<30), 'f', 1, 64) }
 
-func xidText(x uint64) string {
+func gpuXidText(x uint64) string {
 	if x == 0 {
 		return "-"
 	}
@@ -144,7 +144,7 @@ func xidText(x uint64) string {
 }
 
 func gpuTable(out io.Writer, r GPUReport) error {
-	fmt.Fprintf(out, "driver %s  CUDA %s  %d GPU(s)  %s\n", orDash(r.Driver), orDash(r.CUDA), len(r.Devices),
+	fmt.Fprintf(out, "driver %s  CUDA %s  %d GPU(s)  %s\n", gpuDash(r.Driver), gpuDash(r.CUDA), len(r.Devices),
 		time.Unix(0, r.TS).UTC().Format(time.RFC3339))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GPU\tNAME\tMEM GiB\tUTIL\tMEMUTIL\tTEMP\tPOWER W\tSM/MEM MHz\tECC SBE/DBE\tPCIE REPLAY\tRETIRED\tREMAP C/U\tXID\tPROCS")
@@ -154,16 +154,16 @@ func gpuTable(out io.Writer, r GPUReport) error {
 			remap += " pending"
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%d%%\t%d%%\t%dC\t%.1f\t%d/%d\t%d/%d\t%d\t%d\t%s\t%s\t%d\n",
-			d.Index, cmdutil.Quote(d.Name), gib(d.MemUsed), gib(d.MemTotal), d.UtilGPU, d.UtilMem, d.TempC,
+			d.Index, cmdutil.Quote(d.Name), gpuGiB(d.MemUsed), gpuGiB(d.MemTotal), d.UtilGPU, d.UtilMem, d.TempC,
 			float64(d.PowerMW)/1000, d.SMClockMHz, d.MemClockMHz, d.ECCSBE, d.ECCDBE, d.PCIeReplay,
-			d.RetiredPages, remap, xidText(d.Xid), len(d.Procs))
+			d.RetiredPages, remap, gpuXidText(d.Xid), len(d.Procs))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, d := range r.Devices {
 		for _, p := range d.Procs {
-			fmt.Fprintf(out, "  GPU %d  pid %d  %s GiB\n", d.Index, p.PID, gib(p.MemUsed))
+			fmt.Fprintf(out, "  GPU %d  pid %d  %s GiB\n", d.Index, p.PID, gpuGiB(p.MemUsed))
 		}
 	}
 	return writeSkipped(out, r)
@@ -176,9 +176,9 @@ func gpuLines(out io.Writer, r GPUReport) error {
 			procs[i] = fmt.Sprintf("%d:%d", p.PID, p.MemUsed)
 		}
 		fmt.Fprintf(out, "gpu=%d name=%q uuid=%s mem_used=%d mem_total=%d util=%d mem_util=%d temp_c=%d power_mw=%d sm_mhz=%d mem_mhz=%d ecc_sbe=%d ecc_dbe=%d pcie_replay=%d retired=%d remapped_corr=%d remapped_unc=%d remap_pending=%t xid=%d procs=%s\n",
-			d.Index, d.Name, orDash(d.UUID), d.MemUsed, d.MemTotal, d.UtilGPU, d.UtilMem, d.TempC, d.PowerMW,
+			d.Index, d.Name, gpuDash(d.UUID), d.MemUsed, d.MemTotal, d.UtilGPU, d.UtilMem, d.TempC, d.PowerMW,
 			d.SMClockMHz, d.MemClockMHz, d.ECCSBE, d.ECCDBE, d.PCIeReplay, d.RetiredPages,
-			d.RemappedCorr, d.RemappedUnc, d.RemapPending, d.Xid, orDash(strings.Join(procs, ",")))
+			d.RemappedCorr, d.RemappedUnc, d.RemapPending, d.Xid, gpuDash(strings.Join(procs, ",")))
 	}
 	return writeSkipped(out, r)
 }
@@ -201,7 +201,7 @@ func writeSkipped(out io.Writer, r GPUReport) error {
 	return nil
 }
 
-func orDash(s string) string {
+func gpuDash(s string) string {
 	if s == "" {
 		return "-"
 	}

@@ -93,7 +93,7 @@ func TestGPUJSONAndWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// cancel once a sample shows the Xid
-	w := &cancelOn{buf: out, needle: `"xid": 79`, cancel: cancel}
+	w := &gpuCancelOn{buf: out, needle: `"xid": 79`, cancel: cancel}
 	ios.Out = w
 	err := gpuRun(&GPUOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: true}, Ctx: ctx, Watch: time.Millisecond,
 		Now: time.Now, Open: func() (gpu.Lib, error) { return lib, nil }})
@@ -117,13 +117,13 @@ func TestGPUJSONAndWatch(t *testing.T) {
 	}
 }
 
-type cancelOn struct {
+type gpuCancelOn struct {
 	buf    *bytes.Buffer
 	needle string
 	cancel func()
 }
 
-func (c *cancelOn) Write(p []byte) (int, error) {
+func (c *gpuCancelOn) Write(p []byte) (int, error) {
 	n, err := c.buf.Write(p)
 	if strings.Contains(string(p), c.needle) {
 		c.cancel()

@@ -176,7 +176,7 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 	)
 	if opts.IO.IsStderrTTY() {
 		fmt.Fprintf(opts.IO.ErrOut, "probing %d entry points in %s; Ctrl-C to stop\n", len(p.Targets()), cmdutil.Quote(p.Lib()))
-		stopProgress := progress(ctx, opts.IO.ErrOut, func() string {
+		stopProgress := probeProgress(ctx, opts.IO.ErrOut, func() string {
 			mu.Lock()
 			defer mu.Unlock()
 			s := views.Summary()
@@ -227,8 +227,8 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 	return nil
 }
 
-// progress rewrites one status line on a terminal every second until stopped.
-func progress(ctx context.Context, w io.Writer, line func() string) (stop func()) {
+// probeProgress rewrites one status line on a terminal every second until stopped.
+func probeProgress(ctx context.Context, w io.Writer, line func() string) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -301,7 +301,7 @@ func printProbeCUDA(opts *ProbeCUDAOptions, r ProbeCUDAReport) error {
 				joined[i] = j.String()
 			}
 			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", c.PID, c.Origin, dur, c.Graph, len(c.Execs),
-				orDash(strings.Join(joined, ",")), c.Launches, c.SideLaunches, c.Replays)
+				gpuDash(strings.Join(joined, ",")), c.Launches, c.SideLaunches, c.Replays)
 		}
 		tw.Flush()
 		if s.CapturesDropped > 0 {

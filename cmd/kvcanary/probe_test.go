@@ -16,30 +16,30 @@ import (
 	"github.com/kvcanary/kvcanary/traces"
 )
 
-// fakeProbe delivers its calls, then waits for the context like a live probe.
-type fakeProbe struct {
+// fakeCUDAProbe delivers its calls, then waits for the context like a live probe.
+type fakeCUDAProbe struct {
 	calls  []hook.CUDA
 	lost   cudaprobe.Lost
 	closed bool
 }
 
-func (p *fakeProbe) Lib() string { return "/usr/lib/x86_64-linux-gnu/libcuda.so.1" }
-func (p *fakeProbe) Targets() []cudaprobe.Target {
+func (p *fakeCUDAProbe) Lib() string { return "/usr/lib/x86_64-linux-gnu/libcuda.so.1" }
+func (p *fakeCUDAProbe) Targets() []cudaprobe.Target {
 	return []cudaprobe.Target{{Symbol: "cuGraphLaunch"}, {Symbol: "cuLaunchKernel"}}
 }
-func (p *fakeProbe) Run(ctx context.Context, fn func(hook.CUDA)) error {
+func (p *fakeCUDAProbe) Run(ctx context.Context, fn func(hook.CUDA)) error {
 	for _, c := range p.calls {
 		fn(c)
 	}
 	<-ctx.Done()
 	return nil
 }
-func (p *fakeProbe) Lost() (cudaprobe.Lost, error) { return p.lost, nil }
-func (p *fakeProbe) Close() error                  { p.closed = true; return nil }
+func (p *fakeCUDAProbe) Lost() (cudaprobe.Lost, error) { return p.lost, nil }
+func (p *fakeCUDAProbe) Close() error                  { p.closed = true; return nil }
 
-// oneCapture: stream 0xA captures with side stream 0xB joining, one side
+// cudaOneCapture: stream 0xA captures with side stream 0xB joining, one side
 // launch never waited for, then three replays.
-func oneCapture() []hook.CUDA {
+func cudaOneCapture() []hook.CUDA {
 	c := []hook.CUDA{
 		{Call: "cuStreamBeginCapture_v2", Stream: 0xA},
 		{Call: "cuEventRecord", Stream: 0xA, Arg: 0xE1},
@@ -80,7 +80,7 @@ func TestProbeCUDAFlags(t *testing.T) {
 }
 
 func TestProbeCUDAReportAndRecord(t *testing.T) {
-	fp := &fakeProbe{calls: oneCapture(), lost: cudaprobe.Lost{RingFull: 3}}
+	fp := &fakeCUDAProbe{calls: cudaOneCapture(), lost: cudaprobe.Lost{RingFull: 3}}
 	path := filepath.Join(t.TempDir(), "p.kvtrace")
 	var cfg cudaprobe.Config
 	ios, _, out, _ := cmdutil.Test()
@@ -126,7 +126,7 @@ func TestProbeCUDAReportAndRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := ev.Body.(*hook.CUDA)
-		if ev.Kind != hook.KindCUDA || *c != oneCapture()[n] || ev.TS != c.StartNS || ev.Src.PID != 77 {
+		if ev.Kind != hook.KindCUDA || *c != cudaOneCapture()[n] || ev.TS != c.StartNS || ev.Src.PID != 77 {
 			t.Fatalf("event %d: %+v %+v", n, ev, c)
 		}
 		n++
@@ -144,7 +144,7 @@ func TestProbeCUDAJSONAndErrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := probeCUDARun(&ProbeCUDAOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: true}, Ctx: ctx, Now: time.Now, Lib: "/x/libcuda.so.1",
-		Open: func(c cudaprobe.Config) (cudaProbe, error) { return &fakeProbe{calls: oneCapture()}, nil }})
+		Open: func(c cudaprobe.Config) (cudaProbe, error) { return &fakeCUDAProbe{calls: cudaOneCapture()}, nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

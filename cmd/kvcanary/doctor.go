@@ -1,0 +1,487 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/cudaprobe"
+	"github.com/kvcanary/kvcanary/runtime/gpu"
+)
+
+// Doctor check statuses.
+const (
+	statusOK   = "ok"
+	statusWarn = "warn"
+	statusFail = "fail"
+	statusSkip = "skip"
+)
+
+// Doctor check groups, the names --require takes.
+var doctorGroups = []string{"gpu", "ebpf", "libcuda", "socket", "engine"}
+
+// DoctorCheck is one line of `kvcanary doctor`.
+type DoctorCheck struct {
+	Name   string `json:"name"`
+	Group  string `json:"group,omitempty"` // what --require names; empty for informational lines
+	Status string `json:"status"`          // ok | warn | fail | skip
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"` // what to do when not ok
+}
+
+// DoctorReport is the --json shape of `kvcanary doctor`.
+type DoctorReport struct {
+	Checks   []DoctorCheck `json:"checks"`
+	Required []string      `json:"required,omitempty"`
+	Failed   []string      `json:"failed,omitempty"` // required groups that did not pass
+}
+
+// DoctorEnv is the outside world doctor inspects; tests replace each piece.
+type DoctorEnv struct {
+	ProcRoot       string // "/proc"
+	SysRoot        string // "/sys"
+	Self           int    // own pid, left out of the engine scan
+	OpenGPU        func() (gpu.Lib, error)
+	Ldconfig       func() (string, error) // `ldconfig -p`
+	Exists         func(path string) bool
+	ProbeSupported func() error // loads test programs; called only with privileges
+	Dial           func(ctx context.Context, addr string) error
+}
+
+// DoctorOptions are the inputs of `kvcanary doctor`.
+type DoctorOptions struct {
+	IO      *cmdutil.IOStreams
+	JSON    *cmdutil.JSONFlags
+	Ctx     context.Context
+	Socket  string
+	Require []string
+	Env     DoctorEnv
+}
+
+// NewCmdDoctor builds `kvcanary doctor`.
+func NewCmdDoctor(f *cmdutil.Factory, runF func(*DoctorOptions) error) *cobra.Command {
+	opts := &DoctorOptions{IO: f.IO, Ctx: f.Ctx, Env: systemDoctorEnv()}
+	cmd := &cobra.Command{
+		Use:   "doctor [--socket ADDR] [--require GROUP,...]",
+		Short: "Check what this host offers kvcanary: GPU, eBPF, libcuda, collector, engines",
+		Long: `Check, on one screen, what this host offers kvcanary's live sources:
+
+  gpu      NVML found (libnvidia-ml.so.1), devices, driver and CUDA versions
+  ebpf     privileges (root or CAP_BPF and CAP_PERFMON), kernel version, BTF,
+           uprobe support — what "kvcanary probe cuda" needs
+  libcuda  where libcuda.so.1 is (linker cache, common paths)
+  socket   the collector socket given with --socket is reachable
+  engine   SGLang / vLLM processes running, and whether they map libcuda
+
+Each line is ok, warn, fail or skip, with what to do when it is not ok.
+
+Exit status: 0 unless a check you asked for fails — the socket check when
+--socket is given, and every group named in --require (a warn counts as a
+failure there) — then 1.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, g := range opts.Require {
+				if !doctorHas(doctorGroups, g) {
+					return cmdutil.UsageError("--require %q: want one of %s", g, strings.Join(doctorGroups, ", "))
+				}
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return doctorRun(opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Socket, "socket", "", "check the collector at `ADDR` (unix:///path.sock, a socket path, or tcp://host:port)")
+	cmd.Flags().StringSliceVar(&opts.Require, "require", nil, "exit 1 unless these `groups` pass: "+strings.Join(doctorGroups, ","))
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+func doctorHas(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func systemDoctorEnv() DoctorEnv {
+	return DoctorEnv{
+		ProcRoot: "/proc", SysRoot: "/sys", Self: os.Getpid(),
+		OpenGPU: gpu.Open,
+		Ldconfig: func() (string, error) {
+			out, err := exec.Command("ldconfig", "-p").Output()
+			return string(out), err
+		},
+		Exists:         func(p string) bool { _, err := os.Stat(p); return err == nil },
+		ProbeSupported: cudaprobe.Supported,
+		Dial: func(ctx context.Context, addr string) error {
+			network, a := "unix", addr
+			if rest, ok := strings.CutPrefix(addr, "unix://"); ok {
+				a = rest
+			} else if rest, ok := strings.CutPrefix(addr, "tcp://"); ok {
+				network, a = "tcp", rest
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, a)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		},
+	}
+}
+
+func doctorRun(opts *DoctorOptions) error {
+	ctx := opts.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	rep := DoctorReport{Checks: doctorChecks(ctx, opts.Env, opts.Socket)}
+	required := append([]string(nil), opts.Require...)
+	if opts.Socket != "" && !doctorHas(required, "socket") {
+		required = append(required, "socket")
+	}
+	sort.Strings(required)
+	rep.Required = required
+	for _, g := range required {
+		for _, c := range rep.Checks {
+			if c.Group == g && (c.Status == statusFail || c.Status == statusWarn) {
+				rep.Failed = append(rep.Failed, g)
+				break
+			}
+		}
+	}
+	if opts.JSON.JSON {
+		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
+			return err
+		}
+	} else if err := printDoctor(opts.IO.Out, rep); err != nil {
+		return err
+	}
+	if len(rep.Failed) > 0 {
+		return cmdutil.FindingError
+	}
+	return nil
+}
+
+func printDoctor(w io.Writer, rep DoctorReport) error {
+	width := 0
+	for _, c := range rep.Checks {
+		width = max(width, len(c.Name))
+	}
+	for _, c := range rep.Checks {
+		fmt.Fprintf(w, "%-4s  %-*s  %s\n", c.Status, width, c.Name, c.Detail)
+		if c.Fix != "" && c.Status != statusOK {
+			fmt.Fprintf(w, "      %*s  → %s\n", width, "", c.Fix)
+		}
+	}
+	if len(rep.Failed) > 0 {
+		_, err := fmt.Fprintf(w, "required checks failed: %s\n", strings.Join(rep.Failed, ", "))
+		return err
+	}
+	return nil
+}
+
+func doctorChecks(ctx context.Context, env DoctorEnv, socket string) []DoctorCheck {
+	var cs []DoctorCheck
+	cs = append(cs, gpuChecks(env)...)
+	cs = append(cs, ebpfChecks(env)...)
+	cs = append(cs, libcudaCheck(env))
+	cs = append(cs, socketCheck(ctx, env, socket))
+	cs = append(cs, engineCheck(env))
+	return cs
+}
+
+func gpuChecks(env DoctorEnv) []DoctorCheck {
+	nvmlC := DoctorCheck{Name: "NVML", Group: "gpu"}
+	drv := DoctorCheck{Name: "driver", Group: "gpu"}
+	lib, err := env.OpenGPU()
+	if err != nil {
+		nvmlC.Status, nvmlC.Detail = statusFail, err.Error()
+		nvmlC.Fix = "install the NVIDIA driver (it ships libnvidia-ml.so.1) or run on a GPU host; every command also runs on the twin (kvcanary sim)"
+		if errors.Is(err, gpu.ErrNotSupported) {
+			nvmlC.Fix = "use a linux build with cgo (the release binaries are)"
+		}
+		drv.Status, drv.Detail = statusSkip, "needs NVML"
+		return []DoctorCheck{nvmlC, drv}
+	}
+	defer lib.Close()
+	devs, err := lib.Devices()
+	if err != nil {
+		nvmlC.Status, nvmlC.Detail = statusFail, err.Error()
+		nvmlC.Fix = "check `nvidia-smi`; a GPU that fell off the bus needs a reset"
+	} else {
+		nvmlC.Status = statusOK
+		nvmlC.Detail = fmt.Sprintf("libnvidia-ml.so.1 loaded, %d GPU(s)%s", len(devs), deviceNames(devs))
+		if len(devs) == 0 {
+			nvmlC.Status, nvmlC.Fix = statusWarn, "no GPU visible: check CUDA_VISIBLE_DEVICES / container device mounts"
+		}
+	}
+	v, verr := lib.DriverVersion()
+	c, cerr := lib.CUDADriverVersion()
+	if verr != nil || cerr != nil {
+		drv.Status, drv.Detail = statusWarn, fmt.Sprintf("cannot read versions: %v", errors.Join(verr, cerr))
+	} else {
+		drv.Status, drv.Detail = statusOK, fmt.Sprintf("NVIDIA %s, CUDA %s", v, gpu.CUDAVersion(c))
+	}
+	return []DoctorCheck{nvmlC, drv}
+}
+
+// deviceNames summarises device names: ": NVIDIA H200 141GB HBM3e ×8".
+func deviceNames(devs []gpu.Device) string {
+	counts := map[string]int{}
+	var order []string
+	for _, d := range devs {
+		n, err := d.Name()
+		if err != nil {
+			n = "unknown"
+		}
+		if counts[n] == 0 {
+			order = append(order, n)
+		}
+		counts[n]++
+	}
+	parts := make([]string, len(order))
+	for i, n := range order {
+		parts[i] = fmt.Sprintf("%s ×%d", cmdutil.Quote(n), counts[n])
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+// Linux capability bits.
+const (
+	capSysAdmin = 21
+	capPerfmon  = 38
+	capBPF      = 39
+)
+
+func ebpfChecks(env DoctorEnv) []DoctorCheck {
+	priv := DoctorCheck{Name: "privileges", Group: "ebpf"}
+	capEff, err := effectiveCaps(filepath.Join(env.ProcRoot, "self", "status"))
+	has := func(bit uint) bool { return capEff&(1<<bit) != 0 }
+	privileged := err == nil && (has(capSysAdmin) || (has(capBPF) && has(capPerfmon)))
+	switch {
+	case err != nil:
+		priv.Status, priv.Detail = statusWarn, err.Error()
+	case privileged:
+		priv.Status = statusOK
+		priv.Detail = "CAP_BPF and CAP_PERFMON effective"
+		if has(capSysAdmin) {
+			priv.Detail = "CAP_SYS_ADMIN effective (root)"
+		}
+	default:
+		priv.Status, priv.Detail = statusFail, fmt.Sprintf("effective capabilities %#x lack CAP_BPF and CAP_PERFMON", capEff)
+	}
+	if priv.Status != statusOK {
+		priv.Fix = "run as root or grant CAP_BPF and CAP_PERFMON (e.g. sudo setcap cap_bpf,cap_perfmon+ep $(which kvcanary))"
+	}
+
+	kern := DoctorCheck{Name: "kernel", Group: "ebpf"}
+	rel, err := os.ReadFile(filepath.Join(env.ProcRoot, "sys", "kernel", "osrelease"))
+	release := strings.TrimSpace(string(rel))
+	switch major, minor, ok := kernelVersion(release); {
+	case err != nil:
+		kern.Status, kern.Detail = statusWarn, fmt.Sprintf("cannot read kernel release: %v", err)
+	case !ok:
+		kern.Status, kern.Detail = statusWarn, fmt.Sprintf("cannot parse kernel release %s", cmdutil.Quote(release))
+	case major > 5 || (major == 5 && minor >= 15):
+		kern.Status, kern.Detail = statusOK, "Linux "+cmdutil.Quote(release)+" (uprobe attach cookies need 5.15+)"
+	default:
+		kern.Status, kern.Detail = statusFail, "Linux "+cmdutil.Quote(release)+" is older than 5.15"
+		kern.Fix = "the CUDA probe needs bpf_get_attach_cookie (Linux 5.15+): upgrade the kernel"
+	}
+
+	btf := DoctorCheck{Name: "BTF", Status: statusOK}
+	btfPath := filepath.Join(env.SysRoot, "kernel", "btf", "vmlinux")
+	if env.Exists(btfPath) {
+		btf.Detail = btfPath + " present"
+	} else {
+		btf.Status, btf.Detail = statusWarn, btfPath+" missing (the CUDA probe does not need it; other eBPF tools may)"
+		btf.Fix = "enable CONFIG_DEBUG_INFO_BTF in the kernel if other tools need it"
+	}
+
+	up := DoctorCheck{Name: "uprobes", Group: "ebpf"}
+	var found string
+	for _, p := range []string{
+		filepath.Join(env.SysRoot, "bus", "event_source", "devices", "uprobe"),
+		filepath.Join(env.SysRoot, "kernel", "tracing", "uprobe_events"),
+		filepath.Join(env.SysRoot, "kernel", "debug", "tracing", "uprobe_events"),
+	} {
+		if env.Exists(p) {
+			found = p
+			break
+		}
+	}
+	switch {
+	case found == "":
+		up.Status, up.Detail = statusFail, "no uprobe PMU and no tracefs uprobe_events"
+		up.Fix = "enable CONFIG_UPROBE_EVENTS in the kernel, or mount tracefs"
+	case !privileged:
+		up.Status, up.Detail = statusSkip, "found "+found+"; loading test programs needs privileges"
+	default:
+		if err := env.ProbeSupported(); err != nil {
+			up.Status, up.Detail = statusFail, err.Error()
+			up.Fix = "the CUDA probe needs uprobe programs, ring buffers and bpf_get_attach_cookie (Linux 5.15+)"
+		} else {
+			up.Status, up.Detail = statusOK, "uprobe programs, ring buffers and attach cookies load ("+found+")"
+		}
+	}
+	return []DoctorCheck{priv, kern, btf, up}
+}
+
+// effectiveCaps reads CapEff from a /proc/PID/status file.
+func effectiveCaps(path string) (uint64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("read capabilities: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return 0, fmt.Errorf("read capabilities: %s: CapEff %q is not hex", path, strings.TrimSpace(v))
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("read capabilities: %s has no CapEff line", path)
+}
+
+// kernelVersion parses "6.18.44-fc-v857" → 6, 18.
+func kernelVersion(release string) (major, minor int, ok bool) {
+	parts := strings.SplitN(release, ".", 3)
+	if len(parts) < 2 {
+		return 0, 0, false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	digits := parts[1]
+	for i, r := range digits {
+		if r < '0' || r > '9' {
+			digits = digits[:i]
+			break
+		}
+	}
+	minor, err2 := strconv.Atoi(digits)
+	return major, minor, err1 == nil && err2 == nil
+}
+
+func libcudaCheck(env DoctorEnv) DoctorCheck {
+	c := DoctorCheck{Name: "libcuda", Group: "libcuda"}
+	ld, err := env.Ldconfig()
+	if err != nil {
+		ld = ""
+	}
+	if p := cudaprobe.SearchLibcuda(ld, cudaprobe.CommonLibcudaPaths, env.Exists); p != "" {
+		c.Status, c.Detail = statusOK, cmdutil.Quote(p)
+		return c
+	}
+	c.Status, c.Detail = statusWarn, "libcuda.so.1 not in the linker cache or the usual paths"
+	c.Fix = "install the NVIDIA driver; for a library elsewhere (a container) use `kvcanary probe cuda --pid PID` or --lib PATH"
+	return c
+}
+
+func socketCheck(ctx context.Context, env DoctorEnv, socket string) DoctorCheck {
+	c := DoctorCheck{Name: "collector", Group: "socket"}
+	if socket == "" {
+		c.Status, c.Detail = statusSkip, "no --socket given"
+		return c
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := env.Dial(ctx, socket); err != nil {
+		c.Status, c.Detail = statusFail, fmt.Sprintf("%s: %v", cmdutil.Quote(socket), err)
+		listen := socket
+		if !strings.Contains(listen, "://") {
+			listen = "unix://" + listen
+		}
+		c.Fix = "start it with `kvcanary collect --listen " + cmdutil.Quote(listen) + "`, or check the path and its permissions"
+		return c
+	}
+	c.Status, c.Detail = statusOK, cmdutil.Quote(socket)+" accepts connections"
+	return c
+}
+
+type engineProc struct {
+	pid    int
+	engine string
+	cuda   bool
+}
+
+func engineCheck(env DoctorEnv) DoctorCheck {
+	c := DoctorCheck{Name: "engines", Group: "engine"}
+	procs, err := scanEngines(env)
+	if err != nil {
+		c.Status, c.Detail = statusWarn, err.Error()
+		return c
+	}
+	if len(procs) == 0 {
+		c.Status, c.Detail = statusWarn, "no SGLang or vLLM process found"
+		c.Fix = "start the engine on this host (or check from inside its container); `kvcanary sim` runs the twin"
+		return c
+	}
+	parts := make([]string, 0, len(procs))
+	for _, p := range procs {
+		s := fmt.Sprintf("pid %d %s", p.pid, p.engine)
+		if p.cuda {
+			s += " (maps libcuda)"
+		}
+		parts = append(parts, s)
+	}
+	const show = 6
+	if len(parts) > show {
+		parts = append(parts[:show], fmt.Sprintf("… %d more", len(procs)-show))
+	}
+	c.Status, c.Detail = statusOK, strings.Join(parts, "; ")
+	return c
+}
+
+// scanEngines lists processes whose command line mentions sglang or vllm.
+func scanEngines(env DoctorEnv) ([]engineProc, error) {
+	ents, err := os.ReadDir(env.ProcRoot)
+	if err != nil {
+		return nil, fmt.Errorf("scan processes: %w", err)
+	}
+	var out []engineProc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == env.Self {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(env.ProcRoot, e.Name(), "cmdline"))
+		if err != nil || len(raw) == 0 {
+			continue // exited, or a kernel thread
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		line := strings.ToLower(strings.Join(args, " "))
+		engine := ""
+		switch {
+		case strings.Contains(line, "sglang"):
+			engine = "sglang"
+		case strings.Contains(line, "vllm"):
+			engine = "vllm"
+		default:
+			continue
+		}
+		_, ferr := cudaprobe.FindLibcuda(env.ProcRoot, pid)
+		out = append(out, engineProc{pid: pid, engine: engine, cuda: ferr == nil})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].pid < out[j].pid })
+	return out, nil
+}
