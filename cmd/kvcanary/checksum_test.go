@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -219,5 +221,60 @@ func TestChecksumCompareBundle(t *testing.T) {
 	}
 	if !strings.Contains(out, "2 (tokens 128-150)") {
 		t.Errorf("table lacks the mismatching page:\n%s", out)
+	}
+}
+
+// twinBundle records a small twin run (checksum instrument only) as a bundle.
+func twinBundle(t *testing.T, inject []string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "twin.kvtrace")
+	w, err := traces.Create(path, traces.Manifest{Run: "twin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sim.DefaultConfig()
+	cfg.Inject = inject
+	cfg.Instruments = sim.Instruments{Checksum: true}
+	wl := sim.DefaultWorkload()
+	wl.Sessions, wl.Rounds = 3, 1
+	var werr error
+	if _, err := sim.Run(context.Background(), cfg, wl, hook.PublishFunc(func(ev hook.Event) {
+		if err := w.Write(ev); err != nil && werr == nil {
+			werr = err
+		}
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil || werr != nil {
+		t.Fatalf("write bundle: %v %v", err, werr)
+	}
+	return path
+}
+
+// Acceptance through the CLI: the twin's baseline bundle exits 0 with the
+// warmup classified; with transfer-race the compare exits 1 and names pages.
+func TestChecksumCompareTwinBundles(t *testing.T) {
+	out, _, err := runChecksumCompare(t, false, false, twinBundle(t, nil))
+	if err != nil {
+		t.Fatalf("baseline: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "rooms match; 1 warmup (room 0, seq_len 4, decode 0)") || strings.Contains(out, "mismatch") {
+		t.Errorf("baseline:\n%s", out)
+	}
+	out, _, err = runChecksumCompare(t, false, true, twinBundle(t, []string{sim.FaultTransferRace}))
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("transfer-race: err %v, want exit 1\n%s", err, out)
+	}
+	var rep checksum.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Classes.Mismatch < 1 || rep.PagesLocated < 1 {
+		t.Fatalf("transfer-race: %s", rep.Headline())
+	}
+	for _, rr := range rep.NonMatching {
+		if rr.Class == checksum.ClassMismatch && len(rr.MismatchPages) == 0 {
+			t.Errorf("room %d: no mismatching pages named", rr.Room)
+		}
 	}
 }
