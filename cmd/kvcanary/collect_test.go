@@ -86,7 +86,7 @@ func TestCollectRecordsTwoProducers(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		em, err := hook.Dial("unix://"+sock, hook.DialOptions{})
+		em, err := hook.Dial("unix://"+sock, hook.DialOptions{FlushTimeout: time.Minute})
 		if err != nil {
 			t.Error(err)
 			return

@@ -106,7 +106,7 @@ func TestCollectorTwoConcurrentProducers(t *testing.T) {
 	var est EmitterStats
 	go func() { // Go emitter, binary frames
 		defer wg.Done()
-		em, err := Dial(c.Addr(), DialOptions{QueueBytes: 64 << 20})
+		em, err := Dial(c.Addr(), DialOptions{QueueBytes: 64 << 20, FlushTimeout: time.Minute})
 		if err != nil {
 			t.Error(err)
 			return
@@ -218,7 +218,7 @@ func TestCollectorBadInput(t *testing.T) {
 		{"cut at close", [][]byte{pre, good, good[:9]}, 1, map[Reason]uint64{ReasonTruncated: 1}, true, false},
 	}
 	// A good producer runs throughout.
-	em, err := Dial(c.Addr(), DialOptions{QueueBytes: 64 << 20})
+	em, err := Dial(c.Addr(), DialOptions{QueueBytes: 64 << 20, FlushTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,5 +556,54 @@ func TestCollectorCloseDrainsInFlight(t *testing.T) {
 	}
 	if st := c.Stats(); st.Rejected != 0 || st.Conns[0].Closed != "shutdown" {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestEmitterSlowCollector: a peer that accepts but never reads. Emit must
+// keep returning, drop what does not fit, and Close must give up after its
+// flush timeout with every event accounted for.
+func TestEmitterSlowCollector(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "slow.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // never read
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	em, err := Dial("unix://"+sock, DialOptions{QueueBytes: 256 << 10, FlushTimeout: 300 * time.Millisecond, WriteTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200000 // ~5 MB of frames: far more than socket buffer plus queue
+	for i := range n {
+		em.Emit(replayEvent(uint64(i)))
+	}
+	start := time.Now()
+	em.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v with a 300ms flush timeout", d)
+	}
+	st := em.Stats()
+	if st.Sent+st.Dropped != n || st.Dropped == 0 || st.Sent == 0 {
+		t.Fatalf("stats %+v: want sent+dropped = %d with some of each", st, n)
 	}
 }

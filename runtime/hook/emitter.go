@@ -50,9 +50,10 @@ type Emitter struct {
 	pending uint64 // events in buf
 	closed  bool
 
-	wake chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	wake    chan struct{}
+	stop    chan struct{} // Close was called: flush, then exit
+	abandon chan struct{} // the flush timed out: drop the rest, exit now
+	done    chan struct{}
 
 	connMu sync.Mutex
 	conn   net.Conn // owned by the writer goroutine; Close may close it to unblock a write
@@ -87,7 +88,7 @@ func Dial(addr string, opts DialOptions) (*Emitter, error) {
 	}
 	e := &Emitter{ep: ep, opts: opts,
 		buf:  make([]byte, 0, min(opts.QueueBytes, 1<<20)),
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), abandon: make(chan struct{}), done: make(chan struct{})}
 	e.connect(time.Second)
 	go e.run()
 	return e, nil
@@ -161,7 +162,8 @@ func (e *Emitter) Close() error {
 	select {
 	case <-e.done:
 	case <-time.After(e.opts.FlushTimeout):
-		// Unblock a write stuck on a slow collector.
+		// Give up: unblock a write stuck on a slow collector.
+		close(e.abandon)
 		e.connMu.Lock()
 		if e.conn != nil {
 			e.conn.Close()
@@ -221,6 +223,10 @@ func (e *Emitter) run() {
 				stopping = true
 			}
 		}
+		if e.abandoned() {
+			e.dropQueued()
+			return
+		}
 		if e.conn == nil {
 			if retryC != nil && !stopping {
 				continue // wait for the backoff to pass; Emit keeps queueing
@@ -246,7 +252,7 @@ func (e *Emitter) run() {
 			backoff = e.opts.MinBackoff
 		}
 		// Connected: write until the queue is empty.
-		for e.conn != nil {
+		for e.conn != nil && !e.abandoned() {
 			e.mu.Lock()
 			if len(e.buf) == 0 {
 				e.mu.Unlock()
@@ -258,10 +264,27 @@ func (e *Emitter) run() {
 			e.write(out, n)
 			spare = out
 		}
-		if stopping {
-			e.dropQueued() // only non-empty when the last write failed
+		if !stopping {
+			select {
+			case <-e.stop:
+				stopping = true
+			default:
+			}
+		}
+		if stopping && (e.conn != nil || e.abandoned()) {
+			// Flushed (or gave up): whatever is left could not be written.
+			e.dropQueued()
 			return
 		}
+	}
+}
+
+func (e *Emitter) abandoned() bool {
+	select {
+	case <-e.abandon:
+		return true
+	default:
+		return false
 	}
 }
 
