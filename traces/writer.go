@@ -24,17 +24,17 @@ var ErrClosed = errors.New("bundle writer closed")
 
 // Writer writes one bundle. Its methods are safe for concurrent use (a mutex
 // serializes them, because a timer ends frames in the background); the
-// intended use is one goroutine calling Write, as Record does.
+// intended use is one goroutine calling Write, as Record does. Frames are
+// compressed and written by a second goroutine, so encoding events and
+// compressing the previous frame overlap; always Close a Writer.
 type Writer struct {
 	mu     sync.Mutex
 	dst    io.Writer
 	file   *os.File // set by Create; synced and closed by Close
 	name   string
 	buf    []byte // pending JSON lines, ending on '\n'
-	out    []byte // compressed frame scratch
 	body   bytes.Buffer
 	bodyJS *json.Encoder
-	err    error // first I/O error, sticky
 	closed bool
 
 	events   uint64
@@ -43,14 +43,30 @@ type Writer struct {
 	lastTS   int64
 	dropped  uint64
 	rejected uint64
-	frames   uint64
-	offset   int64 // bytes written to dst
 
 	now      func() time.Time
 	stop     chan struct{}
 	stopOnce sync.Once
 	stopped  chan struct{}
 	interval time.Duration
+
+	// The compressor goroutine owns out, frames and offset, and is the only
+	// writer of dst after the manifest frame.
+	jobs     chan frameJob
+	free     chan []byte
+	compDone chan struct{}
+	out      []byte
+	frames   uint64
+	offset   int64
+	errMu    sync.Mutex
+	ioErr    error // first I/O error, sticky
+}
+
+// frameJob is one frame for the compressor: buf (may be empty) and, for a
+// Flush, ack closed once everything before it is written.
+type frameJob struct {
+	buf []byte
+	ack chan struct{}
 }
 
 // Create creates (or truncates) the bundle file at path and writes the
@@ -70,7 +86,8 @@ func Create(path string, m Manifest) (*Writer, error) {
 }
 
 // NewWriter writes a bundle to dst, starting with the manifest frame. Close
-// does not close dst. Each frame reaches dst in one Write call.
+// does not close dst. Each frame reaches dst in one Write call, made from
+// the Writer's own goroutine.
 func NewWriter(dst io.Writer, m Manifest) (*Writer, error) {
 	return newWriter(dst, "bundle", m, FlushInterval, time.Now)
 }
@@ -92,16 +109,67 @@ func newWriter(dst io.Writer, name string, m Manifest, interval time.Duration, n
 	if err != nil {
 		return nil, fmt.Errorf("create bundle %s: encode manifest: %w", name, err)
 	}
-	w.buf = append(append(w.buf, line...), '\n')
-	if err := w.flushLocked(); err != nil {
+	// The manifest frame is written before Create returns.
+	if err := w.writeFrame(append(line, '\n')); err != nil {
 		return nil, err
 	}
+	w.jobs = make(chan frameJob, 1)
+	w.free = make(chan []byte, 3)
+	w.compDone = make(chan struct{})
+	go w.compressor()
 	if interval > 0 {
 		w.stop = make(chan struct{})
 		w.stopped = make(chan struct{})
 		go w.ticker()
 	}
 	return w, nil
+}
+
+// compressor compresses and writes frames in order.
+func (w *Writer) compressor() {
+	defer close(w.compDone)
+	for job := range w.jobs {
+		if len(job.buf) > 0 && w.ioError() == nil {
+			w.writeFrame(job.buf) // an error is kept and returned by the next call
+		}
+		if job.buf != nil && cap(job.buf) <= 4*frameBytes { // one huge event: do not keep its buffer
+			select {
+			case w.free <- job.buf[:0]:
+			default:
+			}
+		}
+		if job.ack != nil {
+			close(job.ack)
+		}
+	}
+}
+
+// writeFrame compresses buf into one frame and writes it.
+func (w *Writer) writeFrame(buf []byte) error {
+	enc, _ := encoder() // checked in newWriter
+	w.out = enc.EncodeAll(buf, w.out[:0])
+	n, err := w.dst.Write(w.out)
+	w.offset += int64(n)
+	if err == nil && n < len(w.out) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		err = fmt.Errorf("write bundle %s frame %d at byte %d: %w", w.name, w.frames+1, w.offset-int64(n), err)
+		w.errMu.Lock()
+		if w.ioErr == nil {
+			w.ioErr = err
+		}
+		w.errMu.Unlock()
+		return err
+	}
+	w.frames++
+	return nil
+}
+
+func (w *Writer) ioError() error {
+	w.errMu.Lock()
+	defer w.errMu.Unlock()
+	return w.ioErr
 }
 
 // ticker ends the pending frame every interval so a killed writer loses at
@@ -114,14 +182,39 @@ func (w *Writer) ticker() {
 		select {
 		case <-t.C:
 			w.mu.Lock()
-			if !w.closed && w.err == nil {
-				w.flushLocked() // an error is kept in w.err and returned by the next call
+			if !w.closed {
+				w.submitLocked(false)
 			}
 			w.mu.Unlock()
 		case <-w.stop:
 			return
 		}
 	}
+}
+
+// submitLocked hands the pending lines to the compressor as one frame; with
+// wait, it returns once they (and all earlier frames) are written.
+func (w *Writer) submitLocked(wait bool) error {
+	if len(w.buf) == 0 && !wait {
+		return w.ioError()
+	}
+	job := frameJob{buf: w.buf}
+	if wait {
+		job.ack = make(chan struct{})
+	}
+	w.jobs <- job // blocks while the compressor is a frame behind: backpressure
+	if len(w.buf) > 0 {
+		select {
+		case b := <-w.free:
+			w.buf = b
+		default:
+			w.buf = make([]byte, 0, frameBytes+frameBytes/4)
+		}
+	}
+	if wait {
+		<-job.ack
+	}
+	return w.ioError()
 }
 
 // Write appends one event. An invalid event (no body, body of another kind)
@@ -143,7 +236,7 @@ func (w *Writer) Write(ev hook.Event) error {
 	w.buf = append(buf, '\n')
 	w.account(ev.Kind, ev.TS)
 	if len(w.buf) >= frameBytes {
-		return w.flushLocked()
+		return w.submitLocked(false)
 	}
 	return nil
 }
@@ -166,14 +259,14 @@ func (w *Writer) WriteLine(kind hook.Kind, ts int64, line []byte) error {
 	w.buf = append(append(w.buf, line...), '\n')
 	w.account(kind, ts)
 	if len(w.buf) >= frameBytes {
-		return w.flushLocked()
+		return w.submitLocked(false)
 	}
 	return nil
 }
 
 func (w *Writer) usableLocked() error {
-	if w.err != nil {
-		return w.err
+	if err := w.ioError(); err != nil {
+		return err
 	}
 	if w.closed {
 		return ErrClosed
@@ -192,37 +285,15 @@ func (w *Writer) account(k hook.Kind, ts int64) {
 	w.counts[k]++
 }
 
-// Flush ends the pending frame and hands it to the OS (no fsync).
+// Flush ends the pending frame and returns once it is handed to the OS (no
+// fsync).
 func (w *Writer) Flush() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.usableLocked(); err != nil {
 		return err
 	}
-	return w.flushLocked()
-}
-
-func (w *Writer) flushLocked() error {
-	if len(w.buf) == 0 || w.err != nil {
-		return w.err
-	}
-	enc, _ := encoder() // checked in newWriter
-	w.out = enc.EncodeAll(w.buf, w.out[:0])
-	n, err := w.dst.Write(w.out)
-	w.offset += int64(n)
-	if err == nil && n < len(w.out) {
-		err = io.ErrShortWrite
-	}
-	if err != nil {
-		w.err = fmt.Errorf("write bundle %s frame %d at byte %d: %w", w.name, w.frames+1, w.offset-int64(n), err)
-		return w.err
-	}
-	w.frames++
-	w.buf = w.buf[:0]
-	if cap(w.buf) > 4*frameBytes { // one huge event: do not keep its buffer forever
-		w.buf = nil
-	}
-	return nil
+	return w.submitLocked(true)
 }
 
 // SetDropped records how many events were lost before reaching the writer
@@ -281,17 +352,19 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	w.closed = true
-	err := w.flushLocked()
-	if err == nil {
-		f := w.footerLocked()
-		f.Closed = w.now().UTC()
-		line, merr := json.Marshal(footerRecord{Footer: &f})
-		if merr != nil {
-			err = fmt.Errorf("close bundle %s: encode footer: %w", w.name, merr)
-		} else {
-			w.buf = append(append(w.buf, line...), '\n')
-			err = w.flushLocked()
-		}
+	w.submitLocked(false)
+	f := w.footerLocked()
+	f.Closed = w.now().UTC()
+	line, merr := json.Marshal(footerRecord{Footer: &f})
+	if merr == nil {
+		w.buf = append(append(w.buf[:0], line...), '\n')
+		w.submitLocked(false)
+	}
+	close(w.jobs)
+	<-w.compDone
+	err := w.ioError()
+	if err == nil && merr != nil {
+		err = fmt.Errorf("close bundle %s: encode footer: %w", w.name, merr)
 	}
 	if w.file != nil {
 		if err == nil {
@@ -324,10 +397,7 @@ func Record(sub *hook.Subscription, w *Writer) error {
 			continue
 		}
 		if err := w.Write(ev); err != nil {
-			w.mu.Lock()
-			sticky := w.err
-			w.mu.Unlock()
-			if sticky != nil {
+			if sticky := w.ioError(); sticky != nil {
 				ioErr = sticky
 				lost++
 			}
