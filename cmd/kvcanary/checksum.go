@@ -253,14 +253,11 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 		}
 		pages := "-"
 		if len(rr.MismatchPages) > 0 {
-			var ps, ts []string
-			for _, p := range rr.MismatchPages {
-				ps = append(ps, strconv.Itoa(p))
-			}
+			var ts []string
 			for _, t := range rr.MismatchTokens {
 				ts = append(ts, fmt.Sprintf("%d-%d", t.Lo, t.Hi))
 			}
-			pages = strings.Join(ps, ",") + " (tokens " + strings.Join(ts, ",") + ")"
+			pages = intRanges(rr.MismatchPages) + " (tokens " + strings.Join(ts, ",") + ")"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", room, rr.Class, seq, pb, px, db, dx, pages, reason)
 	}
@@ -273,6 +270,24 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 		fmt.Fprintf(out, "… %d more non-matching rooms (--limit 0 or --json lists all)\n", n-limit)
 	}
 	return nil
+}
+
+// intRanges renders sorted ints as ranges: [1 2 3 7] → "1-3,7".
+func intRanges(xs []int) string {
+	var parts []string
+	for i := 0; i < len(xs); {
+		j := i
+		for j+1 < len(xs) && xs[j+1] == xs[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", xs[i], xs[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(xs[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 // units returns unit for n == 1 and its plural otherwise.
