@@ -2,6 +2,7 @@ package logscan
 
 import (
 	"bytes"
+	"encoding/binary"
 	"strconv"
 	"time"
 )
@@ -113,35 +114,35 @@ func (p *Parser) classify(msg, line []byte, rec *Record) bool {
 	}
 	switch msg[0] {
 	case 'D':
-		if bytes.HasPrefix(msg, mDecodeBatch) {
+		if hasKey(msg, "Decode batch") {
 			parseBatch(msg[len(mDecodeBatch):], KindDecode, rec)
 			return true
 		}
-		if bytes.HasPrefix(msg, mDecodeOOM) {
+		if hasKey(msg, "Decode out of memory happened") {
 			parseRetract(msg[len(mDecodeOOM):], rec)
 			return true
 		}
 	case 'd':
-		if bytes.HasPrefix(msg, mDecodeOOMLower) {
+		if hasKey(msg, "decode out of memory happened") {
 			parseRetract(msg[len(mDecodeOOMLower):], rec)
 			return true
 		}
 	case 'P':
-		if bytes.HasPrefix(msg, mPrefillBatch) {
+		if hasKey(msg, "Prefill batch") {
 			parseBatch(msg[len(mPrefillBatch):], KindPrefill, rec)
 			return true
 		}
 	case 'K':
-		if bytes.HasPrefix(msg, mPoolFull) {
+		if hasKey(msg, "KV cache pool is full. Retract requests.") {
 			parseRetract(msg[len(mPoolFull):], rec)
 			return true
 		}
-		if bytes.HasPrefix(msg, mChecksum) {
+		if hasKey(msg, "KV checksum mismatch") {
 			rec.Kind, rec.Raw = KindChecksumMismatch, string(line)
 			return true
 		}
 	case 'k':
-		if bytes.HasPrefix(msg, mCanary) {
+		if hasKey(msg, "kv_canary violation:") {
 			rec.Kind, rec.Engine, rec.Raw = KindCanaryViolation, EngineSGLang, string(line)
 			return true
 		}
@@ -275,7 +276,8 @@ func (p *Parser) sglangTS(b []byte) (int64, int, bool) {
 		return 0, 0, false
 	}
 	var base int64
-	if p.cacheOK && string(p.cacheKey[:10]) == string(b[1:11]) {
+	if p.cacheOK && binary.LittleEndian.Uint64(p.cacheKey[:8]) == binary.LittleEndian.Uint64(b[1:9]) &&
+		p.cacheKey[8] == b[9] && p.cacheKey[9] == b[10] {
 		base = p.cacheNS + int64(h*3600+mi*60+s)*int64(time.Second)
 	} else {
 		y, ok4 := digits(b[1:5])
