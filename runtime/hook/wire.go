@@ -235,6 +235,7 @@ func (d *FrameDecoder) fill(n int) bool {
 		copy(nb, d.buf[:d.end])
 		d.buf = nb
 	}
+	zeroReads := 0
 	for d.end < n {
 		if d.rerr != nil {
 			return false
@@ -244,8 +245,9 @@ func (d *FrameDecoder) fill(n int) bool {
 		if err != nil {
 			d.rerr = err
 		} else if m == 0 {
-			// Guard against readers that return 0, nil forever.
-			continue
+			if zeroReads++; zeroReads > 100 { // a reader returning 0, nil forever
+				d.rerr = io.ErrNoProgress
+			}
 		}
 	}
 	return true

@@ -449,3 +449,16 @@ func TestFastJSONTakesCanonicalLines(t *testing.T) {
 		}
 	}
 }
+
+type zeroReader struct{}
+
+func (zeroReader) Read([]byte) (int, error) { return 0, nil }
+
+func TestDecodersSurviveReadersWithoutProgress(t *testing.T) {
+	if _, err := NewFrameDecoder(zeroReader{}).Decode(); !errors.Is(err, io.ErrNoProgress) {
+		t.Errorf("frames: %v", err)
+	}
+	if _, err := NewJSONLinesDecoder(zeroReader{}).Decode(); !errors.Is(err, io.ErrNoProgress) {
+		t.Errorf("json lines: %v", err)
+	}
+}
