@@ -197,3 +197,52 @@ func TestCollectTextReport(t *testing.T) {
 		t.Errorf("escape sequences on a non-TTY stderr: %q", errOut)
 	}
 }
+
+// syncBuffer is a strings.Builder safe to read while collect writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestCollectProgressOnTTY(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	ios.SetTTY(false, true)
+	errOut := &syncBuffer{}
+	ios.ErrOut = errOut
+	opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Now: time.Now},
+		JSON: &cmdutil.JSONFlags{}, Listen: "unix://" + filepath.Join(t.TempDir(), "c.sock")}
+	c, stop := runCollect(t, opts)
+	em, err := hook.Dial(c.Addr(), hook.DialOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		em.Emit(hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Step: uint64(i)}})
+	}
+	em.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(errOut.String(), "\r\x1b[Kcollect: 50 events (") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress line on a TTY: %q", errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut.String(), "1 open connections") && !strings.Contains(errOut.String(), "0 open connections") {
+		t.Errorf("progress line lacks the connection count: %q", errOut.String())
+	}
+}
