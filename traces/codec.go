@@ -23,9 +23,14 @@ const (
 	maxWindowBytes = 8 << 20
 
 	// maxFrameBytes caps both a frame's compressed size and what it may decode
-	// to. Frames above it are skipped and counted, so a hostile file cannot make
-	// the reader hold more than about twice this much.
-	maxFrameBytes = 64 << 20
+	// to. Frames above it are skipped and counted. A reader holds at most the
+	// compressed frame and aheadFrames+2 decoded ones, so a hostile file cannot
+	// make it hold more than about 5 x 32 MiB.
+	maxFrameBytes = 32 << 20
+
+	// maxLineBytes is the largest event line a writer accepts, so every frame
+	// it writes (at most frameBytes plus one line) stays readable.
+	maxLineBytes = 16 << 20
 )
 
 // One encoder and one decoder for the process. EncodeAll and DecodeAll are

@@ -327,3 +327,57 @@ func TestDecoderMemoryCap(t *testing.T) {
 		t.Errorf("skip = %s", s)
 	}
 }
+
+// A compressed frame over the cap is skipped without being held whole, and
+// reading resumes at the next frame.
+func TestOversizeFrameSkipped(t *testing.T) {
+	head := compress(t, `{"kvtrace":{"format_version":"1.0"}}`)
+	// Frame header: magic, FHD 0 (window descriptor, no FCS, no checksum),
+	// window descriptor for 8 MiB; then raw blocks of 128 KiB until over the cap.
+	frame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x58}
+	block := make([]byte, blockMaxSize)
+	for i := range block {
+		block[i] = ' '
+	}
+	for n := 0; n <= maxFrameBytes/blockMaxSize; n++ {
+		bh := uint32(blockMaxSize) << 3 // raw, not last
+		frame = append(frame, byte(bh), byte(bh>>8), byte(bh>>16))
+		frame = append(frame, block...)
+	}
+	frame = append(frame, 1, 0, 0) // empty raw last block
+	ev, _ := sampleEvents()[3].MarshalJSON()
+	tail := compress(t, string(ev))
+	data := append(append(head, frame...), tail...)
+	r, got := readAll(t, data)
+	if len(got) != 1 || r.Skipped() != 1 {
+		t.Fatalf("got %d events, skips %v", len(got), r.Skips())
+	}
+	if s := r.Skips()[0]; s.Frame != 2 || s.Offset != int64(len(head)) || !strings.Contains(s.Reason, "frame larger than") {
+		t.Errorf("skip = %s", s)
+	}
+}
+
+func TestWriterRejectsHugeEvent(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := newWriter(&buf, "test", testManifest, 0, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := hook.Event{Kind: hook.KindFinding, Body: &hook.Finding{Summary: strings.Repeat("x", maxLineBytes)}}
+	if err := w.Write(huge); err == nil || !strings.Contains(err.Error(), "over the") {
+		t.Fatalf("huge event: %v", err)
+	}
+	if err := w.WriteLine(hook.KindFinding, 0, bytes.Repeat([]byte("x"), maxLineBytes+1)); err == nil {
+		t.Fatal("huge line accepted")
+	}
+	if err := w.Write(sampleEvents()[3]); err != nil {
+		t.Fatalf("writer unusable after refusing a huge event: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, got := readAll(t, buf.Bytes())
+	if f, _ := r.Footer(); len(got) != 1 || f.Rejected != 2 {
+		t.Errorf("got %d events, footer %+v", len(got), f)
+	}
+}

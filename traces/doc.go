@@ -6,7 +6,10 @@
 //
 // The bundle writer is a lossless sink: Record drains a lossless bus
 // subscription into a Writer. Writers end a frame at least once per second, so
-// a killed writer loses at most the last second of events.
+// a killed writer loses at most the last second of events. A Writer compresses
+// on a goroutine of its own and a Reader decodes one frame ahead on another,
+// so both use two cores; Close them (an abandoned Reader's goroutine is
+// stopped when the Reader is garbage collected).
 //
 // Error contract: readers never panic on any input. A file that is not a bundle
 // (empty, not zstd, no manifest, a major format version this build does not

@@ -35,7 +35,8 @@ func (s *source) fill(n int) bool {
 			s.start = 0
 		}
 		if need := max(n-s.avail(), readChunk); cap(s.buf)-len(s.buf) < need {
-			nb := make([]byte, len(s.buf), len(s.buf)+need)
+			// Grow geometrically: a large frame arrives in many reads.
+			nb := make([]byte, len(s.buf), max(len(s.buf)+need, 2*cap(s.buf)))
 			copy(nb, s.buf)
 			s.buf = nb
 		}

@@ -233,6 +233,11 @@ func (w *Writer) Write(ev hook.Event) error {
 		w.rejected++
 		return fmt.Errorf("write event to %s: %w", w.name, err)
 	}
+	if len(buf)-n > maxLineBytes {
+		w.buf = w.buf[:n]
+		w.rejected++
+		return fmt.Errorf("write event to %s: %s event is %d bytes of JSON, over the %d-byte limit", w.name, ev.Kind, len(buf)-n, maxLineBytes)
+	}
 	w.buf = append(buf, '\n')
 	w.account(ev.Kind, ev.TS)
 	if len(w.buf) >= frameBytes {
@@ -252,9 +257,9 @@ func (w *Writer) WriteLine(kind hook.Kind, ts int64, line []byte) error {
 	if err := w.usableLocked(); err != nil {
 		return err
 	}
-	if !kind.Valid() || len(line) == 0 || bytes.IndexByte(line, '\n') >= 0 {
+	if !kind.Valid() || len(line) == 0 || len(line) > maxLineBytes || bytes.IndexByte(line, '\n') >= 0 {
 		w.rejected++
-		return fmt.Errorf("write line to %s: want one non-empty line of a valid kind (kind %s, %d bytes)", w.name, kind, len(line))
+		return fmt.Errorf("write line to %s: want one non-empty line of at most %d bytes of a valid kind (kind %s, %d bytes)", w.name, maxLineBytes, kind, len(line))
 	}
 	w.buf = append(append(w.buf, line...), '\n')
 	w.account(kind, ts)
