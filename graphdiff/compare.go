@@ -134,8 +134,6 @@ func (c *Comparer) Compare(graph, eager, ref []float32, selGraph, selEager []int
 	st := pairPass(g, e, r.Tol)
 	r.MaxAbsDiff, r.MaxAbsDiffAt = st.maxAbs, st.maxAt
 	r.NonFinite, r.NotClose = st.nonFinite, st.notClose
-	r.ArgmaxGraph, r.ArgmaxEager = st.argG, st.argE
-	r.ArgmaxAgree = st.argG == st.argE
 	if st.finite > 0 {
 		r.MeanAbsDiff = st.sumAbs / float64(st.finite)
 	}
@@ -166,11 +164,15 @@ func (c *Comparer) Compare(graph, eager, ref []float32, selGraph, selEager []int
 		if len(selEager) > 0 {
 			k = len(selEager)
 		}
+		r.ArgmaxGraph, r.ArgmaxEager = argmax(g), argmax(e)
 	} else {
 		c.selG = c.tk.topK(g, k, c.selG)
 		c.selE = c.tk.topK(e, k, c.selE)
 		r.SelGraph, r.SelEager = c.selG, c.selE
+		// TopK's order is argmax's: its rank 0 is the argmax unless NaN.
+		r.ArgmaxGraph, r.ArgmaxEager = topOf(g, c.selG), topOf(e, c.selE)
 	}
+	r.ArgmaxAgree = r.ArgmaxGraph == r.ArgmaxEager
 	r.K = k
 	r.Missing, r.Extra = SelectionDiff(r.SelEager, r.SelGraph)
 	r.TopKJaccard = Jaccard(r.SelEager, r.SelGraph)
@@ -235,13 +237,72 @@ type pairStats struct {
 }
 
 // pairPass computes, in one pass, everything element-wise: abs-diff sum and
-// max, the squared sums behind RMSE and cosine, the allclose count, the
-// non-finite mismatch count and both argmaxes (NaN never wins; ties go to the
-// lower index).
+// max, the squared sums behind RMSE and cosine, the allclose count and the
+// non-finite mismatch count. It uses the vector kernel when the CPU has one
+// and the data is finite, the scalar loop otherwise; both give the same
+// counts and max, and sums equal up to float64 summation order.
 func pairPass(g, e []float32, tol Tolerance) pairStats {
+	if st, ok := pairPassVec(g, e, tol); ok {
+		return st
+	}
+	return pairPassScalar(g, e, tol)
+}
+
+// pairBlockLen is the vector kernel's block: per-block sums keep float64
+// summation error small, and only the block holding the max is rescanned for
+// its first position.
+const pairBlockLen = 8192
+
+func pairPassVec(g, e []float32, tol Tolerance) (pairStats, bool) {
+	st := pairStats{maxAt: -1, argG: -1, argE: -1}
+	var out kernelOut
+	n4 := len(g) &^ 3
+	best, bestAt := 0.0, -1
+	for lo := 0; lo < n4; lo += pairBlockLen {
+		hi := min(lo+pairBlockLen, n4)
+		if !pairBlock(g[lo:hi], e[lo:hi], tol.ATol, tol.RTol, &out) {
+			return st, false
+		}
+		sa := (out.sumAbs[0] + out.sumAbs[1]) + (out.sumAbs[2] + out.sumAbs[3])
+		gg := (out.gg[0] + out.gg[1]) + (out.gg[2] + out.gg[3])
+		ee := (out.ee[0] + out.ee[1]) + (out.ee[2] + out.ee[3])
+		if !finite(sa) || !finite(gg) || !finite(ee) {
+			return st, false // a NaN or Inf in this block: the scalar path classifies it
+		}
+		st.sumAbs += sa
+		st.gg += gg
+		st.ee += ee
+		st.dd += (out.dd[0] + out.dd[1]) + (out.dd[2] + out.dd[3])
+		st.ge += (out.ge[0] + out.ge[1]) + (out.ge[2] + out.ge[3])
+		st.notClose += int(out.notClose[0] + out.notClose[1] + out.notClose[2] + out.notClose[3])
+		m := max(out.maxAbs[0], out.maxAbs[1], out.maxAbs[2], out.maxAbs[3])
+		if m > best {
+			best, bestAt = m, lo
+		}
+	}
+	st.finite = n4
+	if bestAt >= 0 {
+		hi := min(bestAt+pairBlockLen, n4)
+		for i := bestAt; i < hi; i++ {
+			if math.Abs(float64(g[i])-float64(e[i])) == best {
+				st.maxAt = i
+				break
+			}
+		}
+	}
+	maxAbs := best
+	for i := n4; i < len(g); i++ {
+		st.slowEntry(g, e, i, tol.ATol, tol.RTol, &maxAbs, &st.sumAbs, &st.dd, &st.ee, &st.gg, &st.ge)
+	}
+	st.maxAbs = maxAbs
+	return st, true
+}
+
+func finite(f float64) bool { return f-f == 0 }
+
+func pairPassScalar(g, e []float32, tol Tolerance) pairStats {
 	st := pairStats{maxAt: -1, argG: -1, argE: -1}
 	atol, rtol := tol.ATol, tol.RTol
-	maxG, maxE := float32(math.Inf(-1)), float32(math.Inf(-1))
 	var sa0, sa1, dd0, dd1, ee0, ee1, gg0, gg1, ge0, ge1 float64
 	maxAbs := 0.0
 	e = e[:len(g)]
@@ -283,27 +344,24 @@ func pairPass(g, e []float32, tol Tolerance) pairStats {
 	for ; i < len(g); i++ {
 		st.slowEntry(g, e, i, atol, rtol, &maxAbs, &sa0, &dd0, &ee0, &gg0, &ge0)
 	}
-	// Argmax in a separate tight pass per side: branch-predictable and cheap.
-	for j, v := range g {
-		if v > maxG {
-			maxG, st.argG = v, j
-		}
-	}
-	for j, v := range e {
-		if v > maxE {
-			maxE, st.argE = v, j
-		}
-	}
-	// A side whose only non-NaN entries are -Inf: the first -Inf wins.
-	if st.argG < 0 {
-		st.argG = firstNonNaN(g)
-	}
-	if st.argE < 0 {
-		st.argE = firstNonNaN(e)
-	}
 	st.maxAbs = maxAbs
 	st.sumAbs, st.dd, st.ee, st.gg, st.ge = sa0+sa1, dd0+dd1, ee0+ee1, gg0+gg1, ge0+ge1
 	return st
+}
+
+// argmax returns the first position of the largest value (NaN never wins; a
+// vector of NaN and -Inf answers its first -Inf), or -1 when all are NaN.
+func argmax(v []float32) int {
+	best, at := float32(math.Inf(-1)), -1
+	for j, x := range v {
+		if x > best {
+			best, at = x, j
+		}
+	}
+	if at < 0 {
+		at = firstNonNaN(v)
+	}
+	return at
 }
 
 func firstNonNaN(v []float32) int {
@@ -430,4 +488,11 @@ func refRMSE(g, e, ref []float32) (float64, float64, bool) {
 		return 0, 0, false
 	}
 	return math.Sqrt(sg / float64(n)), math.Sqrt(se / float64(n)), true
+}
+
+func topOf(v []float32, sel []int32) int {
+	if len(sel) == 0 || v[sel[0]] != v[sel[0]] {
+		return -1
+	}
+	return int(sel[0])
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package graphdiff_test
+
+const raceEnabled = false
