@@ -59,12 +59,11 @@ func twinConfig() sim.Config {
 	return cfg
 }
 
+// twinWorkload is small enough for go test -race (the twin computes real
+// index-K scores) and still corrupts sessions in the baseline.
 func twinWorkload() sim.Workload {
 	w := sim.DefaultWorkload()
-	w.Sessions, w.Rounds = 24, 3
-	if testing.Short() {
-		w.Sessions = 12
-	}
+	w.Sessions, w.Rounds = 12, 3
 	return w
 }
 
@@ -113,8 +112,10 @@ func TestTwinBaselinePristineBuffer(t *testing.T) {
 func TestTwinStaleOutLoc(t *testing.T) {
 	cfg := twinConfig()
 	cfg.Inject = []string{sim.FaultStaleOutLoc}
-	cfg.TestRetractEvery = 50 // SGLANG_TEST_RETRACT: force retractions
-	o := twinRun(t, cfg, twinWorkload())
+	cfg.TestRetractEvery = 5 // SGLANG_TEST_RETRACT: force retractions (it needs more than 10 running)
+	w := twinWorkload()
+	w.Sessions, w.Rounds = 16, 1
+	o := twinRun(t, cfg, w)
 	if o.res.Stats.Retractions == 0 {
 		t.Fatal("no retraction happened: stale-outloc is not exercised")
 	}
@@ -187,10 +188,11 @@ func TestTwinNoOverlapClean(t *testing.T) {
 // coverage the report states.
 func TestTwinPolicyCoverage(t *testing.T) {
 	w := twinWorkload()
-	w.Sessions, w.Rounds = 6, 1
+	w.Sessions, w.Rounds = 3, 1
 	cov := map[string]float64{}
 	for _, p := range []string{"live", "sweep:4", "all"} {
 		cfg := twinConfig()
+		cfg.PoolTokens = 32768 // "all" digests the whole pool twice per replay
 		cfg.Instruments.CanaryPolicy = p
 		o := twinRun(t, cfg, w)
 		s := o.summary
