@@ -259,6 +259,9 @@ func (e *Engine) decode(batch, ghosts []*request) []Completion {
 	// store_index_k: every row's new key at its out_loc; padded rows at slot 0.
 	for _, rw := range rows {
 		indexKey(rw.n, rw.tok, e.keyBuf)
+		if e.testStore != nil {
+			e.testStore(rw, e.decAlloc.Owner(uint32(rw.r.outSlot/PageTokens)))
+		}
 		e.dec.Store(rw.r.outSlot, e.keyBuf)
 	}
 	if g != nil && bucket > bs {

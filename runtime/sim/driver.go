@@ -24,7 +24,7 @@ type Workload struct {
 
 // DefaultWorkload is the seeds' reproducer shape: 80 sessions × 4 rounds.
 func DefaultWorkload() Workload {
-	return Workload{Sessions: 80, Rounds: 4, ThinkMin: 40, ThinkMax: 160}
+	return Workload{Sessions: 80, Rounds: 4, ThinkMin: 60, ThinkMax: 240}
 }
 
 // SessionResult is one session's outcome.

@@ -131,6 +131,8 @@ type Engine struct {
 	tokensWindow int
 	flagged      map[string]bool
 
+	testStore func(rw *row, owner int32) // tests observe each out_loc store and the page's owner
+
 	// scratch
 	units   []unit
 	rowBufs [][]float32
@@ -174,6 +176,10 @@ func NewEngine(cfg Config, pub hook.Publisher) (*Engine, error) {
 		graphs: map[int]*graphPlan{}, buckets: buckets(cfg.CUDAGraphMaxBS),
 		wake: make(chan struct{}, 1), newTokRatio: 0.7, flagged: map[string]bool{},
 		reqs: []*request{nil}, keyBuf: make([]float32, HeadDim)}
+	if cfg.has(FaultStaleOutLoc) && cfg.TestRetractEvery == 0 {
+		// Like SGLANG_TEST_RETRACT: force the retractions the fault needs.
+		e.cfg.TestRetractEvery = 20
+	}
 	e.roomRng = rand.New(rand.NewPCG(cfg.Seed, 0x700d))
 	e.xferRng = rand.New(rand.NewPCG(cfg.Seed, 0x7a4f))
 	if cfg.Instruments.Canary {
@@ -535,6 +541,7 @@ func (e *Engine) scheduleBatch() (batch, ghosts []*request) {
 	oldRatio := e.newTokRatio
 	// Forced retraction for tests (SGLANG_TEST_RETRACT).
 	if every := e.cfg.TestRetractEvery; every > 0 && len(e.running) > 10 && e.step%uint64(every) == 0 {
+		// The victim is the newest running request, as retract_decode picks.
 		v := e.running[len(e.running)-1]
 		e.running = e.running[:len(e.running)-1]
 		if len(v.tokens)/PageTokens < len(v.pages) {

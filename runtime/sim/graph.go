@@ -142,6 +142,7 @@ const (
 	costLogits   = 0.5  // per row per 2048 cached positions
 	costTopK     = 0.1  // per row per 2048 cached positions
 	altLaunch    = 0.05 // alternate stream's event-wait latency
+	topkWait     = 0.2  // mean wait between a row's logits landing and its top-k reading them
 	streamJitter = 0.22 // σ of a stream's log speed factor per replay
 	unitJitter   = 0.10 // σ of one row's relative duration
 )
@@ -180,14 +181,16 @@ func schedule(rows int, seqs []int, overlap bool, rng *rand.Rand, dst []unit) []
 		seq++
 		t += dur(costAttnPre, xm)
 	}
+	// The indexer consumes rows as a pipeline: a row's top-k starts once its
+	// logits are complete and its ready flag is observed (a short, variable
+	// wait), then the next row's logits run.
 	t = altLaunch * xa
 	seq = 0
 	for r := range rows {
 		t += dur(costLogits*seqCost(r), xa) // a row's logits land when its work is done
 		dst = append(dst, unit{t: t, stream: 1, op: opLogits, row: r, seq: seq})
 		seq++
-	}
-	for r := range rows {
+		t += topkWait * xa * rng.ExpFloat64()
 		dst = append(dst, unit{t: t, stream: 1, op: opTopK, row: r, seq: seq})
 		seq++
 		t += dur(costTopK*seqCost(r), xa)

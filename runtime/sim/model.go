@@ -14,7 +14,7 @@ const (
 	PageTokens = checksum.PageTokens // tokens per index-K page
 	ContextLen = 8192                // longest sequence the model addresses
 	TopK       = 64                  // indexer selection budget
-	hiddenRow  = 512                 // fp32 elements per row of a main-stream scratch (2 KiB)
+	hiddenRow  = 4096                // fp32 elements per row of a main-stream scratch (16 KiB: one logits row)
 	contentMix = 0.15                // weight of the token embedding in an index key
 	modelSeed  = 0x6b7663616e617279  // "kvcanary": the model's fixed weights
 )

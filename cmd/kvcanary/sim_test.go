@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+)
+
+func runSim(t *testing.T, tty bool, args ...string) (string, string, error) {
+	t.Helper()
+	ios, _, out, errOut := cmdutil.Test()
+	ios.SetTTY(tty, tty)
+	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
+	cmd := NewCmdSim(f)
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func TestSimRunJSONSchema(t *testing.T) {
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "sched.log")
+	out, _, err := runSim(t, false, "run", "--sessions", "4", "--rounds", "1", "--seed", "3", "--json",
+		"--log-file", logFile, "--inject", "stale-seqlen", "--record", filepath.Join(dir, "run.kvtrace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("decode --json: %v\n%s", err, out)
+	}
+	if dec.More() {
+		t.Fatal("--json printed more than one object")
+	}
+	for _, k := range []string{"config", "sessions", "rounds", "outcomes", "corrupted_sessions", "corruption_rate", "wilson95", "sched", "steps", "wall_seconds"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("--json lacks %q", k)
+		}
+	}
+	cfg := m["config"].(map[string]any)
+	for _, k := range []string{"index_k_dtype", "disable_cuda_graph", "cuda_graph_max_bs", "multi_stream_overlap", "disaggregation", "max_running_requests", "pool_tokens", "inject", "seed"} {
+		if _, ok := cfg[k]; !ok {
+			t.Errorf("config lacks %q", k)
+		}
+	}
+	if inj := cfg["inject"].([]any); len(inj) != 1 || inj[0] != "stale-seqlen" {
+		t.Errorf("config.inject = %v", inj)
+	}
+	outcomes := m["outcomes"].(map[string]any)
+	total := 0.0
+	for _, k := range []string{"done", "maxrounds", "leak", "no_tool", "error", "timeout"} {
+		v, ok := outcomes[k].(float64)
+		if !ok {
+			t.Errorf("outcomes lacks %q", k)
+		}
+		total += v
+	}
+	if total != 4 {
+		t.Errorf("outcomes sum to %v, want 4 sessions", total)
+	}
+	sched := m["sched"].(map[string]any)
+	for _, k := range []string{"peak_running_req", "retractions", "peak_token_usage"} {
+		if _, ok := sched[k]; !ok {
+			t.Errorf("sched lacks %q", k)
+		}
+	}
+	if w := m["wilson95"].([]any); len(w) != 2 {
+		t.Errorf("wilson95 = %v", w)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "run.kvtrace")); err != nil || st.Size() == 0 {
+		t.Errorf("bundle not written: %v", err)
+	}
+	if b, _ := os.ReadFile(logFile); !strings.Contains(string(b), "Decode batch, #running-req: ") {
+		t.Errorf("log file lacks Decode batch lines:\n%s", b)
+	}
+}
+
+func TestSimRunText(t *testing.T) {
+	out, errOut, err := runSim(t, false, "run", "--sessions", "3", "--rounds", "1", "--no-graphdiff", "--no-canary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(out, "CORRUPTION sessions: ") || !strings.Contains(out, "ok-ish[done/maxrounds]=") {
+		t.Errorf("headline missing:\n%s", out)
+	}
+	if errOut != "" {
+		t.Errorf("non-TTY run wrote progress to stderr: %q", errOut)
+	}
+}
+
+func TestSimRunBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--index-k-dtype", "fp16"},
+		{"run", "--inject", "nope"},
+		{"run", "--disaggregation", "x"},
+		{"run", "--sessions", "0"},
+		{"run", "--canary-policy", "sweep:0"},
+	} {
+		_, _, err := runSim(t, false, args...)
+		if cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+			t.Errorf("%v: exit %d (%v), want usage error", args, cmdutil.ExitCode(err), err)
+		}
+	}
+}
