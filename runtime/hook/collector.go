@@ -377,6 +377,9 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		if ev.Run == "" {
 			ev.Run = c.opts.Run
 		}
+		if ev.TS == 0 {
+			ev.TS = time.Now().UnixNano() // arrival time for producers without a clock
+		}
 		c.pubMu.Lock()
 		pub.Publish(ev)
 		c.pubMu.Unlock()

@@ -112,7 +112,7 @@ func TestCollectorTwoConcurrentProducers(t *testing.T) {
 			return
 		}
 		for i := range nGo {
-			em.Emit(Event{Kind: KindReplay, TS: int64(i), Body: &Replay{Step: uint64(i), BatchSize: 4, Mode: "graph"}})
+			em.Emit(Event{Kind: KindReplay, TS: int64(i + 1), Body: &Replay{Step: uint64(i), BatchSize: 4, Mode: "graph"}})
 		}
 		em.Close()
 		est = em.Stats()
@@ -122,7 +122,7 @@ func TestCollectorTwoConcurrentProducers(t *testing.T) {
 		nc := dialRaw(t, c)
 		var buf []byte
 		for i := range nJSON {
-			buf = append(buf, jsonLine(t, Event{Kind: KindSched, TS: int64(i), Src: Source{Proc: "py"},
+			buf = append(buf, jsonLine(t, Event{Kind: KindSched, TS: int64(i + 1), Src: Source{Proc: "py"},
 				Body: &Sched{RunningReq: i, TokenUsage: 0.5}})...)
 			if len(buf) > 32<<10 {
 				nc.Write(buf)
@@ -142,7 +142,7 @@ func TestCollectorTwoConcurrentProducers(t *testing.T) {
 		t.Errorf("collector stats %+v", st)
 	}
 	// Each producer's events arrive in order, with src and run filled in.
-	var lastReplay, lastSched int64 = -1, -1
+	var lastReplay, lastSched int64
 	for _, ev := range rec.events() {
 		if ev.Run != "run-42" || ev.Src.Node != "testnode" || ev.Src.PID != int32(os.Getpid()) {
 			t.Fatalf("envelope not filled from the connection: %+v", ev)
@@ -154,7 +154,7 @@ func TestCollectorTwoConcurrentProducers(t *testing.T) {
 			}
 			lastReplay = ev.TS
 		case KindSched:
-			if ev.TS != lastSched+1 || ev.Src.Proc != "py" || ev.Body.(*Sched).RunningReq != int(ev.TS) {
+			if ev.TS != lastSched+1 || ev.Src.Proc != "py" || ev.Body.(*Sched).RunningReq != int(ev.TS-1) {
 				t.Fatalf("sched event wrong: %+v", ev)
 			}
 			lastSched = ev.TS
@@ -453,6 +453,12 @@ func TestCollectorTCPFillsNodeFromRemote(t *testing.T) {
 	if evs[0].Src.Node != "127.0.0.1" || evs[0].Run != "r" || evs[0].Src.PID != 0 {
 		t.Errorf("filled envelope %+v", evs[0])
 	}
+	if evs[1].TS < time.Now().Add(-time.Minute).UnixNano() {
+		t.Errorf("event without ts_ns not stamped with its arrival: %d", evs[1].TS)
+	}
+	if evs[0].TS != 1 {
+		t.Errorf("producer's ts_ns overwritten: %d", evs[0].TS)
+	}
 	if evs[1].Src.Node != "mine" || evs[1].Src.PID != 9 || evs[1].Run != "own" {
 		t.Errorf("producer's own envelope overwritten: %+v", evs[1])
 	}
@@ -469,7 +475,7 @@ func TestCollectorManyProducersPublishSerially(t *testing.T) {
 			nc := dialRaw(t, c)
 			buf := []byte(FramePreamble)
 			for i := range each {
-				buf, _ = AppendFrame(buf, Event{Kind: KindReplay, TS: int64(p), Body: &Replay{Step: uint64(i)}})
+				buf, _ = AppendFrame(buf, Event{Kind: KindReplay, TS: int64(p + 1), Body: &Replay{Step: uint64(i)}})
 			}
 			nc.Write(buf)
 			nc.Close()
@@ -482,8 +488,8 @@ func TestCollectorManyProducersPublishSerially(t *testing.T) {
 		perProducer[ev.TS]++
 	}
 	for p := range producers {
-		if perProducer[int64(p)] != each {
-			t.Errorf("producer %d: %d events", p, perProducer[int64(p)])
+		if perProducer[int64(p+1)] != each {
+			t.Errorf("producer %d: %d events", p, perProducer[int64(p+1)])
 		}
 	}
 }
