@@ -13,6 +13,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -170,14 +174,15 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
-// BenchmarkProbeOverhead runs the stub driver's cuLaunchKernel loop with the
-// probe detached and attached and reports both call rates and their ratio
-// (attached/detached: the fraction of call throughput left under tracing).
+// BenchmarkProbeOverhead runs the stub driver's cuLaunchKernel loop with no
+// probe, with do-nothing BPF programs on a uprobe and a uretprobe (the kernel's
+// trap cost alone), and with the CUDA probe attached, and reports the call
+// rates, the attached/detached ratio (the fraction of call throughput left
+// under tracing) and the microseconds each probe adds per call.
 func BenchmarkProbeOverhead(b *testing.B) {
 	needProbe(b)
-	lib, driver := buildStub(b)
 	const calls = 50000
-	rate := func() float64 {
+	loop := func(driver, lib string) float64 {
 		out, err := runDriver(b, driver, lib, "loop", strconv.Itoa(calls)).Output()
 		if err != nil {
 			b.Fatal(err)
@@ -188,6 +193,34 @@ func BenchmarkProbeOverhead(b *testing.B) {
 		}
 		return calls / (ns / 1e9)
 	}
+	// Three copies of the stub: probes attach to a file's inode, so each
+	// configuration needs its own library.
+	libPlain, driverPlain := buildStub(b)
+	libEmpty, driverEmpty := buildStub(b)
+	lib, driver := buildStub(b)
+
+	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.Kprobe, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer empty.Close()
+	ex, err := link.OpenExecutable(libEmpty)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, ret := range []bool{false, true} {
+		attach := ex.Uprobe
+		if ret {
+			attach = ex.Uretprobe
+		}
+		l, err := attach("cuLaunchKernel", empty, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+	}
+
 	p, err := Open(Config{Lib: lib, RingBytes: 64 << 20})
 	if err != nil {
 		b.Fatal(err)
@@ -197,22 +230,12 @@ func BenchmarkProbeOverhead(b *testing.B) {
 	var mu sync.Mutex
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	// Detached: closing the probe is not reversible, so measure detached with
-	// a second stub copy that has no probes.
-	libPlain, driverPlain := buildStub(b)
-	plain := func() float64 {
-		out, err := runDriver(b, driverPlain, libPlain, "loop", strconv.Itoa(calls)).Output()
-		if err != nil {
-			b.Fatal(err)
-		}
-		ns, _ := strconv.ParseFloat(strings.TrimSpace(string(out)), 64)
-		return calls / (ns / 1e9)
-	}
 	go func() { done <- p.Run(ctx, func(hook.CUDA) { mu.Lock(); seen++; mu.Unlock() }) }()
-	var detached, attached float64
+	var detached, trap, attached float64
 	for b.Loop() {
-		detached += plain()
-		attached += rate()
+		detached += loop(driverPlain, libPlain)
+		trap += loop(driverEmpty, libEmpty)
+		attached += loop(driver, lib)
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -220,9 +243,15 @@ func BenchmarkProbeOverhead(b *testing.B) {
 	}
 	lost, _ := p.Lost()
 	n := float64(b.N)
-	b.ReportMetric(detached/n, "calls/s-detached")
-	b.ReportMetric(attached/n, "calls/s-attached")
+	detached, trap, attached = detached/n, trap/n, attached/n
+	b.ReportMetric(detached, "calls/s-detached")
+	b.ReportMetric(trap, "calls/s-empty-probes")
+	b.ReportMetric(attached, "calls/s-attached")
 	b.ReportMetric(attached/detached, "attached/detached")
+	b.ReportMetric((1/attached-1/detached)*1e6, "us-added/call")
+	b.ReportMetric((1/attached-1/trap)*1e6, "us-over-empty/call")
+	mu.Lock()
+	defer mu.Unlock()
 	if seen+lost.Total() != uint64(b.N)*calls {
 		b.Fatalf("saw %d calls + %d lost, want %d", seen, lost.Total(), b.N*calls)
 	}

@@ -32,6 +32,14 @@ enum {
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
 #define BPF_ANY 0
+#define BPF_RB_NO_WAKEUP 1
+#define BPF_RB_FORCE_WAKEUP 2
+#define BPF_RB_AVAIL_DATA 0
+
+// Wake the reader only once this much is pending; it also polls every 50 ms,
+// so a quiet stream is still delivered promptly. Waking it for every record
+// costs a cross-CPU wakeup per traced call.
+#define WAKEUP_BYTES (256 * 1024)
 
 // x86-64 register frame, user-space (uapi) field names, which bpf_tracing.h
 // expects outside the kernel. Same layout as the kernel's struct pt_regs.
@@ -220,7 +228,8 @@ int cuda_exit(struct pt_regs *ctx)
 		if (p && bpf_probe_read_user(&r->out, sizeof(r->out), (void *)p) == 0)
 			r->flags |= F_OUT_OK;
 	}
-	bpf_ringbuf_submit(r, 0);
+	__u64 wake = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(r, wake);
 	bpf_map_delete_elem(&inflight, &k);
 	return 0;
 }
