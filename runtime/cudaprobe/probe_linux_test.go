@@ -160,6 +160,38 @@ func TestProbePIDFilter(t *testing.T) {
 	}
 }
 
+func TestProbeCountsLostRecords(t *testing.T) {
+	needProbe(t)
+	lib, driver := buildStub(t)
+	// One page holds 34 records (112 bytes + 8 header); nothing reads while
+	// two scripts run 62 calls, so the kernel must count the rest as lost.
+	p, err := Open(Config{Lib: lib, RingBytes: os.Getpagesize()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for range 2 {
+		if err := runDriver(t, driver, lib, "script").Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := collect(p)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := p.Lost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	capacity := uint64(os.Getpagesize() / (RecordSize + 8))
+	if lost.RingFull == 0 || uint64(len(got)) > capacity || uint64(len(got))+lost.RingFull != 2*scriptEvents {
+		t.Fatalf("delivered %d (capacity %d) + lost %+v, want %d in all", len(got), capacity, lost, 2*scriptEvents)
+	}
+	if lost.InflightFull != 0 || lost.NoEntry != 0 || lost.Malformed != 0 {
+		t.Fatalf("unexpected losses %+v", lost)
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	if _, err := Open(Config{}); err == nil || !strings.Contains(err.Error(), "library path or a process id") {
 		t.Fatalf("Open(empty) = %v", err)
