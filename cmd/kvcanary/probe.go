@@ -136,7 +136,8 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 	}
 	cfg := cudaprobe.Config{Lib: opts.Lib}
 	if opts.PID != 0 {
-		cfg.PIDs = []int{opts.PID}
+		// breakpoints only in that process: others using libcuda pay nothing
+		cfg.PIDs, cfg.TrapOnlyPIDs = []int{opts.PID}, true
 	}
 	p, err := opts.Open(cfg)
 	if err != nil {

@@ -92,7 +92,7 @@ func TestProbeCUDAReportAndRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.PIDs) != 1 || cfg.PIDs[0] != 77 || cfg.Lib != "" || !fp.closed {
+	if len(cfg.PIDs) != 1 || cfg.PIDs[0] != 77 || !cfg.TrapOnlyPIDs || cfg.Lib != "" || !fp.closed {
 		t.Fatalf("config %+v closed %v", cfg, fp.closed)
 	}
 	for _, want := range []string{

@@ -18,6 +18,10 @@ type Config struct {
 	// PIDs are the processes to trace; the kernel drops every other process's
 	// calls. Empty: every process that calls into Lib.
 	PIDs []int
+	// TrapOnlyPIDs installs the breakpoints only in the one process of PIDs
+	// (a perf-event pid filter), so other processes using the library pay
+	// nothing. Needs exactly one PID; AddPID cannot widen such a probe.
+	TrapOnlyPIDs bool
 	// RingBytes is the ring-buffer size: a power of two, at least one page.
 	// Default 4 MiB (about 35k records).
 	RingBytes int

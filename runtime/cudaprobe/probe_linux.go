@@ -118,13 +118,21 @@ func Open(cfg Config) (*Probe, error) {
 			return nil, fmt.Errorf("add process %d to the filter: %w", pid, err)
 		}
 	}
+	trapPID := 0
+	if cfg.TrapOnlyPIDs {
+		if len(cfg.PIDs) != 1 {
+			p.Close()
+			return nil, fmt.Errorf("open CUDA probe: trapping only in given processes needs exactly one pid, have %d", len(cfg.PIDs))
+		}
+		trapPID = cfg.PIDs[0]
+	}
 	ex, err := link.OpenExecutable(lib)
 	if err != nil {
 		p.Close()
 		return nil, fmt.Errorf("open %s: %w", lib, err)
 	}
 	for _, t := range targets {
-		opts := &link.UprobeOptions{Address: t.Offset, Cookie: t.Cookie()}
+		opts := &link.UprobeOptions{Address: t.Offset, Cookie: t.Cookie(), PID: trapPID}
 		up, err := ex.Uprobe(t.Name, p.objs.CudaEnter, opts)
 		if err != nil {
 			p.Close()
@@ -158,7 +166,7 @@ func (p *Probe) Lib() string { return p.lib }
 func (p *Probe) Targets() []Target { return p.targets }
 
 // AddPID adds a process to the kernel-side filter (effective when the probe
-// was opened with PIDs).
+// was opened with PIDs and without TrapOnlyPIDs).
 func (p *Probe) AddPID(pid int) error {
 	if err := p.objs.Pids.Put(uint32(pid), uint8(1)); err != nil {
 		return fmt.Errorf("add process %d to the filter: %w", pid, err)

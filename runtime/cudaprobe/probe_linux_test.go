@@ -160,6 +160,49 @@ func TestProbePIDFilter(t *testing.T) {
 	}
 }
 
+func TestProbeTrapOnlyPID(t *testing.T) {
+	needProbe(t)
+	lib, driver := buildStub(t)
+	traced := runDriver(t, driver, lib, "wait")
+	in, err := traced.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := traced.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer traced.Process.Kill()
+	if _, err := Open(Config{Lib: lib, TrapOnlyPIDs: true}); err == nil || !strings.Contains(err.Error(), "exactly one pid") {
+		t.Fatalf("TrapOnlyPIDs without a pid: %v", err)
+	}
+	p, err := Open(Config{Lib: lib, PIDs: []int{traced.Process.Pid}, TrapOnlyPIDs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	stop := collect(p)
+	if err := runDriver(t, driver, lib, "script").Run(); err != nil { // another process: never trapped
+		t.Fatal(err)
+	}
+	in.Write([]byte{'x'})
+	in.Close()
+	if err := traced.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != scriptEvents {
+		t.Fatalf("%d calls, want %d", len(got), scriptEvents)
+	}
+	for _, c := range got {
+		if c.PID != uint32(traced.Process.Pid) {
+			t.Fatalf("call from process %d: %+v", c.PID, c)
+		}
+	}
+}
+
 func TestProbeCountsLostRecords(t *testing.T) {
 	needProbe(t)
 	lib, driver := buildStub(t)
