@@ -3,9 +3,11 @@
 // before and after each replay, finds the changed ones with Diff, and
 // publishes a hook.CanaryPages observation; this package classifies every
 // changed page (expected-store, benign-transfer, free-page, held-page or
-// LIVE-PAGE-OVERWRITE), counts expected stores that did not land, aggregates a
-// run, and parses SGLang's own "kv_canary violation:" log lines. SPEC.md
-// defines the semantics sources must follow.
+// LIVE-PAGE-OVERWRITE) and every collateral write a source found beside an
+// expected store, counts expected stores that did not land, aggregates a run
+// (Analyzer, Run, Summary), and parses SGLang's own "kv_canary violation:"
+// log lines (ParseViolation, ScanLog). SPEC.md defines the semantics sources
+// must follow.
 //
 // Error contract: Diff, Policy and classification never fail and never panic
 // on any input (out-of-range pages are ignored, never indexed). ParsePolicy
