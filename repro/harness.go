@@ -1,0 +1,242 @@
+package repro
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// HarnessOptions configure RunHarness.
+type HarnessOptions struct {
+	URL         string        // server base URL (http://host:port, …/v1 or …/v1/chat/completions)
+	Model       string        // "" asks GET /v1/models for the first id ("default" when that fails)
+	Sessions    int           // sessions to run (default 80)
+	Rounds      int           // most rounds per session (default 4)
+	Concurrency int           // sessions in flight at once (default Sessions)
+	Timeout     time.Duration // per request (default 120s); a request that takes longer is a timeout
+	Stream      bool          // ask for server-sent events
+	Seed        uint64        // picks the tasks and each session's tool rounds
+	MaxTokens   int           // max_tokens sent with every request; 0 sends none
+	Classifier  Classifier
+	Client      *http.Client   // nil: a keep-alive client sized for Concurrency
+	Publisher   hook.Publisher // run.start, one session event per session, run.end; nil: none
+	Progress    func(finished, total int)
+	Tool        string        // tool version for run.start
+	Host        hook.HostInfo // host facts for run.start
+}
+
+// SessionResult is one harness session.
+type SessionResult struct {
+	ID            string   `json:"id"`
+	Outcome       string   `json:"outcome"`
+	Rounds        int      `json:"rounds"`      // requests answered
+	ToolRounds    int      `json:"tool_rounds"` // rounds that had to call a tool
+	FinishReasons []string `json:"finish_reasons"`
+	Requests      []string `json:"requests"` // response ids
+	Reason        string   `json:"reason,omitempty"`
+	Loop          bool     `json:"loop,omitempty"`
+	Output        string   `json:"last_output,omitempty"` // the output that ended a corrupted session
+}
+
+// HarnessResult is a harness run: the Summary contract plus extras.
+type HarnessResult struct {
+	Summary
+	URL           string          `json:"url"`
+	Model         string          `json:"model"`
+	Concurrency   int             `json:"concurrency"`
+	Requests      int             `json:"requests"`
+	FinishReasons map[string]int  `json:"finish_reasons"`
+	Loops         int             `json:"loops"`
+	PerSession    []SessionResult `json:"per_session,omitempty"`
+}
+
+// Corrupted returns the ids of the corrupted sessions.
+func (r *HarnessResult) Corrupted() []string {
+	var out []string
+	for _, s := range r.PerSession {
+		if IsCorrupted(s.Outcome) {
+			out = append(out, s.ID)
+		}
+	}
+	return out
+}
+
+// ChatEndpoint returns the chat completions URL of a server URL, or an error
+// naming what is wrong with it.
+func ChatEndpoint(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", fmt.Errorf("parse url %q: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("url %q: want an http:// or https:// URL", raw)
+	}
+	if u.Host == "" {
+		return "", fmt.Errorf("url %q: no host", raw)
+	}
+	p := strings.TrimRight(u.Path, "/")
+	switch {
+	case strings.HasSuffix(p, "/chat/completions"):
+	case strings.HasSuffix(p, "/v1"):
+		p += "/chat/completions"
+	default:
+		p += "/v1/chat/completions"
+	}
+	u.Path = p
+	return u.String(), nil
+}
+
+// ToolRoundsFor is how many rounds of session i must call a tool: 1..rounds,
+// spread like the twin's scripts (rounds-2 .. rounds, at least 1), so some
+// sessions can answer within the rounds (done) and some cannot (maxrounds).
+func ToolRoundsFor(seed uint64, i, rounds int) int {
+	return max(1, rounds-2+int(mix64(seed, uint64(i))%3))
+}
+
+func mix64(a, b uint64) uint64 {
+	h := fnv.New64a()
+	var buf [16]byte
+	for k := 0; k < 8; k++ {
+		buf[k], buf[8+k] = byte(a>>(8*k)), byte(b>>(8*k))
+	}
+	h.Write(buf[:])
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	return x
+}
+
+func (o *HarnessOptions) defaults() error {
+	if o.Sessions == 0 {
+		o.Sessions = 80
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 4
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = o.Sessions
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 120 * time.Second
+	}
+	switch {
+	case o.Sessions < 1:
+		return fmt.Errorf("sessions %d: want at least 1", o.Sessions)
+	case o.Rounds < 1:
+		return fmt.Errorf("rounds %d: want at least 1", o.Rounds)
+	case o.Concurrency < 1:
+		return fmt.Errorf("concurrency %d: want at least 1", o.Concurrency)
+	case o.Timeout < 0:
+		return fmt.Errorf("timeout %v: want a positive duration", o.Timeout)
+	}
+	if o.Client == nil {
+		o.Client = NewHarnessClient(o.Concurrency)
+	}
+	if o.Publisher == nil {
+		o.Publisher = hook.PublishFunc(func(hook.Event) {})
+	}
+	return nil
+}
+
+// NewHarnessClient returns an HTTP client that keeps a connection per
+// concurrent session alive and sets no overall timeout (the harness bounds
+// each request itself).
+func NewHarnessClient(concurrency int) *http.Client {
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        concurrency + 16,
+		MaxIdleConnsPerHost: concurrency + 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &http.Client{Transport: tr}
+}
+
+// RunHarness drives opts.Sessions multi-turn tool-calling sessions at the
+// server, at most opts.Concurrency at once, and classifies each. Server and
+// transport failures are outcomes, never errors: the error is for invalid
+// options. When ctx ends, unfinished sessions are classified error (aborted)
+// and the partial result is returned with ctx's error.
+func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, fmt.Errorf("run harness: %w", err)
+	}
+	endpoint, err := ChatEndpoint(opts.URL)
+	if err != nil {
+		return nil, fmt.Errorf("run harness: %w", err)
+	}
+	start := time.Now()
+	if opts.Model == "" {
+		opts.Model = discoverModel(ctx, opts.Client, endpoint, min(opts.Timeout, 10*time.Second))
+	}
+	pub := opts.Publisher
+	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Src: hook.Source{Proc: "repro"},
+		Body: &hook.RunStart{Tool: opts.Tool, Host: opts.Host, Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model,
+			Sessions: opts.Sessions, Rounds: opts.Rounds, Concurrency: opts.Concurrency, Seed: opts.Seed}}})
+
+	d := &driver{opts: &opts, endpoint: endpoint, tools: toolsJSON()}
+	res := &HarnessResult{URL: opts.URL, Model: opts.Model, Concurrency: opts.Concurrency, FinishReasons: map[string]int{},
+		PerSession: make([]SessionResult, opts.Sessions)}
+	var mu sync.Mutex
+	var outcomes Outcomes
+	finished := 0
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(opts.Concurrency, opts.Sessions) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				sr := d.session(ctx, i)
+				mu.Lock()
+				res.PerSession[i] = sr
+				outcomes.Add(sr.Outcome)
+				res.Requests += len(sr.Requests)
+				for _, f := range sr.FinishReasons {
+					res.FinishReasons[f]++
+				}
+				if sr.Loop {
+					res.Loops++
+				}
+				finished++
+				pub.Publish(hook.Event{Kind: hook.KindSession, TS: time.Now().UnixNano(), Src: hook.Source{Proc: "repro"},
+					Body: &hook.Session{ID: sr.ID, Outcome: sr.Outcome, Rounds: sr.Rounds, Error: sr.Reason, FinishReasons: sr.FinishReasons,
+						Loop: sr.Loop, Requests: sr.Requests}})
+				if opts.Progress != nil {
+					opts.Progress(finished, opts.Sessions)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for i := range opts.Sessions {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	wall := time.Since(start)
+	res.Summary = SummaryOf(outcomes, opts.Rounds, wall)
+	end := &hook.RunEnd{WallNS: int64(wall)}
+	if err := ctx.Err(); err != nil {
+		end.Error = err.Error()
+	}
+	pub.Publish(hook.Event{Kind: hook.KindRunEnd, TS: time.Now().UnixNano(), Src: hook.Source{Proc: "repro"}, Body: end})
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("run harness: %w", err)
+	}
+	return res, nil
+}
+
+// errTimeout marks a request that ran past the per-request timeout.
+var errTimeout = errors.New("request timed out")

@@ -1,0 +1,508 @@
+package repro
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// maxResponse bounds a response body the harness reads.
+const maxResponse = 64 << 20
+
+type driver struct {
+	opts     *HarnessOptions
+	endpoint string
+	tools    []byte
+}
+
+// harnessTools is the tool catalogue every round offers.
+var harnessTools = []struct {
+	name, desc string
+	params     [][2]string // name, JSON type
+}{
+	{"get_weather", "Current weather and forecast for a place", [][2]string{{"location", "string"}, {"unit", "string"}, {"days_ahead", "integer"}}},
+	{"search_web", "Search the web", [][2]string{{"query", "string"}, {"max_results", "integer"}}},
+	{"read_file", "Read part of a file", [][2]string{{"path", "string"}, {"offset", "integer"}, {"limit", "integer"}}},
+	{"list_files", "List files in a directory", [][2]string{{"path", "string"}, {"recursive", "boolean"}, {"pattern", "string"}}},
+	{"run_command", "Run a shell command", [][2]string{{"command", "string"}, {"timeout_seconds", "integer"}}},
+	{"get_stock_price", "Latest price of a stock", [][2]string{{"symbol", "string"}, {"currency", "string"}}},
+	{"send_email", "Send an email", [][2]string{{"to_address", "string"}, {"subject", "string"}, {"body", "string"}}},
+	{"query_database", "Run a read-only SQL query", [][2]string{{"sql", "string"}, {"limit", "integer"}}},
+}
+
+func toolsJSON() []byte {
+	type prop struct {
+		Type string `json:"type"`
+	}
+	type fn struct {
+		Name        string `json:"name"`
+		Description string `json:"description"`
+		Parameters  struct {
+			Type       string          `json:"type"`
+			Properties map[string]prop `json:"properties"`
+			Required   []string        `json:"required"`
+		} `json:"parameters"`
+	}
+	type tool struct {
+		Type     string `json:"type"`
+		Function fn     `json:"function"`
+	}
+	var ts []tool
+	for _, t := range harnessTools {
+		f := fn{Name: t.name, Description: t.desc}
+		f.Parameters.Type = "object"
+		f.Parameters.Properties = map[string]prop{}
+		for _, p := range t.params {
+			f.Parameters.Properties[p[0]] = prop{p[1]}
+			f.Parameters.Required = append(f.Parameters.Required, p[0])
+		}
+		ts = append(ts, tool{"function", f})
+	}
+	b, _ := json.Marshal(ts)
+	return b
+}
+
+var taskWords = strings.Fields(`weather forecast report summary invoice budget travel itinerary meeting
+schedule database metrics latency outage deploy release notes customer order shipment inventory
+quarterly revenue incident review backlog roadmap security audit migration cluster`)
+
+// SessionTask is the first user message of session i of a run with seed:
+// distinct per session, and stating its tool rounds ("tool rounds: N") so a
+// model — or the twin — knows how many rounds must call a tool.
+func SessionTask(seed uint64, i, toolRounds int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Task %d of run %d: prepare a short", i, seed)
+	x := mix64(seed^0x7a5c, uint64(i))
+	for k := 0; k < 5; k++ {
+		b.WriteByte(' ')
+		b.WriteString(taskWords[x%uint64(len(taskWords))])
+		x = x/uint64(len(taskWords)) ^ mix64(x, uint64(k))
+	}
+	fmt.Fprintf(&b, ". Call exactly one tool per turn; tool rounds: %d. After the last tool result, answer in plain text.", toolRounds)
+	return b.String()
+}
+
+// ToolResult is the harness's deterministic answer to a tool call.
+func ToolResult(name, arguments string) string {
+	x := mix64(uint64(len(arguments)), uint64(fnvString(name+"\x00"+arguments)))
+	var b strings.Builder
+	b.WriteString(`{"tool":`)
+	b.WriteString(strconv.Quote(name))
+	b.WriteString(`,"ok":true,"result":"`)
+	for k := 0; k < 24; k++ {
+		if k > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(taskWords[x%uint64(len(taskWords))])
+		x = mix64(x, uint64(k))
+	}
+	b.WriteString(`"}`)
+	return b.String()
+}
+
+func fnvString(s string) uint64 {
+	var h uint64 = 14695981039346656037
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// response is one parsed answer.
+type response struct {
+	id    string
+	round Round
+	calls []wireCall
+}
+
+type wireCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+func quoteJSON(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+func (d *driver) session(ctx context.Context, i int) SessionResult {
+	o := d.opts
+	sr := SessionResult{ID: fmt.Sprintf("s%03d", i), ToolRounds: ToolRoundsFor(o.Seed, i, o.Rounds)}
+	msgs := [][]byte{
+		[]byte(`{"role":"system","content":"You are a careful assistant. Use the provided tools; when you have what you need, answer in plain text."}`),
+		append(append([]byte(`{"role":"user","content":`), quoteJSON(SessionTask(o.Seed, i, sr.ToolRounds))...), '}'),
+	}
+	for round := 0; round < o.Rounds; round++ {
+		if ctx.Err() != nil {
+			sr.Outcome, sr.Reason = hook.OutcomeError, "aborted: "+ctx.Err().Error()
+			return sr
+		}
+		resp, err := d.do(ctx, msgs)
+		if err != nil {
+			sr.Outcome, sr.Reason = hook.OutcomeError, err.Error()
+			if errors.Is(err, errTimeout) {
+				sr.Outcome = hook.OutcomeTimeout
+			}
+			return sr
+		}
+		sr.Rounds++
+		sr.Requests = append(sr.Requests, resp.id)
+		sr.FinishReasons = append(sr.FinishReasons, resp.round.FinishReason)
+		if HasLoop(resp.round.Content, 4, 4) || HasLoop(resp.round.ReasoningContent, 4, 4) {
+			sr.Loop = true
+		}
+		outcome, reason := o.Classifier.Judge(round, sr.ToolRounds, resp.round)
+		if outcome != "" {
+			sr.Outcome, sr.Reason = outcome, reason
+			if IsCorrupted(outcome) {
+				sr.Output = clip(resp.round.Content+resp.round.ReasoningContent, 400)
+			}
+			return sr
+		}
+		// Echo the assistant turn and answer every call.
+		var m bytes.Buffer
+		m.WriteString(`{"role":"assistant","content":`)
+		if resp.round.Content == "" {
+			m.WriteString("null")
+		} else {
+			m.Write(quoteJSON(resp.round.Content))
+		}
+		calls, _ := json.Marshal(resp.calls)
+		m.WriteString(`,"tool_calls":`)
+		m.Write(calls)
+		m.WriteByte('}')
+		msgs = append(msgs, m.Bytes())
+		for _, c := range resp.calls {
+			var t bytes.Buffer
+			t.WriteString(`{"role":"tool","tool_call_id":`)
+			t.Write(quoteJSON(c.ID))
+			t.WriteString(`,"content":`)
+			t.Write(quoteJSON(ToolResult(c.Function.Name, c.Function.Arguments)))
+			t.WriteByte('}')
+			msgs = append(msgs, t.Bytes())
+		}
+	}
+	sr.Outcome = hook.OutcomeMaxRounds
+	return sr
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func (d *driver) body(msgs [][]byte) []byte {
+	var b bytes.Buffer
+	b.Grow(1024 + len(d.tools))
+	b.WriteString(`{"model":`)
+	b.Write(quoteJSON(d.opts.Model))
+	b.WriteString(`,"messages":[`)
+	for k, m := range msgs {
+		if k > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(m)
+	}
+	b.WriteString(`],"tools":`)
+	b.Write(d.tools)
+	b.WriteString(`,"tool_choice":"auto"`)
+	if d.opts.MaxTokens > 0 {
+		b.WriteString(`,"max_tokens":`)
+		b.WriteString(strconv.Itoa(d.opts.MaxTokens))
+	}
+	if d.opts.Stream {
+		b.WriteString(`,"stream":true`)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// do sends one request and parses the answer. Every failure is an error
+// saying what went wrong; errTimeout marks the per-request timeout.
+func (d *driver) do(ctx context.Context, msgs [][]byte) (*response, error) {
+	rctx, cancel := context.WithTimeoutCause(ctx, d.opts.Timeout, errTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, d.endpoint, bytes.NewReader(d.body(msgs)))
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if d.opts.Stream {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	resp, err := d.opts.Client.Do(req)
+	if err != nil {
+		return nil, d.transportError(rctx, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, errorMessage(snippet))
+	}
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if ct == "text/html" {
+		return nil, fmt.Errorf("HTML response (Content-Type %s), not an OpenAI answer", ct)
+	}
+	var out *response
+	if d.opts.Stream && ct == "text/event-stream" {
+		out, err = readStream(resp.Body)
+	} else {
+		out, err = readJSON(resp.Body)
+	}
+	if err != nil {
+		if cerr := context.Cause(rctx); cerr != nil && rctx.Err() != nil {
+			return nil, d.transportError(rctx, err)
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+func (d *driver) transportError(rctx context.Context, err error) error {
+	if errors.Is(context.Cause(rctx), errTimeout) {
+		return fmt.Errorf("%w after %v", errTimeout, d.opts.Timeout)
+	}
+	if rctx.Err() != nil {
+		return fmt.Errorf("aborted: %w", rctx.Err())
+	}
+	return fmt.Errorf("transport: %w", err)
+}
+
+// errorMessage extracts an OpenAI error message from a body, or returns the
+// body's beginning.
+func errorMessage(body []byte) string {
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		return e.Error.Message
+	}
+	return strconv.Quote(clip(string(body), 200))
+}
+
+type wireMessage struct {
+	Content          *string    `json:"content"`
+	ReasoningContent *string    `json:"reasoning_content"`
+	ToolCalls        []wireCall `json:"tool_calls"`
+}
+
+type wireResponse struct {
+	ID      string `json:"id"`
+	Choices []struct {
+		Message      wireMessage `json:"message"`
+		FinishReason *string     `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+func readJSON(r io.Reader) (*response, error) {
+	body, err := io.ReadAll(io.LimitReader(r, maxResponse+1))
+	if err != nil {
+		return nil, fmt.Errorf("read response: %w", err)
+	}
+	if len(body) > maxResponse {
+		return nil, fmt.Errorf("response larger than %d bytes", maxResponse)
+	}
+	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '<' {
+		return nil, fmt.Errorf("HTML or XML body, not JSON: %s", strconv.Quote(clip(string(t), 80)))
+	}
+	var w wireResponse
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, fmt.Errorf("invalid JSON response: %w", jsonOffset(body, err))
+	}
+	if len(w.Choices) == 0 {
+		return nil, fmt.Errorf("response %s has no choices", strconv.Quote(w.ID))
+	}
+	c := w.Choices[0]
+	out := &response{id: w.ID}
+	if c.Message.Content != nil {
+		out.round.Content = *c.Message.Content
+	}
+	if c.Message.ReasoningContent != nil {
+		out.round.ReasoningContent = *c.Message.ReasoningContent
+	}
+	if c.FinishReason != nil {
+		out.round.FinishReason = *c.FinishReason
+	}
+	out.setCalls(c.Message.ToolCalls)
+	return out, nil
+}
+
+func jsonOffset(body []byte, err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("byte %d of %d: %w", se.Offset, len(body), err)
+	}
+	return err
+}
+
+// setCalls keeps well-formed calls and counts the rest.
+func (r *response) setCalls(calls []wireCall) {
+	for _, c := range calls {
+		args := strings.TrimSpace(c.Function.Arguments)
+		if args == "" {
+			args = "{}"
+		}
+		if c.Function.Name == "" || args[0] != '{' || !json.Valid([]byte(args)) {
+			r.round.BadToolCalls++
+			continue
+		}
+		if c.Type == "" {
+			c.Type = "function"
+		}
+		c.Function.Arguments = args
+		r.calls = append(r.calls, c)
+	}
+	r.round.ToolCalls = len(r.calls)
+}
+
+type streamChunk struct {
+	ID      string `json:"id"`
+	Choices []struct {
+		Delta struct {
+			Content          *string `json:"content"`
+			ReasoningContent *string `json:"reasoning_content"`
+			ToolCalls        []struct {
+				Index    *int   `json:"index"`
+				ID       string `json:"id"`
+				Type     string `json:"type"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// readStream assembles a server-sent-events answer. It needs "data: [DONE]":
+// a stream that ends before it was cut.
+func readStream(r io.Reader) (*response, error) {
+	br := bufio.NewReaderSize(r, 32<<10)
+	out := &response{}
+	var content, reasoning strings.Builder
+	var calls []wireCall
+	events := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long event line: gather it whole.
+			rest, err2 := br.ReadBytes('\n')
+			line = append(append([]byte(nil), line...), rest...)
+			err = err2
+		}
+		if len(line) > 0 {
+			t := bytes.TrimRight(line, "\r\n")
+			if err != nil && !bytes.HasSuffix(line, []byte("\n")) {
+				return nil, fmt.Errorf("stream cut mid-event after %d events", events)
+			}
+			if data, ok := bytes.CutPrefix(t, []byte("data:")); ok {
+				data = bytes.TrimSpace(data)
+				if string(data) == "[DONE]" {
+					out.round.Content, out.round.ReasoningContent = content.String(), reasoning.String()
+					out.setCalls(calls)
+					return out, nil
+				}
+				events++
+				var ch streamChunk
+				if jerr := json.Unmarshal(data, &ch); jerr != nil {
+					return nil, fmt.Errorf("stream event %d: invalid JSON: %w", events, jsonOffset(data, jerr))
+				}
+				if ch.Error != nil {
+					return nil, fmt.Errorf("stream event %d: server error: %s", events, strconv.Quote(ch.Error.Message))
+				}
+				if out.id == "" {
+					out.id = ch.ID
+				}
+				for _, c := range ch.Choices {
+					if c.Delta.Content != nil {
+						content.WriteString(*c.Delta.Content)
+					}
+					if c.Delta.ReasoningContent != nil {
+						reasoning.WriteString(*c.Delta.ReasoningContent)
+					}
+					for _, tc := range c.Delta.ToolCalls {
+						idx := len(calls)
+						if tc.Index != nil {
+							idx = *tc.Index
+						}
+						if idx < 0 || idx > 1024 {
+							return nil, fmt.Errorf("stream event %d: tool call index %d", events, idx)
+						}
+						for len(calls) <= idx {
+							calls = append(calls, wireCall{})
+						}
+						cl := &calls[idx]
+						if tc.ID != "" {
+							cl.ID = tc.ID
+						}
+						if tc.Type != "" {
+							cl.Type = tc.Type
+						}
+						cl.Function.Name += tc.Function.Name
+						cl.Function.Arguments += tc.Function.Arguments
+					}
+					if c.FinishReason != nil {
+						out.round.FinishReason = *c.FinishReason
+					}
+				}
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("stream ended after %d events without [DONE]", events)
+			}
+			return nil, fmt.Errorf("read stream after %d events: %w", events, err)
+		}
+		if content.Len()+reasoning.Len() > maxResponse {
+			return nil, fmt.Errorf("stream larger than %d bytes", maxResponse)
+		}
+	}
+}
+
+func discoverModel(ctx context.Context, c *http.Client, endpoint string, timeout time.Duration) string {
+	u := strings.TrimSuffix(endpoint, "/chat/completions") + "/models"
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
+	if err != nil {
+		return "default"
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return "default"
+	}
+	defer resp.Body.Close()
+	var m struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&m) != nil || len(m.Data) == 0 || m.Data[0].ID == "" {
+		return "default"
+	}
+	return m.Data[0].ID
+}

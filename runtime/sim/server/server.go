@@ -1,0 +1,465 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+)
+
+// DefaultModel is the model id the server reports and accepts by default.
+const DefaultModel = "kvcanary-twin"
+
+// DefaultMaxBody bounds a request body.
+const DefaultMaxBody = 8 << 20
+
+// Options configure a Server.
+type Options struct {
+	Config    sim.Config     // engine configuration, seed included
+	Rounds    int            // rounds per session for scripts whose first message states none (default 4)
+	Model     string         // model id (default DefaultModel); requests may name any model
+	Publisher hook.Publisher // engine events and, at Close, one session event per session; nil: none
+	MaxBody   int64          // request body limit (default DefaultMaxBody)
+	// StreamChunkTokens is how many output tokens one content delta of a
+	// stream carries (default 8).
+	StreamChunkTokens int
+	// Now stamps responses' "created" (default time.Now).
+	Now func() time.Time
+}
+
+// RequestRecord is the ground truth of one served request.
+type RequestRecord struct {
+	ID               string `json:"id"` // the response id (chatcmpl-…)
+	Session          string `json:"session"`
+	Round            int    `json:"round"`
+	ExpectToolCall   bool   `json:"expect_tool_call"`
+	Deviated         bool   `json:"deviated"` // output tokens differ from the script's
+	Broken           bool   `json:"broken"`   // the deviation is visible in the protocol
+	Leak             bool   `json:"leak"`     // DSML markup left in content
+	ToolCalls        int    `json:"tool_calls"`
+	FinishReason     string `json:"finish_reason"` // the engine's: stop, length or abort
+	Stream           bool   `json:"stream"`
+	PromptTokens     int    `json:"prompt_tokens"`
+	CompletionTokens int    `json:"completion_tokens"`
+	Retractions      int    `json:"retractions"`
+	Step             uint64 `json:"step"`
+	Reused           int    `json:"reused_turns"` // earlier turns matched to this server's own output
+}
+
+// Server is the twin behind an OpenAI-compatible HTTP API. Run drives its
+// engine; Handler serves requests; Close publishes the sessions.
+type Server struct {
+	opts  Options
+	eng   *sim.Engine
+	vocab *sim.Vocab
+
+	mu       sync.Mutex
+	seq      int
+	scripts  map[scriptKey]sim.Script
+	outputs  map[outputKey]servedOutput
+	records  []RequestRecord
+	stats    sim.Stats
+	stepNum  uint64
+	running  bool
+	closed   bool
+	loopDone chan struct{}
+}
+
+type scriptKey struct{ idx, toolRounds int }
+
+type outputKey struct {
+	session string
+	round   int
+	sig     string
+}
+
+type servedOutput struct{ tokens []sim.Token }
+
+// New builds a server and its engine. Call Run to start stepping.
+func New(opts Options) (*Server, error) {
+	if opts.Rounds == 0 {
+		opts.Rounds = 4
+	}
+	if opts.Rounds < 1 {
+		return nil, fmt.Errorf("new server: rounds %d: want at least 1", opts.Rounds)
+	}
+	if opts.Model == "" {
+		opts.Model = DefaultModel
+	}
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.StreamChunkTokens <= 0 {
+		opts.StreamChunkTokens = 8
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Publisher == nil {
+		opts.Publisher = hook.PublishFunc(func(hook.Event) {})
+	}
+	eng, err := sim.NewEngine(opts.Config, opts.Publisher)
+	if err != nil {
+		return nil, fmt.Errorf("new server: %w", err)
+	}
+	return &Server{opts: opts, eng: eng, vocab: sim.DefaultVocab(), scripts: map[scriptKey]sim.Script{},
+		outputs: map[outputKey]servedOutput{}, loopDone: make(chan struct{})}, nil
+}
+
+// Run steps the engine until ctx is done: while requests are in flight it
+// steps continuously, otherwise it sleeps until a submission. It returns
+// ctx's error. Call it once.
+func (s *Server) Run(ctx context.Context) error {
+	s.mu.Lock()
+	s.running = true
+	s.mu.Unlock()
+	defer close(s.loopDone)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if s.eng.Idle() {
+			select {
+			case <-s.eng.Wake():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		s.eng.Step()
+		st, n := s.eng.Stats(), s.eng.StepNumber()
+		s.mu.Lock()
+		s.stats, s.stepNum = st, n
+		s.mu.Unlock()
+	}
+}
+
+// Close rejects new requests, waits for Run to return (the caller cancels
+// its context first) and publishes one session event per session seen.
+func (s *Server) Close() {
+	s.eng.Close()
+	s.mu.Lock()
+	running := s.running
+	already := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if running {
+		<-s.loopDone
+	}
+	if already {
+		return
+	}
+	ts := s.eng.Now().UnixNano()
+	for _, sess := range s.Sessions() {
+		s.opts.Publisher.Publish(hook.Event{Kind: hook.KindSession, TS: ts, Src: hook.Source{Proc: "sim-serve"}, Body: &sess})
+	}
+}
+
+// Records returns a copy of every request's ground-truth record, in the order
+// the requests finished.
+func (s *Server) Records() []RequestRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]RequestRecord(nil), s.records...)
+}
+
+// Stats returns the engine's scheduler counters as of the last step.
+func (s *Server) Stats() sim.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Sessions folds the records into one session event body per session, in
+// session order: Requests are the response ids, Deviated says whether any
+// request left the script, and Outcome is the server's view of the last
+// request (leak or no_tool when it broke the protocol, error when aborted,
+// done after a plain-text answer, maxrounds after a tool call).
+func (s *Server) Sessions() []hook.Session {
+	recs := s.Records()
+	by := map[string]*hook.Session{}
+	var order []string
+	for _, r := range recs {
+		ss := by[r.Session]
+		if ss == nil {
+			ss = &hook.Session{ID: r.Session}
+			by[r.Session] = ss
+			order = append(order, r.Session)
+		}
+		ss.Rounds++
+		ss.Requests = append(ss.Requests, r.ID)
+		ss.FinishReasons = append(ss.FinishReasons, r.FinishReason)
+		ss.Deviated = ss.Deviated || r.Deviated
+		switch {
+		case ss.Outcome == hook.OutcomeLeak || ss.Outcome == hook.OutcomeNoTool || ss.Outcome == hook.OutcomeError:
+			// the first break decides
+		case r.FinishReason == "abort":
+			ss.Outcome = hook.OutcomeError
+		case r.Leak:
+			ss.Outcome = hook.OutcomeLeak
+		case r.Broken:
+			ss.Outcome = hook.OutcomeNoTool
+		case r.ToolCalls > 0:
+			ss.Outcome = hook.OutcomeMaxRounds
+		default:
+			ss.Outcome = hook.OutcomeDone
+		}
+	}
+	sort.Strings(order)
+	out := make([]hook.Session, 0, len(order))
+	for _, id := range order {
+		out = append(out, *by[id])
+	}
+	return out
+}
+
+// Handler returns the HTTP API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/chat/completions", s.handleChat)
+	mux.HandleFunc("/v1/models", s.handleModels)
+	mux.HandleFunc("/health", s.handleHealth)
+	mux.HandleFunc("/debug/kvcanary/requests", s.handleDebug)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",
+			Message: fmt.Sprintf("no route %s %s; the twin serves POST /v1/chat/completions, GET /v1/models, GET /health", r.Method, r.URL.Path)})
+	})
+	return mux
+}
+
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, want string) bool {
+	if r.Method == want {
+		return false
+	}
+	w.Header().Set("Allow", want)
+	writeError(w, &apiError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+		Message: fmt.Sprintf("%s %s: use %s", r.Method, r.URL.Path, want)})
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	if methodNotAllowed(w, r, http.MethodGet) {
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	writeJSON(w, struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{"list", []model{{ID: s.opts.Model, Object: "model", Created: 0, OwnedBy: "kvcanary"}}})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if methodNotAllowed(w, r, http.MethodGet) {
+		return
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: "server is shutting down"})
+		return
+	}
+	writeJSON(w, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleDebug(w http.ResponseWriter, r *http.Request) {
+	if methodNotAllowed(w, r, http.MethodGet) {
+		return
+	}
+	recs := s.Records()
+	dev, broken := 0, 0
+	for _, r := range recs {
+		if r.Deviated {
+			dev++
+		}
+		if r.Broken {
+			broken++
+		}
+	}
+	s.mu.Lock()
+	st, step := s.stats, s.stepNum
+	s.mu.Unlock()
+	writeJSON(w, map[string]any{"requests": recs, "deviated": dev, "broken": broken, "stats": st, "step": step})
+}
+
+// expected returns the script round a request answers.
+func expectedRound(sc sim.Script, toolRounds int, offered bool, round int) sim.ScriptRound {
+	final := sc.Rounds[len(sc.Rounds)-1]
+	if !offered || round >= toolRounds {
+		return final
+	}
+	return sc.Rounds[round]
+}
+
+// script returns the session's script with exactly toolRounds tool rounds
+// (−1: as the script says), cached.
+func (s *Server) script(idx, toolRounds int) (sim.Script, int) {
+	key := scriptKey{idx, toolRounds}
+	s.mu.Lock()
+	sc, ok := s.scripts[key]
+	s.mu.Unlock()
+	if !ok {
+		if toolRounds < 0 {
+			sc = sim.NewScript(s.opts.Config.Seed, idx, s.opts.Rounds)
+		} else {
+			// NewScript(…, T+2) has T..T+2 tool rounds: keep the first T and
+			// the final answer.
+			base := sim.NewScript(s.opts.Config.Seed, idx, toolRounds+2)
+			sc = sim.Script{Session: base.Session, Prefix: base.Prefix}
+			sc.Rounds = append(append([]sim.ScriptRound(nil), base.Rounds[:toolRounds]...), base.Rounds[len(base.Rounds)-1])
+		}
+		s.mu.Lock()
+		if len(s.scripts) > 4096 {
+			clear(s.scripts)
+		}
+		s.scripts[key] = sc
+		s.mu.Unlock()
+	}
+	return sc, len(sc.Rounds) - 1
+}
+
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	if methodNotAllowed(w, r, http.MethodPost) {
+		return
+	}
+	req, aerr := decodeRequest(r.Body, s.opts.MaxBody)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	cv := parseConvo(req.Messages)
+	if cv.toolRounds > 64 {
+		writeError(w, badRequest("messages", "invalid_value", "first user message: %s %d: want at most 64", ToolRoundsMarker, cv.toolRounds))
+		return
+	}
+	idx := SessionIndex(cv.firstUser)
+	sc, toolRounds := s.script(idx, cv.toolRounds)
+	round := len(cv.turns)
+	offered := req.toolsOffered()
+	sr := expectedRound(sc, toolRounds, offered, round)
+
+	// History: the server's own tokens where the client echoed them back.
+	history := make([]sim.Turn, 0, len(cv.turns))
+	reused := 0
+	for i, t := range cv.turns {
+		var out []sim.Token
+		s.mu.Lock()
+		so, ok := s.outputs[outputKey{sc.Session, i, signature(t.content, t.calls)}]
+		s.mu.Unlock()
+		if ok {
+			out = so.tokens
+			reused++
+		} else {
+			out = encodeTurn(s.vocab, t)
+		}
+		history = append(history, sim.Turn{Output: out, Result: s.vocab.Encode(strings.Join(t.results, "\n"))})
+	}
+	prompt, hint := sim.BuildPrompt(sc.Prefix, history, sr.Expected)
+	maxNew := 0
+	if req.MaxTokens != nil {
+		maxNew = *req.MaxTokens
+	}
+	if req.MaxCompletionTokens != nil {
+		maxNew = *req.MaxCompletionTokens
+	}
+	if maxNew > sim.DefaultMaxNewTokens {
+		maxNew = sim.DefaultMaxNewTokens
+	}
+	if len(prompt)+max(maxNew, sim.DefaultMaxNewTokens) >= sim.ContextLen {
+		writeError(w, badRequest("messages", "context_length_exceeded",
+			"this conversation is %d tokens on the twin; its context holds %d including %d for the answer", len(prompt), sim.ContextLen, sim.DefaultMaxNewTokens))
+		return
+	}
+	s.mu.Lock()
+	s.seq++
+	engID := fmt.Sprintf("%s-r%d-%d", sc.Session, round, s.seq)
+	s.mu.Unlock()
+	h, err := s.eng.Submit(sim.Request{ID: engID, Session: sc.Session, Round: round, Prompt: prompt, Hint: hint,
+		Expected: sr.Expected, MaxNewTokens: maxNew})
+	if err != nil {
+		writeError(w, &apiError{Status: http.StatusServiceUnavailable, Type: "server_error", Message: err.Error()})
+		return
+	}
+	id := "chatcmpl-" + engID
+	created := s.opts.Now().Unix()
+	model := req.Model
+
+	var sw *sseWriter
+	if req.Stream {
+		sw = newSSE(w, id, created, model)
+		sw.send(delta{Role: "assistant", Content: ptr("")}, nil)
+	}
+	select {
+	case <-h.Done():
+	case <-r.Context().Done():
+		// The client left; the engine finishes the request anyway and the
+		// record below keeps its ground truth.
+		<-h.Done()
+	}
+	c := h.Result()
+	text := s.vocab.DecodeValid(c.Tokens)
+	parsed := sim.ParseDSML(text)
+	rec := RequestRecord{ID: id, Session: sc.Session, Round: round, ExpectToolCall: sr.ToolCall, Deviated: c.Deviated,
+		Leak: parsed.Leak, ToolCalls: len(parsed.ToolCalls), FinishReason: c.FinishReason, Stream: req.Stream,
+		PromptTokens: len(prompt), CompletionTokens: len(c.Tokens), Retractions: c.Retractions, Step: c.Step, Reused: reused}
+	rec.Broken = c.FinishReason == "abort" || parsed.Leak || (sr.ToolCall && len(parsed.ToolCalls) == 0)
+	calls := make([]wireToolCall, len(parsed.ToolCalls))
+	for i, tc := range parsed.ToolCalls {
+		calls[i].ID = fmt.Sprintf("call_%s_%d", engID, i)
+		calls[i].Type = "function"
+		calls[i].Function.Name = tc.Name
+		calls[i].Function.Arguments = tc.Arguments
+	}
+	s.mu.Lock()
+	s.records = append(s.records, rec)
+	if len(s.outputs) > 1<<16 {
+		clear(s.outputs)
+	}
+	s.outputs[outputKey{sc.Session, round, signature(parsed.Content, calls)}] = servedOutput{tokens: c.Tokens}
+	s.mu.Unlock()
+
+	finish := c.FinishReason
+	if finish == "stop" && len(calls) > 0 {
+		finish = "tool_calls"
+	}
+	u := usage{PromptTokens: len(prompt), CompletionTokens: len(c.Tokens), TotalTokens: len(prompt) + len(c.Tokens)}
+	if c.FinishReason == "abort" {
+		e := &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "request aborted by the engine: " + c.Err}
+		if sw != nil {
+			sw.sendError(e)
+			sw.done()
+			return
+		}
+		writeError(w, e)
+		return
+	}
+	if sw != nil {
+		s.stream(sw, parsed, calls, finish, u, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return
+	}
+	msg := respMessage{Role: "assistant", ToolCalls: calls}
+	if parsed.Content != "" || len(calls) == 0 {
+		msg.Content = ptr(parsed.Content)
+	}
+	writeJSON(w, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: model,
+		Choices: []choice{{Index: 0, Message: msg, FinishReason: finish}}, Usage: u})
+}
+
+func ptr[T any](v T) *T { return &v }
