@@ -88,9 +88,9 @@ func CompareSample(s *hook.GraphDiffSample, opts Options) Result {
 // Comparer is Compare with reusable scratch buffers; the zero value is ready.
 // A Comparer is not safe for concurrent use.
 type Comparer struct {
-	tk   topkScratch
-	selG []int32
-	selE []int32
+	tk         topkScratch
+	selG, selE []int32
+	setA, setB []int32
 }
 
 // CompareSample is the package CompareSample on c's buffers.
@@ -174,12 +174,15 @@ func (c *Comparer) Compare(graph, eager, ref []float32, selGraph, selEager []int
 	}
 	r.ArgmaxAgree = r.ArgmaxGraph == r.ArgmaxEager
 	r.K = k
-	r.Missing, r.Extra = SelectionDiff(r.SelEager, r.SelGraph)
-	r.TopKJaccard = Jaccard(r.SelEager, r.SelGraph)
+	r.Missing, r.Extra, r.TopKJaccard = c.selectionDiff(r.SelEager, r.SelGraph)
 	r.FirstDiffRank = FirstDiffRank(r.SelEager, r.SelGraph)
 
 	if !opts.NoKL && r.NonFinite == 0 && n > 0 {
-		r.KL, r.KLValid = klSoftmax(g, e)
+		mE := math.NaN()
+		if r.ArgmaxEager >= 0 && !math.IsInf(float64(e[r.ArgmaxEager]), 1) {
+			mE = float64(e[r.ArgmaxEager]) // the largest finite entry
+		}
+		r.KL, r.KLValid = klSoftmax(g, e, mE)
 	}
 	if len(ref) == n && n > 0 {
 		r.GraphRefRMSE, r.EagerRefRMSE, r.HasRef = refRMSE(g, e, ref)
@@ -409,18 +412,49 @@ func (st *pairStats) slowEntry(g, e []float32, i int, atol, rtol float64, maxAbs
 //
 // which is exact algebra for Σ p·(log p - log q) and keeps full float64
 // precision when d is tiny (rounding noise), where the textbook form cancels.
-func klSoftmax(g, e []float32) (float64, bool) {
-	mE := math.Inf(-1)
-	for _, v := range e {
-		if f := float64(v); f > mE && !math.IsInf(f, 1) {
-			mE = f
+//
+// mE is the largest finite entry of e when the caller knows it, else NaN.
+func klSoftmax(g, e []float32, mE float64) (float64, bool) {
+	if math.IsNaN(mE) {
+		mE = math.Inf(-1)
+		for _, v := range e {
+			if f := float64(v); f > mE && !math.IsInf(f, 1) {
+				mE = f
+			}
 		}
 	}
 	if math.IsInf(mE, -1) {
 		return 0, false
 	}
-	var z0, z1, a0, a1, b0, b1 float64
 	g = g[:len(e)]
+	var z, a, b float64
+	n4 := len(e) &^ 3
+	for lo := 0; lo < n4; lo += pairBlockLen {
+		hi := min(lo+pairBlockLen, n4)
+		bz, ba, bb, ok := klBlock(g[lo:hi], e[lo:hi], mE)
+		if !ok {
+			bz, ba, bb = klScalar(g[lo:hi], e[lo:hi], mE)
+		}
+		z, a, b = z+bz, a+ba, b+bb
+	}
+	bz, ba, bb := klScalar(g[n4:], e[n4:], mE)
+	z, a, b = z+bz, a+ba, b+bb
+	if !(z > 0) {
+		return 0, false
+	}
+	kl := a/z + math.Log1p(b/z)
+	if kl < 0 { // rounding below the true value 0
+		kl = 0
+	}
+	return kl, !math.IsNaN(kl) && !math.IsInf(kl, 0)
+}
+
+// klVecMaxD bounds |e-g| on the vector path, where expm1(-d) is a polynomial.
+const klVecMaxD = 0.35
+
+// klScalar returns Σw, Σw·d and Σw·expm1(-d) over one block.
+func klScalar(g, e []float32, mE float64) (z, a, b float64) {
+	var z0, z1, a0, a1, b0, b1 float64
 	i := 0
 	for ; i+1 < len(e); i += 2 {
 		e0, e1 := float64(e[i]), float64(e[i+1])
@@ -457,20 +491,16 @@ func klSoftmax(g, e []float32) (float64, bool) {
 			b0 += w * expm1Neg(d0)
 		}
 	}
-	z := z0 + z1
-	if !(z > 0) {
-		return 0, false
-	}
-	kl := (a0+a1)/z + math.Log1p((b0+b1)/z)
-	if kl < 0 { // rounding below the true value 0
-		kl = 0
-	}
-	return kl, !math.IsNaN(kl) && !math.IsInf(kl, 0)
+	return z0 + z1, a0 + a1, b0 + b1
 }
 
 // refRMSE returns rmse(g, ref) and rmse(e, ref) in float64 over the positions
 // where all three are finite; ok is false when no such position exists.
 func refRMSE(g, e, ref []float32) (float64, float64, bool) {
+	if sg, se, ok := refRMSEVec(g, e, ref); ok {
+		n := float64(len(ref))
+		return math.Sqrt(sg / n), math.Sqrt(se / n), true
+	}
 	var sg, se float64
 	n := 0
 	g, e = g[:len(ref)], e[:len(ref)]
@@ -495,4 +525,55 @@ func topOf(v []float32, sel []int32) int {
 		return -1
 	}
 	return int(sel[0])
+}
+
+// selectionDiff is SelectionDiff and Jaccard in one go on c's buffers.
+func (c *Comparer) selectionDiff(want, got []int32) (missing, extra []int32, jaccard float64) {
+	c.setA = sortedSetInto(c.setA, want)
+	c.setB = sortedSetInto(c.setB, got)
+	a, b := c.setA, c.setB
+	if len(a) == 0 && len(b) == 0 {
+		return nil, nil, 1
+	}
+	inter := 0
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i] < b[j]):
+			missing = append(missing, a[i])
+			i++
+		case i == len(a) || b[j] < a[i]:
+			extra = append(extra, b[j])
+			j++
+		default:
+			inter++
+			i++
+			j++
+		}
+	}
+	return missing, extra, float64(inter) / float64(len(a)+len(b)-inter)
+}
+
+// refRMSEVec sums the squared errors with the vector kernel; ok is false
+// without one or when any entry is non-finite (the scalar path then skips
+// those positions).
+func refRMSEVec(g, e, ref []float32) (sg, se float64, ok bool) {
+	n4 := len(ref) &^ 3
+	for lo := 0; lo < n4; lo += pairBlockLen {
+		hi := min(lo+pairBlockLen, n4)
+		bg, be, ok := refBlock(g[lo:hi], e[lo:hi], ref[lo:hi])
+		if !ok || !finite(bg) || !finite(be) {
+			return 0, 0, false
+		}
+		sg, se = sg+bg, se+be
+	}
+	for i := n4; i < len(ref); i++ {
+		r := float64(ref[i])
+		dg, de := float64(g[i])-r, float64(e[i])-r
+		if !finite(dg) || !finite(de) {
+			return 0, 0, false
+		}
+		sg, se = sg+dg*dg, se+de*de
+	}
+	return sg, se, true
 }

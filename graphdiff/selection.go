@@ -68,8 +68,11 @@ func FirstDiffRank(a, b []int32) int {
 	return -1
 }
 
-func sortedSet(a []int32) []int32 {
-	s := slices.Clone(a)
-	slices.Sort(s)
-	return slices.Compact(s)
+func sortedSet(a []int32) []int32 { return sortedSetInto(nil, a) }
+
+// sortedSetInto writes a's distinct positions, ascending, into dst[:0].
+func sortedSetInto(dst, a []int32) []int32 {
+	dst = append(dst[:0], a...)
+	slices.Sort(dst)
+	return slices.Compact(dst)
 }

@@ -16,10 +16,17 @@ func sortKey(f float32) uint32 {
 	if b == 0x80000000 { // -0 ranks as +0
 		b = 0
 	}
-	if b&0x80000000 != 0 {
-		return ^b
+	// Branch-free (the sign of logits is a coin flip): negative values flip
+	// every bit, positive ones only the sign bit.
+	return b ^ (uint32(int32(b)>>31) | 0x80000000)
+}
+
+// keyFloat inverts sortKey for non-NaN keys.
+func keyFloat(k uint32) float32 {
+	if k&0x80000000 != 0 {
+		return math.Float32frombits(k &^ 0x80000000)
 	}
-	return b | 0x80000000
+	return math.Float32frombits(^k)
 }
 
 // TopK returns the positions of the k largest entries of v, best first,
@@ -85,14 +92,16 @@ func (s *topkScratch) topK(v []float32, k int, dst []int32) []int32 {
 	expect := float64(k) * float64(m) / float64(n)
 	r := int(1.5*expect+3*math.Sqrt(expect)) + 2
 	if r < m {
-		slices.Sort(s.sample)
-		t := s.sample[m-1-r]
+		t := rankFromTop(s.sample, r)
 		if t != 0 { // a NaN threshold would keep everything
+			// Compare floats, not keys: few entries pass, so the branch is
+			// predictable and only candidates pay for a key. f >= tf is
+			// key(f) >= t for every non-NaN f (-0 == +0 on both sides), and
+			// NaN (key 0 < t) fails both.
+			s.cand = filterGE(v, keyFloat(t), s.cand[:0])
 			s.pairs = s.pairs[:0]
-			for i, f := range v {
-				if key := sortKey(f); key >= t {
-					s.pairs = append(s.pairs, keyIdx{key, int32(i)})
-				}
+			for _, i := range s.cand {
+				s.pairs = append(s.pairs, keyIdx{sortKey(v[i]), i})
 			}
 			if len(s.pairs) >= k {
 				return s.finish(k, dst)
@@ -195,4 +204,33 @@ func (s *topkScratch) finish(k int, dst []int32) []int32 {
 		dst = append(dst, e.idx)
 	}
 	return dst
+}
+
+// rankFromTop returns the r-th largest key of a (r = 0 is the largest),
+// keeping the r+1 largest in a small descending array: most keys fail the
+// first comparison, so this is about len(a) comparisons for small r. a is
+// reordered.
+func rankFromTop(a []uint32, r int) uint32 {
+	if r >= len(a)/8 {
+		slices.Sort(a)
+		return a[len(a)-1-r]
+	}
+	top := make([]uint32, 0, r+1)
+	for _, k := range a {
+		if len(top) == r+1 && k <= top[r] {
+			continue
+		}
+		i := len(top)
+		if i < r+1 {
+			top = append(top, k)
+		} else {
+			i = r
+		}
+		for i > 0 && top[i-1] < k {
+			top[i] = top[i-1]
+			i--
+		}
+		top[i] = k
+	}
+	return top[r]
 }
