@@ -6,6 +6,7 @@ import (
 	"math"
 	"reflect"
 	"sort"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -365,10 +366,11 @@ func (r *reader) nonFinite(field string, bits uint64) {
 }
 
 func (r *reader) uvarint() uint64 {
-	if r.off < len(r.b) && r.b[r.off] < 0x80 {
-		v := uint64(r.b[r.off])
-		r.off++
-		return v
+	if i := r.off; i < len(r.b) {
+		if c := r.b[i]; c < 0x80 {
+			r.off = i + 1
+			return uint64(c)
+		}
 	}
 	return r.uvarintSlow()
 }
@@ -397,12 +399,14 @@ func (r *reader) varint() int64 {
 
 func (r *reader) int() int {
 	v := r.varint()
-	if int64(int(v)) != v {
-		r.fail(ReasonBadBody, "value %d overflows int", v)
+	if strconv.IntSize == 32 && int64(int(v)) != v {
+		r.overflow(v)
 		return 0
 	}
 	return int(v)
 }
+
+func (r *reader) overflow(v int64) { r.fail(ReasonBadBody, "value %d overflows int", v) }
 
 func (r *reader) uint32v(field string) uint32 {
 	v := r.uvarint()
