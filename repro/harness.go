@@ -178,7 +178,7 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	}
 	start := time.Now()
 	if opts.Model == "" {
-		opts.Model = discoverModel(ctx, opts.Client, endpoint, min(opts.Timeout, 10*time.Second))
+		opts.Model = DiscoverModel(ctx, opts.Client, endpoint, min(opts.Timeout, 10*time.Second))
 	}
 	pub := opts.Publisher
 	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Src: hook.Source{Proc: "repro"},

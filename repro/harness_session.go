@@ -483,7 +483,16 @@ func readStream(r io.Reader) (*response, error) {
 	}
 }
 
-func discoverModel(ctx context.Context, c *http.Client, endpoint string, timeout time.Duration) string {
+// DiscoverModel asks the server at url (any form ChatEndpoint takes) for its
+// models and returns the first id, or "default" when it cannot tell.
+func DiscoverModel(ctx context.Context, c *http.Client, url string, timeout time.Duration) string {
+	endpoint, err := ChatEndpoint(url)
+	if err != nil {
+		return "default"
+	}
+	if c == nil {
+		c = http.DefaultClient
+	}
 	u := strings.TrimSuffix(endpoint, "/chat/completions") + "/models"
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -39,12 +39,13 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 		NewCmdDoctor(f, nil),
 		NewCmdCanary(f, nil),
 		NewCmdGraphDiff(f, nil),
-		NewCmdSim(f),
+		withSubcommands(NewCmdSim(f), NewCmdSimServe(f, nil)),
 		NewCmdTrace(f),
 		NewCmdLogs(f),
 		NewCmdAB(f, nil),
 		NewCmdChecksum(f, nil),
 		NewCmdCollect(f, nil),
+		NewCmdRepro(f, nil),
 		// Commands register here, one line each.
 	)
 	return root

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/buildinfo"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/logscan"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// ReproOptions are the inputs of `kvcanary repro`.
+type ReproOptions struct {
+	IO      *cmdutil.IOStreams
+	Factory *cmdutil.Factory
+	JSON    *cmdutil.JSONFlags
+
+	URL         string
+	Model       string
+	Sessions    int
+	Rounds      int
+	Concurrency int
+	Timeout     time.Duration
+	Stream      bool
+	Seed        uint64
+	MaxTokens   int
+	Markers     []string
+	Record      string
+	ServerLog   string
+}
+
+// NewCmdRepro builds `kvcanary repro`.
+func NewCmdRepro(f *cmdutil.Factory, runF func(*ReproOptions) error) *cobra.Command {
+	opts := &ReproOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "repro --url URL",
+		Short: "Drive concurrent tool-calling sessions at a server and measure the corruption rate",
+		Long: `Drive N multi-turn tool-calling sessions at an OpenAI-compatible server
+(SGLang, vLLM, or the twin's "kvcanary sim serve"), at most --concurrency at
+once. Every round offers tools; tool calls get deterministic results; a session
+ends when the model answers in plain text (done) or the rounds run out
+(maxrounds). Each session's first message says how many rounds must call a
+tool ("tool rounds: N").
+
+Sessions are classified:
+  leak      tool-call markup in content or reasoning_content (DSML, <tool_call>,
+            <|tool_call, <｜tool▁calls▁begin｜>, <function_calls>; see --leak-marker)
+  no_tool   a round that had to call a tool ended without a well-formed call
+  error     transport failure, non-200 status, HTML or invalid JSON, a cut stream
+  timeout   a request ran past --timeout
+leak, no_tool and error are corruption. Finish reasons and n-gram loops are
+recorded as extra signals.
+
+With --server-log, the server's log is tailed during the run and its batch
+and retraction lines are recorded as sched events, so kvcanary ab sees the
+scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.`,
+		Example: `  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
+  kvcanary repro --url http://gpu-box:8000/v1 --model deepseek --record base.kvtrace --server-log sglang.log
+  kvcanary repro --url http://127.0.0.1:30000 --stream --json | jq .corruption_rate`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case opts.URL == "":
+				return cmdutil.UsageError("--url is required")
+			case opts.Sessions < 1, opts.Rounds < 1:
+				return cmdutil.UsageError("--sessions and --rounds must be at least 1")
+			case opts.Concurrency < 0:
+				return cmdutil.UsageError("--concurrency %d: want at least 1", opts.Concurrency)
+			case opts.Timeout <= 0:
+				return cmdutil.UsageError("--timeout %v: want a positive duration", opts.Timeout)
+			}
+			if _, err := repro.ChatEndpoint(opts.URL); err != nil {
+				return cmdutil.UsageError("--url: %w", err)
+			}
+			if opts.Concurrency == 0 {
+				opts.Concurrency = opts.Sessions
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return reproRun(opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&opts.URL, "url", "", "server URL (http://host:port, …/v1 or …/v1/chat/completions)")
+	fl.StringVar(&opts.Model, "model", "", "model name (default: the first of GET /v1/models)")
+	fl.IntVar(&opts.Sessions, "sessions", 80, "sessions to run")
+	fl.IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
+	fl.IntVar(&opts.Concurrency, "concurrency", 0, "sessions in flight at once (default: --sessions)")
+	fl.DurationVar(&opts.Timeout, "timeout", 120*time.Second, "per-request timeout")
+	fl.BoolVar(&opts.Stream, "stream", false, "request server-sent events (stream: true)")
+	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the tasks and of each session's tool rounds")
+	fl.IntVar(&opts.MaxTokens, "max-tokens", 0, "max_tokens per request (0: not sent)")
+	fl.StringArrayVar(&opts.Markers, "leak-marker", nil, "tool-call markup that makes a leak (repeatable; replaces the defaults)")
+	fl.StringVar(&opts.Record, "record", "", "record the run to this trace bundle")
+	fl.StringVar(&opts.ServerLog, "server-log", "", "tail this server log during the run and record its sched events")
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+// syncPublisher serialises publishers that run on several goroutines (the
+// harness and the log tail) into one that is not concurrency-safe.
+type syncPublisher struct {
+	mu  sync.Mutex
+	pub hook.Publisher
+}
+
+func (s *syncPublisher) Publish(ev hook.Event) {
+	s.mu.Lock()
+	s.pub.Publish(ev)
+	s.mu.Unlock()
+}
+
+// reproJSON is `repro --json`: the Summary contract plus extras.
+type reproJSON struct {
+	*repro.HarnessResult
+	Sched     *repro.SchedStats `json:"sched,omitempty"`
+	Deviated  int               `json:"deviated_sessions,omitempty"`
+	ServerLog *logscan.Summary  `json:"server_log,omitempty"`
+	Bundle    string            `json:"bundle,omitempty"`
+}
+
+func reproRun(opts *ReproOptions) error {
+	if opts.ServerLog != "" {
+		if _, err := os.Stat(opts.ServerLog); err != nil {
+			return cmdutil.InputError(fmt.Errorf("server log: %w", err))
+		}
+	}
+	host := hook.HostInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
+	host.Hostname, _ = os.Hostname()
+	tool := "kvcanary " + buildinfo.String()
+	if opts.Model == "" {
+		opts.Model = repro.DiscoverModel(opts.Factory.Ctx, nil, opts.URL, min(opts.Timeout, 10*time.Second))
+	}
+	stats := repro.NewRunStats(opts.Record)
+	pubs := []hook.Publisher{stats}
+	var bus *hook.Bus
+	var recErr chan error
+	if opts.Record != "" {
+		w, err := traces.Create(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
+			Run: fmt.Sprintf("repro-seed%d", opts.Seed),
+			Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
+				Concurrency: opts.Concurrency, Seed: opts.Seed}})
+		if err != nil {
+			return cmdutil.InputError(fmt.Errorf("create bundle: %w", err))
+		}
+		bus = hook.NewBus()
+		sub := bus.Lossless("record", 4096)
+		recErr = make(chan error, 1)
+		go func() { recErr <- traces.Record(sub, w) }()
+		pubs = append(pubs, bus)
+	}
+	pub := &syncPublisher{pub: hook.PublishFunc(func(ev hook.Event) {
+		for _, p := range pubs {
+			p.Publish(ev)
+		}
+	})}
+
+	ctx := opts.Factory.Ctx
+	var tail *logscan.Tail
+	tailDone := make(chan error, 1)
+	tailCtx, stopTail := context.WithCancel(context.Background())
+	defer stopTail()
+	if opts.ServerLog != "" {
+		tail = logscan.NewTail(opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}})
+		go func() { tailDone <- tail.Run(tailCtx) }()
+		select {
+		case <-tail.Ready():
+		case <-time.After(5 * time.Second):
+		}
+	} else {
+		tailDone <- nil
+	}
+
+	var progress func(int, int)
+	if opts.IO.IsStderrTTY() {
+		progress = progressBar(opts.IO.ErrOut, "repro", time.Now)
+	}
+	res, runErr := repro.RunHarness(ctx, repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
+		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens,
+		Classifier: repro.Classifier{Markers: opts.Markers}, Publisher: pub, Progress: progress, Tool: tool, Host: host})
+	if tail != nil {
+		// Give the tail one poll to catch the server's last lines.
+		time.Sleep(150 * time.Millisecond)
+	}
+	stopTail()
+	tailErr := <-tailDone
+	if bus != nil {
+		bus.Close()
+		if err := <-recErr; err != nil {
+			fmt.Fprintf(opts.IO.ErrOut, "repro: record bundle: %v\n", err)
+			if runErr == nil {
+				runErr = err
+			}
+		}
+	}
+	if res == nil {
+		return cmdutil.UsageError("%w", runErr)
+	}
+	if tailErr != nil && tailErr != context.Canceled {
+		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", tailErr)
+	}
+	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record}
+	if tail != nil {
+		s := stats.Sched
+		out.Sched = &s
+		out.ServerLog = tail.Summary()
+	}
+	if opts.JSON.JSON {
+		if err := cmdutil.WriteJSON(opts.IO.Out, out); err != nil {
+			return err
+		}
+	} else if err := writeReproText(opts.IO.Out, out); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return runErr
+	}
+	return nil
+}
+
+// progressBar returns a Progress callback drawing a bar on a TTY.
+func progressBar(w io.Writer, label string, now func() time.Time) func(done, total int) {
+	var last time.Time
+	return func(done, total int) {
+		t := now()
+		if done != total && t.Sub(last) < 100*time.Millisecond {
+			return
+		}
+		last = t
+		const width = 30
+		fill := width * done / max(total, 1)
+		fmt.Fprintf(w, "\r%s [%s%s] %d/%d sessions", label, strings.Repeat("#", fill), strings.Repeat(" ", width-fill), done, total)
+		if done == total {
+			fmt.Fprint(w, "\r\033[K")
+		}
+	}
+}
+
+func writeReproText(w io.Writer, r reproJSON) error {
+	fmt.Fprintln(w, r.Headline())
+	o := r.Outcomes
+	fmt.Fprintf(w, "outcomes: done=%d maxrounds=%d leak=%d no_tool=%d error=%d timeout=%d\n", o.Done, o.MaxRounds, o.Leak, o.NoTool, o.Error, o.Timeout)
+	var fr []string
+	for _, k := range []string{"stop", "tool_calls", "length", "abort", ""} {
+		if n := r.FinishReasons[k]; n > 0 {
+			name := k
+			if name == "" {
+				name = "(none)"
+			}
+			fr = append(fr, fmt.Sprintf("%s=%d", name, n))
+		}
+	}
+	for k, n := range r.FinishReasons {
+		switch k {
+		case "stop", "tool_calls", "length", "abort", "":
+		default:
+			fr = append(fr, fmt.Sprintf("%s=%d", cmdutil.Quote(k), n))
+		}
+	}
+	fmt.Fprintf(w, "requests: %d to %s (model %s, concurrency %d); finish reasons: %s; n-gram loops: %d sessions\n",
+		r.Requests, cmdutil.Quote(r.URL), cmdutil.Quote(r.Model), r.Concurrency, strings.Join(fr, " "), r.Loops)
+	if r.Sched != nil {
+		fmt.Fprintf(w, "server log: %d sched observations, peak running-req %d, peak token usage %.2f, retractions %d (%d events)\n",
+			r.Sched.Observations, r.Sched.PeakRunningReq, r.Sched.PeakTokenUsage, r.Sched.Retractions, r.Sched.RetractionEvents)
+	}
+	shown := 0
+	for _, s := range r.PerSession {
+		if !repro.IsCorrupted(s.Outcome) {
+			continue
+		}
+		if shown == 5 {
+			fmt.Fprintf(w, "  … %d more corrupted sessions (--json lists all)\n", r.CorruptedSessions-shown)
+			break
+		}
+		shown++
+		fmt.Fprintf(w, "  %s %s round %d: %s", s.ID, s.Outcome, s.Rounds, cmdutil.Quote(s.Reason))
+		if s.Output != "" {
+			fmt.Fprintf(w, ": %s", cmdutil.Quote(clipText(s.Output, 120)))
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "wall: %.1fs\n", r.WallSeconds)
+	if r.Bundle != "" {
+		fmt.Fprintf(w, "bundle: %s\n", r.Bundle)
+	}
+	return nil
+}
+
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/buildinfo"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// SimServeOptions are the inputs of `kvcanary sim serve`.
+type SimServeOptions struct {
+	IO          *cmdutil.IOStreams
+	Factory     *cmdutil.Factory
+	Engine      *engineFlags
+	Addr        string
+	AllowRemote bool
+	Seed        uint64
+	Rounds      int
+	Model       string
+	Record      string
+	JSON        *cmdutil.JSONFlags
+
+	// Ready, when set, receives the listening address once the server accepts
+	// connections (tests use it with --addr 127.0.0.1:0).
+	Ready func(addr string)
+}
+
+// withSubcommands adds subs to parent (used to hang commands of other files
+// under a parent built elsewhere) and returns parent.
+func withSubcommands(parent *cobra.Command, subs ...*cobra.Command) *cobra.Command {
+	parent.AddCommand(subs...)
+	return parent
+}
+
+// NewCmdSimServe builds `kvcanary sim serve`.
+func NewCmdSimServe(f *cmdutil.Factory, runF func(*SimServeOptions) error) *cobra.Command {
+	opts := &SimServeOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the twin over an OpenAI-compatible HTTP API",
+		Long: `Serve the twin as an OpenAI-compatible endpoint: POST /v1/chat/completions
+(non-streaming and "stream": true), GET /v1/models, GET /health, and
+GET /debug/kvcanary/requests with the ground truth of every request (did its
+output leave the script, and was that visible in the protocol).
+
+Concurrent requests share the twin's scheduler, so they batch together and
+corrupt the way sim run's sessions do. A conversation's first user message
+names its session (its hash picks the script) and may say "tool rounds: N";
+the round is the number of assistant messages so far. kvcanary repro speaks
+this; so does any OpenAI client.
+
+The server listens on loopback only unless --allow-remote is given. Stop it
+with Ctrl-C: it then prints how many requests deviated and, with --record,
+closes the bundle (engine events plus one session event per session).`,
+		Example: `  kvcanary sim serve --addr 127.0.0.1:30000
+  kvcanary sim serve --multi-stream-overlap=false --record serve.kvtrace
+  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkServeAddr(opts.Addr, opts.AllowRemote); err != nil {
+				return err
+			}
+			if opts.Rounds < 1 {
+				return cmdutil.UsageError("--rounds %d: want at least 1", opts.Rounds)
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return simServeRun(opts)
+		},
+	}
+	opts.Engine = addEngineFlags(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:30000", "address to listen on (host:port)")
+	fl.BoolVar(&opts.AllowRemote, "allow-remote", false, "allow an address reachable from other hosts (no authentication!)")
+	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the scripts, rooms and stream interleaving")
+	fl.IntVar(&opts.Rounds, "rounds", 4, "rounds per session for conversations that do not state their tool rounds")
+	fl.StringVar(&opts.Model, "model", server.DefaultModel, "model id reported by /v1/models")
+	fl.StringVar(&opts.Record, "record", "", "record engine and session events to this trace bundle")
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+// checkServeAddr refuses addresses other hosts could reach unless allowed.
+func checkServeAddr(addr string, allowRemote bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return cmdutil.UsageError("--addr %q: want host:port: %w", addr, err)
+	}
+	if allowRemote || host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return cmdutil.UsageError("--addr %q is not a loopback address; pass --allow-remote to serve other hosts (there is no authentication)", addr)
+}
+
+func simServeRun(opts *SimServeOptions) error {
+	cfg, err := opts.Engine.config(opts.Seed)
+	if err != nil {
+		return err
+	}
+	if p := opts.Engine.logFile; p != "" {
+		logF, err := os.Create(p)
+		if err != nil {
+			return cmdutil.InputError(fmt.Errorf("open log file: %w", err))
+		}
+		defer logF.Close()
+		// Unbuffered: a server log is tailed while it grows (repro --server-log).
+		cfg.Log = logF
+	}
+	var pub hook.Publisher
+	var bus *hook.Bus
+	var recErr chan error
+	if opts.Record != "" {
+		rc := cfg.RunConfig()
+		rc.URL = "http://" + opts.Addr
+		rc.Rounds = opts.Rounds
+		w, err := traces.Create(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
+			Config: rc, Run: fmt.Sprintf("serve-seed%d", opts.Seed), Command: "sim serve"})
+		if err != nil {
+			return cmdutil.InputError(fmt.Errorf("create bundle: %w", err))
+		}
+		bus = hook.NewBus()
+		sub := bus.Lossless("record", 4096)
+		recErr = make(chan error, 1)
+		go func() { recErr <- traces.Record(sub, w) }()
+		pub = bus
+	}
+	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return cmdutil.InputError(fmt.Errorf("listen on %s: %w", opts.Addr, err))
+	}
+	ctx, cancel := context.WithCancel(opts.Factory.Ctx)
+	defer cancel()
+	loopErr := make(chan error, 1)
+	go func() { loopErr <- srv.Run(ctx) }()
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	addr := ln.Addr().String()
+	fmt.Fprintf(opts.IO.ErrOut, "sim serve: listening on http://%s (POST /v1/chat/completions, GET /v1/models, GET /health); Ctrl-C stops\n", addr)
+	if opts.Ready != nil {
+		opts.Ready(addr)
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("serve http: %w", err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = hs.Shutdown(sctx)
+	scancel()
+	cancel()
+	<-loopErr
+	srv.Close()
+	if bus != nil {
+		bus.Close()
+		if err := <-recErr; err != nil && runErr == nil {
+			runErr = fmt.Errorf("record bundle: %w", err)
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	return writeServeSummary(opts, srv)
+}
+
+type serveSummary struct {
+	Addr             string `json:"addr"`
+	Requests         int    `json:"requests"`
+	Sessions         int    `json:"sessions"`
+	DeviatedRequests int    `json:"deviated_requests"`
+	BrokenRequests   int    `json:"broken_requests"`
+	DeviatedSessions int    `json:"deviated_sessions"`
+	PeakRunningReq   int    `json:"peak_running_req"`
+	Retractions      int    `json:"retractions"`
+	Steps            uint64 `json:"steps"`
+}
+
+func writeServeSummary(opts *SimServeOptions, srv *server.Server) error {
+	s := serveSummary{Addr: opts.Addr}
+	for _, r := range srv.Records() {
+		s.Requests++
+		if r.Deviated {
+			s.DeviatedRequests++
+		}
+		if r.Broken {
+			s.BrokenRequests++
+		}
+	}
+	for _, ss := range srv.Sessions() {
+		s.Sessions++
+		if ss.Deviated {
+			s.DeviatedSessions++
+		}
+	}
+	st := srv.Stats()
+	s.PeakRunningReq, s.Retractions, s.Steps = st.PeakRunningReq, st.Retractions, st.Steps
+	if opts.JSON.JSON {
+		return cmdutil.WriteJSON(opts.IO.Out, s)
+	}
+	_, err := fmt.Fprintf(opts.IO.Out, "sim serve: %d requests in %d sessions; deviated from the script: %d requests (%d visible in the protocol) in %d sessions; peak running-req %d, retractions %d, steps %d\n",
+		s.Requests, s.Sessions, s.DeviatedRequests, s.BrokenRequests, s.DeviatedSessions, s.PeakRunningReq, s.Retractions, s.Steps)
+	return err
+}
