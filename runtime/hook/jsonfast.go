@@ -255,70 +255,92 @@ func (s *jscan) u64v() uint64 {
 	return v
 }
 
-// array calls elem for each element of an array (null and non-arrays give up).
-func (s *jscan) array(elem func()) {
+// members iterates over an object's members without closures (closures
+// would escape and allocate per line):
+//
+//	for m := s.members(); m.next(); {
+//		switch string(m.key) { … default: s.give() }
+//	}
+//
+// Each iteration must consume the member's value (or give up).
+type members struct {
+	s   *jscan
+	i   int
+	key []byte
+}
+
+func (s *jscan) members() members {
+	if !s.next('{') {
+		s.give()
+	}
+	return members{s: s}
+}
+
+func (m *members) next() bool {
+	s := m.s
+	if !s.ok || s.next('}') {
+		return false
+	}
+	if m.i > 0 && !s.next(',') {
+		s.give()
+		return false
+	}
+	m.i++
+	m.key = s.rawStr()
+	if !s.ok || !s.next(':') {
+		s.give()
+		return false
+	}
+	return true
+}
+
+// elems iterates over an array's elements the same way:
+//
+//	for e := s.elems(); e.next(); { consume one value }
+type elems struct {
+	s *jscan
+	i int
+}
+
+func (s *jscan) elems() elems {
 	if !s.next('[') {
 		s.give()
-		return
 	}
-	if s.next(']') {
-		return
+	return elems{s: s}
+}
+
+func (e *elems) next() bool {
+	s := e.s
+	if !s.ok || s.next(']') {
+		return false
 	}
-	for s.ok {
-		elem()
-		if s.next(',') {
-			continue
-		}
-		if !s.next(']') {
-			s.give()
-		}
-		return
+	if e.i > 0 && !s.next(',') {
+		s.give()
+		return false
 	}
+	e.i++
+	return true
 }
 
 func (s *jscan) strList() []string {
 	out := []string{}
-	s.array(func() { out = append(out, s.str()) })
+	for e := s.elems(); e.next(); {
+		out = append(out, s.str())
+	}
 	return out
-}
-
-// object calls field for each key of an object; field returns false for a
-// key it does not know, which gives up.
-func (s *jscan) object(field func(key string) bool) {
-	if !s.next('{') {
-		s.give()
-		return
-	}
-	if s.next('}') {
-		return
-	}
-	for s.ok {
-		key := s.rawStr()
-		if !s.ok || !s.next(':') {
-			s.give()
-			return
-		}
-		if !field(string(key)) { // no allocation: the compiler converts in place for switch
-			s.give()
-			return
-		}
-		if s.next(',') {
-			continue
-		}
-		if !s.next('}') {
-			s.give()
-		}
-		return
-	}
 }
 
 // skip passes over any JSON value, checking its syntax.
 func (s *jscan) skip() {
 	switch s.peek() {
 	case '{':
-		s.object(func(string) bool { s.skip(); return true })
+		for m := s.members(); m.next(); {
+			s.skip()
+		}
 	case '[':
-		s.array(s.skip)
+		for e := s.elems(); e.next(); {
+			s.skip()
+		}
 	case '"':
 		s.rawStr()
 	case 't', 'f':
@@ -394,8 +416,8 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 		kindName []byte
 		bodyKind Kind // kind the body was decoded as
 	)
-	s.object(func(key string) bool {
-		switch key {
+	for m := s.members(); m.next(); {
+		switch string(m.key) {
 		case "v":
 			v, haveV = s.int64v(), true
 		case "kind":
@@ -407,8 +429,8 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 		case "src":
 			// A repeated src merges into the first, as encoding/json does
 			// with a non-nil pointer.
-			s.object(func(key string) bool {
-				switch key {
+			for sm := s.members(); sm.next(); {
+				switch string(sm.key) {
 				case "node":
 					ev.Src.Node = s.str()
 				case "proc":
@@ -416,22 +438,21 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 				case "pid":
 					ev.Src.PID = s.int32v()
 				default:
-					return false
+					s.give()
 				}
-				return true
-			})
+			}
 		case "body":
 			// The canonical order puts kind before body; otherwise give up.
 			k, err := ParseKind(string(kindName))
 			if err != nil || !fastBody[k] || s.peek() != '{' {
-				return false
+				s.give()
+				break
 			}
 			bodyKind, ev.Body = k, fastBodyDecode(k, &s, sl)
 		default:
-			return false // unknown or differently-cased keys: slow path
+			s.give() // unknown or differently-cased keys: slow path
 		}
-		return true
-	})
+	}
 	s.ws()
 	if !s.ok || s.i != len(line) || !haveV || v != Version || ev.Body == nil || string(kindName) != bodyKind.String() {
 		return Event{}, false
@@ -444,8 +465,8 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 	switch k {
 	case KindReplay:
 		v := sl.newReplay()
-		s.object(func(key string) bool {
-			switch key {
+		for m := s.members(); m.next(); {
+			switch string(m.key) {
 			case "step":
 				v.Step = s.uint64v()
 			case "bs":
@@ -457,15 +478,14 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 			case "dur_ns":
 				v.DurNS = s.int64v()
 			default:
-				return false
+				s.give()
 			}
-			return true
-		})
+		}
 		return v
 	case KindSched:
 		v := sl.newSched()
-		s.object(func(key string) bool {
-			switch key {
+		for m := s.members(); m.next(); {
+			switch string(m.key) {
 			case "phase":
 				v.Phase = s.str()
 			case "running_req":
@@ -485,15 +505,14 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 			case "gen_throughput":
 				v.GenThroughput = s.float64v()
 			default:
-				return false
+				s.give()
 			}
-			return true
-		})
+		}
 		return v
 	case KindRoomChecksum:
 		v := sl.newRoom()
-		s.object(func(key string) bool {
-			switch key {
+		for m := s.members(); m.next(); {
+			switch string(m.key) {
 			case "room":
 				v.Room = Dec64(s.u64v())
 			case "side":
@@ -512,18 +531,19 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 				v.Request = s.str()
 			case "page_xxh3":
 				sums := []Hex64{}
-				s.array(func() { sums = append(sums, Hex64(s.u64v())) })
+				for e := s.elems(); e.next(); {
+					sums = append(sums, Hex64(s.u64v()))
+				}
 				v.PageSum = sums
 			default:
-				return false
+				s.give()
 			}
-			return true
-		})
+		}
 		return v
 	case KindSession:
 		v := &Session{}
-		s.object(func(key string) bool {
-			switch key {
+		for m := s.members(); m.next(); {
+			switch string(m.key) {
 			case "id":
 				v.ID = s.str()
 			case "outcome":
@@ -541,15 +561,14 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 			case "requests":
 				v.Requests = s.strList()
 			default:
-				return false
+				s.give()
 			}
-			return true
-		})
+		}
 		return v
 	case KindCUDA:
 		v := sl.newCUDA()
-		s.object(func(key string) bool {
-			switch key {
+		for m := s.members(); m.next(); {
+			switch string(m.key) {
 			case "call":
 				v.Call = s.str()
 			case "pid":
@@ -571,10 +590,9 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 			case "bytes":
 				v.Bytes = s.uint64v()
 			default:
-				return false
+				s.give()
 			}
-			return true
-		})
+		}
 		return v
 	}
 	return nil
