@@ -1,0 +1,29 @@
+// Package tui is kvcanary's live dashboard: a bubbletea program that shows
+// what a hook.Bus carries — run configuration, session outcomes and the
+// corruption rate, room checksums, replay canaries, graph-vs-eager samples,
+// the scheduler, GPU telemetry, CUDA calls and the findings log — for
+// `kvcanary watch` (a collector, a bundle replay or the twin, live) and for
+// `kvcanary demo` on a terminal.
+//
+// The dashboard is a sink. It reads a Live bus subscription in batches on a
+// frame tick (at most ~10 frames a second), so the producer never waits for
+// it: when the view falls behind, the bus drops the oldest events and the
+// header shows how many. Analyzers run on the producer's side; the dashboard
+// polls their summaries through Options.Summaries and keeps its own small,
+// bounded aggregates (counts, sparkline buckets, the last findings, a window
+// of recent events for snapshots).
+//
+// Components follow one shape: a pointer type with SetSize(w, h), an Update
+// that returns the concrete type, and View. Keys live in one KeyMap, styles in
+// one Styles struct with semantic names; NO_COLOR (or a terminal without
+// colours) gives the ASCII profile.
+//
+// bubbletea, bubbles and lipgloss enter kvcanary through this package only.
+//
+// Error contract: nothing here panics on input. Event text that came from
+// outside (finding summaries and evidence, request ids, run labels) is quoted
+// with cmdutil.Quote before it reaches the terminal. Run returns the first
+// error of the program or of a source (a bundle that cannot be read names the
+// file); bubbletea restores the terminal on panics and signals, and sources
+// started here recover their own panics into that error.
+package tui

@@ -1,0 +1,57 @@
+package tui
+
+import "github.com/charmbracelet/bubbles/key"
+
+// KeyMap is every key the dashboard answers to, with its help text.
+type KeyMap struct {
+	Next     key.Binding // focus the next panel
+	Prev     key.Binding // focus the previous panel
+	Up       key.Binding // move in the focused list
+	Down     key.Binding
+	PageUp   key.Binding
+	PageDown key.Binding
+	Top      key.Binding
+	Bottom   key.Binding
+	Drill    key.Binding // open the selected finding's evidence
+	Back     key.Binding // leave the evidence view, the filter or the help
+	Filter   key.Binding // filter the findings log
+	Pause    key.Binding // freeze the view; ingest continues
+	Snapshot key.Binding // write the recent events to a bundle
+	Help     key.Binding
+	Quit     key.Binding
+}
+
+// DefaultKeyMap returns the dashboard's keys.
+func DefaultKeyMap() KeyMap {
+	return KeyMap{
+		Next:     key.NewBinding(key.WithKeys("tab"), key.WithHelp("tab", "next panel")),
+		Prev:     key.NewBinding(key.WithKeys("shift+tab"), key.WithHelp("shift+tab", "previous panel")),
+		Up:       key.NewBinding(key.WithKeys("up", "k"), key.WithHelp("↑/k", "up")),
+		Down:     key.NewBinding(key.WithKeys("down", "j"), key.WithHelp("↓/j", "down")),
+		PageUp:   key.NewBinding(key.WithKeys("pgup", "ctrl+u"), key.WithHelp("pgup", "page up")),
+		PageDown: key.NewBinding(key.WithKeys("pgdown", "ctrl+d"), key.WithHelp("pgdn", "page down")),
+		Top:      key.NewBinding(key.WithKeys("home", "g"), key.WithHelp("g", "oldest")),
+		Bottom:   key.NewBinding(key.WithKeys("end", "G"), key.WithHelp("G", "newest (follow)")),
+		Drill:    key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "evidence")),
+		Back:     key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
+		Filter:   key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter findings")),
+		Pause:    key.NewBinding(key.WithKeys("p"), key.WithHelp("p", "pause view")),
+		Snapshot: key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "snapshot")),
+		Help:     key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),
+		Quit:     key.NewBinding(key.WithKeys("q", "ctrl+c"), key.WithHelp("q", "quit")),
+	}
+}
+
+// ShortHelp implements help.KeyMap: the footer line.
+func (k KeyMap) ShortHelp() []key.Binding {
+	return []key.Binding{k.Next, k.Drill, k.Filter, k.Pause, k.Snapshot, k.Help, k.Quit}
+}
+
+// FullHelp implements help.KeyMap: the `?` view.
+func (k KeyMap) FullHelp() [][]key.Binding {
+	return [][]key.Binding{
+		{k.Next, k.Prev, k.Drill, k.Back},
+		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom},
+		{k.Filter, k.Pause, k.Snapshot, k.Help, k.Quit},
+	}
+}

@@ -1,0 +1,607 @@
+package tui
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/charmbracelet/bubbles/help"
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/lipgloss"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// Smallest terminal the layout is made for.
+const (
+	MinWidth  = 80
+	MinHeight = 24
+)
+
+// DefaultFrameInterval is the time between frames: ingest batches and
+// renders happen at most this often (~10 frames a second).
+const DefaultFrameInterval = 100 * time.Millisecond
+
+// DefaultLiveCapacity is the live subscription size Watch-like callers
+// should use: a little over one frame's worth at a million events a second.
+const DefaultLiveCapacity = 1 << 17
+
+// Options configure a dashboard.
+type Options struct {
+	// Title is the first word of the header ("kvcanary watch").
+	Title string
+	// Source describes where events come from ("bundle run.kvtrace").
+	Source string
+	// Sub is the bus subscription the dashboard reads. It should be a Live
+	// subscription (bus.Live("tui", DefaultLiveCapacity)) so the producer
+	// never waits; its drops are shown in the header.
+	Sub *hook.Subscription
+	// Summaries, when set, returns the analyzers' current summaries by name
+	// (see AnalyzerSummaries). It is called from a goroutine of its own a
+	// few times a second and must be safe for concurrent use.
+	Summaries func() map[string]any
+	// Steps, when set, carries a guided investigation's steps (the demo);
+	// the dashboard shows them in a panel of their own.
+	Steps <-chan Step
+	// Cursor, when set, is a replay's position, shown in the header.
+	Cursor *Cursor
+	// Done, when set, delivers the source's end (nil) or failure.
+	Done <-chan error
+	// SnapshotDir is where `s` writes bundles (default: the working
+	// directory); Manifest is the template of their manifest.
+	SnapshotDir string
+	Manifest    traces.Manifest
+	// WindowEvents and WindowBytes bound the recent events kept for
+	// snapshots (defaults DefaultWindowEvents, DefaultWindowBytes).
+	WindowEvents int
+	WindowBytes  int
+	// FrameInterval is the time between frames (default DefaultFrameInterval).
+	FrameInterval time.Duration
+	// KeepRuns keeps per-run panels across run.start events of new runs
+	// (default: a new run clears them; the findings log always stays).
+	KeepRuns bool
+	// Styles and Keys override the defaults (tests use ASCII styles).
+	Styles *Styles
+	Keys   *KeyMap
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	// Run only: the terminal's streams and NO_COLOR.
+	In      io.Reader
+	Out     io.Writer
+	NoColor bool
+}
+
+// Cursor is a replay's position: written by the replay, read by the view.
+type Cursor struct {
+	first, last, at atomic.Int64
+	speed           atomic.Uint64 // math.Float64bits
+	done            atomic.Bool
+}
+
+// State returns the cursor's current position.
+func (c *Cursor) State() CursorState {
+	return CursorState{FirstTS: c.first.Load(), LastTS: c.last.Load(), AtTS: c.at.Load(),
+		Speed: float64frombits(c.speed.Load()), Done: c.done.Load()}
+}
+
+// frameMsg is one frame: the events drained since the last one.
+type frameMsg struct {
+	at        time.Time
+	batch     *[]hook.Event
+	open      bool
+	summaries map[string]any
+	arrived   uint64 // delivered + dropped so far
+	dropped   uint64
+}
+
+// sourceDoneMsg carries Options.Done.
+type sourceDoneMsg struct{ err error }
+
+var batchPool = sync.Pool{New: func() any { b := make([]hook.Event, 0, 4096); return &b }}
+
+// focusable names the panels tab moves between.
+type focusable int
+
+const (
+	focusSessions focusable = iota
+	focusChecksum
+	focusCanary
+	focusGraphDiff
+	focusSched
+	focusGPU
+	focusCUDA
+	focusSteps
+	focusFindings
+)
+
+// Model is the dashboard: a bubbletea model over a bus subscription.
+type Model struct {
+	opts Options
+	st   *Styles
+	keys KeyMap
+	help help.Model
+	now  func() time.Time
+
+	agg *aggregator
+	win *window
+
+	header    *HeaderPanel
+	sessions  *SessionsPanel
+	checksum  *ChecksumPanel
+	canary    *CanaryPanel
+	graphdiff *GraphDiffPanel
+	sched     *SchedPanel
+	gpu       *GPUPanel
+	cuda      *CUDAPanel
+	steps     *StepsPanel
+	findings  *FindingsPanel
+
+	order []focusable
+	focus int
+
+	w, h      int
+	paused    bool
+	showHelp  bool
+	filtering bool
+	filterBuf string
+	status    string
+
+	start        time.Time
+	frames       uint64
+	lastArrived  uint64
+	lastAt       time.Time
+	rate         float64
+	dropped      uint64
+	subOpen      bool
+	sourceDone   bool
+	sourceErr    error
+	ticking      bool
+	pollEvery    int
+	frameCost    time.Duration // time spent in the last frame's ingest
+	lastSnapshot string
+}
+
+// New returns a dashboard model for opts.
+func New(opts Options) *Model {
+	if opts.Title == "" {
+		opts.Title = "kvcanary"
+	}
+	if opts.FrameInterval <= 0 {
+		opts.FrameInterval = DefaultFrameInterval
+	}
+	st := opts.Styles
+	if st == nil {
+		st = NewStyles(nil)
+	}
+	keys := DefaultKeyMap()
+	if opts.Keys != nil {
+		keys = *opts.Keys
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	m := &Model{opts: opts, st: st, keys: keys, now: now, subOpen: opts.Sub != nil, w: MinWidth + 40, h: MinHeight + 16}
+	m.help = help.New()
+	m.help.Styles = help.Styles{
+		ShortKey: st.HelpKey, ShortDesc: st.HelpDesc, ShortSeparator: st.Muted,
+		FullKey: st.HelpKey, FullDesc: st.HelpDesc, FullSeparator: st.Muted, Ellipsis: st.Muted,
+	}
+	m.agg = newAggregator(opts.Source)
+	m.agg.resetOn = !opts.KeepRuns
+	m.win = newWindow(opts.WindowEvents, opts.WindowBytes)
+	m.header = NewHeaderPanel(st, opts.Title)
+	m.sessions = NewSessionsPanel(st)
+	m.checksum = NewChecksumPanel(st)
+	m.canary = NewCanaryPanel(st)
+	m.graphdiff = NewGraphDiffPanel(st)
+	m.sched = NewSchedPanel(st)
+	m.gpu = NewGPUPanel(st)
+	m.cuda = NewCUDAPanel(st)
+	m.steps = NewStepsPanel(st)
+	m.findings = NewFindingsPanel(st, &m.keys)
+	m.order = []focusable{focusSessions, focusChecksum, focusCanary, focusGraphDiff, focusSched, focusGPU, focusCUDA}
+	if opts.Steps != nil {
+		m.order = append(m.order, focusSteps)
+	}
+	m.order = append(m.order, focusFindings)
+	m.focus = len(m.order) - 1
+	m.pollEvery = max(1, int(250*time.Millisecond/opts.FrameInterval))
+	m.start = now()
+	m.lastAt = m.start
+	m.layout()
+	m.pushState()
+	return m
+}
+
+// Init starts the frame tick and the waits on steps and the source's end.
+func (m *Model) Init() tea.Cmd {
+	cmds := []tea.Cmd{m.tick()}
+	if m.opts.Steps != nil {
+		cmds = append(cmds, waitStep(m.opts.Steps))
+	}
+	if m.opts.Done != nil {
+		cmds = append(cmds, waitDone(m.opts.Done))
+	}
+	return tea.Batch(cmds...)
+}
+
+// tick schedules the next frame. The drain runs in the Cmd's goroutine, so a
+// slow Update never holds up the subscription's producer.
+func (m *Model) tick() tea.Cmd {
+	m.ticking = true
+	sub, sums := m.opts.Sub, m.opts.Summaries
+	poll := m.frames%uint64(m.pollEvery) == 0
+	return tea.Tick(m.opts.FrameInterval, func(t time.Time) tea.Msg {
+		f := frameMsg{at: t, open: false}
+		if sub != nil {
+			b := batchPool.Get().(*[]hook.Event)
+			*b, f.open = sub.Drain((*b)[:0])
+			f.batch = b
+			f.dropped = sub.Dropped()
+			f.arrived = sub.Delivered() + f.dropped
+		}
+		if sums != nil && (poll || !f.open) {
+			f.summaries = sums()
+		}
+		return f
+	})
+}
+
+func waitStep(ch <-chan Step) tea.Cmd {
+	return func() tea.Msg {
+		s, ok := <-ch
+		if !ok {
+			return stepsDoneMsg{}
+		}
+		return StepMsg(s)
+	}
+}
+
+func waitDone(ch <-chan error) tea.Cmd {
+	return func() tea.Msg { return sourceDoneMsg{err: <-ch} }
+}
+
+// Update handles frames, keys and resizes.
+func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	var cmds []tea.Cmd
+	switch msg := msg.(type) {
+	case tea.WindowSizeMsg:
+		m.w, m.h = msg.Width, msg.Height
+		m.layout()
+	case frameMsg:
+		m.ingest(msg)
+		cmds = append(cmds, m.tick())
+	case StepMsg:
+		m.agg.addStep(Step(msg))
+		if !m.paused {
+			m.pushState()
+		}
+		cmds = append(cmds, waitStep(m.opts.Steps))
+	case stepsDoneMsg:
+		m.agg.stepsDone = true
+		if !m.paused {
+			m.pushState()
+		}
+	case sourceDoneMsg:
+		m.sourceDone, m.sourceErr = true, msg.err
+		if !m.paused {
+			m.pushState()
+		}
+	case SnapshotMsg:
+		if msg.Err != nil {
+			m.status = "snapshot: " + quoteAll(msg.Err.Error())
+		} else {
+			m.status = fmt.Sprintf("snapshot: %d events to %s", msg.Events, quoteAll(msg.Path))
+			m.lastSnapshot = msg.Path
+		}
+		m.header.status = m.status
+	case tea.KeyMsg:
+		if cmd := m.key(msg); cmd != nil {
+			cmds = append(cmds, cmd)
+		}
+	}
+	return m, tea.Batch(cmds...)
+}
+
+func (m *Model) ingest(f frameMsg) {
+	t0 := time.Now()
+	m.frames++
+	if f.batch != nil {
+		b := *f.batch
+		for i := range b {
+			m.agg.apply(&b[i])
+			m.win.push(b[i])
+			b[i] = hook.Event{}
+		}
+		*f.batch = b[:0]
+		batchPool.Put(f.batch)
+	}
+	m.agg.setSummaries(f.summaries)
+	m.subOpen = f.open
+	if dt := f.at.Sub(m.lastAt).Seconds(); dt >= 0.5 {
+		m.rate = float64(f.arrived-m.lastArrived) / dt
+		m.lastArrived, m.lastAt = f.arrived, f.at
+	}
+	m.dropped = f.dropped
+	if !m.paused {
+		m.pushState()
+	}
+	m.frameCost = time.Since(t0)
+}
+
+// pushState hands the frame's State to every panel.
+func (m *Model) pushState() {
+	s := m.agg.snapshot(m.sparkLen())
+	s.Elapsed = m.now().Sub(m.start)
+	s.Dropped = m.dropped
+	s.Rate = m.rate
+	if !m.subOpen {
+		s.Rate = 0
+	}
+	s.SourceDone = m.sourceDone || (m.opts.Sub != nil && !m.subOpen)
+	if m.sourceErr != nil {
+		s.SourceErr = quoteAll(m.sourceErr.Error())
+	}
+	if m.opts.Cursor != nil {
+		c := m.opts.Cursor.State()
+		s.Cursor = &c
+	}
+	msg := StateMsg{State: &s}
+	m.header, _ = m.header.Update(msg)
+	m.sessions, _ = m.sessions.Update(msg)
+	m.checksum, _ = m.checksum.Update(msg)
+	m.canary, _ = m.canary.Update(msg)
+	m.graphdiff, _ = m.graphdiff.Update(msg)
+	m.sched, _ = m.sched.Update(msg)
+	m.gpu, _ = m.gpu.Update(msg)
+	m.cuda, _ = m.cuda.Update(msg)
+	m.steps, _ = m.steps.Update(msg)
+	m.findings, _ = m.findings.Update(msg)
+}
+
+// sparkLen is the longest sparkline any panel draws.
+func (m *Model) sparkLen() int { return max(8, min(seriesBuckets, m.w)) }
+
+func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
+	if msg.Type == tea.KeyCtrlC {
+		return tea.Quit
+	}
+	if m.filtering {
+		switch msg.Type {
+		case tea.KeyEnter:
+			m.filtering = false
+		case tea.KeyEsc:
+			m.filtering, m.filterBuf = false, ""
+		case tea.KeyBackspace:
+			if r := []rune(m.filterBuf); len(r) > 0 {
+				m.filterBuf = string(r[:len(r)-1])
+			}
+		case tea.KeyRunes, tea.KeySpace:
+			m.filterBuf += string(msg.Runes)
+		}
+		m.findings, _ = m.findings.Update(FilterMsg{Filter: m.filterBuf})
+		return nil
+	}
+	if m.showHelp {
+		if key.Matches(msg, m.keys.Quit) {
+			return tea.Quit
+		}
+		m.showHelp = false
+		return nil
+	}
+	if m.findings.Drilled() {
+		if key.Matches(msg, m.keys.Quit) {
+			return tea.Quit
+		}
+		m.findings, _ = m.findings.Update(msg)
+		m.layout()
+		return nil
+	}
+	switch {
+	case key.Matches(msg, m.keys.Quit):
+		return tea.Quit
+	case key.Matches(msg, m.keys.Help):
+		m.showHelp = true
+	case key.Matches(msg, m.keys.Next):
+		m.setFocus((m.focus + 1) % len(m.order))
+	case key.Matches(msg, m.keys.Prev):
+		m.setFocus((m.focus + len(m.order) - 1) % len(m.order))
+	case key.Matches(msg, m.keys.Filter):
+		m.filtering = true
+		m.filterBuf = m.findings.Filter()
+		m.setFocus(len(m.order) - 1)
+	case key.Matches(msg, m.keys.Pause):
+		m.paused = !m.paused
+		m.header.paused = m.paused
+		if !m.paused {
+			m.pushState()
+		}
+	case key.Matches(msg, m.keys.Snapshot):
+		m.status = "snapshot: writing…"
+		m.header.status = m.status
+		return snapshotCmd(m.opts.SnapshotDir, m.snapshotManifest(), m.win.events(), m.win.evicted, m.now())
+	case key.Matches(msg, m.keys.Drill) && m.order[m.focus] != focusFindings:
+		// Enter on an analyzer's panel lists that analyzer's findings.
+		if f := analyzerOf(m.order[m.focus]); f != "" {
+			m.filterBuf = f
+			m.findings, _ = m.findings.Update(FilterMsg{Filter: f})
+			m.setFocus(len(m.order) - 1)
+		}
+	default:
+		m.findings, _ = m.findings.Update(msg)
+		m.layout()
+	}
+	return nil
+}
+
+func analyzerOf(f focusable) string {
+	switch f {
+	case focusChecksum:
+		return "checksum"
+	case focusCanary:
+		return "canary"
+	case focusGraphDiff:
+		return "graphdiff"
+	}
+	return ""
+}
+
+func (m *Model) snapshotManifest() traces.Manifest {
+	man := m.opts.Manifest
+	if man.Tool == "" {
+		man.Tool = m.agg.tool
+	}
+	if c := m.agg.config; c != nil && man.Config.Engine == "" {
+		man.Config = *c
+	}
+	if man.Run == "" && m.agg.run != "-" {
+		man.Run = m.agg.run
+	}
+	return man
+}
+
+func (m *Model) setFocus(i int) {
+	m.focus = i
+	f := m.order[i]
+	m.sessions.SetFocus(f == focusSessions)
+	m.checksum.SetFocus(f == focusChecksum)
+	m.canary.SetFocus(f == focusCanary)
+	m.graphdiff.SetFocus(f == focusGraphDiff)
+	m.sched.SetFocus(f == focusSched)
+	m.gpu.SetFocus(f == focusGPU)
+	m.cuda.SetFocus(f == focusCUDA)
+	m.steps.SetFocus(f == focusSteps)
+	m.findings.SetFocus(f == focusFindings)
+}
+
+// Focused names the focused panel (tests, the status line).
+func (m *Model) Focused() string {
+	return [...]string{"sessions", "checksum", "canary", "graphdiff", "scheduler", "gpu", "cuda", "steps", "findings"}[m.order[m.focus]]
+}
+
+// grid geometry, computed by layout.
+type cell struct {
+	x, w int
+	ps   []interface{ SetSize(w, h int) } // stacked top to bottom
+}
+
+const headerLines, footerLines = 3, 1
+
+// layout sizes every panel for the terminal.
+func (m *Model) layout() {
+	m.setFocus(m.focus)
+	w, h := m.w, m.h
+	m.header.SetSize(w, headerLines)
+	body := max(0, h-headerLines-footerLines)
+	gridRow := min(10, max(5, (body-6)/2))
+	findH := max(3, body-2*gridRow)
+	cols := 3
+	if w >= 112 {
+		cols = 4
+	}
+	split := func(total, n int) []int {
+		ws := make([]int, n)
+		for i := range ws {
+			ws[i] = total / n
+			if i < total%n {
+				ws[i]++
+			}
+		}
+		return ws
+	}
+	if cols == 4 {
+		ws := split(w, 4)
+		m.sessions.SetSize(ws[0], gridRow)
+		m.checksum.SetSize(ws[1], gridRow)
+		m.canary.SetSize(ws[2], gridRow)
+		m.graphdiff.SetSize(ws[3], gridRow)
+		m.sched.SetSize(ws[0]+ws[1], gridRow)
+		m.gpu.SetSize(ws[2], gridRow)
+		m.cuda.SetSize(ws[3], gridRow)
+	} else {
+		ws := split(w, 3)
+		m.sessions.SetSize(ws[0], gridRow)
+		m.checksum.SetSize(ws[1], gridRow)
+		m.canary.SetSize(ws[2], gridRow)
+		m.graphdiff.SetSize(ws[0], gridRow)
+		m.sched.SetSize(ws[1], gridRow)
+		top := gridRow / 2
+		m.gpu.SetSize(ws[2], top)
+		m.cuda.SetSize(ws[2], gridRow-top)
+	}
+	if m.opts.Steps != nil {
+		sw := w * 2 / 5
+		m.steps.SetSize(sw, findH)
+		m.findings.SetSize(w-sw, findH)
+	} else {
+		m.findings.SetSize(w, findH)
+	}
+	if m.findings.Drilled() {
+		m.findings.SetSize(w, body)
+	}
+}
+
+// View draws the dashboard.
+func (m *Model) View() string {
+	if m.w < MinWidth || m.h < MinHeight {
+		return fmt.Sprintf("kvcanary: the terminal is %d×%d; the dashboard needs at least %d×%d.\nEnlarge the window (q quits).",
+			m.w, m.h, MinWidth, MinHeight)
+	}
+	var b strings.Builder
+	b.WriteString(m.header.View())
+	b.WriteByte('\n')
+	switch {
+	case m.showHelp:
+		body := m.h - headerLines - footerLines
+		m.help.ShowAll = true
+		hv := m.help.View(m.keys)
+		m.help.ShowAll = false
+		lines := []string{"", hv, "", m.st.Muted.Render("enter on the checksum, canary or graphdiff panel lists that analyzer's findings."),
+			m.st.Muted.Render("p freezes the view while events keep being counted; s writes the recent events to a bundle."),
+			m.st.Muted.Render("any key closes this help")}
+		b.WriteString(m.st.frame("help", strings.Split(strings.Join(lines, "\n"), "\n"), m.w, body, true))
+	case m.findings.Drilled():
+		b.WriteString(m.findings.View())
+	default:
+		var row1, row2 string
+		if m.w >= 112 {
+			row1 = lipgloss.JoinHorizontal(lipgloss.Top, m.sessions.View(), m.checksum.View(), m.canary.View(), m.graphdiff.View())
+			row2 = lipgloss.JoinHorizontal(lipgloss.Top, m.sched.View(), m.gpu.View(), m.cuda.View())
+		} else {
+			row1 = lipgloss.JoinHorizontal(lipgloss.Top, m.sessions.View(), m.checksum.View(), m.canary.View())
+			row2 = lipgloss.JoinHorizontal(lipgloss.Top, m.graphdiff.View(), m.sched.View(),
+				lipgloss.JoinVertical(lipgloss.Left, m.gpu.View(), m.cuda.View()))
+		}
+		bottom := m.findings.View()
+		if m.opts.Steps != nil {
+			bottom = lipgloss.JoinHorizontal(lipgloss.Top, m.steps.View(), bottom)
+		}
+		b.WriteString(row1)
+		b.WriteByte('\n')
+		b.WriteString(row2)
+		b.WriteByte('\n')
+		b.WriteString(bottom)
+	}
+	b.WriteByte('\n')
+	b.WriteString(m.footer())
+	return b.String()
+}
+
+func (m *Model) footer() string {
+	if m.filtering {
+		return fit(m.st.Title.Render("/")+m.filterBuf+"█"+m.st.Muted.Render("  (enter keeps, esc clears)"), m.w)
+	}
+	m.help.Width = m.w
+	left := m.help.View(m.keys)
+	if m.findings.Drilled() {
+		left = m.st.Muted.Render("esc back · ↑/↓ scroll · q quit")
+	}
+	return fit(left+"  "+m.st.Muted.Render("focus: "+m.Focused()), m.w)
+}

@@ -1,0 +1,181 @@
+package tui
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/exp/golden"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+var wall0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+// testModel returns a model over no subscription with a fixed clock, fed one
+// frame of the fixture.
+func testModel(t *testing.T, w, h int, steps bool) *Model {
+	t.Helper()
+	opts := Options{Title: "kvcanary watch", Source: "bundle fixture.kvtrace", Styles: asciiStyles(), Now: func() time.Time { return wall0.Add(42 * time.Second) }}
+	if steps {
+		opts.Steps = make(chan Step)
+	}
+	m := New(opts)
+	m.start = wall0
+	m.lastAt = wall0
+	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
+	evs := append(fixtureEvents(), gpuEvents()...)
+	m.Update(frameMsg{at: wall0.Add(time.Second), batch: &evs, open: true, summaries: fixtureSummaries(), arrived: uint64(len(evs)) + 5, dropped: 5})
+	return m
+}
+
+func keyMsg(s string) tea.KeyMsg {
+	switch s {
+	case "tab":
+		return tea.KeyMsg{Type: tea.KeyTab}
+	case "shift+tab":
+		return tea.KeyMsg{Type: tea.KeyShiftTab}
+	case "enter":
+		return tea.KeyMsg{Type: tea.KeyEnter}
+	case "esc":
+		return tea.KeyMsg{Type: tea.KeyEsc}
+	case "up":
+		return tea.KeyMsg{Type: tea.KeyUp}
+	case "backspace":
+		return tea.KeyMsg{Type: tea.KeyBackspace}
+	}
+	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s)}
+}
+
+func press(m *Model, keys ...string) tea.Cmd {
+	var cmd tea.Cmd
+	for _, k := range keys {
+		_, cmd = m.Update(keyMsg(k))
+	}
+	return cmd
+}
+
+func TestModelGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		w, h  int
+		steps bool
+		keys  []string
+	}{
+		{"120x40", 120, 40, false, nil},
+		{"80x24", 80, 24, false, nil},
+		{"100x30-demo", 100, 30, true, nil},
+		{"79x24-too-small", 79, 24, false, nil},
+		{"120x40-drill", 120, 40, false, []string{"up", "up", "enter"}},
+		{"120x40-help", 120, 40, false, []string{"?"}},
+		{"120x40-filter", 120, 40, false, []string{"/", "c", "a", "n"}},
+		{"120x40-focus-canary", 120, 40, false, []string{"tab", "tab", "tab"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := testModel(t, tc.w, tc.h, tc.steps)
+			if tc.steps {
+				m.Update(StepMsg{Index: 1, Title: "baseline", Status: StepFinding, Result: "CORRUPTION sessions: 14/80 = 18%"})
+				m.Update(StepMsg{Index: 2, Title: "checksum compare", Status: StepOK, Result: "transfer clean: 160 rooms match"})
+				m.Update(StepMsg{Index: 3, Title: "canary", Status: StepRunning})
+			}
+			press(m, tc.keys...)
+			out := m.View()
+			if tc.w >= MinWidth && tc.h >= MinHeight {
+				checkSize(t, out, tc.w, tc.h)
+			}
+			golden.RequireEqual(t, out)
+		})
+	}
+}
+
+func TestModelKeys(t *testing.T) {
+	m := testModel(t, 120, 40, false)
+	if m.Focused() != "findings" {
+		t.Fatalf("initial focus %s, want findings", m.Focused())
+	}
+	want := []string{"sessions", "checksum", "canary", "graphdiff", "scheduler", "gpu", "cuda", "findings"}
+	for _, w := range want {
+		press(m, "tab")
+		if m.Focused() != w {
+			t.Fatalf("tab: focus %s, want %s", m.Focused(), w)
+		}
+	}
+	press(m, "shift+tab")
+	if m.Focused() != "cuda" {
+		t.Fatalf("shift+tab: focus %s, want cuda", m.Focused())
+	}
+	// enter on the canary panel lists canary findings.
+	press(m, "shift+tab", "shift+tab", "shift+tab", "shift+tab")
+	if m.Focused() != "canary" {
+		t.Fatalf("focus %s, want canary", m.Focused())
+	}
+	press(m, "enter")
+	if m.Focused() != "findings" || m.findings.Filter() != "canary" || len(m.findings.shown) != 1 {
+		t.Fatalf("enter on canary: focus %s filter %q shown %d", m.Focused(), m.findings.Filter(), len(m.findings.shown))
+	}
+	press(m, "enter")
+	if !m.findings.Drilled() || !strings.Contains(m.View(), `victim "s003-r1\x1b[31m"`) {
+		t.Fatalf("drill: evidence view missing the quoted victim:\n%s", m.View())
+	}
+	press(m, "esc")
+	if m.findings.Drilled() {
+		t.Fatal("esc did not leave the evidence view")
+	}
+	// Filter: typing narrows, esc clears.
+	press(m, "/", "x", "y", "z")
+	if !m.filtering || len(m.findings.shown) != 0 || !strings.Contains(m.View(), "no finding matches the filter") {
+		t.Fatalf("filter xyz: filtering %v shown %d", m.filtering, len(m.findings.shown))
+	}
+	press(m, "esc")
+	if m.filtering || m.findings.Filter() != "" || len(m.findings.shown) != 4 {
+		t.Fatalf("esc: filtering %v filter %q shown %d", m.filtering, m.findings.Filter(), len(m.findings.shown))
+	}
+	// Quit keys quit, but q is text while filtering.
+	press(m, "/")
+	if cmd := press(m, "q"); cmd != nil {
+		t.Fatal("q while filtering quit")
+	}
+	press(m, "esc")
+	if cmd := press(m, "q"); cmd == nil || cmd() != tea.Quit() {
+		t.Fatal("q did not quit")
+	}
+}
+
+func TestPauseFreezesViewNotIngest(t *testing.T) {
+	m := testModel(t, 120, 40, false)
+	press(m, "p")
+	before := m.sessions.View()
+	more := []hook.Event{{Kind: hook.KindSession, TS: at(30), Body: &hook.Session{ID: "late", Outcome: "leak"}}}
+	m.Update(frameMsg{at: wall0.Add(2 * time.Second), batch: &more, open: true})
+	if m.agg.sessions != 13 {
+		t.Fatalf("paused: aggregator has %d sessions, want 13 (ingest continues)", m.agg.sessions)
+	}
+	if got := m.sessions.View(); got != before {
+		t.Fatalf("paused view changed:\n%s\nwant\n%s", got, before)
+	}
+	if !strings.Contains(m.View(), "PAUSED") {
+		t.Fatal("header does not say PAUSED")
+	}
+	press(m, "p")
+	if !strings.Contains(m.sessions.View(), "sessions 13") {
+		t.Fatalf("resumed view is stale:\n%s", m.sessions.View())
+	}
+}
+
+func TestFindingsFollowAndKeepSelection(t *testing.T) {
+	m := testModel(t, 120, 40, false)
+	if it, _ := m.findings.Selected(); it.Seq != 4 {
+		t.Fatalf("follow: selected #%d, want #4", it.Seq)
+	}
+	press(m, "up", "up")
+	more := []hook.Event{{Kind: hook.KindFinding, TS: at(21), Body: &hook.Finding{Analyzer: "canary", Severity: hook.SevError, Summary: "x"}}}
+	m.Update(frameMsg{at: wall0.Add(2 * time.Second), batch: &more, open: true})
+	if it, _ := m.findings.Selected(); it.Seq != 2 {
+		t.Fatalf("after a new finding: selected #%d, want #2 (selection kept)", it.Seq)
+	}
+	press(m, "G")
+	if it, _ := m.findings.Selected(); it.Seq != 5 {
+		t.Fatalf("G: selected #%d, want #5", it.Seq)
+	}
+}

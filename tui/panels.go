@@ -1,0 +1,489 @@
+package tui
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// StateMsg hands every panel the frame's State. The model sends it once a
+// frame unless the view is paused.
+type StateMsg struct{ State *State }
+
+// panelBase is what every panel holds: its styles, size, focus and the last
+// State it was given.
+type panelBase struct {
+	st      *Styles
+	w, h    int
+	focused bool
+	s       *State
+}
+
+// SetSize sets the panel's outer size, border included.
+func (p *panelBase) SetSize(w, h int) { p.w, p.h = w, h }
+
+// SetFocus marks the panel focused (a double border).
+func (p *panelBase) SetFocus(f bool) { p.focused = f }
+
+func (p *panelBase) take(msg tea.Msg) {
+	if m, ok := msg.(StateMsg); ok && m.State != nil {
+		p.s = m.State
+	}
+}
+
+// sparkW is the sparkline width left beside a label of n cells.
+func (p *panelBase) sparkW(n int) int { return max(0, p.w-2-n) }
+
+func (p *panelBase) num(label string, v any) string {
+	return p.st.Label.Render(label) + " " + p.st.Value.Render(fmt.Sprint(v))
+}
+
+// ---------------------------------------------------------------------------
+
+// HeaderPanel is the top lines: source, run configuration, elapsed time,
+// event rate and dropped events.
+type HeaderPanel struct {
+	panelBase
+	title  string
+	paused bool
+	status string
+}
+
+// NewHeaderPanel returns the header; title is the program's name line.
+func NewHeaderPanel(st *Styles, title string) *HeaderPanel {
+	return &HeaderPanel{panelBase: panelBase{st: st}, title: title}
+}
+
+// Update takes StateMsg.
+func (p *HeaderPanel) Update(msg tea.Msg) (*HeaderPanel, tea.Cmd) {
+	p.take(msg)
+	return p, nil
+}
+
+// Height is the number of lines View draws.
+func (p *HeaderPanel) Height() int { return 3 }
+
+// View draws the header.
+func (p *HeaderPanel) View() string {
+	st, s := p.st, p.s
+	if s == nil {
+		s = &State{}
+	}
+	l1 := st.Title.Render(p.title) + "  " + st.Label.Render("source") + " " + s.Source
+	if s.Run != "" {
+		l1 += "  " + p.num("run", s.Run)
+	}
+	if s.Tool != "" {
+		l1 += "  " + st.Muted.Render(s.Tool)
+	}
+	if s.Host != "" {
+		l1 += "  " + p.num("host", s.Host)
+	}
+	if p.paused {
+		l1 += "  " + st.Warn.Render("PAUSED (ingest continues)")
+	}
+	l2 := st.Muted.Render("no run.start yet: configuration unknown")
+	if c := s.Config; c != nil {
+		l2 = configLine(st, c)
+	}
+	drop := st.OK.Render("0")
+	if d := s.Dropped + s.ProducerDropped; d > 0 {
+		drop = st.Warn.Render(fmt.Sprintf("%s (view %s, producers %s)", human(d), human(s.Dropped), human(s.ProducerDropped)))
+	}
+	l3 := p.num("elapsed", s.Elapsed.Round(time.Second)) + "  " + p.num("events", human(s.Events)) + "  " +
+		p.num("in/s", humanRate(s.Rate)) + "  " + st.Label.Render("dropped") + " " + drop
+	if c := s.Cursor; c != nil {
+		l3 += "  " + cursorLine(st, c, p.w)
+	} else if s.SourceDone {
+		l3 += "  " + st.Muted.Render("source finished")
+	}
+	if s.SourceErr != "" {
+		l3 += "  " + st.Mismatch.Render("source: "+s.SourceErr)
+	}
+	if p.status != "" {
+		l3 += "  " + st.Status.Render(p.status)
+	}
+	return strings.Join([]string{fit(l1, p.w), fit(l2, p.w), fit(l3, p.w)}, "\n")
+}
+
+func configLine(st *Styles, c *hook.RunConfig) string {
+	onoff := func(b bool) string {
+		if b {
+			return "on"
+		}
+		return "off"
+	}
+	parts := []string{}
+	add := func(k, v string) {
+		if v != "" {
+			parts = append(parts, st.Label.Render(k)+" "+v)
+		}
+	}
+	add("engine", quoteAll(c.Engine))
+	add("index-k", quoteAll(c.IndexKDtype))
+	g := onoff(c.CUDAGraph)
+	if c.CUDAGraph && c.CUDAGraphMaxBS > 0 {
+		g += fmt.Sprintf(" (max bs %d)", c.CUDAGraphMaxBS)
+	}
+	add("graph", g)
+	add("overlap", onoff(c.MultiStreamOverlap))
+	add("disagg", quoteAll(c.Disaggregation))
+	if c.MaxRunningRequests > 0 {
+		add("max-running", fmt.Sprint(c.MaxRunningRequests))
+	}
+	if c.Sessions > 0 {
+		add("sessions", fmt.Sprintf("%d×%d", c.Sessions, max(c.Rounds, 1)))
+	}
+	add("seed", fmt.Sprint(c.Seed))
+	if len(c.Inject) > 0 {
+		parts = append(parts, st.Warn.Render("inject "+quoteAll(strings.Join(c.Inject, ","))))
+	}
+	return strings.Join(parts, "  ")
+}
+
+func cursorLine(st *Styles, c *CursorState, w int) string {
+	span := float64(c.LastTS-c.FirstTS) / 1e9
+	at := float64(c.AtTS-c.FirstTS) / 1e9
+	if c.AtTS == 0 {
+		at = 0
+	}
+	speed := "max"
+	if c.Speed > 0 {
+		speed = fmt.Sprintf("×%g", c.Speed)
+	}
+	bw := 10
+	if w >= 140 {
+		bw = 20
+	}
+	n := 0
+	if span > 0 {
+		n = int(math.Round(at / span * float64(bw)))
+	}
+	done := ""
+	if c.Done {
+		done = " done"
+	}
+	return st.Label.Render("replay") + fmt.Sprintf(" %.1fs/%.1fs %s [", at, span, speed) +
+		st.Spark.Render(strings.Repeat("=", max(0, min(n, bw)))) + strings.Repeat(" ", max(0, bw-n)) + "]" + done
+}
+
+// ---------------------------------------------------------------------------
+
+// SessionsPanel shows session outcomes, the corruption rate with its 95%
+// Wilson interval and sessions finished per second.
+type SessionsPanel struct{ panelBase }
+
+// NewSessionsPanel returns the sessions panel.
+func NewSessionsPanel(st *Styles) *SessionsPanel { return &SessionsPanel{panelBase{st: st}} }
+
+// Update takes StateMsg.
+func (p *SessionsPanel) Update(msg tea.Msg) (*SessionsPanel, tea.Cmd) { p.take(msg); return p, nil }
+
+// View draws the panel.
+func (p *SessionsPanel) View() string {
+	st, s := p.st, p.s
+	var lines []string
+	if s == nil || s.Sessions.Total == 0 {
+		lines = []string{st.Muted.Render("no sessions yet")}
+		return st.frame("sessions", lines, p.w, p.h, p.focused)
+	}
+	ss := s.Sessions
+	n := ss.Total - ss.Unknown
+	rate := 0.0
+	if n > 0 {
+		rate = float64(ss.Corrupted) / float64(n)
+	}
+	rs := st.OK
+	if ss.Corrupted > 0 {
+		rs = st.Mismatch
+	}
+	lines = append(lines,
+		rs.Render(fmt.Sprintf("corrupt %d/%d = %s", ss.Corrupted, n, pct1(rate))),
+		st.Label.Render("95% CI ")+fmt.Sprintf("%s–%s", pct1(ss.Lo), pct1(ss.Hi)),
+		p.outcome(hook.OutcomeDone, "done", false)+"  "+p.outcome(hook.OutcomeMaxRounds, "maxr", false)+"  "+p.outcome(hook.OutcomeTimeout, "tmo", false),
+		p.outcome(hook.OutcomeLeak, "leak", true)+"  "+p.outcome(hook.OutcomeNoTool, "no_tool", true)+"  "+p.outcome(hook.OutcomeError, "err", true),
+		st.Label.Render("ok  ")+st.Spark.Render(sparkline(s.SessDone, p.sparkW(4), 0)),
+		st.Label.Render("bad ")+st.Mismatch.Render(sparkline(s.SessBad, p.sparkW(4), 0)),
+	)
+	if ss.Unknown > 0 {
+		lines = append(lines, st.Warn.Render(fmt.Sprintf("%d unknown outcome classes", ss.Unknown)))
+	}
+	return st.frame(fmt.Sprintf("sessions %d", ss.Total), lines, p.w, p.h, p.focused)
+}
+
+func (p *SessionsPanel) outcome(o, label string, bad bool) string {
+	n := p.s.Sessions.Outcomes[o]
+	v := p.st.Value.Render(fmt.Sprint(n))
+	if bad && n > 0 {
+		v = p.st.Mismatch.Render(fmt.Sprint(n))
+	}
+	return p.st.Label.Render(label) + " " + v
+}
+
+// ---------------------------------------------------------------------------
+
+// ChecksumPanel shows per-room transfer checksum results.
+type ChecksumPanel struct{ panelBase }
+
+// NewChecksumPanel returns the checksum panel.
+func NewChecksumPanel(st *Styles) *ChecksumPanel { return &ChecksumPanel{panelBase{st: st}} }
+
+// Update takes StateMsg.
+func (p *ChecksumPanel) Update(msg tea.Msg) (*ChecksumPanel, tea.Cmd) { p.take(msg); return p, nil }
+
+// View draws the panel.
+func (p *ChecksumPanel) View() string {
+	st, s := p.st, p.s
+	var lines []string
+	switch {
+	case s == nil || (s.ChecksumEvents == 0 && s.Checksum == nil):
+		lines = []string{st.Muted.Render("no room checksums yet")}
+	case s.Checksum == nil:
+		lines = []string{p.num("room digests", human(s.ChecksumEvents)), st.Muted.Render("no checksum analyzer")}
+	default:
+		c := s.Checksum
+		mm := st.OK.Render("0")
+		if c.Mismatched > 0 {
+			mm = st.Mismatch.Render(fmt.Sprint(c.Mismatched))
+		}
+		lines = append(lines,
+			p.num("rooms", c.Rooms)+"  "+p.num("digests", human(s.ChecksumEvents)),
+			p.num("matched", c.Matched)+"  "+st.Label.Render("mismatched")+" "+mm,
+			p.num("warmup", c.Warmup)+"  "+p.num("missing", c.Missing),
+		)
+		if len(s.Mismatches) == 0 {
+			lines = append(lines, st.Muted.Render("no mismatches"))
+		} else {
+			lines = append(lines, st.Label.Render("latest mismatches"))
+			for i := len(s.Mismatches) - 1; i >= 0; i-- {
+				lines = append(lines, st.Mismatch.Render(s.Mismatches[i]))
+			}
+		}
+	}
+	return st.frame("checksum (transfer)", lines, p.w, p.h, p.focused)
+}
+
+// ---------------------------------------------------------------------------
+
+// CanaryPanel shows replay canary classifications.
+type CanaryPanel struct{ panelBase }
+
+// NewCanaryPanel returns the canary panel.
+func NewCanaryPanel(st *Styles) *CanaryPanel { return &CanaryPanel{panelBase{st: st}} }
+
+// Update takes StateMsg.
+func (p *CanaryPanel) Update(msg tea.Msg) (*CanaryPanel, tea.Cmd) { p.take(msg); return p, nil }
+
+// View draws the panel.
+func (p *CanaryPanel) View() string {
+	st, s := p.st, p.s
+	var lines []string
+	switch {
+	case s == nil || (s.CanaryEvents == 0 && s.Canary == nil):
+		lines = []string{st.Muted.Render("no canary replays yet")}
+	case s.Canary == nil:
+		lines = []string{p.num("replays", human(s.CanaryEvents)), st.Muted.Render("no canary analyzer")}
+	default:
+		c := s.Canary
+		cov := p.num("coverage", pct1(c.Coverage))
+		if c.LiveCoverage != nil {
+			cov += "  " + p.num("live", pct1(*c.LiveCoverage))
+		}
+		lpo := st.OK.Render(fmt.Sprintf("LIVE-PAGE-OVERWRITE %d", c.LivePageOverwrites))
+		if c.LivePageOverwrites > 0 {
+			lpo = st.Overwrite.Render(fmt.Sprintf("LIVE-PAGE-OVERWRITE %d", c.LivePageOverwrites))
+		}
+		miss := p.num("missing", c.MissingStores)
+		if c.MissingStores > 0 {
+			miss = st.Label.Render("missing") + " " + st.Mismatch.Render(fmt.Sprint(c.MissingStores))
+		}
+		lines = append(lines,
+			p.num("replays", human(c.Replays))+"  "+p.num("policy", quoteAll(c.Policy)),
+			cov,
+			p.num("expected", human(c.ExpectedWrites))+"  "+p.num("transfer", human(c.BenignTransferWrites)),
+			p.num("free", human(c.FreePageWrites))+"  "+p.num("held", human(c.HeldPageWrites))+"  "+miss,
+			lpo,
+		)
+		if c.RewrittenStores > 0 || c.SlotCheckedReplays > 0 {
+			lines = append(lines, p.num("rewritten", human(c.RewrittenStores))+"  "+p.num("slot-checked", human(c.SlotCheckedReplays)))
+		}
+	}
+	return st.frame("canary (buffer)", lines, p.w, p.h, p.focused)
+}
+
+// ---------------------------------------------------------------------------
+
+// GraphDiffPanel shows graph-vs-eager samples and the top-k Jaccard histogram.
+type GraphDiffPanel struct{ panelBase }
+
+// NewGraphDiffPanel returns the graphdiff panel.
+func NewGraphDiffPanel(st *Styles) *GraphDiffPanel { return &GraphDiffPanel{panelBase{st: st}} }
+
+// Update takes StateMsg.
+func (p *GraphDiffPanel) Update(msg tea.Msg) (*GraphDiffPanel, tea.Cmd) { p.take(msg); return p, nil }
+
+// View draws the panel.
+func (p *GraphDiffPanel) View() string {
+	st, s := p.st, p.s
+	var lines []string
+	switch {
+	case s == nil || (s.GraphDiffEvents == 0 && s.GraphDiff == nil):
+		lines = []string{st.Muted.Render("no graph-vs-eager samples yet")}
+	case s.GraphDiff == nil:
+		lines = []string{p.num("samples", human(s.GraphDiffEvents)), st.Muted.Render("no graphdiff analyzer")}
+	default:
+		g := s.GraphDiff
+		dv := st.OK.Render("0")
+		if g.Divergent > 0 {
+			dv = st.Mismatch.Render(fmt.Sprint(g.Divergent))
+		}
+		lines = append(lines, p.num("samples", human(uint64(g.Samples)))+"  "+st.Label.Render("divergent")+" "+dv)
+		if g.NoSamplesReason != "" {
+			lines = append(lines, st.Muted.Render(quoteAll(g.NoSamplesReason)))
+		}
+		if len(g.JaccardHist) > 0 {
+			lines = append(lines, st.Label.Render("top-k Jaccard (log bars)"))
+			top := 0
+			lw := 0
+			for _, b := range g.JaccardHist {
+				top = max(top, b.Count)
+				lw = max(lw, len(b.Label))
+			}
+			bw := max(1, p.w-2-lw-8)
+			for i, b := range g.JaccardHist {
+				n := 0
+				if b.Count > 0 && top > 0 {
+					n = max(1, int(math.Round(math.Log1p(float64(b.Count))/math.Log1p(float64(top))*float64(bw))))
+				}
+				bs := st.Spark
+				if i < len(g.JaccardHist)-1 && b.Count > 0 {
+					bs = st.Mismatch
+				}
+				lines = append(lines, fmt.Sprintf("%-*s ", lw, b.Label)+bs.Render(bar(n, bw))+" "+fmt.Sprint(b.Count))
+			}
+		}
+	}
+	return st.frame("graphdiff (compute)", lines, p.w, p.h, p.focused)
+}
+
+// ---------------------------------------------------------------------------
+
+// SchedPanel shows the scheduler: running requests, token usage, queue and
+// retractions, with sparklines.
+type SchedPanel struct{ panelBase }
+
+// NewSchedPanel returns the scheduler panel.
+func NewSchedPanel(st *Styles) *SchedPanel { return &SchedPanel{panelBase{st: st}} }
+
+// Update takes StateMsg.
+func (p *SchedPanel) Update(msg tea.Msg) (*SchedPanel, tea.Cmd) { p.take(msg); return p, nil }
+
+// View draws the panel.
+func (p *SchedPanel) View() string {
+	st, s := p.st, p.s
+	var lines []string
+	if s == nil || s.Sched.Observations == 0 {
+		lines = []string{st.Muted.Render("no scheduler lines yet")}
+		return st.frame("scheduler", lines, p.w, p.h, p.focused)
+	}
+	c := s.Sched
+	rt := p.num("retract", c.Retractions)
+	if c.Retractions > 0 {
+		rt = st.Label.Render("retract") + " " + st.Warn.Render(fmt.Sprintf("%d (%d req)", c.Retractions, c.RetractedReqs))
+	}
+	lines = append(lines,
+		p.num("running", c.Latest.RunningReq)+"  "+p.num("queue", c.Latest.QueueReq)+"  "+p.num("peak", c.PeakRunning),
+		p.num("usage", fmt.Sprintf("%.2f", c.Latest.TokenUsage))+"  "+p.num("peak", fmt.Sprintf("%.2f", c.PeakUsage))+"  "+rt,
+		st.Label.Render("run ")+st.Spark.Render(sparkline(s.SchedRunning, p.sparkW(4), 0)),
+		st.Label.Render("use ")+st.Spark.Render(sparkline(s.SchedUsage, p.sparkW(4), 1)),
+		st.Label.Render("rt  ")+st.Warn.Render(marks(s.SchedRetract, p.sparkW(4))),
+		st.Label.Render("q   ")+st.Spark.Render(sparkline(s.SchedQueue, p.sparkW(4), 0)),
+	)
+	return st.frame("scheduler", lines, p.w, p.h, p.focused)
+}
+
+// ---------------------------------------------------------------------------
+
+// GPUPanel shows per-device telemetry, or that there is none.
+type GPUPanel struct{ panelBase }
+
+// NewGPUPanel returns the GPU panel.
+func NewGPUPanel(st *Styles) *GPUPanel { return &GPUPanel{panelBase{st: st}} }
+
+// Update takes StateMsg.
+func (p *GPUPanel) Update(msg tea.Msg) (*GPUPanel, tea.Cmd) { p.take(msg); return p, nil }
+
+// View draws the panel.
+func (p *GPUPanel) View() string {
+	st, s := p.st, p.s
+	if s == nil || s.GPU == nil {
+		return st.frame("GPU: "+st.Muted.Render("no GPU telemetry"), nil, p.w, p.h, p.focused)
+	}
+	var lines []string
+	for _, d := range s.GPU.Devices {
+		l := fmt.Sprintf("%d %s/%s %d%% %dC", d.Index, bytesGiB(d.MemUsed), bytesGiB(d.MemTotal), d.UtilGPU, d.TempC)
+		if d.Name != "" {
+			l += " " + st.Muted.Render(quoteAll(d.Name))
+		}
+		lines = append(lines, l)
+		var bad []string
+		if d.ECCDBE > 0 {
+			bad = append(bad, fmt.Sprintf("ecc dbe %d", d.ECCDBE))
+		}
+		if d.Xid != 0 {
+			bad = append(bad, fmt.Sprintf("xid %d", d.Xid))
+		}
+		if d.RemapPending {
+			bad = append(bad, "remap pending")
+		}
+		if len(bad) > 0 {
+			lines = append(lines, "  "+st.Mismatch.Render(strings.Join(bad, ", ")))
+		}
+	}
+	if len(s.GPU.Devices) == 0 {
+		lines = append(lines, st.Muted.Render("sample without devices"))
+	}
+	title := fmt.Sprintf("GPU (%s samples)", human(s.GPUSamples))
+	if s.GPU.Driver != "" {
+		title += " driver " + quoteAll(s.GPU.Driver)
+	}
+	return st.frame(title, lines, p.w, p.h, p.focused)
+}
+
+// ---------------------------------------------------------------------------
+
+// CUDAPanel shows driver calls seen by the eBPF probe, or that there is none.
+type CUDAPanel struct{ panelBase }
+
+// NewCUDAPanel returns the CUDA panel.
+func NewCUDAPanel(st *Styles) *CUDAPanel { return &CUDAPanel{panelBase{st: st}} }
+
+// Update takes StateMsg.
+func (p *CUDAPanel) Update(msg tea.Msg) (*CUDAPanel, tea.Cmd) { p.take(msg); return p, nil }
+
+// View draws the panel.
+func (p *CUDAPanel) View() string {
+	st, s := p.st, p.s
+	if s == nil || s.CUDA.Calls == 0 {
+		return st.frame("CUDA: "+st.Muted.Render("no eBPF probe"), nil, p.w, p.h, p.focused)
+	}
+	c := s.CUDA
+	errs := p.num("errors", c.Errors)
+	if c.Errors > 0 {
+		errs = st.Label.Render("errors") + " " + st.Warn.Render(fmt.Sprint(c.Errors))
+	}
+	lines := []string{
+		p.num("calls", human(c.Calls)) + "  " + p.num("calls/s", humanRate(c.Rate)),
+		p.num("graph launches", human(c.GraphLaunches)) + "  " + errs,
+		st.Spark.Render(sparkline(s.CUDASpark, p.sparkW(0), 0)),
+	}
+	for _, t := range c.Top {
+		lines = append(lines, fmt.Sprintf("%s %s", t.Call, human(t.Count)))
+	}
+	return st.frame(fmt.Sprintf("CUDA (%d pids)", c.PIDs), lines, p.w, p.h, p.focused)
+}

@@ -1,0 +1,92 @@
+package tui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+)
+
+// Summarizer is the narrow view of an analyzer the dashboard polls
+// (hook.Analyzer satisfies it).
+type Summarizer interface {
+	Name() string
+	Summary() any
+}
+
+// AnalyzerSummaries returns an Options.Summaries over as. The analyzers must
+// be safe for concurrent use (kvcanary's are: each guards its state).
+func AnalyzerSummaries[A Summarizer](as ...A) func() map[string]any {
+	return func() map[string]any {
+		m := make(map[string]any, len(as))
+		for _, a := range as {
+			m[a.Name()] = a.Summary()
+		}
+		return m
+	}
+}
+
+// Run shows the dashboard on the terminal behind opts.In/opts.Out (default
+// stdin/stdout) in the alternate screen until the user quits or ctx ends.
+// bubbletea restores the terminal on return, on panics (in Update, View and
+// Cmds) and on SIGINT/SIGTERM. The error is the program's, or the source's
+// failure delivered through opts.Done; quitting is not an error.
+func Run(ctx context.Context, opts Options) (Stats, error) {
+	if opts.In == nil {
+		opts.In = os.Stdin
+	}
+	if opts.Out == nil {
+		opts.Out = os.Stdout
+	}
+	if os.Getenv("NO_COLOR") != "" {
+		opts.NoColor = true
+	}
+	if opts.Styles == nil {
+		opts.Styles = NewStyles(newRenderer(opts.Out, opts.NoColor))
+	}
+	m := New(opts)
+	p := tea.NewProgram(m,
+		tea.WithContext(ctx),
+		tea.WithInput(opts.In),
+		tea.WithOutput(opts.Out),
+		tea.WithAltScreen(),
+		tea.WithFPS(max(1, int(time.Second/m.opts.FrameInterval))),
+	)
+	_, err := p.Run()
+	switch {
+	case errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil, errors.Is(err, tea.ErrInterrupted):
+		// cancelled (a signal): a normal way to stop watching
+	case err != nil:
+		return m.Stats(), fmt.Errorf("run dashboard: %w", err)
+	}
+	return m.Stats(), m.sourceErr
+}
+
+// Stats are the dashboard's counters at the end of a session, for the exit
+// report ("dropped events are always reported at exit").
+type Stats struct {
+	Events          uint64 // events the view received
+	Dropped         uint64 // events the view's live subscription dropped
+	ProducerDropped uint64 // events producers reported lost (run.end)
+	Findings        uint64
+	LastSnapshot    string
+}
+
+// Stats returns the model's counters.
+func (m *Model) Stats() Stats {
+	return Stats{Events: m.agg.events, Dropped: m.dropped, ProducerDropped: m.agg.prodDropped,
+		Findings: m.agg.findingsTotal, LastSnapshot: m.lastSnapshot}
+}
+
+// Recover turns a panic in a source goroutine into an error, so the
+// dashboard can stop and restore the terminal instead of dying in raw mode:
+//
+//	defer tui.Recover(&err)
+func Recover(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("source panicked: %v", r)
+	}
+}

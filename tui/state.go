@@ -1,0 +1,486 @@
+package tui
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+const (
+	bucketNS      = int64(time.Second) // sparkline bucket width, in event time
+	seriesBuckets = 240                // buckets each series keeps
+	maxFindings   = 4096               // findings the log keeps (newest)
+	maxMismatches = 8                  // latest checksum mismatches kept
+)
+
+// series is a ring of per-bucket values over event time: one bucket per
+// second of the events' own timestamps, so a replayed or simulated run draws
+// the same curves as it did live.
+type series struct {
+	max  bool // bucket value is the maximum of its samples (else the sum)
+	vals [seriesBuckets]float64
+	last int64 // bucket index of the newest sample; valid when any
+	any  bool
+}
+
+func (s *series) add(ts int64, v float64) {
+	b := ts / bucketNS
+	if !s.any {
+		s.any, s.last = true, b
+	}
+	if b > s.last {
+		for i := s.last + 1; i <= b && i <= s.last+seriesBuckets; i++ {
+			s.vals[mod(i)] = 0
+		}
+		s.last = b
+	}
+	if b <= s.last-seriesBuckets {
+		return // older than the ring
+	}
+	p := &s.vals[mod(b)]
+	if s.max {
+		if v > *p {
+			*p = v
+		}
+	} else {
+		*p += v
+	}
+}
+
+func mod(b int64) int {
+	m := b % seriesBuckets
+	if m < 0 {
+		m += seriesBuckets
+	}
+	return int(m)
+}
+
+// window returns the n buckets ending at bucket now, oldest first.
+func (s *series) window(now int64, n int) []float64 {
+	if n > seriesBuckets {
+		n = seriesBuckets
+	}
+	if n <= 0 {
+		return nil
+	}
+	out := make([]float64, n)
+	if !s.any {
+		return out
+	}
+	for i := 0; i < n; i++ {
+		b := now - int64(n-1-i)
+		if b > s.last || b <= s.last-seriesBuckets {
+			continue
+		}
+		out[i] = s.vals[mod(b)]
+	}
+	return out
+}
+
+// FindingItem is one line of the findings log, its text already quoted for
+// the terminal.
+type FindingItem struct {
+	Seq      uint64 // 1-based arrival number
+	TS       int64
+	Analyzer string
+	Severity hook.Severity
+	Summary  string
+	Source   string
+	Evidence []KV // sorted by key
+}
+
+// KV is one evidence entry.
+type KV struct{ Key, Value string }
+
+// matches reports whether the item contains the filter text (case-insensitive).
+func (f *FindingItem) matches(filter string) bool {
+	if filter == "" {
+		return true
+	}
+	filter = strings.ToLower(filter)
+	if strings.Contains(strings.ToLower(f.Summary), filter) || strings.Contains(f.Analyzer, filter) ||
+		strings.Contains(string(f.Severity), filter) {
+		return true
+	}
+	for _, kv := range f.Evidence {
+		if strings.Contains(strings.ToLower(kv.Value), filter) {
+			return true
+		}
+	}
+	return false
+}
+
+// SessionsState is what the sessions panel shows.
+type SessionsState struct {
+	Outcomes  map[string]int
+	Total     int
+	Corrupted int
+	Unknown   int // outcome classes this build does not know
+	Lo, Hi    float64
+	Deviated  int
+}
+
+// SchedState is what the scheduler panel shows.
+type SchedState struct {
+	Observations  uint64
+	Latest        hook.Sched
+	Retractions   int // retraction observations
+	RetractedReqs int
+	PeakRunning   int
+	PeakUsage     float64
+}
+
+// CUDAState is what the CUDA panel shows.
+type CUDAState struct {
+	Calls         uint64
+	GraphLaunches uint64
+	Errors        uint64
+	Top           []CallCount // most frequent calls, at most 4
+	Rate          float64     // calls per second of event time, last full bucket
+	PIDs          int
+}
+
+// CallCount is a driver call and how often it was seen.
+type CallCount struct {
+	Call  string
+	Count uint64
+}
+
+// Cursor is a replay's position, written by the replay goroutine and read by
+// the view.
+type CursorState struct {
+	FirstTS, LastTS, AtTS int64
+	Speed                 float64 // 0: as fast as possible
+	Done                  bool
+}
+
+// State is an immutable snapshot of everything the panels show, taken once a
+// frame. Slices in it are never modified after the snapshot.
+type State struct {
+	Source  string
+	Config  *hook.RunConfig
+	Tool    string
+	Run     string
+	Host    string
+	Elapsed time.Duration
+
+	Events          uint64  // delivered to the view
+	Dropped         uint64  // lost by the view's live subscription
+	ProducerDropped uint64  // reported lost by producers (run.end)
+	Rate            float64 // events per wall second arriving at the view
+	ByKind          [16]uint64
+	LastTS          int64
+	RunEnded        bool
+	Cursor          *CursorState
+	SourceDone      bool
+	SourceErr       string
+
+	Sessions SessionsState
+	// Sparklines, oldest first, one value per second of event time, ending at
+	// the newest event's second; as many as the widest panel can show.
+	SessDone, SessBad        []float64
+	SchedRunning, SchedUsage []float64
+	SchedQueue, SchedRetract []float64
+	CUDASpark                []float64
+	Checksum                 *checksum.Summary
+	ChecksumEvents           uint64
+	Mismatches               []string // latest checksum mismatch summaries, newest last
+	Canary                   *canary.Summary
+	CanaryEvents             uint64
+	GraphDiff                *graphdiff.Summary
+	GraphDiffEvents          uint64
+	Sched                    SchedState
+	GPU                      *hook.GPU
+	GPUSamples               uint64
+	CUDA                     CUDAState
+	Findings                 []FindingItem // oldest first, at most maxFindings
+	FindingsTotal            uint64
+	BySeverity               map[hook.Severity]uint64
+	Steps                    []Step
+	StepsDone                bool
+}
+
+// aggregator folds events into the dashboard's bounded aggregates. It is
+// owned by the program's Update goroutine.
+type aggregator struct {
+	source  string
+	config  *hook.RunConfig
+	tool    string
+	run     string
+	host    string
+	resetOn bool // a run.start for a new run clears per-run aggregates
+
+	events, prodDropped uint64
+	byKind              [16]uint64
+	lastTS              int64
+	runEnded            bool
+
+	outcomes  map[string]int
+	sessions  int
+	corrupted int
+	unknown   int
+	deviated  int
+	sessDone  series
+	sessBad   series
+
+	sched                                     SchedState
+	schedRunning, schedUsage, schedQ, schedRt series
+
+	checksumEvents, canaryEvents, graphdiffEvents uint64
+	mismatches                                    []string
+	summaries                                     map[string]any
+
+	gpu        *hook.GPU
+	gpuSamples uint64
+
+	cudaCalls, cudaGraph, cudaErr uint64
+	cudaBy                        map[string]uint64
+	cudaPIDs                      map[uint32]struct{}
+	cudaSpark                     series
+
+	findings      []FindingItem
+	findingsTotal uint64
+	bySev         map[hook.Severity]uint64
+
+	steps     []Step
+	stepsDone bool
+}
+
+func newAggregator(source string) *aggregator {
+	a := &aggregator{source: source, resetOn: true}
+	a.resetRun()
+	a.bySev = map[hook.Severity]uint64{}
+	return a
+}
+
+// resetRun clears what belongs to one run (the findings log and step list
+// stay: they are the story across runs).
+func (a *aggregator) resetRun() {
+	a.outcomes = map[string]int{}
+	a.sessions, a.corrupted, a.unknown, a.deviated = 0, 0, 0, 0
+	a.sessDone, a.sessBad = series{}, series{}
+	a.sched = SchedState{}
+	a.schedRunning, a.schedUsage, a.schedQ, a.schedRt = series{max: true}, series{max: true}, series{max: true}, series{}
+	a.checksumEvents, a.canaryEvents, a.graphdiffEvents = 0, 0, 0
+	a.mismatches = nil
+	a.summaries = nil
+	a.cudaCalls, a.cudaGraph, a.cudaErr = 0, 0, 0
+	a.cudaBy = map[string]uint64{}
+	a.cudaPIDs = map[uint32]struct{}{}
+	a.cudaSpark = series{}
+	a.runEnded = false
+}
+
+// apply folds one event in.
+func (a *aggregator) apply(ev *hook.Event) {
+	a.events++
+	if int(ev.Kind) < len(a.byKind) {
+		a.byKind[ev.Kind]++
+	}
+	if ev.TS > a.lastTS {
+		a.lastTS = ev.TS
+	}
+	switch b := ev.Body.(type) {
+	case *hook.RunStart:
+		if a.resetOn && a.run != "" && ev.Run != a.run {
+			a.resetRun()
+		}
+		cfg := b.Config
+		a.config, a.tool, a.run = &cfg, cmdutil.Quote(b.Tool), ev.Run
+		a.host = b.Host.Hostname
+		if a.host == "" {
+			a.host = strings.Trim(b.Host.OS+"/"+b.Host.Arch, "/")
+		}
+		a.host = cmdutil.Quote(a.host)
+		if ev.Run == "" {
+			a.run = "-"
+		}
+	case *hook.RunEnd:
+		a.prodDropped += b.Dropped
+		a.runEnded = true
+	case *hook.Session:
+		a.sessions++
+		known := false
+		for _, o := range hook.Outcomes {
+			if o == b.Outcome {
+				known = true
+			}
+		}
+		if !known {
+			a.unknown++
+			break
+		}
+		a.outcomes[b.Outcome]++
+		if b.Deviated {
+			a.deviated++
+		}
+		if repro.IsCorrupted(b.Outcome) {
+			a.corrupted++
+			a.sessBad.add(ev.TS, 1)
+		} else {
+			a.sessDone.add(ev.TS, 1)
+		}
+	case *hook.Sched:
+		s := &a.sched
+		s.Observations++
+		s.Latest = *b
+		if b.RunningReq > s.PeakRunning {
+			s.PeakRunning = b.RunningReq
+		}
+		if b.TokenUsage > s.PeakUsage {
+			s.PeakUsage = b.TokenUsage
+		}
+		if b.Phase == "retract" || b.Retracted > 0 {
+			s.Retractions++
+			s.RetractedReqs += b.Retracted
+			a.schedRt.add(ev.TS, 1)
+		}
+		a.schedRunning.add(ev.TS, float64(b.RunningReq))
+		a.schedUsage.add(ev.TS, b.TokenUsage)
+		a.schedQ.add(ev.TS, float64(b.QueueReq))
+	case *hook.RoomChecksum:
+		a.checksumEvents++
+	case *hook.CanaryPages:
+		a.canaryEvents++
+	case *hook.GraphDiffSample:
+		a.graphdiffEvents++
+	case *hook.GPU:
+		a.gpuSamples++
+		a.gpu = b
+	case *hook.CUDA:
+		a.cudaCalls++
+		call := b.Call
+		if len(a.cudaBy) < 256 || a.cudaBy[call] > 0 {
+			a.cudaBy[call]++
+		}
+		if strings.HasPrefix(call, "cuGraphLaunch") {
+			a.cudaGraph++
+		}
+		if b.Ret != 0 {
+			a.cudaErr++
+		}
+		if len(a.cudaPIDs) < 1024 {
+			a.cudaPIDs[b.PID] = struct{}{}
+		}
+		a.cudaSpark.add(ev.TS, 1)
+	case *hook.Finding:
+		a.addFinding(ev, b)
+	}
+}
+
+func (a *aggregator) addFinding(ev *hook.Event, b *hook.Finding) {
+	a.findingsTotal++
+	a.bySev[b.Severity]++
+	it := FindingItem{
+		Seq: a.findingsTotal, TS: ev.TS, Analyzer: cmdutil.Quote(b.Analyzer), Severity: b.Severity,
+		Summary: cmdutil.Quote(b.Summary),
+	}
+	if ev.Src.Proc != "" || ev.Src.Node != "" {
+		src := ev.Src.Proc
+		if ev.Src.Node != "" {
+			src = ev.Src.Node + "/" + src
+		}
+		if ev.Src.PID != 0 {
+			src += "[" + strconv.Itoa(int(ev.Src.PID)) + "]"
+		}
+		it.Source = cmdutil.Quote(src)
+	}
+	keys := make([]string, 0, len(b.Evidence))
+	for k := range b.Evidence {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		it.Evidence = append(it.Evidence, KV{cmdutil.Quote(k), cmdutil.Quote(b.Evidence[k])})
+	}
+	if len(a.findings) >= maxFindings {
+		// Start a fresh slice with the newest half: slices handed out in
+		// earlier States stay intact.
+		keep := a.findings[len(a.findings)-maxFindings/2:]
+		a.findings = append(make([]FindingItem, 0, maxFindings), keep...)
+	}
+	a.findings = append(a.findings, it)
+	if b.Analyzer == checksum.AnalyzerName && b.Severity == hook.SevError {
+		a.mismatches = append(a.mismatches, it.Summary)
+		if len(a.mismatches) > maxMismatches {
+			a.mismatches = append([]string(nil), a.mismatches[len(a.mismatches)-maxMismatches:]...)
+		}
+	}
+}
+
+// setSummaries takes the analyzers' latest summaries.
+func (a *aggregator) setSummaries(m map[string]any) {
+	if m != nil {
+		a.summaries = m
+	}
+}
+
+// snapshot returns the State for one frame. spark is the sparkline length.
+func (a *aggregator) snapshot(spark int) State {
+	s := State{
+		Source: a.source, Config: a.config, Tool: a.tool, Run: a.run, Host: a.host,
+		Events: a.events, ProducerDropped: a.prodDropped, ByKind: a.byKind, LastTS: a.lastTS, RunEnded: a.runEnded,
+		ChecksumEvents: a.checksumEvents, CanaryEvents: a.canaryEvents, GraphDiffEvents: a.graphdiffEvents,
+		Mismatches: a.mismatches, Sched: a.sched, GPU: a.gpu, GPUSamples: a.gpuSamples,
+		Findings: a.findings, FindingsTotal: a.findingsTotal, Steps: a.steps, StepsDone: a.stepsDone,
+	}
+	s.BySeverity = make(map[hook.Severity]uint64, len(a.bySev))
+	for k, v := range a.bySev {
+		s.BySeverity[k] = v
+	}
+	out := make(map[string]int, len(a.outcomes))
+	for k, v := range a.outcomes {
+		out[k] = v
+	}
+	lo, hi := repro.Wilson(a.corrupted, a.sessions-a.unknown, repro.Z95)
+	s.Sessions = SessionsState{Outcomes: out, Total: a.sessions, Corrupted: a.corrupted, Unknown: a.unknown, Lo: lo, Hi: hi, Deviated: a.deviated}
+	now := a.lastTS / bucketNS
+	s.SessDone, s.SessBad = a.sessDone.window(now, spark), a.sessBad.window(now, spark)
+	s.SchedRunning, s.SchedUsage = a.schedRunning.window(now, spark), a.schedUsage.window(now, spark)
+	s.SchedQueue, s.SchedRetract = a.schedQ.window(now, spark), a.schedRt.window(now, spark)
+	s.CUDASpark = a.cudaSpark.window(now, spark)
+	s.CUDA = CUDAState{Calls: a.cudaCalls, GraphLaunches: a.cudaGraph, Errors: a.cudaErr, PIDs: len(a.cudaPIDs)}
+	if w := a.cudaSpark.window(now, 2); len(w) == 2 {
+		s.CUDA.Rate = w[0] // the last complete second
+	}
+	for c, n := range a.cudaBy {
+		s.CUDA.Top = append(s.CUDA.Top, CallCount{cmdutil.Quote(c), n})
+	}
+	sort.Slice(s.CUDA.Top, func(i, j int) bool {
+		if s.CUDA.Top[i].Count != s.CUDA.Top[j].Count {
+			return s.CUDA.Top[i].Count > s.CUDA.Top[j].Count
+		}
+		return s.CUDA.Top[i].Call < s.CUDA.Top[j].Call
+	})
+	if len(s.CUDA.Top) > 4 {
+		s.CUDA.Top = s.CUDA.Top[:4]
+	}
+	for _, v := range a.summaries {
+		switch x := v.(type) {
+		case checksum.Summary:
+			s.Checksum = &x
+		case *checksum.Summary:
+			c := *x
+			s.Checksum = &c
+		case canary.Summary:
+			s.Canary = &x
+		case *canary.Summary:
+			c := *x
+			s.Canary = &c
+		case graphdiff.Summary:
+			s.GraphDiff = &x
+		case *graphdiff.Summary:
+			c := *x
+			s.GraphDiff = &c
+		}
+	}
+	return s
+}
