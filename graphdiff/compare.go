@@ -2,6 +2,7 @@ package graphdiff
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -91,6 +92,7 @@ type Comparer struct {
 	tk         topkScratch
 	selG, selE []int32
 	setA, setB []int32
+	bmA, bmB   []uint64
 }
 
 // CompareSample is the package CompareSample on c's buffers.
@@ -174,7 +176,7 @@ func (c *Comparer) Compare(graph, eager, ref []float32, selGraph, selEager []int
 	}
 	r.ArgmaxAgree = r.ArgmaxGraph == r.ArgmaxEager
 	r.K = k
-	r.Missing, r.Extra, r.TopKJaccard = c.selectionDiff(r.SelEager, r.SelGraph)
+	r.Missing, r.Extra, r.TopKJaccard = c.selectionDiff(r.SelEager, r.SelGraph, n)
 	r.FirstDiffRank = FirstDiffRank(r.SelEager, r.SelGraph)
 
 	if !opts.NoKL && r.NonFinite == 0 && n > 0 {
@@ -527,8 +529,12 @@ func topOf(v []float32, sel []int32) int {
 	return int(sel[0])
 }
 
-// selectionDiff is SelectionDiff and Jaccard in one go on c's buffers.
-func (c *Comparer) selectionDiff(want, got []int32) (missing, extra []int32, jaccard float64) {
+// selectionDiff is SelectionDiff and Jaccard in one go on c's buffers. With
+// every position in [0, n) it marks two bitmaps instead of sorting.
+func (c *Comparer) selectionDiff(want, got []int32, n int) (missing, extra []int32, jaccard float64) {
+	if m, x, j, ok := c.bitmapDiff(want, got, n); ok {
+		return m, x, j
+	}
 	c.setA = sortedSetInto(c.setA, want)
 	c.setB = sortedSetInto(c.setB, got)
 	a, b := c.setA, c.setB
@@ -576,4 +582,45 @@ func refRMSEVec(g, e, ref []float32) (sg, se float64, ok bool) {
 		sg, se = sg+dg*dg, se+de*de
 	}
 	return sg, se, true
+}
+
+func (c *Comparer) bitmapDiff(want, got []int32, n int) (missing, extra []int32, jaccard float64, ok bool) {
+	if n <= 0 || len(want)+len(got) == 0 {
+		return nil, nil, 0, false
+	}
+	words := (n + 63) / 64
+	if cap(c.bmA) < words {
+		c.bmA, c.bmB = make([]uint64, words), make([]uint64, words)
+	}
+	a, b := c.bmA[:words], c.bmB[:words]
+	clear(a)
+	clear(b)
+	for _, p := range want {
+		if uint(p) >= uint(n) {
+			return nil, nil, 0, false
+		}
+		a[p>>6] |= 1 << (uint(p) & 63)
+	}
+	for _, p := range got {
+		if uint(p) >= uint(n) {
+			return nil, nil, 0, false
+		}
+		b[p>>6] |= 1 << (uint(p) & 63)
+	}
+	inter, union := 0, 0
+	for w := range a {
+		x, y := a[w], b[w]
+		if x|y == 0 {
+			continue
+		}
+		inter += bits.OnesCount64(x & y)
+		union += bits.OnesCount64(x | y)
+		for m := x &^ y; m != 0; m &= m - 1 {
+			missing = append(missing, int32(w<<6+bits.TrailingZeros64(m)))
+		}
+		for m := y &^ x; m != 0; m &= m - 1 {
+			extra = append(extra, int32(w<<6+bits.TrailingZeros64(m)))
+		}
+	}
+	return missing, extra, float64(inter) / float64(union), true
 }

@@ -151,3 +151,42 @@ func TestRefRMSEVectorMatchesScalar(t *testing.T) {
 		t.Fatalf("refRMSE with a NaN = %v (%v)", gr2, ok)
 	}
 }
+
+// The bitmap selection diff agrees with the sorting one (duplicates included),
+// and out-of-range positions fall back to sorting.
+func TestBitmapDiffMatchesSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(29, 30))
+	var c Comparer
+	for trial := 0; trial < 200; trial++ {
+		n := 1 + rng.IntN(3000)
+		a := make([]int32, rng.IntN(200))
+		b := make([]int32, rng.IntN(200))
+		for i := range a {
+			a[i] = int32(rng.IntN(n))
+		}
+		for i := range b {
+			b[i] = int32(rng.IntN(n))
+		}
+		m, x, j := c.selectionDiff(a, b, n)
+		wm, wx := SelectionDiff(a, b)
+		if wj := Jaccard(a, b); j != wj || !slicesEqual(m, wm) || !slicesEqual(x, wx) {
+			t.Fatalf("trial %d: bitmap (%v %v %v) vs sort (%v %v %v)", trial, m, x, j, wm, wx, wj)
+		}
+	}
+	m, x, j := c.selectionDiff([]int32{-1, 5}, []int32{5, 100}, 10)
+	if !slicesEqual(m, []int32{-1}) || !slicesEqual(x, []int32{100}) || j != 1.0/3 {
+		t.Fatalf("out of range: %v %v %v", m, x, j)
+	}
+}
+
+func slicesEqual(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

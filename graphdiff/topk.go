@@ -61,7 +61,7 @@ type keyIdx struct {
 }
 
 const (
-	topkSample   = 1024 // strided sample size used to estimate the threshold
+	topkSample   = 2048 // strided sample size used to estimate the threshold
 	topkSmallCut = 4096 // below this length, order every entry exactly
 )
 
@@ -82,7 +82,7 @@ func (s *topkScratch) topK(v []float32, k int, dst []int32) []int32 {
 		return s.finish(k, dst)
 	}
 	// Estimate a threshold from a strided sample: the sample rank that expects
-	// about 1.5·k+ entries of v at or above it.
+	// a little more than k entries of v at or above it.
 	stride := n / topkSample
 	s.sample = s.sample[:0]
 	for i := 0; i < n && len(s.sample) < topkSample; i += stride {
@@ -90,7 +90,10 @@ func (s *topkScratch) topK(v []float32, k int, dst []int32) []int32 {
 	}
 	m := len(s.sample)
 	expect := float64(k) * float64(m) / float64(n)
-	r := int(1.5*expect+3*math.Sqrt(expect)) + 2
+	// The count of sample entries above the true k-th value is about
+	// binomial with mean expect; 3 standard deviations (+2) of margin make a
+	// too-high threshold (then the exact fallback runs) rare.
+	r := int(expect+3*math.Sqrt(expect)) + 2
 	if r < m {
 		t := rankFromTop(s.sample, r)
 		if t != 0 { // a NaN threshold would keep everything
@@ -167,36 +170,39 @@ func (s *topkScratch) radixSelect(v []float32, k int, dst []int32) []int32 {
 
 // finish orders s.pairs (gathered in ascending index order) by key descending,
 // ties by index ascending, and appends the first k indices to dst.
+//
+// It is an LSD radix sort on the inverted key (so ascending order is
+// descending key) in three stable passes of 11, 11 and 10 bits, with all
+// three histograms counted in one read; stability keeps equal keys in
+// ascending index order.
 func (s *topkScratch) finish(k int, dst []int32) []int32 {
 	p := s.pairs
 	if cap(s.tmp) < len(p) {
 		s.tmp = make([]keyIdx, len(p))
 	}
 	tmp := s.tmp[:len(p)]
-	// LSD radix sort on the inverted key (so ascending order is descending
-	// key), 8 bits per pass; each pass is stable, so equal keys keep ascending
-	// index order.
-	for shift := uint(0); shift < 32; shift += 8 {
-		var count [257]int
-		allSame := true
-		first := (^p[0].key >> shift) & 0xff
-		for _, e := range p {
-			d := (^e.key >> shift) & 0xff
-			count[d+1]++
-			if d != first {
-				allSame = false
-			}
+	var h0, h1, h2 [2048]int32
+	for i := range p {
+		p[i].key = ^p[i].key
+		key := p[i].key
+		h0[key&0x7ff]++
+		h1[key>>11&0x7ff]++
+		h2[key>>22]++
+	}
+	for pass, h := range [3]*[2048]int32{&h0, &h1, &h2} {
+		shift := uint(11 * pass)
+		if int(h[p[0].key>>shift&0x7ff]) == len(p) {
+			continue // every key has the same digit: the pass would not move anything
 		}
-		if allSame {
-			continue
-		}
-		for i := 1; i < len(count); i++ {
-			count[i] += count[i-1]
+		sum := int32(0)
+		for i, c := range h {
+			h[i] = sum
+			sum += c
 		}
 		for _, e := range p {
-			d := (^e.key >> shift) & 0xff
-			tmp[count[d]] = e
-			count[d]++
+			d := e.key >> shift & 0x7ff
+			tmp[h[d]] = e
+			h[d]++
 		}
 		p, tmp = tmp, p
 	}
