@@ -66,6 +66,10 @@ type Collector struct {
 
 const keepClosed = 64
 
+// maxUnixPath is the longest Unix socket path Linux accepts (sun_path less
+// its terminating NUL).
+const maxUnixPath = 107
+
 // Stats is a snapshot of a collector's counters.
 type Stats struct {
 	Connections uint64            `json:"connections"` // accepted since start
@@ -137,17 +141,24 @@ func listenUnix(ep endpoint) (net.Listener, os.FileInfo, error) {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return nil, nil, fmt.Errorf("%s exists and is not a socket; refusing to replace it", path)
 		}
-		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+		c, err := net.DialTimeout("unix", path, 200*time.Millisecond)
+		if err == nil {
 			c.Close()
 			return nil, nil, fmt.Errorf("%s is in use by a running collector", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, nil, fmt.Errorf("cannot tell whether %s is stale (%w); remove it if no collector uses it", path, err)
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, nil, fmt.Errorf("remove stale socket: %w", err)
 		}
 	}
-	var rnd [4]byte
+	var rnd [3]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(filepath.Dir(path), ".kvc"+hex.EncodeToString(rnd[:]))
+	tmp := filepath.Join(filepath.Dir(path), ".k"+hex.EncodeToString(rnd[:]))
+	if len(tmp) > maxUnixPath && len(path) <= maxUnixPath {
+		tmp = path // the private name would not fit: bind in place, then chmod
+	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, nil, err
@@ -158,10 +169,12 @@ func listenUnix(ep endpoint) (net.Listener, os.FileInfo, error) {
 		os.Remove(tmp)
 		return nil, nil, fmt.Errorf("chmod socket: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		ln.Close()
-		os.Remove(tmp)
-		return nil, nil, fmt.Errorf("place socket: %w", err)
+	if tmp != path {
+		if err := os.Rename(tmp, path); err != nil {
+			ln.Close()
+			os.Remove(tmp)
+			return nil, nil, fmt.Errorf("place socket: %w", err)
+		}
 	}
 	fi, err := os.Lstat(path)
 	if err != nil {

@@ -613,3 +613,29 @@ func TestEmitterSlowCollector(t *testing.T) {
 		t.Fatalf("stats %+v: want sent+dropped = %d with some of each", st, n)
 	}
 }
+
+func TestUnixSocketLongPath(t *testing.T) {
+	dir := t.TempDir()
+	for len(dir) < 100 {
+		dir = filepath.Join(dir, strings.Repeat("d", min(20, 100-len(dir)-1)))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "c.sock") // 107 bytes: fits, its private temporary name would not
+	if len(sock) != 107 {
+		t.Fatalf("path length %d", len(sock))
+	}
+	c, rec := startCollectorAt(t, "unix://"+sock, ListenOptions{})
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket %v %v", fi, err)
+	}
+	em, err := Dial(c.Addr(), DialOptions{FlushTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	em.Emit(replayEvent(1))
+	em.Close()
+	waitFor(t, "event", func() bool { return len(rec.events()) == 1 })
+}
