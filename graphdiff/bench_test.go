@@ -25,6 +25,10 @@ func benchPair(n int) (g, e, ref []float32) {
 
 func benchCompare(b *testing.B, k int) {
 	g, e, ref := benchPair(129280)
+	benchCompareOn(b, g, e, ref, k, false)
+}
+
+func benchCompareOn(b *testing.B, g, e, ref []float32, k int, wantDivergent bool) {
 	var c Comparer
 	opts := Options{K: k, Dtype: "fp32"}
 	per := make([]float64, 0, 1024)
@@ -32,8 +36,8 @@ func benchCompare(b *testing.B, k int) {
 		t0 := time.Now()
 		r := c.Compare(g, e, ref, nil, nil, opts)
 		per = append(per, float64(time.Since(t0).Nanoseconds())/1e6)
-		if r.Divergent {
-			b.Fatalf("rounding-noise pair judged divergent: %+v", r.Reason)
+		if r.Divergent != wantDivergent {
+			b.Fatalf("divergent = %v (%s), want %v", r.Divergent, r.Reason, wantDivergent)
 		}
 	}
 	slices.Sort(per)
@@ -47,6 +51,20 @@ func BenchmarkCompare129280(b *testing.B) { benchCompare(b, 2048) }
 
 // BenchmarkCompare129280K64 is the same with k=64.
 func BenchmarkCompare129280K64(b *testing.B) { benchCompare(b, 64) }
+
+// BenchmarkCompare129280Divergent is a garbled pair: a third of the graph's
+// entries replaced by unrelated values, so the KL falls back to the scalar
+// path on every block and the selections differ.
+func BenchmarkCompare129280Divergent(b *testing.B) {
+	g, e, ref := benchPair(129280)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for i := range g {
+		if rng.IntN(3) == 0 {
+			g[i] = float32(rng.NormFloat64() * 3)
+		}
+	}
+	benchCompareOn(b, g, e, ref, 2048, true)
+}
 
 func BenchmarkTopK129280(b *testing.B) {
 	_, e, _ := benchPair(129280)

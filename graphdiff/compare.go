@@ -53,7 +53,7 @@ type Result struct {
 	FirstDiffRank int     `json:"first_diff_rank"`   // -1 when the selections agree in order
 	Missing       []int32 `json:"missing,omitempty"` // selected by eager, not by the graph
 	Extra         []int32 `json:"extra,omitempty"`   // selected by the graph, not by eager
-	SelGraph      []int32 `json:"-"`
+	SelGraph      []int32 `json:"-"`                 // the selections compared; from a Comparer, valid until its next call
 	SelEager      []int32 `json:"-"`
 
 	KL      float64 `json:"kl"`       // KL(softmax(eager) ‖ softmax(graph)), nats
