@@ -1,5 +1,3 @@
-// Package gputest provides an in-memory gpu.Lib for tests of commands and
-// sources that consume GPU telemetry, without NVML or cgo.
 package gputest
 
 import (
