@@ -57,7 +57,7 @@ type Result struct {
 	SelEager      []int32 `json:"-"`
 
 	KL      float64 `json:"kl"`       // KL(softmax(eager) ‖ softmax(graph)), nats
-	KLValid bool    `json:"kl_valid"` // false when skipped or undefined (non-finite mismatch)
+	KLValid bool    `json:"kl_valid"` // false when skipped, undefined (non-finite mismatch) or overflowing; KL is then 0
 
 	HasRef       bool    `json:"has_ref"`
 	GraphRefRMSE float64 `json:"graph_ref_rmse,omitempty"`
@@ -448,7 +448,10 @@ func klSoftmax(g, e []float32, mE float64) (float64, bool) {
 	if kl < 0 { // rounding below the true value 0
 		kl = 0
 	}
-	return kl, !math.IsNaN(kl) && !math.IsInf(kl, 0)
+	if !finite(kl) { // overflow: the distributions share (almost) no mass
+		return 0, false
+	}
+	return kl, true
 }
 
 // klVecMaxD bounds |e-g| on the vector path, where expm1(-d) is a polynomial.
