@@ -13,6 +13,11 @@ type Arena struct {
 	L     checksum.Layout
 	Buf   []byte
 	Pages int
+	// Gen counts writes per page. Every write primitive (Store, CopyPage)
+	// bumps it, like a dirty bit: the canary re-digests a page only when its
+	// generation moved, and re-digests everything on verification replays so
+	// an untracked write could not hide.
+	Gen []uint32
 }
 
 // NewArena allocates an arena of pages pages of dtype.
@@ -24,7 +29,7 @@ func NewArena(dtype string, pages int) (*Arena, error) {
 	if pages < 2 {
 		return nil, fmt.Errorf("new arena: %d pages is too few", pages)
 	}
-	return &Arena{L: l, Buf: make([]byte, pages*l.PageBytes()), Pages: pages}, nil
+	return &Arena{L: l, Buf: make([]byte, pages*l.PageBytes()), Pages: pages, Gen: make([]uint32, pages)}, nil
 }
 
 func (a *Arena) fp8() bool { return a.L.Dtype == checksum.DtypeFP8 }
@@ -32,6 +37,7 @@ func (a *Arena) fp8() bool { return a.L.Dtype == checksum.DtypeFP8 }
 // Store encodes key into token slot slot (page*64 + offset).
 func (a *Arena) Store(slot int, key []float32) {
 	page, off := slot/PageTokens, slot%PageTokens
+	a.Gen[page]++
 	base := page * a.L.PageBytes()
 	if a.fp8() {
 		k := a.Buf[base+off*HeadDim : base+(off+1)*HeadDim]
@@ -45,6 +51,7 @@ func (a *Arena) Store(slot int, key []float32) {
 // CopyPage copies one whole page from src (another arena of the same layout).
 func (a *Arena) CopyPage(dst uint32, src *Arena, sp uint32) {
 	pb := a.L.PageBytes()
+	a.Gen[dst]++
 	copy(a.Buf[int(dst)*pb:int(dst+1)*pb], src.Buf[int(sp)*pb:int(sp+1)*pb])
 }
 

@@ -134,13 +134,17 @@ type Engine struct {
 	testStore func(rw *row, owner int32) // tests observe each out_loc store and the page's owner
 
 	// scratch
-	units   []unit
-	rowBufs [][]float32
-	keyBuf  []float32
-	pgBuf   []uint32
-	digA    []uint64
-	digB    []uint64
-	changed []uint32
+	units        []unit
+	rowBufs      [][]float32
+	keyBuf       []float32
+	pgBuf        []uint32
+	digA         []uint64
+	digCache     []uint64 // canary: last digest of each page
+	digGen       []uint32 // canary: the page's write generation at that digest
+	digOK        []bool
+	canaryVerify int // re-digest everything every Nth replay (canaryVerifyEvery; tests use 1)
+	digB         []uint64
+	changed      []uint32
 }
 
 // Stats are the scheduler's counters.
@@ -155,6 +159,23 @@ type Stats struct {
 	PrefillTokens  int64   `json:"prefill_tokens"`
 	Requests       int     `json:"requests"`
 }
+
+// SGLang's new_token_ratio: the fraction of a running request's remaining
+// max_new_tokens admission reserves, decaying each step while nothing is
+// retracted (optimistic admission), bumped on retraction.
+const (
+	initNewTokenRatio  = 0.7
+	minNewTokenRatio   = 0.0
+	newTokenRatioDecay = 0.005
+)
+
+// prefillLookahead bounds how far the decode prealloc queue looks past a
+// request that does not fit.
+const prefillLookahead = 8
+
+// retractDecodeSteps is how many more tokens per running request the
+// decode memory check wants room for.
+const retractDecodeSteps = 20
 
 // simStep is the simulated wall time of one engine step (event timestamps
 // and throughput derive from it, so the event stream is deterministic).
@@ -174,8 +195,8 @@ func NewEngine(cfg Config, pub hook.Publisher) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, pub: pub, vocab: DefaultVocab(), log: cfg.Log,
 		graphs: map[int]*graphPlan{}, buckets: buckets(cfg.CUDAGraphMaxBS),
-		wake: make(chan struct{}, 1), newTokRatio: 0.7, flagged: map[string]bool{},
-		reqs: []*request{nil}, keyBuf: make([]float32, HeadDim)}
+		wake: make(chan struct{}, 1), newTokRatio: initNewTokenRatio, flagged: map[string]bool{},
+		reqs: []*request{nil}, keyBuf: make([]float32, HeadDim), canaryVerify: canaryVerifyEvery}
 	if cfg.has(FaultStaleOutLoc) && cfg.TestRetractEvery == 0 {
 		// Like SGLANG_TEST_RETRACT: force the retractions the fault needs.
 		e.cfg.TestRetractEvery = 20
@@ -365,7 +386,7 @@ func (e *Engine) canAdmitDecode(need int) bool {
 		return false
 	}
 	free := e.decAlloc.FreePages()*PageTokens - e.reserveTokens()
-	return free >= need*PageTokens+PageTokens
+	return free >= need*PageTokens
 }
 
 func (e *Engine) prefill() {
@@ -420,12 +441,17 @@ func (e *Engine) emitRoom(a *Arena, pages []uint32, r *request, side hook.Side) 
 // startTransfers allocates decode pages for prefilled requests (in order)
 // and posts their chunks.
 func (e *Engine) startTransfers() {
-	for len(e.bootstrap) > 0 {
-		r := e.bootstrap[0]
+	// The prealloc queue admits, in order, every pending request that fits
+	// (looking a few entries past one that does not), so a full pool is
+	// packed to the brim as SGLang's decode prealloc does.
+	for i := 0; i < len(e.bootstrap) && i < prefillLookahead; {
+		r := e.bootstrap[i]
 		need := len(r.ppages)
 		if !e.canAdmitDecode(need) {
-			return
+			i++
+			continue
 		}
+		e.bootstrap = slices.Delete(e.bootstrap, i, i+1)
 		r.pages, _ = e.decAlloc.Alloc(r.idx, need, r.pages[:0])
 		x := &transfer{r: r}
 		per := e.cfg.TransferPagesPerStep
@@ -452,7 +478,6 @@ func (e *Engine) startTransfers() {
 		r.state = stTransfer
 		r.xfer = x
 		e.xfers = append(e.xfers, x)
-		e.bootstrap = e.bootstrap[1:]
 	}
 }
 
@@ -552,6 +577,20 @@ func (e *Engine) scheduleBatch() (batch, ghosts []*request) {
 		e.retract(v)
 		retracted++
 	}
+	// Decode memory check: the pool must hold every running request's next
+	// retractDecodeSteps tokens; otherwise retract the newest requests
+	// until it does (modelled on SGLang's retract_decode target).
+	for len(e.running) > 1 && e.decAlloc.FreePages()*PageTokens < len(e.running)*retractDecodeSteps {
+		v := e.running[len(e.running)-1]
+		e.running = e.running[:len(e.running)-1]
+		if len(v.tokens)/PageTokens < len(v.pages) {
+			v.outSlot = e.slotOf(v, len(v.tokens))
+			v.ghostPages = slices.Clone(v.pages)
+			victims = append(victims, v)
+		}
+		e.retract(v)
+		retracted++
+	}
 	for i := 0; i < len(e.running); i++ {
 		r := e.running[i]
 		pos := len(r.tokens)
@@ -586,7 +625,7 @@ func (e *Engine) scheduleBatch() (batch, ghosts []*request) {
 				Tokens: e.decAlloc.UsedPages() * PageTokens, TokenUsage: e.tokenUsage(), Retracted: retracted, NewTokenRatio: e.newTokRatio, CUDAGraph: !e.cfg.DisableCUDAGraph})
 		}
 	} else {
-		e.newTokRatio = max(0.1, e.newTokRatio-0.001)
+		e.newTokRatio = max(minNewTokenRatio, e.newTokRatio-newTokenRatioDecay)
 	}
 	batch = e.running
 	for _, r := range batch {

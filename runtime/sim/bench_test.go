@@ -1,0 +1,93 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+func benchRun(b *testing.B, cfg Config, w Workload) Result {
+	b.Helper()
+	var res Result
+	for b.Loop() {
+		var err error
+		res, err = Run(context.Background(), cfg, w, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	s := res.Stats
+	b.ReportMetric(float64(s.Steps)/res.WallSeconds, "steps/s")
+	b.ReportMetric(float64(s.DecodeTokens)/res.WallSeconds, "tokens/s")
+	b.ReportMetric(res.WallSeconds, "wall-s")
+	return res
+}
+
+// BenchmarkBaseline is the speed target: 80 sessions × 4 rounds of
+// the baseline in ≤ 15 s wall. Compare instruments=off with
+// instruments=on-no-graphdiff for the ≤ 10% instrument overhead, and the
+// graphdiff-every-N rows for the cost of graph-vs-eager reruns.
+// Run: go test -run '^$' -bench BenchmarkBaseline -benchtime 1x -count 5 ./runtime/sim
+func BenchmarkBaseline(b *testing.B) {
+	w := DefaultWorkload()
+	cases := []struct {
+		name string
+		ins  Instruments
+	}{
+		{"instruments=off", Instruments{}},
+		{"instruments=on-no-graphdiff", func() Instruments { i := AllInstruments(); i.GraphDiff = false; return i }()},
+		{"instruments=all", AllInstruments()},
+	}
+	for _, every := range []int{1, 4, 16} {
+		i := AllInstruments()
+		i.GraphDiffEvery = every
+		cases = append(cases, struct {
+			name string
+			ins  Instruments
+		}{fmt.Sprintf("graphdiff-every=%d", every), i})
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Instruments = c.ins
+			benchRun(b, cfg, w)
+		})
+	}
+}
+
+// BenchmarkTable runs the seeds' table at full size (80 sessions × 4
+// rounds, seeds 1–5) and fails when a row leaves its bounds.
+// Run: go test -run '^$' -bench BenchmarkTable -benchtime 1x ./runtime/sim
+func BenchmarkTable(b *testing.B) {
+	for _, tc := range tableConfigs() {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				lo, hi := 1.0, 0.0
+				retractions := 0
+				for seed := uint64(1); seed <= 5; seed++ {
+					cfg := tc.cfg()
+					cfg.Seed = seed
+					cfg.Instruments = Instruments{}
+					res, err := Run(context.Background(), cfg, DefaultWorkload(), nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					lo, hi = min(lo, res.CorruptionRate), max(hi, res.CorruptionRate)
+					retractions += res.Stats.Retractions
+					if res.CorruptionRate < tc.min || res.CorruptionRate > tc.max {
+						b.Errorf("%s seed %d: corruption %.3f outside [%.2f, %.2f]", tc.name, seed, res.CorruptionRate, tc.min, tc.max)
+					}
+					if tc.min > 0 && res.Outcomes["leak"]*2 < res.CorruptedSessions {
+						b.Errorf("%s seed %d: corruption is not mostly leak: %v", tc.name, seed, res.Outcomes)
+					}
+				}
+				if tc.retract && retractions == 0 {
+					b.Errorf("%s: no retractions", tc.name)
+				}
+				b.ReportMetric(100*lo, "min-corrupt-%")
+				b.ReportMetric(100*hi, "max-corrupt-%")
+				b.ReportMetric(float64(retractions), "retractions")
+			}
+		})
+	}
+}
