@@ -46,6 +46,8 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 		NewCmdChecksum(f, nil),
 		NewCmdCollect(f, nil),
 		NewCmdRepro(f, nil),
+		NewCmdDemo(f, nil),
+		NewCmdWatch(f, nil),
 		// Commands register here, one line each.
 	)
 	return root

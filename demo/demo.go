@@ -1,0 +1,487 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// Step names, in the order Run reports them.
+const (
+	StepBaseline  = "baseline"
+	StepTransfer  = "transfer"
+	StepBuffer    = "buffer"
+	StepCompute   = "compute"
+	StepVerdict   = "verdict"
+	stepABPrefix  = "ab:"
+	warmupSeqLen  = 4 // checksum: rooms at or below this length are warmups (as sim run)
+	defaultRounds = 4
+)
+
+// Options configure Run.
+type Options struct {
+	Sessions int    // default 80
+	Rounds   int    // default 4
+	Seed     uint64 // default 1 (0 is a valid seed only when SeedSet)
+	Out      string // bundle directory; created if missing; "" makes a temp dir
+	Parallel int    // twin runs at once (default min(2, GOMAXPROCS))
+	Tool     string // tool version stamped in bundles
+	Toggles  []Toggle
+	// Publish receives every Update, from one goroutine at a time, in step
+	// order (a step's "running" before its "done").
+	Publish func(Update)
+	// Base mutates the baseline configuration (tests inject faults with it).
+	Base func(*sim.Config)
+}
+
+// Toggle is one A/B arm: a flag change against the baseline.
+type Toggle struct {
+	Name  string            // as a command line says it: "--multi-stream-overlap=false"
+	Flag  string            // repro.EngineFlagDiffs name: "multi_stream_overlap"
+	Apply func(*sim.Config) // the change
+	// Scope lists the mechanisms the change turns off or moves out of the
+	// captured graph; Decide prefers the fix with the smallest scope.
+	Scope []string
+}
+
+// Mechanisms toggles can turn off.
+const (
+	MechCUDAGraph     = "cuda-graph-capture"
+	MechGraphPlanner  = "graph-memory-planner"
+	MechOverlap       = "multi-stream-overlap"
+	MechBF16IndexK    = "bf16-index-k"
+	MechInGraphLogits = "in-graph-index-logits"
+	MechEagerFallback = "eager-fallback-above-max-bs"
+)
+
+// graphMechanisms are the mechanisms of captured replay (where graph ≠ eager
+// localizes a transient-compute fault).
+var graphMechanisms = map[string]bool{MechCUDAGraph: true, MechGraphPlanner: true, MechOverlap: true, MechInGraphLogits: true}
+
+// DefaultToggles are the seeds' four A/B experiments.
+func DefaultToggles() []Toggle {
+	return []Toggle{
+		{Name: "--index-k-dtype fp8", Flag: "index_k_dtype", Apply: func(c *sim.Config) { c.IndexKDtype = "fp8" },
+			Scope: []string{MechBF16IndexK, MechInGraphLogits}},
+		{Name: "--disable-cuda-graph", Flag: "cuda_graph", Apply: func(c *sim.Config) { c.DisableCUDAGraph = true },
+			Scope: []string{MechCUDAGraph, MechGraphPlanner, MechOverlap}},
+		{Name: "--cuda-graph-max-bs 64", Flag: "cuda_graph_max_bs", Apply: func(c *sim.Config) { c.CUDAGraphMaxBS = 64 },
+			Scope: []string{MechEagerFallback}},
+		{Name: "--multi-stream-overlap=false", Flag: "multi_stream_overlap", Apply: func(c *sim.Config) { c.MultiStreamOverlap = false },
+			Scope: []string{MechOverlap}},
+	}
+}
+
+// Update is one step's progress or result.
+type Update struct {
+	Step     string      // StepBaseline, …, "ab:<toggle name>", StepVerdict
+	Index    int         // 1-based position in the report
+	State    string      // "running" or "done"
+	Finished int         // sessions finished so far (running twin steps)
+	Total    int         // sessions of the run
+	Result   *StepResult // set when State is "done"
+}
+
+// StepResult is one step's decisive result.
+type StepResult struct {
+	Step    string  `json:"step"`
+	Title   string  `json:"title"`
+	Result  string  `json:"result"` // the one-line decisive result
+	Pass    bool    `json:"pass"`   // the step's binary test came out the way the result line says
+	Bundle  string  `json:"bundle,omitempty"`
+	Seconds float64 `json:"seconds,omitempty"`
+}
+
+// ToggleResult is one A/B arm's evidence.
+type ToggleResult struct {
+	Toggle    string           `json:"toggle"`
+	Flag      string           `json:"flag"`
+	Scope     []string         `json:"scope"`
+	Summary   repro.Summary    `json:"summary"`
+	FisherP   float64          `json:"fisher_p"`
+	Confounds []repro.Confound `json:"confounds"`
+	// Removes: fewer corrupted sessions than the baseline with p < 0.05 and
+	// no confound.
+	Removes bool   `json:"removes_corruption"`
+	Bundle  string `json:"bundle,omitempty"`
+}
+
+// Evidence is everything Decide needs.
+type Evidence struct {
+	Baseline           repro.Summary  `json:"baseline"`
+	Rooms              int            `json:"rooms"`
+	RoomsMatched       int            `json:"rooms_matched"`
+	RoomsWarmup        int            `json:"rooms_warmup"`
+	RoomsMismatched    int            `json:"rooms_mismatched"`
+	RoomsMissing       int            `json:"rooms_missing"`
+	Replays            uint64         `json:"replays"`
+	LivePageOverwrites uint64         `json:"live_page_overwrites"`
+	GraphDiffSamples   int            `json:"graphdiff_samples"`
+	DivergentSamples   int            `json:"divergent_samples"`
+	DivergentSessions  int            `json:"divergent_sessions"`
+	DivergentLeaked    int            `json:"divergent_sessions_leaked"`
+	Toggles            []ToggleResult `json:"toggles"`
+}
+
+// TransferClean: every non-warmup room matched and none is missing.
+func (e Evidence) TransferClean() bool {
+	return e.RoomsMismatched == 0 && e.RoomsMissing == 0 && e.RoomsMatched > 0
+}
+
+// BufferPristine: the canary saw replays and no live-page overwrite.
+func (e Evidence) BufferPristine() bool { return e.Replays > 0 && e.LivePageOverwrites == 0 }
+
+// GraphDiverges: the captured replay disagreed with eager on some sample.
+func (e Evidence) GraphDiverges() bool { return e.DivergentSamples > 0 }
+
+// Report is a whole demo.
+type Report struct {
+	Sessions    int          `json:"sessions"`
+	Rounds      int          `json:"rounds"`
+	Seed        uint64       `json:"seed"`
+	Steps       []StepResult `json:"steps"`
+	Evidence    Evidence     `json:"evidence"`
+	Verdict     Verdict      `json:"verdict"`
+	Out         string       `json:"out"`
+	WallSeconds float64      `json:"wall_seconds"`
+}
+
+func (o *Options) defaults() error {
+	if o.Sessions == 0 {
+		o.Sessions = 80
+	}
+	if o.Rounds == 0 {
+		o.Rounds = defaultRounds
+	}
+	if o.Sessions < 1 || o.Rounds < 1 {
+		return fmt.Errorf("demo: sessions %d and rounds %d must be at least 1", o.Sessions, o.Rounds)
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = min(2, runtime.GOMAXPROCS(0))
+	}
+	if o.Toggles == nil {
+		o.Toggles = DefaultToggles()
+	}
+	if o.Publish == nil {
+		o.Publish = func(Update) {}
+	}
+	if o.Out == "" {
+		d, err := os.MkdirTemp("", "kvcanary-demo-")
+		if err != nil {
+			return fmt.Errorf("demo: make bundle dir: %w", err)
+		}
+		o.Out = d
+	} else if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return fmt.Errorf("demo: make bundle dir: %w", err)
+	}
+	return nil
+}
+
+// run is one twin run's outcome.
+type run struct {
+	name    string
+	cfg     sim.Config
+	bundle  string
+	stats   *repro.RunStats
+	result  sim.Result
+	sums    map[string]any // analyzer summaries (baseline only)
+	seconds float64
+	err     error
+	done    chan struct{}
+}
+
+// Run performs the investigation. It returns the report, or an error when a
+// run could not be performed (the report then holds the steps done so far).
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	rep := &Report{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out}
+	base := sim.DefaultConfig()
+	base.Seed = opts.Seed
+	if opts.Base != nil {
+		opts.Base(&base)
+	}
+	runs := []*run{{name: "baseline", cfg: base}}
+	for i, t := range opts.Toggles {
+		c := base
+		c.Inject = append([]string(nil), base.Inject...)
+		c.Instruments = sim.Instruments{Sched: true}
+		t.Apply(&c)
+		runs = append(runs, &run{name: fmt.Sprintf("ab%d", i+1), cfg: c})
+	}
+	for _, r := range runs {
+		r.done = make(chan struct{})
+		if err := r.cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("demo: %s configuration: %w", r.name, err)
+		}
+	}
+	// Progress of each run, published by the step that waits for it.
+	var pmu sync.Mutex
+	progress := make([][2]int, len(runs))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range opts.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				r := runs[i]
+				r.err = opts.twin(ctx, r, i == 0, func(f, t int) {
+					pmu.Lock()
+					progress[i] = [2]int{f, t}
+					pmu.Unlock()
+				})
+				close(r.done)
+			}
+		}()
+	}
+	go func() {
+		for i := range runs {
+			select {
+			case work <- i:
+			case <-ctx.Done():
+				for _, r := range runs[i:] {
+					r.err = ctx.Err()
+					close(r.done)
+				}
+				close(work)
+				return
+			}
+		}
+		close(work)
+	}()
+	defer wg.Wait()
+
+	idx := 0
+	wait := func(step string, r *run) error {
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		ri := 0
+		for k := range runs {
+			if runs[k] == r {
+				ri = k
+			}
+		}
+		for {
+			select {
+			case <-r.done:
+				return r.err
+			case <-tick.C:
+				pmu.Lock()
+				p := progress[ri]
+				pmu.Unlock()
+				opts.Publish(Update{Step: step, Index: idx, State: "running", Finished: p[0], Total: p[1]})
+			}
+		}
+	}
+	finish := func(res StepResult) {
+		rep.Steps = append(rep.Steps, res)
+		opts.Publish(Update{Step: res.Step, Index: idx, State: "done", Result: &res})
+	}
+
+	// 1–4: the baseline and its three decisive tests.
+	b := runs[0]
+	idx++
+	opts.Publish(Update{Step: StepBaseline, Index: idx, State: "running", Total: opts.Sessions})
+	if err := wait(StepBaseline, b); err != nil {
+		return rep, fmt.Errorf("demo: baseline run: %w", err)
+	}
+	ev := &rep.Evidence
+	ev.Baseline = b.stats.Summary()
+	finish(StepResult{Step: StepBaseline, Title: "baseline corruption (bf16 index-K, cuda graph, multi-stream overlap, PD)",
+		Result: ev.Baseline.Headline(), Pass: ev.Baseline.CorruptedSessions > 0, Bundle: b.bundle, Seconds: b.seconds})
+	fillEvidence(ev, b.sums)
+	for _, s := range evidenceSteps(*ev, b.bundle) {
+		idx++
+		opts.Publish(Update{Step: s.Step, Index: idx, State: "running"})
+		finish(s)
+	}
+	// 5–8: the A/B toggles.
+	for i, t := range opts.Toggles {
+		r := runs[i+1]
+		idx++
+		step := stepABPrefix + t.Name
+		opts.Publish(Update{Step: step, Index: idx, State: "running", Total: opts.Sessions})
+		if err := wait(step, r); err != nil {
+			return rep, fmt.Errorf("demo: run with %s: %w", t.Name, err)
+		}
+		ab := repro.Compare(b.stats, r.stats, repro.CompareOptions{Flag: t.Flag})
+		tr := ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: r.stats.Summary(), FisherP: ab.FisherP,
+			Confounds: ab.Confounds, Bundle: r.bundle}
+		if tr.Confounds == nil {
+			tr.Confounds = []repro.Confound{}
+		}
+		tr.Removes = tr.Summary.CorruptedSessions < ev.Baseline.CorruptedSessions && tr.FisherP < repro.Significance && len(tr.Confounds) == 0
+		ev.Toggles = append(ev.Toggles, tr)
+		finish(StepResult{Step: step, Title: "A/B " + t.Name, Result: toggleLine(ev.Baseline, tr), Pass: tr.Removes,
+			Bundle: r.bundle, Seconds: r.seconds})
+	}
+	// The verdict.
+	idx++
+	rep.Verdict = Decide(*ev)
+	finish(StepResult{Step: StepVerdict, Title: "verdict", Result: rep.Verdict.Text, Pass: rep.Verdict.Cause != ""})
+	rep.WallSeconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// twin performs one run: the baseline with every instrument and the
+// analyzers, a toggle with scheduler events only (outcomes and pressure are
+// all A/B needs).
+func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func(int, int)) error {
+	t0 := time.Now()
+	r.bundle = filepath.Join(o.Out, r.fileName())
+	r.stats = repro.NewRunStats(r.bundle)
+	rc := r.cfg.RunConfig()
+	rc.Sessions, rc.Rounds, rc.Concurrency = o.Sessions, o.Rounds, o.Sessions
+	host := hook.HostInfo{OS: "sim", Arch: "twin"}
+	w, err := traces.Create(r.bundle, traces.Manifest{Tool: o.Tool, Host: host, Config: rc,
+		Run: fmt.Sprintf("demo-%s-seed%d", r.name, r.cfg.Seed), Command: "demo"})
+	if err != nil {
+		return fmt.Errorf("create bundle: %w", err)
+	}
+	r.stats.SetManifest(o.Tool, time.Now(), host, rc)
+	bus := hook.NewBus()
+	sub := bus.Lossless("record", 4096)
+	recErr := make(chan error, 1)
+	go func() { recErr <- traces.Record(sub, w) }()
+	var analyzers []hook.Analyzer
+	if baseline {
+		analyzers = []hook.Analyzer{
+			checksum.NewAnalyzer(checksum.Options{WarmupMaxSeqLen: warmupSeqLen}),
+			canary.NewAnalyzer(canary.Options{}),
+			graphdiff.NewAnalyzer(graphdiff.Options{}),
+		}
+	}
+	stats := r.stats
+	pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
+		stats.Observe(ev)
+		bus.Publish(ev)
+	}), analyzers...)
+	wl := sim.DefaultWorkload()
+	wl.Sessions, wl.Rounds, wl.Tool, wl.Progress = o.Sessions, o.Rounds, o.Tool, progress
+	cfg := r.cfg
+	if o.Parallel > 1 {
+		cfg.Workers = 1 // runs, not rows, share the cores
+	}
+	res, runErr := sim.Run(ctx, cfg, wl, pub)
+	bus.Close()
+	if err := <-recErr; err != nil && runErr == nil {
+		runErr = fmt.Errorf("record %s: %w", r.bundle, err)
+	}
+	r.result = res
+	r.sums = map[string]any{}
+	for _, a := range analyzers {
+		r.sums[a.Name()] = a.Summary()
+	}
+	r.seconds = time.Since(t0).Seconds()
+	return runErr
+}
+
+func (r *run) fileName() string {
+	if r.name == "baseline" {
+		return "baseline" + traces.Extension
+	}
+	return r.name + "-" + sanitize(r.cfg) + traces.Extension
+}
+
+// sanitize names a toggle run's file by what differs from the default.
+func sanitize(c sim.Config) string {
+	d := sim.DefaultConfig()
+	switch {
+	case c.IndexKDtype != d.IndexKDtype:
+		return "index-k-" + c.IndexKDtype
+	case c.DisableCUDAGraph != d.DisableCUDAGraph:
+		return "no-cuda-graph"
+	case c.CUDAGraphMaxBS != d.CUDAGraphMaxBS:
+		return fmt.Sprintf("cuda-graph-max-bs-%d", c.CUDAGraphMaxBS)
+	case c.MultiStreamOverlap != d.MultiStreamOverlap:
+		return fmt.Sprintf("multi-stream-overlap-%v", c.MultiStreamOverlap)
+	}
+	return "variant"
+}
+
+// fillEvidence reads the analyzers' summaries of the baseline.
+func fillEvidence(ev *Evidence, sums map[string]any) {
+	for _, v := range sums {
+		switch s := v.(type) {
+		case checksum.Summary:
+			ev.Rooms, ev.RoomsMatched, ev.RoomsWarmup, ev.RoomsMismatched, ev.RoomsMissing = s.Rooms, s.Matched, s.Warmup, s.Mismatched, s.Missing
+		case canary.Summary:
+			ev.Replays, ev.LivePageOverwrites = s.Replays, s.LivePageOverwrites
+		case graphdiff.Summary:
+			ev.GraphDiffSamples, ev.DivergentSamples, ev.DivergentSessions, ev.DivergentLeaked = s.Samples, s.Divergent, s.DivergentSessions, s.DivergentSessionsLeaked
+		}
+	}
+}
+
+// evidenceSteps are steps 2–4: the three decisive layer tests.
+func evidenceSteps(ev Evidence, bundle string) []StepResult {
+	var out []StepResult
+	tr := StepResult{Step: StepTransfer, Title: "transfer: per-room index-K checksums, prefill vs decode", Bundle: bundle, Pass: ev.TransferClean()}
+	if tr.Pass {
+		tr.Result = fmt.Sprintf("transfer clean: %d/%d rooms match (+%d warmup) — the PD transfer delivers the bytes it was given",
+			ev.RoomsMatched, ev.RoomsMatched, ev.RoomsWarmup)
+	} else {
+		tr.Result = fmt.Sprintf("transfer DIRTY: %d of %d rooms mismatch, %d missing — the PD transfer corrupts or loses index-K",
+			ev.RoomsMismatched, ev.Rooms, ev.RoomsMissing)
+	}
+	out = append(out, tr)
+	bu := StepResult{Step: StepBuffer, Title: "persistent buffer: canary around every graph replay", Bundle: bundle, Pass: ev.BufferPristine()}
+	if bu.Pass {
+		bu.Result = fmt.Sprintf("buffer pristine: 0 live-page overwrites in %d replays — no replay writes a running request's pages", ev.Replays)
+	} else {
+		bu.Result = fmt.Sprintf("buffer OVERWRITTEN: %d live-page overwrites in %d replays", ev.LivePageOverwrites, ev.Replays)
+	}
+	out = append(out, bu)
+	co := StepResult{Step: StepCompute, Title: "transient compute: graph replay vs eager on the same inputs", Bundle: bundle, Pass: ev.GraphDiverges()}
+	if co.Pass {
+		co.Result = fmt.Sprintf("graph ≠ eager: %d of %d samples diverge (top-k selections) in %d sessions, %d of which leaked",
+			ev.DivergentSamples, ev.GraphDiffSamples, ev.DivergentSessions, ev.DivergentLeaked)
+	} else {
+		co.Result = fmt.Sprintf("graph = eager: 0 of %d samples diverge", ev.GraphDiffSamples)
+	}
+	out = append(out, co)
+	return out
+}
+
+func toggleLine(base repro.Summary, tr ToggleResult) string {
+	s := tr.Summary
+	conf := "no confounds"
+	if n := len(tr.Confounds); n > 0 {
+		conf = fmt.Sprintf("%d confound(s): ", n)
+		for i, c := range tr.Confounds {
+			if i > 0 {
+				conf += ", "
+			}
+			conf += fmt.Sprintf("%s %v→%v", c.Name, c.A, c.B)
+		}
+	}
+	effect := "does not remove it"
+	switch {
+	case tr.Removes:
+		effect = "removes it"
+	case s.CorruptedSessions < base.CorruptedSessions && tr.FisherP < repro.Significance:
+		effect = "lowers it, but confounded"
+	case s.CorruptedSessions > base.CorruptedSessions && tr.FisherP < repro.Significance:
+		effect = "makes it worse"
+	}
+	return fmt.Sprintf("%d/%d → %d/%d corrupted (%.0f%% → %.0f%%), Fisher p = %s, %s: %s",
+		base.CorruptedSessions, base.Sessions, s.CorruptedSessions, s.Sessions, 100*base.CorruptionRate, 100*s.CorruptionRate,
+		repro.FormatP(tr.FisherP), conf, effect)
+}

@@ -1,0 +1,169 @@
+package demo
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/kvcanary/kvcanary/repro"
+)
+
+// Verdict is the investigation's conclusion.
+type Verdict struct {
+	// Layer is where the decisive tests put the fault: "transfer",
+	// "persistent-buffer", "transient-compute", or "" when they do not.
+	Layer string `json:"layer"`
+	// Cause names the mechanism (a Mech* name) or the layer's fault
+	// ("pd-transfer", "live-page-overwrite"); "" when the evidence does not
+	// single one out.
+	Cause   string   `json:"cause"`
+	Text    string   `json:"text"`
+	Reasons []string `json:"reasons"`
+}
+
+var mechNames = map[string]string{
+	MechCUDAGraph:     "CUDA graph capture",
+	MechGraphPlanner:  "the graph memory planner",
+	MechOverlap:       "multi-stream overlap",
+	MechBF16IndexK:    "bf16 index-K",
+	MechInGraphLogits: "index logits in the graph arena",
+	MechEagerFallback: "eager fallback above cuda-graph-max-bs",
+}
+
+// MechanismName is a mechanism's name for people.
+func MechanismName(m string) string {
+	if n, ok := mechNames[m]; ok {
+		return n
+	}
+	return m
+}
+
+// Decide derives the verdict from the evidence, in the seeds' order: a dirty
+// transfer or an overwritten buffer names that layer; with both clean, graph ≠
+// eager puts the fault in the captured replay's transient compute, and among
+// the toggles that remove the corruption (fewer corrupted sessions, Fisher p
+// below repro.Significance, no confound) and touch captured replay, the one
+// with the smallest scope names the mechanism. Wider fixes that include it
+// (disabling graphs turns overlap off too) are reported as consistent.
+func Decide(ev Evidence) Verdict {
+	var v Verdict
+	b := ev.Baseline
+	if b.CorruptedSessions == 0 {
+		v.Text = fmt.Sprintf("no corruption in the baseline (0/%d sessions): nothing to localize", b.Sessions)
+		return v
+	}
+	v.Reasons = append(v.Reasons, fmt.Sprintf("baseline corrupts %d/%d sessions", b.CorruptedSessions, b.Sessions))
+	if !ev.TransferClean() {
+		v.Layer, v.Cause = "transfer", "pd-transfer"
+		v.Text = fmt.Sprintf("the PD transfer: %d of %d rooms differ between prefill and decode (%d missing)", ev.RoomsMismatched, ev.Rooms, ev.RoomsMissing)
+		return v
+	}
+	v.Reasons = append(v.Reasons, fmt.Sprintf("transfer clean (%d rooms match)", ev.RoomsMatched))
+	if !ev.BufferPristine() {
+		v.Layer, v.Cause = "persistent-buffer", "live-page-overwrite"
+		v.Text = fmt.Sprintf("a persistent-buffer overwrite: %d live pages changed outside their request's writes", ev.LivePageOverwrites)
+		return v
+	}
+	v.Reasons = append(v.Reasons, fmt.Sprintf("buffer pristine (0 live-page overwrites in %d replays)", ev.Replays))
+	if !ev.GraphDiverges() {
+		v.Text = "transfer clean, buffer pristine and graph = eager: the corruption lies outside the instrumented layers"
+		return v
+	}
+	v.Layer = "transient-compute"
+	v.Reasons = append(v.Reasons, fmt.Sprintf("graph ≠ eager (%d divergent samples)", ev.DivergentSamples))
+
+	var fixes []ToggleResult
+	for _, t := range ev.Toggles {
+		switch {
+		case t.Removes && touchesGraph(t.Scope):
+			fixes = append(fixes, t)
+		case t.Removes:
+			v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it but touches no captured-replay mechanism", t.Toggle))
+		case len(t.Confounds) > 0 && t.Summary.CorruptedSessions < b.CorruptedSessions:
+			v.Reasons = append(v.Reasons, fmt.Sprintf("%s lowers it but is confounded (%s)", t.Toggle, confoundNames(t.Confounds)))
+		default:
+			v.Reasons = append(v.Reasons, fmt.Sprintf("%s does not remove it (%d/%d, p = %s)", t.Toggle,
+				t.Summary.CorruptedSessions, t.Summary.Sessions, repro.FormatP(t.FisherP)))
+		}
+	}
+	if len(fixes) == 0 {
+		v.Text = "graph ≠ eager puts the fault in captured compute, but no toggle removes it without confounds"
+		return v
+	}
+	best := fixes[0]
+	tie := false
+	for _, f := range fixes[1:] {
+		switch {
+		case len(f.Scope) < len(best.Scope):
+			best, tie = f, false
+		case len(f.Scope) == len(best.Scope):
+			tie = true
+		}
+	}
+	if tie {
+		var names []string
+		for _, f := range fixes {
+			if len(f.Scope) == len(best.Scope) {
+				names = append(names, f.Toggle)
+			}
+		}
+		v.Text = "captured compute; equally narrow toggles remove it: " + strings.Join(names, ", ") + " — toggle one mechanism at a time to separate them"
+		return v
+	}
+	var mechs []string
+	for _, m := range best.Scope {
+		mechs = append(mechs, MechanismName(m))
+	}
+	if len(best.Scope) == 1 {
+		v.Cause = best.Scope[0]
+	} else {
+		v.Cause = strings.Join(best.Scope, "+")
+	}
+	var wider []string
+	for _, f := range fixes {
+		if f.Toggle != best.Toggle && contains(f.Scope, best.Scope) {
+			wider = append(wider, f.Toggle)
+		}
+	}
+	v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it: %d/%d → %d/%d, p = %s, no confounds", best.Toggle,
+		b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, repro.FormatP(best.FisherP)))
+	if len(wider) > 0 {
+		v.Reasons = append(v.Reasons, "consistent wider fixes: "+strings.Join(wider, ", "))
+	}
+	v.Text = fmt.Sprintf("%s inside captured decode graphs — %s removes the corruption (%d/%d → %d/%d, p = %s) while transfer is clean, the buffer pristine and graph ≠ eager",
+		strings.Join(mechs, " + "), best.Toggle, b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, repro.FormatP(best.FisherP))
+	if len(wider) > 0 {
+		v.Text += "; " + strings.Join(wider, ", ") + " also removes it by turning it off with more"
+	}
+	return v
+}
+
+func touchesGraph(scope []string) bool {
+	for _, m := range scope {
+		if graphMechanisms[m] {
+			return true
+		}
+	}
+	return false
+}
+
+// contains reports whether every element of sub is in set.
+func contains(set, sub []string) bool {
+	for _, s := range sub {
+		found := false
+		for _, x := range set {
+			found = found || x == s
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func confoundNames(cs []repro.Confound) string {
+	var n []string
+	for _, c := range cs {
+		n = append(n, c.Name)
+	}
+	return strings.Join(n, ", ")
+}
