@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/traces"
@@ -237,16 +238,27 @@ func simRunRun(opts *SimRunOptions) error {
 	return writeSimRunText(opts.IO.Out, cfg, res, sections)
 }
 
+// simSummary is the run's repro.Summary (the shared sessions/outcomes/rate
+// shape every reproducer reports).
+func simSummary(res sim.Result) repro.Summary {
+	var o repro.Outcomes
+	for _, s := range res.PerSession {
+		o.Add(s.Outcome)
+	}
+	return repro.SummaryOf(o, res.Rounds, time.Duration(res.WallSeconds*float64(time.Second)))
+}
+
 // simRunJSON is the one --json object of sim run.
 func simRunJSON(cfg sim.Config, res sim.Result, sections map[string]any) map[string]any {
+	sum := simSummary(res)
 	out := map[string]any{
 		"config":             configJSON(cfg),
-		"sessions":           res.Sessions,
-		"rounds":             res.Rounds,
-		"outcomes":           res.Outcomes,
-		"corrupted_sessions": res.CorruptedSessions,
-		"corruption_rate":    res.CorruptionRate,
-		"wilson95":           res.Wilson95,
+		"sessions":           sum.Sessions,
+		"rounds":             sum.Rounds,
+		"outcomes":           sum.Outcomes,
+		"corrupted_sessions": sum.CorruptedSessions,
+		"corruption_rate":    sum.CorruptionRate,
+		"wilson95":           sum.Wilson95,
 		"deviated_sessions":  res.Deviated,
 		"sched": map[string]any{
 			"peak_running_req": res.Stats.PeakRunningReq,
@@ -268,13 +280,9 @@ func simRunJSON(cfg sim.Config, res sim.Result, sections map[string]any) map[str
 	return out
 }
 
-func pct(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) }
-
 func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[string]any) error {
 	o := res.Outcomes
-	fmt.Fprintf(w, "CORRUPTION sessions: %d/%d = %s (leak=%d no_tool=%d error=%d ok-ish[done/maxrounds]=%d)  95%% CI %s–%s\n",
-		res.CorruptedSessions, res.Sessions, pct(res.CorruptionRate), o[hook.OutcomeLeak], o[hook.OutcomeNoTool], o[hook.OutcomeError],
-		o[hook.OutcomeDone]+o[hook.OutcomeMaxRounds], pct(res.Wilson95[0]), pct(res.Wilson95[1]))
+	fmt.Fprintln(w, simSummary(res).Headline())
 	fmt.Fprintf(w, "outcomes: done=%d maxrounds=%d leak=%d no_tool=%d error=%d timeout=%d (deviated from script: %d)\n",
 		o[hook.OutcomeDone], o[hook.OutcomeMaxRounds], o[hook.OutcomeLeak], o[hook.OutcomeNoTool], o[hook.OutcomeError], o[hook.OutcomeTimeout], res.Deviated)
 	graph := "on"
