@@ -211,8 +211,8 @@ func TestExpNonPos(t *testing.T) {
 	if expNonPos(-709) != 0 || expNonPos(math.Inf(-1)) != 0 || expNonPos(math.NaN()) != 0 {
 		t.Error("expNonPos below the cutoff, -Inf or NaN is not 0")
 	}
-	for _, d := range []float64{0, 1e-9, -1e-9, 1e-3, -1.9e-3, 0.5, -3} {
-		if got, want := expm1Neg(d), math.Expm1(-d); math.Abs(got-want) > 1e-15*math.Max(math.Abs(want), 1e-300) {
+	for _, d := range []float64{0, 1e-9, -1e-9, 1e-3, -1.9e-3, 2e-3, -2.1e-3, 0.01, 0.5, -3, 50, -300, 707, -708.5, 800, -800} {
+		if got, want := expm1Neg(d), math.Expm1(-d); math.Abs(got-want) > 1e-13*math.Max(math.Abs(want), 1e-300) {
 			t.Errorf("expm1Neg(%v) = %v, want %v", d, got, want)
 		}
 	}
