@@ -37,6 +37,8 @@ type Options struct {
 	Title string
 	// Source describes where events come from ("bundle run.kvtrace").
 	Source string
+	// Run labels the run until a run.start names one (a bundle's manifest run).
+	Run string
 	// Sub is the bus subscription the dashboard reads. It should be a Live
 	// subscription (bus.Live("tui", DefaultLiveCapacity)) so the producer
 	// never waits; its drops are shown in the header.
@@ -194,6 +196,7 @@ func New(opts Options) *Model {
 		FullKey: st.HelpKey, FullDesc: st.HelpDesc, FullSeparator: st.Muted, Ellipsis: st.Muted,
 	}
 	m.agg = newAggregator(opts.Source)
+	m.agg.run = quoteAll(opts.Run)
 	m.agg.resetOn = !opts.KeepRuns
 	m.win = newWindow(opts.WindowEvents, opts.WindowBytes)
 	m.header = NewHeaderPanel(st, opts.Title)
@@ -461,7 +464,7 @@ func (m *Model) snapshotManifest() traces.Manifest {
 	if c := m.agg.config; c != nil && man.Config.Engine == "" {
 		man.Config = *c
 	}
-	if man.Run == "" && m.agg.run != "-" {
+	if man.Run == "" {
 		man.Run = m.agg.run
 	}
 	return man

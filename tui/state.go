@@ -218,6 +218,9 @@ type aggregator struct {
 	host    string
 	resetOn bool // a run.start for a new run clears per-run aggregates
 
+	seenStart bool
+	startRun  string // raw run id of the last run.start
+
 	events, prodDropped uint64
 	byKind              [16]uint64
 	lastTS              int64
@@ -290,19 +293,22 @@ func (a *aggregator) apply(ev *hook.Event) {
 	}
 	switch b := ev.Body.(type) {
 	case *hook.RunStart:
-		if a.resetOn && a.run != "" && ev.Run != a.run {
+		// A second run.start begins another run (the demo runs several):
+		// unless it names the same run, per-run panels start over.
+		if a.resetOn && a.seenStart && (ev.Run == "" || ev.Run != a.startRun) {
 			a.resetRun()
 		}
+		a.seenStart, a.startRun = true, ev.Run
 		cfg := b.Config
-		a.config, a.tool, a.run = &cfg, cmdutil.Quote(b.Tool), ev.Run
+		a.config, a.tool = &cfg, cmdutil.Quote(b.Tool)
+		if ev.Run != "" {
+			a.run = cmdutil.Quote(ev.Run)
+		}
 		a.host = b.Host.Hostname
 		if a.host == "" {
 			a.host = strings.Trim(b.Host.OS+"/"+b.Host.Arch, "/")
 		}
 		a.host = cmdutil.Quote(a.host)
-		if ev.Run == "" {
-			a.run = "-"
-		}
 	case *hook.RunEnd:
 		a.prodDropped += b.Dropped
 		a.runEnded = true

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+	"github.com/kvcanary/kvcanary/tui"
+)
+
+func TestWatchFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios}
+	var got *WatchOptions
+	cmd := NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--sim", "--inject", "transfer-race", "--sessions", "8", "--rounds", "2", "--seed", "3", "--record", "r.kvtrace", "--multi-stream-overlap=false"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Sim || got.Sessions != 8 || got.Rounds != 2 || got.Seed != 3 || got.Record != "r.kvtrace" {
+		t.Fatalf("options %+v", got)
+	}
+	cfg, err := got.Engine.config(got.Seed)
+	if err != nil || cfg.MultiStreamOverlap || len(cfg.Inject) != 1 || cfg.Inject[0] != "transfer-race" {
+		t.Fatalf("engine config %+v, %v", cfg, err)
+	}
+	cmd = NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--bundle", "x.kvtrace", "--speed", "10x"})
+	if err := cmd.Execute(); err != nil || got.Bundle != "x.kvtrace" || got.Speed != "10x" {
+		t.Fatalf("bundle flags: %v %+v", err, got)
+	}
+	for _, args := range [][]string{
+		{},
+		{"--sim", "--bundle", "x.kvtrace"},
+		{"--bundle", "x.kvtrace", "--record", "y.kvtrace"},
+		{"--bundle", "x.kvtrace", "--speed", "fast"},
+		{"--bundle", "x.kvtrace", "--speed", "-2x"},
+		{"--sim", "--sessions", "0"},
+		{"--listen", "unix:///tmp/x.sock", "extra"},
+	} {
+		cmd := NewCmdWatch(f, func(*WatchOptions) error { t.Fatalf("%v: ran", args); return nil })
+		cmd.SetArgs(args)
+		var sink strings.Builder
+		cmd.SetOut(&sink)
+		cmd.SetErr(&sink)
+		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+			t.Errorf("%v: err %v (exit %d), want a usage error", args, err, cmdutil.ExitCode(err))
+		}
+	}
+}
+
+func TestWatchNeedsTerminal(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	opts := &WatchOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background()}, Sim: true, Speed: "1x",
+		runTUI: func(context.Context, tui.Options) (tui.Stats, error) {
+			t.Fatal("dashboard started without a terminal")
+			return tui.Stats{}, nil
+		}}
+	err := watchRun(opts)
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "not a terminal") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// drainUI is a dashboard stand-in: it reads the subscription to its end (or
+// until stop says so) and reports what it saw.
+func drainUI(t *testing.T, seen *[]hook.Event, stop func([]hook.Event) bool) func(context.Context, tui.Options) (tui.Stats, error) {
+	return func(ctx context.Context, o tui.Options) (tui.Stats, error) {
+		t.Helper()
+		if o.Sub == nil || o.Summaries == nil || o.Done == nil {
+			t.Errorf("options lack Sub, Summaries or Done: %+v", o)
+		}
+		for {
+			select {
+			case <-o.Sub.Ready():
+			case <-time.After(5 * time.Second):
+				t.Error("no events for 5s")
+				return tui.Stats{}, nil
+			}
+			var open bool
+			*seen, open = o.Sub.Drain(*seen)
+			if !open || (stop != nil && stop(*seen)) {
+				return tui.Stats{Events: uint64(len(*seen)), Dropped: o.Sub.Dropped()}, nil
+			}
+		}
+	}
+}
+
+func countKind(evs []hook.Event, k hook.Kind) int {
+	n := 0
+	for _, ev := range evs {
+		if ev.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// TestWatchSimRecordThenReplay runs the twin live with --record, then
+// replays the recording: the replay shows the same events, and the findings
+// the analyzers recorded are judged again rather than shown twice.
+func TestWatchSimRecordThenReplay(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "sim.kvtrace")
+	ios, _, _, errOut := cmdutil.Test()
+	ios.SetTTY(true, true)
+	var seen []hook.Event
+	cmd := NewCmdWatch(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, func(o *WatchOptions) error {
+		o.runTUI = drainUI(t, &seen, nil)
+		return watchRun(o)
+	})
+	cmd.SetArgs([]string{"--sim", "--sessions", "3", "--rounds", "1", "--inject", "transfer-race", "--no-graphdiff", "--pool-tokens", "20000", "--record", rec})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("watch --sim: %v; stderr %s", err, errOut)
+	}
+	if countKind(seen, hook.KindRunStart) != 1 || countKind(seen, hook.KindSession) != 3 {
+		t.Fatalf("view saw %d run.start and %d sessions, want 1 and 3", countKind(seen, hook.KindRunStart), countKind(seen, hook.KindSession))
+	}
+	sum, err := traces.Inspect(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Events != uint64(len(seen)) || sum.Truncated || sum.Manifest.Command != "watch" {
+		t.Fatalf("recorded %d events (truncated %v, command %q), the view saw %d", sum.Events, sum.Truncated, sum.Manifest.Command, len(seen))
+	}
+	if !strings.Contains(errOut.String(), "recorded ") || !strings.Contains(errOut.String(), "0 dropped by the view") {
+		t.Fatalf("exit report: %q", errOut)
+	}
+	recorded := sum.Counts["finding"]
+	if recorded == 0 {
+		t.Fatal("the twin with transfer-race recorded no findings; the replay check needs some")
+	}
+
+	ios, _, _, errOut = cmdutil.Test()
+	ios.SetTTY(true, true)
+	seen = nil
+	var opts tui.Options
+	cmd = NewCmdWatch(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, func(o *WatchOptions) error {
+		ui := drainUI(t, &seen, nil)
+		o.runTUI = func(ctx context.Context, to tui.Options) (tui.Stats, error) { opts = to; return ui(ctx, to) }
+		return watchRun(o)
+	})
+	cmd.SetArgs([]string{"--bundle", rec, "--speed", "max"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("watch --bundle: %v; %s", err, errOut)
+	}
+	if got := countKind(seen, hook.KindFinding); uint64(got) != recorded {
+		t.Fatalf("replay shows %d findings, the bundle recorded %d", got, recorded)
+	}
+	if uint64(len(seen)) != sum.Events {
+		t.Fatalf("replay shows %d events, the bundle has %d", len(seen), sum.Events)
+	}
+	if st := opts.Cursor.State(); !st.Done || st.AtTS != sum.LastTS || st.FirstTS != sum.FirstTS {
+		t.Fatalf("cursor %+v, bundle span %d..%d", st, sum.FirstTS, sum.LastTS)
+	}
+	if opts.Run != "sim-seed1" || !strings.HasPrefix(opts.Source, "bundle ") {
+		t.Fatalf("source %q run %q", opts.Source, opts.Run)
+	}
+	if sums := opts.Summaries(); len(sums) != 3 {
+		t.Fatalf("summaries %v", sums)
+	}
+}
+
+func TestWatchBundleErrors(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	ios.SetTTY(true, true)
+	opts := &WatchOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background()}, Bundle: filepath.Join(t.TempDir(), "none.kvtrace"), Speed: "1x",
+		runTUI: func(context.Context, tui.Options) (tui.Stats, error) {
+			t.Fatal("dashboard started on a missing bundle")
+			return tui.Stats{}, nil
+		}}
+	err := watchRun(opts)
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), "none.kvtrace") {
+		t.Fatalf("err %v", err)
+	}
+}
+
+func TestWatchListen(t *testing.T) {
+	dir := t.TempDir()
+	addr := "unix://" + filepath.Join(dir, "w.sock")
+	rec := filepath.Join(dir, "live.kvtrace")
+	ios, _, _, errOut := cmdutil.Test()
+	ios.SetTTY(true, true)
+	var seen []hook.Event
+	cmd := NewCmdWatch(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, func(o *WatchOptions) error {
+		ui := drainUI(t, &seen, func(evs []hook.Event) bool { return countKind(evs, hook.KindSession) == 3 })
+		o.runTUI = func(ctx context.Context, to tui.Options) (tui.Stats, error) {
+			if !strings.HasPrefix(to.Source, "listen unix://") {
+				t.Errorf("source %q", to.Source)
+			}
+			em, err := hook.Dial(addr, hook.DialOptions{FlushTimeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 3; i++ {
+				em.Emit(hook.Event{Kind: hook.KindSession, TS: int64(i + 1), Body: &hook.Session{ID: "s", Outcome: hook.OutcomeLeak}})
+			}
+			defer em.Close()
+			return ui(ctx, to)
+		}
+		return watchRun(o)
+	})
+	cmd.SetArgs([]string{"--listen", addr, "--record", rec, "--run", "live1"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("watch --listen: %v; %s", err, errOut)
+	}
+	if countKind(seen, hook.KindSession) != 3 || seen[0].Run != "live1" {
+		t.Fatalf("view saw %+v", seen)
+	}
+	sum, err := traces.Inspect(rec)
+	if err != nil || sum.Counts["session"] != 3 || sum.Manifest.Run != "live1" {
+		t.Fatalf("recorded %+v, %v", sum.Counts, err)
+	}
+}
