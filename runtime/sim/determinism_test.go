@@ -74,3 +74,40 @@ func TestSeedChangesInterleaving(t *testing.T) {
 		t.Fatalf("first prompt prefix is %d tokens, want 1–2k", len(a.Prefix))
 	}
 }
+
+func TestServeConcurrentSubmit(t *testing.T) {
+	cfg := quietConfig(5)
+	e, err := NewEngine(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- e.Serve(ctx) }()
+	results := make(chan Completion, 6)
+	for i := range 6 {
+		go func() {
+			s := NewScript(5, i, 2)
+			p, hint := BuildPrompt(s.Prefix, nil, s.Rounds[0].Expected)
+			h, err := e.Submit(Request{ID: s.Session, Session: s.Session, Prompt: p, Hint: hint, Expected: s.Rounds[0].Expected})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results <- h.Result()
+		}()
+	}
+	for range 6 {
+		c := <-results
+		if c.FinishReason == "" || len(c.Tokens) == 0 {
+			t.Errorf("%s: empty completion %+v", c.ID, c)
+		}
+		if c.Text != DefaultVocab().Decode(c.Tokens) {
+			t.Errorf("%s: text does not decode the tokens", c.ID)
+		}
+	}
+	cancel()
+	if err := <-served; err != context.Canceled {
+		t.Fatalf("Serve returned %v", err)
+	}
+}

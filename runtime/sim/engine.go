@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -695,4 +696,25 @@ func (e *Engine) finish(r *request, reason, errText string) Completion {
 	close(r.h.done)
 	e.reqs[r.idx] = nil
 	return c
+}
+
+// Serve steps the engine until ctx ends: while any request is in flight it
+// steps back to back, otherwise it waits for a Submit. Results reach
+// submitters through their Handles. Call it from one goroutine only (it is
+// the engine's Step loop); Submit may be called concurrently.
+func (e *Engine) Serve(ctx context.Context) error {
+	for {
+		if e.Idle() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-e.wake:
+			}
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		e.Step()
+	}
 }

@@ -100,7 +100,7 @@ func TestTransferRaceLandsLate(t *testing.T) {
 		var c collect
 		late, landedLater := 0, 0
 		pending := map[*chunk]bool{}
-		driveEngine(t, cfg, 40, 3, &c, nil, func(e *Engine) {
+		driveEngine(t, cfg, faultSessions(), 3, &c, nil, func(e *Engine) {
 			for _, x := range e.xfers {
 				if !x.completed {
 					continue
@@ -177,7 +177,7 @@ func TestStaleOutLocWritesForeignPage(t *testing.T) {
 			tok     Token
 		}
 		var pendingStores []ghostStore
-		driveEngine(t, cfg, 40, 3, nil, func(e *Engine) {
+		driveEngine(t, cfg, faultSessions(), 3, nil, func(e *Engine) {
 			e.testStore = func(rw *row, owner int32) {
 				if owner == rw.r.idx {
 					own++
@@ -224,7 +224,7 @@ func TestStaleSeqLenNeverSelectsBeyondBakedLength(t *testing.T) {
 	cfg.Inject = []string{FaultStaleSeqLen}
 	beyond, checked := 0, 0
 	var eng *Engine
-	driveEngine(t, cfg, 40, 3, nil, func(e *Engine) {
+	driveEngine(t, cfg, faultSessions(), 3, nil, func(e *Engine) {
 		eng = e
 		e.testStore = func(rw *row, _ int32) {
 			if rw.limit >= rw.n {
@@ -255,8 +255,8 @@ func TestStaleSeqLenNeverSelectsBeyondBakedLength(t *testing.T) {
 // TestFaultsManifest: each fault changes outcomes or instruments in a
 // 40×3 run with otherwise default flags.
 func TestFaultsManifest(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short")
+	if testing.Short() || raceEnabled {
+		t.Skip("three full 40×3 runs: skipped under -short and -race (the byte-level tests cover the mechanisms)")
 	}
 	for _, f := range Faults {
 		cfg := DefaultConfig()
@@ -301,4 +301,13 @@ func foreignWrites(evs []hook.Event) int {
 		}
 	}
 	return n
+}
+
+// faultSessions is the byte-level fault tests' session count (smaller under
+// the race detector).
+func faultSessions() int {
+	if raceEnabled {
+		return 20
+	}
+	return 40
 }
