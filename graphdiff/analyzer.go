@@ -74,6 +74,8 @@ type SampleReport struct {
 	TopKJaccard   float64 `json:"topk_jaccard"`
 	FirstDiffRank int     `json:"first_diff_rank"`
 	ArgmaxAgree   bool    `json:"argmax_agree"`
+	NonFinite     int     `json:"nonfinite_mismatch,omitempty"`
+	MaskedGraph   int     `json:"masked_graph,omitempty"` // positions the graph masked (-Inf) that eager scored
 	MissingCount  int     `json:"missing_count"`
 	ExtraCount    int     `json:"extra_count"`
 	Missing       []int32 `json:"missing,omitempty"` // at most 32, ascending
@@ -193,6 +195,7 @@ func Report(s *hook.GraphDiffSample, r *Result) SampleReport {
 		Divergent: r.Divergent, Reason: r.Reason, N: r.N, K: r.K,
 		MaxAbsDiff: r.MaxAbsDiff, RelRMSE: r.RelRMSE, Cosine: r.Cosine, KL: r.KL,
 		TopKJaccard: r.TopKJaccard, FirstDiffRank: r.FirstDiffRank, ArgmaxAgree: r.ArgmaxAgree,
+		NonFinite: r.NonFinite, MaskedGraph: r.MaskedGraph,
 		MissingCount: len(r.Missing), ExtraCount: len(r.Extra),
 		Missing: clip(r.Missing), Extra: clip(r.Extra),
 	}
@@ -335,6 +338,7 @@ func Finding(rep SampleReport, r *Result) *hook.Finding {
 		"extra":           joinPositions(rep.Extra, rep.ExtraCount),
 		"not_close":       strconv.Itoa(r.NotClose),
 		"nonfinite":       strconv.Itoa(r.NonFinite),
+		"masked_graph":    strconv.Itoa(r.MaskedGraph),
 	}
 	if rep.Session != "" {
 		ev["session"] = rep.Session
@@ -373,7 +377,12 @@ func Headline(rep SampleReport) string {
 		}
 		b.WriteString(")")
 	case ReasonNonFinite:
-		b.WriteString("NaN/Inf on one side only")
+		if rep.MaskedGraph == rep.NonFinite {
+			fmt.Fprintf(&b, "the graph masked %d %s (-Inf) that eager scored; top-%d selection unchanged",
+				rep.MaskedGraph, plural(rep.MaskedGraph, "position"), rep.K)
+		} else {
+			fmt.Fprintf(&b, "NaN/Inf on one side only at %d positions", rep.NonFinite)
+		}
 	case ReasonLength:
 		b.WriteString("graph and eager vectors differ in length")
 	case ReasonTop1:
@@ -400,4 +409,11 @@ func joinPositions(p []int32, total int) string {
 		fmt.Fprintf(&b, ",…(+%d)", total-len(p))
 	}
 	return b.String()
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }

@@ -42,7 +42,9 @@ type Result struct {
 	RelRMSE      float64 `json:"rel_rmse"` // rms(g-e) / rms(e); 0 when both are 0, 1 when only e is
 	Cosine       float64 `json:"cosine"`   // 1 when both are all zero, 0 when only one is
 	NonFinite    int     `json:"nonfinite_mismatch"`
-	NotClose     int     `json:"not_close"` // entries outside ATol + RTol·|e|
+	MaskedGraph  int     `json:"masked_graph,omitempty"` // of NonFinite: -Inf (masked) in the graph where eager is finite
+	MaskedEager  int     `json:"masked_eager,omitempty"` // of NonFinite: -Inf in eager where the graph is finite
+	NotClose     int     `json:"not_close"`              // entries outside ATol + RTol·|e|
 
 	ArgmaxGraph int  `json:"argmax_graph"` // -1 when no finite entry
 	ArgmaxEager int  `json:"argmax_eager"`
@@ -136,6 +138,7 @@ func (c *Comparer) Compare(graph, eager, ref []float32, selGraph, selEager []int
 	st := pairPass(g, e, r.Tol)
 	r.MaxAbsDiff, r.MaxAbsDiffAt = st.maxAbs, st.maxAt
 	r.NonFinite, r.NotClose = st.nonFinite, st.notClose
+	r.MaskedGraph, r.MaskedEager = st.maskedG, st.maskedE
 	if st.finite > 0 {
 		r.MeanAbsDiff = st.sumAbs / float64(st.finite)
 	}
@@ -237,6 +240,7 @@ type pairStats struct {
 	maxAt                  int
 	finite                 int
 	nonFinite              int
+	maskedG, maskedE       int
 	notClose               int
 	argG, argE             int
 }
@@ -387,6 +391,12 @@ func (st *pairStats) slowEntry(g, e []float32, i int, atol, rtol float64, maxAbs
 		same := (math.IsNaN(gv) && math.IsNaN(ev)) || (gf == ef && gv == ev)
 		if !same {
 			st.nonFinite++
+			switch {
+			case math.IsInf(gv, -1) && ef:
+				st.maskedG++
+			case math.IsInf(ev, -1) && gf:
+				st.maskedE++
+			}
 		}
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -289,6 +290,17 @@ func TestCompareSampleUsesSelections(t *testing.T) {
 	}
 	if r.Tol.Dtype != "bf16" || r.K != 2 {
 		t.Fatalf("dtype %q k %d", r.Tol.Dtype, r.K)
+	}
+	// The graph masked a position outside the selection: non-finite, and
+	// counted as masked by the graph.
+	s = &hook.GraphDiffSample{Step: 5, Request: "r3", Graph: []float32{4, 3, float32(math.Inf(-1))},
+		Eager: []float32{4, 3, 1}, K: 1}
+	r = CompareSample(s, Options{})
+	if !r.Divergent || r.Reason != ReasonNonFinite || r.MaskedGraph != 1 || r.MaskedEager != 0 {
+		t.Fatalf("masked: divergent=%v reason=%q masked=%d/%d", r.Divergent, r.Reason, r.MaskedGraph, r.MaskedEager)
+	}
+	if h := Headline(Report(s, &r)); !strings.Contains(h, "the graph masked 1 position (-Inf)") {
+		t.Fatalf("headline %q", h)
 	}
 	// Top-k only (no vectors): the selections alone decide.
 	s = &hook.GraphDiffSample{Step: 4, Request: "r2", TopKGraph: []int32{7, 8}, TopKEager: []int32{7, 8}}
