@@ -130,7 +130,7 @@ func BenchmarkDecode(b *testing.B) {
 	var sink hook.CUDA
 	b.ReportAllocs()
 	b.SetBytes(RecordSize)
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	for i := 0; b.Loop(); i++ {
 		off := (i & 1023) * RecordSize
 		if err := Decode(buf[off:off+RecordSize], &r); err != nil {
@@ -139,5 +139,8 @@ func BenchmarkDecode(b *testing.B) {
 		sink = r.CUDA(1)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(b.N)/cpu.Seconds(), "events/cpu-s")
+	}
 	_ = sink
 }
