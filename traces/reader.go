@@ -250,8 +250,8 @@ func (r *Reader) Next() (hook.Event, error) {
 		if rec.Type != RecordEvent {
 			continue
 		}
-		var ev hook.Event
-		if err := ev.UnmarshalJSON(rec.Line); err != nil {
+		ev, _, err := hook.DecodeJSONLine(rec.Line)
+		if err != nil {
 			r.skip(rec.Pos, "%v", err)
 			continue
 		}
