@@ -114,7 +114,9 @@ func jsonError(data []byte, dec *json.Decoder, err error) *apiError {
 	case len(bytes.TrimSpace(data)) == 0:
 		return badRequest("", "invalid_json", "request body is empty; want a JSON object")
 	case errors.As(err, &se):
-		return badRequest("", "invalid_json", "request body: invalid JSON at byte %d: %v", se.Offset, err)
+		// Offset counts the bytes read including the bad one: name the bad
+		// byte's 0-based position.
+		return badRequest("", "invalid_json", "request body: invalid JSON at byte %d: %v", max(se.Offset-1, 0), err)
 	case errors.As(err, &te):
 		return badRequest(te.Field, "invalid_type", "request body: field %q at byte %d: want %s, got JSON %s", te.Field, te.Offset, te.Type, te.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
