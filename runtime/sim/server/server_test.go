@@ -136,7 +136,6 @@ func TestChatNonStreamingToolCallThenText(t *testing.T) {
 	}
 }
 
-
 func TestChatStreaming(t *testing.T) {
 	s, hs := newTestServer(t)
 	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"stream it; tool rounds: 2"}],"tools":` + toolsJSON + `}`
