@@ -191,9 +191,7 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 		defer mu.Unlock()
 		views.Add(&c)
 		if w != nil && writeErr == nil {
-			body := c
-			ev := hook.Event{Kind: hook.KindCUDA, TS: c.StartNS, Run: opts.Run,
-				Src: hook.Source{Node: host, Proc: "cudaprobe", PID: int32(c.PID)}, Body: &body}
+			ev := cudaprobe.Event(c, hook.Source{Node: host, Proc: "cudaprobe"}, opts.Run)
 			if writeErr = w.Write(ev); writeErr == nil {
 				recorded++
 			}

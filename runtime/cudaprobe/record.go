@@ -160,3 +160,12 @@ func BaseName(call string) string {
 	}
 	return Specs[si].Base
 }
+
+// Event wraps a call as a hook.KindCUDA event stamped with the call's start.
+func Event(c hook.CUDA, src hook.Source, run string) hook.Event {
+	body := c
+	if src.PID == 0 {
+		src.PID = int32(c.PID)
+	}
+	return hook.Event{Kind: hook.KindCUDA, TS: c.StartNS, Src: src, Run: run, Body: &body}
+}

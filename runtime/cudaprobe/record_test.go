@@ -59,6 +59,18 @@ func TestDecodeInterpretsThroughSpec(t *testing.T) {
 	}
 }
 
+func TestEvent(t *testing.T) {
+	c := hook.CUDA{Call: "cuGraphLaunch", PID: 9, StartNS: 123, Stream: 0xA}
+	ev := Event(c, hook.Source{Proc: "cudaprobe"}, "r")
+	c.Stream = 0xB // the event holds its own copy
+	if ev.Kind != hook.KindCUDA || ev.TS != 123 || ev.Run != "r" || ev.Src.PID != 9 || ev.Body.(*hook.CUDA).Stream != 0xA {
+		t.Fatalf("%+v", ev)
+	}
+	if _, err := ev.MarshalJSON(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestDecodeRejectsBadRecords(t *testing.T) {
 	good := rec("cuGraphLaunch")
 	mut := func(f func(b []byte)) []byte { b := encode(good); f(b); return b }
