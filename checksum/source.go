@@ -1,7 +1,6 @@
 package checksum
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -17,25 +16,6 @@ type Source interface {
 	// Each calls fn for every record of the input; the record is reused
 	// between calls. It returns what it read.
 	Each(fn func(*Record) error) (InputStats, error)
-}
-
-// zstdMagic opens every zstd frame, hence every bundle.
-var zstdMagic = []byte{0x28, 0xB5, 0x2F, 0xFD}
-
-// IsBundle reports whether the file at path starts with the zstd magic (a
-// bundle) rather than text (a log).
-func IsBundle(path string) (bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	var head [4]byte
-	n, err := io.ReadFull(f, head[:])
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		return false, fmt.Errorf("read %s: %w", path, err)
-	}
-	return n == 4 && bytes.Equal(head[:], zstdMagic), nil
 }
 
 type logFile struct{ path string }

@@ -372,3 +372,41 @@ func TestReaderJoinsLineAcrossFrames(t *testing.T) {
 		t.Error("bundle without footer not reported truncated")
 	}
 }
+
+func TestIsBundle(t *testing.T) {
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "run"+Extension)
+	w, err := Create(bundle, testManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{
+		"log":     []byte("[2025-06-01 12:00:00] Decode batch, #running-req: 1\n"),
+		"empty":   nil,
+		"short":   zstdMagicBytes[:3], // a prefix of the magic is not the magic
+		"magic":   zstdMagicBytes,     // the magic alone is claimed; Open judges the rest
+		"almostz": {0x28, 0xb5, 0x2f, 0xfe},
+	}
+	want := map[string]bool{"log": false, "empty": false, "short": false, "magic": true, "almostz": false}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, w := range want {
+		got, err := IsBundle(filepath.Join(dir, name))
+		if err != nil || got != w {
+			t.Errorf("IsBundle(%s) = %v, %v; want %v", name, got, err, w)
+		}
+	}
+	if got, err := IsBundle(bundle); err != nil || !got {
+		t.Errorf("IsBundle(written bundle) = %v, %v", got, err)
+	}
+	missing := filepath.Join(dir, "nope")
+	if _, err := IsBundle(missing); err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("IsBundle(missing) error %v: want ErrNotExist naming the path", err)
+	}
+}

@@ -112,6 +112,24 @@ func Open(path string) (*Reader, error) {
 	return r, nil
 }
 
+// IsBundle reports whether the file at path starts with the zstd magic, as
+// every bundle does; commands that take a bundle or a text log tell them
+// apart with it. A file shorter than the magic is not a bundle. The error
+// is the open or read error, naming path.
+func IsBundle(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("open input: %w", err)
+	}
+	defer f.Close()
+	var head [4]byte
+	n, err := io.ReadFull(f, head[:])
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return false, fmt.Errorf("read %s: %w", path, err)
+	}
+	return n == len(head) && bytes.Equal(head[:], zstdMagicBytes), nil
+}
+
 // NewReader reads a bundle from rd and reads its manifest.
 func NewReader(rd io.Reader) (*Reader, error) { return newReader(rd, "bundle") }
 

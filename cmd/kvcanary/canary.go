@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -53,9 +51,6 @@ type CanaryBundleInfo struct {
 // canaryMaxFindings bounds the findings a report lists; FindingsTotal counts all.
 const canaryMaxFindings = 100
 
-// canaryZstdMagic starts every zstd frame, hence every trace bundle.
-var canaryZstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
-
 // NewCmdCanary builds `kvcanary canary` and its subcommands.
 func NewCmdCanary(f *cmdutil.Factory, runF func(*CanaryReportOptions) error) *cobra.Command {
 	cmd := &cobra.Command{
@@ -101,23 +96,16 @@ violation was found, 3 the input is unreadable or has malformed violation lines.
 }
 
 func canaryReportRun(opts *CanaryReportOptions) error {
+	isBundle, err := traces.IsBundle(opts.Path)
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	if isBundle {
+		return canaryBundleReport(opts)
+	}
 	f, err := os.Open(opts.Path)
 	if err != nil {
 		return cmdutil.InputError(fmt.Errorf("open input: %w", err))
-	}
-	head := make([]byte, 4)
-	n, err := io.ReadFull(f, head)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		f.Close()
-		return cmdutil.InputError(fmt.Errorf("read %s: %w", opts.Path, err))
-	}
-	if n == 4 && bytes.Equal(head, canaryZstdMagic) {
-		f.Close()
-		return canaryBundleReport(opts)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		f.Close()
-		return cmdutil.InputError(fmt.Errorf("read %s: %w", opts.Path, err))
 	}
 	defer f.Close()
 	return canaryLogReport(opts, f)

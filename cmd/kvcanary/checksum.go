@@ -108,9 +108,9 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	var srcs []checksum.Source
 	bundles := map[string]*bundleInfo{}
 	for _, p := range opts.Paths {
-		isBundle, err := checksum.IsBundle(p)
+		isBundle, err := traces.IsBundle(p)
 		if err != nil {
-			return cmdutil.InputError(fmt.Errorf("open input: %w", err))
+			return cmdutil.InputError(err)
 		}
 		if !isBundle {
 			srcs = append(srcs, checksum.LogFile(p))
