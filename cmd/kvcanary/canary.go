@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -206,45 +205,45 @@ func canaryHeadline(s *canary.Summary) string {
 	if s.LiveCoverage != nil {
 		cov = "live coverage " + canaryPercent(*s.LiveCoverage)
 	}
-	return fmt.Sprintf("LIVE-PAGE-OVERWRITE hits: %s in %s replays (%s)", canaryCommas(s.LivePageOverwrites), canaryCommas(s.Replays), cov)
+	return fmt.Sprintf("LIVE-PAGE-OVERWRITE hits: %s in %s replays (%s)", cmdutil.Commas(s.LivePageOverwrites), cmdutil.Commas(s.Replays), cov)
 }
 
 func writeCanaryBundleText(ios *cmdutil.IOStreams, rep *CanaryReport) error {
 	s := rep.Canary
 	var b strings.Builder
 	if rep.Bundle.CanaryPages == 0 {
-		fmt.Fprintf(&b, "no canary.pages events in %s (%s events): was the canary enabled?\n", rep.Input, canaryCommas(rep.Bundle.Events))
+		fmt.Fprintf(&b, "no canary.pages events in %s (%s events): was the canary enabled?\n", rep.Input, cmdutil.Commas(rep.Bundle.Events))
 		_, err := fmt.Fprint(ios.Out, b.String())
 		return err
 	}
 	b.WriteString(canaryHeadline(s) + "\n")
 	fmt.Fprintf(&b, "policy %s: %s pages digested, %s of the pool per replay\n",
-		cmdutil.Quote(s.Policy), canaryCommas(s.PagesChecked), canaryPercent(s.Coverage))
+		cmdutil.Quote(s.Policy), cmdutil.Commas(s.PagesChecked), canaryPercent(s.Coverage))
 	switch {
 	case s.SlotCheckedReplays == s.Replays:
 		b.WriteString("expected pages checked slot by slot in every replay\n")
 	case s.SlotCheckedReplays == 0:
 		b.WriteString("expected pages not checked slot by slot: a stray write beside an expected store is invisible\n")
 	default:
-		fmt.Fprintf(&b, "expected pages checked slot by slot in %s of %s replays\n", canaryCommas(s.SlotCheckedReplays), canaryCommas(s.Replays))
+		fmt.Fprintf(&b, "expected pages checked slot by slot in %s of %s replays\n", cmdutil.Commas(s.SlotCheckedReplays), cmdutil.Commas(s.Replays))
 	}
 	if s.MissingStores > 0 {
-		fmt.Fprintf(&b, "MISSING STORES: %s expected pages did not change\n", canaryCommas(s.MissingStores))
+		fmt.Fprintf(&b, "MISSING STORES: %s expected pages did not change\n", cmdutil.Commas(s.MissingStores))
 	}
 	if s.RewrittenStores > 0 {
-		fmt.Fprintf(&b, "%s expected stores rewrote identical bytes (not missing)\n", canaryCommas(s.RewrittenStores))
+		fmt.Fprintf(&b, "%s expected stores rewrote identical bytes (not missing)\n", cmdutil.Commas(s.RewrittenStores))
 	}
 	b.WriteString("\n")
 	rows := [][]string{{"CLASS", "PAGES"}}
 	rows = append(rows,
-		[]string{"expected-store", canaryCommas(s.ExpectedWrites)},
-		[]string{"benign-transfer", canaryCommas(s.BenignTransferWrites)},
-		[]string{"free-page", canaryCommas(s.FreePageWrites)},
-		[]string{"held-page", canaryCommas(s.HeldPageWrites)},
-		[]string{"LIVE-PAGE-OVERWRITE", canaryCommas(s.LivePageOverwrites)},
-		[]string{"missing-store", canaryCommas(s.MissingStores)},
+		[]string{"expected-store", cmdutil.Commas(s.ExpectedWrites)},
+		[]string{"benign-transfer", cmdutil.Commas(s.BenignTransferWrites)},
+		[]string{"free-page", cmdutil.Commas(s.FreePageWrites)},
+		[]string{"held-page", cmdutil.Commas(s.HeldPageWrites)},
+		[]string{"LIVE-PAGE-OVERWRITE", cmdutil.Commas(s.LivePageOverwrites)},
+		[]string{"missing-store", cmdutil.Commas(s.MissingStores)},
 	)
-	canaryRows(&b, ios.IsStdoutTTY(), rows)
+	cmdutil.WriteTable(&b, ios.IsStdoutTTY(), rows)
 	if len(s.Samples) > 0 {
 		b.WriteString("\nsamples\n")
 		rows = [][]string{{"STEP", "PAGE", "CLASS", "OWNER", "BEFORE", "AFTER"}}
@@ -260,10 +259,10 @@ func writeCanaryBundleText(ios *cmdutil.IOStreams, rep *CanaryReport) error {
 			rows = append(rows, []string{strconv.FormatUint(sm.Step, 10), strconv.FormatUint(uint64(sm.Page), 10),
 				sm.Class, cmdutil.Quote(owner), before, after})
 		}
-		canaryRows(&b, ios.IsStdoutTTY(), rows)
+		cmdutil.WriteTable(&b, ios.IsStdoutTTY(), rows)
 	}
 	if s.FindingsSuppressed > 0 {
-		fmt.Fprintf(&b, "\n%s further findings not emitted (per-run cap)\n", canaryCommas(s.FindingsSuppressed))
+		fmt.Fprintf(&b, "\n%s further findings not emitted (per-run cap)\n", cmdutil.Commas(s.FindingsSuppressed))
 	}
 	_, err := fmt.Fprint(ios.Out, b.String())
 	return err
@@ -271,19 +270,19 @@ func writeCanaryBundleText(ios *cmdutil.IOStreams, rep *CanaryReport) error {
 
 func writeCanaryLogText(ios *cmdutil.IOStreams, scan *canary.LogScan) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "SGLang kv_canary violations: %s in %s lines of %s\n", canaryCommas(scan.Violations), canaryCommas(uint64(scan.Lines)), cmdutil.Quote(scan.File))
+	fmt.Fprintf(&b, "SGLang kv_canary violations: %s in %s lines of %s\n", cmdutil.Commas(scan.Violations), cmdutil.Commas(uint64(scan.Lines)), cmdutil.Quote(scan.File))
 	if scan.Malformed > 0 {
-		fmt.Fprintf(&b, "malformed violation lines: %s (see stderr)\n", canaryCommas(scan.Malformed))
+		fmt.Fprintf(&b, "malformed violation lines: %s (see stderr)\n", cmdutil.Commas(scan.Malformed))
 	}
 	if scan.Violations > 0 {
 		b.WriteString("\n")
 		rows := [][]string{{"FAIL_REASON", "VIOLATIONS"}}
 		rows = append(rows, canaryCountRows(scan.ByReason)...)
-		canaryRows(&b, ios.IsStdoutTTY(), rows)
+		cmdutil.WriteTable(&b, ios.IsStdoutTTY(), rows)
 		b.WriteString("\n")
 		rows = [][]string{{"LAUNCH_TAG", "VIOLATIONS"}}
 		rows = append(rows, canaryCountRows(scan.ByTag)...)
-		canaryRows(&b, ios.IsStdoutTTY(), rows)
+		cmdutil.WriteTable(&b, ios.IsStdoutTTY(), rows)
 		b.WriteString("\nsamples\n")
 		rows = [][]string{{"LINE", "STEP", "LAUNCH_TAG", "FAIL_REASON", "SLOT", "POSITION", "STORED_TOKEN", "EXPECTED_TOKEN", "STORED_HASH", "EXPECTED_AUX"}}
 		for _, v := range scan.Samples {
@@ -296,7 +295,7 @@ func writeCanaryLogText(ios *cmdutil.IOStreams, scan *canary.LogScan) error {
 				strconv.FormatInt(v.StoredToken, 10), strconv.FormatInt(v.ExpectedToken, 10),
 				hook.Hex64(v.StoredChainHash).String(), hook.Hex64(v.ExpectedAux).String()})
 		}
-		canaryRows(&b, ios.IsStdoutTTY(), rows)
+		cmdutil.WriteTable(&b, ios.IsStdoutTTY(), rows)
 		if scan.Truncated {
 			b.WriteString("(more violations than samples kept; counts above are complete)\n")
 		}
@@ -318,45 +317,9 @@ func canaryCountRows(m map[string]uint64) [][]string {
 	})
 	rows := make([][]string, 0, len(keys))
 	for _, k := range keys {
-		rows = append(rows, []string{cmdutil.Quote(k), canaryCommas(m[k])})
+		rows = append(rows, []string{cmdutil.Quote(k), cmdutil.Commas(m[k])})
 	}
 	return rows
-}
-
-// canaryRows prints an aligned table on a terminal and tab-separated lines in
-// a pipe.
-func canaryRows(b *strings.Builder, tty bool, rows [][]string) {
-	if !tty {
-		for _, r := range rows {
-			b.WriteString(strings.Join(r, "\t") + "\n")
-		}
-		return
-	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	tw.Flush()
-}
-
-// canaryCommas formats n with thousands separators (5120 → "5,120").
-func canaryCommas(n uint64) string {
-	s := strconv.FormatUint(n, 10)
-	if len(s) <= 3 {
-		return s
-	}
-	var b strings.Builder
-	pre := len(s) % 3
-	if pre > 0 {
-		b.WriteString(s[:pre])
-	}
-	for i := pre; i < len(s); i += 3 {
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(s[i : i+3])
-	}
-	return b.String()
 }
 
 // canaryPercent formats a fraction: 1 → "100%", 0.0312 → "3.1%", tiny non-zero → "<0.1%".

@@ -218,11 +218,6 @@ func TestCanaryReportUnreadable(t *testing.T) {
 }
 
 func TestCanaryFormatting(t *testing.T) {
-	for n, want := range map[uint64]string{0: "0", 999: "999", 1000: "1,000", 5120: "5,120", 1234567: "1,234,567"} {
-		if got := canaryCommas(n); got != want {
-			t.Errorf("commas(%d) = %q", n, got)
-		}
-	}
 	for f, want := range map[float64]string{1: "100%", 0: "0%", 0.04: "4%", 0.0312: "3.1%", 0.00001: "<0.1%", 0.99999: ">99.9%"} {
 		if got := canaryPercent(f); got != want {
 			t.Errorf("percent(%v) = %q, want %q", f, got, want)

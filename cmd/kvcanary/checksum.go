@@ -7,13 +7,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/zeebo/xxh3"
 
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -208,13 +208,7 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 		return nil
 	}
 	fmt.Fprintln(out)
-	var w io.Writer = out
-	var tw *tabwriter.Writer
-	if opts.IO.IsStdoutTTY() {
-		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-		w = tw
-	}
-	fmt.Fprintln(w, "ROOM\tCLASS\tSEQ_LEN\tPREFILL BSUM\tPREFILL XXH3\tDECODE BSUM\tDECODE XXH3\tPAGES\tREASON")
+	rows := [][]string{{"ROOM", "CLASS", "SEQ_LEN", "PREFILL BSUM", "PREFILL XXH3", "DECODE BSUM", "DECODE XXH3", "PAGES", "REASON"}}
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = len(rep.NonMatching)
@@ -230,17 +224,17 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 		}
 		reason := rr.Reason
 		if len(rr.Evidence) > 0 {
-			reason += " (" + strings.Join(rr.Evidence, ", ") + ")"
+			reason += " (" + cmdutil.Quote(strings.Join(rr.Evidence, ", ")) + ")"
 		}
 		if rr.Class == checksum.ClassDuplicate || len(rr.Duplicates) > 0 {
 			for _, d := range rr.Duplicates {
 				pb, px, db, dx := "-", "-", "-", "-"
-				if d.Side == "prefill" {
+				if d.Side == hook.SidePrefill {
 					pb, px = d.Bsum.String(), d.XXH3.String()
 				} else {
 					db, dx = d.Bsum.String(), d.XXH3.String()
 				}
-				fmt.Fprintf(w, "%s\t%s (%s)\t%d\t%s\t%s\t%s\t%s\t-\t%s\n", room, rr.Class, d.Side, d.SeqLen, pb, px, db, dx, reason)
+				rows = append(rows, []string{room, fmt.Sprintf("%s (%s)", rr.Class, d.Side), strconv.Itoa(d.SeqLen), pb, px, db, dx, "-", reason})
 			}
 			continue
 		}
@@ -259,12 +253,10 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 			}
 			pages = intRanges(rr.MismatchPages) + " (tokens " + strings.Join(ts, ",") + ")"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", room, rr.Class, seq, pb, px, db, dx, pages, reason)
+		rows = append(rows, []string{room, rr.Class, seq, pb, px, db, dx, pages, reason})
 	}
-	if tw != nil {
-		if err := tw.Flush(); err != nil {
-			return err
-		}
+	if err := cmdutil.WriteTable(out, opts.IO.IsStdoutTTY(), rows); err != nil {
+		return err
 	}
 	if n := len(rep.NonMatching); n > limit {
 		fmt.Fprintf(out, "… %d more non-matching rooms (--limit 0 or --json lists all)\n", n-limit)

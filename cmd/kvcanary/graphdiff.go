@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -160,7 +159,7 @@ func graphDiffHeadline(s *graphdiff.Summary) string {
 	}
 	if s.Divergent == 0 {
 		return fmt.Sprintf("graph = eager within tolerance: 0/%s samples diverge (%s differ by rounding, max abs diff %s); worst top-k Jaccard %s",
-			graphDiffCommas(uint64(s.Samples)), graphDiffCommas(uint64(s.RawDiffSamples)), graphDiffFloat(s.MaxAbsDiff), j)
+			cmdutil.Commas(uint64(s.Samples)), cmdutil.Commas(uint64(s.RawDiffSamples)), graphDiffFloat(s.MaxAbsDiff), j)
 	}
 	req := graphDiffPlural(s.DivergentRequests, "request")
 	sess := ""
@@ -171,7 +170,7 @@ func graphDiffHeadline(s *graphdiff.Summary) string {
 		}
 	}
 	return fmt.Sprintf("GRAPH≠EAGER: %s/%s samples diverge (%d %s%s); worst top-k Jaccard %s",
-		graphDiffCommas(uint64(s.Divergent)), graphDiffCommas(uint64(s.Samples)), s.DivergentRequests, req, sess, j)
+		cmdutil.Commas(uint64(s.Divergent)), cmdutil.Commas(uint64(s.Samples)), s.DivergentRequests, req, sess, j)
 }
 
 func graphDiffFloat(f float64) string { return strconv.FormatFloat(f, 'g', 4, 64) }
@@ -182,7 +181,7 @@ func writeGraphDiffText(ios *cmdutil.IOStreams, rep *GraphDiffReport) error {
 	var b strings.Builder
 	b.WriteString(rep.Headline + "\n")
 	if s.Samples == 0 {
-		fmt.Fprintf(&b, "(%s events read from %s)\n", graphDiffCommas(rep.Bundle.Events), cmdutil.Quote(rep.Input))
+		fmt.Fprintf(&b, "(%s events read from %s)\n", cmdutil.Commas(rep.Bundle.Events), cmdutil.Quote(rep.Input))
 		_, err := fmt.Fprint(ios.Out, b.String())
 		return err
 	}
@@ -229,7 +228,7 @@ func writeGraphDiffText(ios *cmdutil.IOStreams, rep *GraphDiffReport) error {
 			strconv.FormatFloat(w.TopKJaccard, 'f', 3, 64), rank, missing, strconv.Itoa(w.ExtraCount),
 			graphDiffFloat(w.MaxAbsDiff), graphDiffFloat(w.RelRMSE)})
 	}
-	graphDiffRows(&b, tty, rows)
+	cmdutil.WriteTable(&b, tty, rows)
 
 	b.WriteString("\ntop-k Jaccard histogram\n")
 	rows = [][]string{{"JACCARD", "SAMPLES"}}
@@ -238,47 +237,18 @@ func writeGraphDiffText(ios *cmdutil.IOStreams, rep *GraphDiffReport) error {
 		peak = max(peak, h.Count)
 	}
 	for _, h := range s.JaccardHist {
-		row := []string{h.Label, graphDiffCommas(uint64(h.Count))}
+		row := []string{h.Label, cmdutil.Commas(uint64(h.Count))}
 		if tty && peak > 0 {
 			row = append(row, strings.Repeat("█", (h.Count*30+peak-1)/peak))
 		}
 		rows = append(rows, row)
 	}
-	graphDiffRows(&b, tty, rows)
+	cmdutil.WriteTable(&b, tty, rows)
 	if s.FindingsSuppressed > 0 {
-		fmt.Fprintf(&b, "\n%s further findings not emitted (per-run cap)\n", graphDiffCommas(s.FindingsSuppressed))
+		fmt.Fprintf(&b, "\n%s further findings not emitted (per-run cap)\n", cmdutil.Commas(s.FindingsSuppressed))
 	}
 	_, err := fmt.Fprint(ios.Out, b.String())
 	return err
-}
-
-// graphDiffRows prints an aligned table on a terminal and tab-separated lines
-// in a pipe.
-func graphDiffRows(b *strings.Builder, tty bool, rows [][]string) {
-	if !tty {
-		for _, r := range rows {
-			b.WriteString(strings.Join(r, "\t") + "\n")
-		}
-		return
-	}
-	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
-	}
-	tw.Flush()
-}
-
-// graphDiffCommas formats n with thousands separators (5120 → "5,120").
-func graphDiffCommas(n uint64) string {
-	s := strconv.FormatUint(n, 10)
-	var b strings.Builder
-	for i := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 func graphDiffPlural(n int, word string) string {
