@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -111,43 +110,19 @@ func canaryReportRun(opts *CanaryReportOptions) error {
 }
 
 func canaryBundleReport(opts *CanaryReportOptions) error {
-	r, err := traces.Open(opts.Path)
-	if err != nil {
-		return cmdutil.InputError(err)
-	}
-	defer r.Close()
 	an := canary.NewAnalyzer(canary.Options{})
-	rep := CanaryReport{Input: opts.Path, Format: "bundle", Bundle: &CanaryBundleInfo{}}
-	emit := func(ev hook.Event) {
-		fd, ok := ev.Body.(*hook.Finding)
-		if !ok {
-			return
-		}
-		rep.FindingsTotal++
-		if len(rep.Findings) < canaryMaxFindings {
-			rep.Findings = append(rep.Findings, fd)
-		}
+	br, err := replayBundle(opts.Path, an, canaryMaxFindings)
+	if err != nil {
+		return err
 	}
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return cmdutil.InputError(fmt.Errorf("read bundle %s: %w", opts.Path, err))
-		}
-		rep.Bundle.Events++
-		if ev.Kind == hook.KindCanaryPages {
-			rep.Bundle.CanaryPages++
-		}
-		an.Observe(ev, emit)
-	}
-	rep.Bundle.Skipped = r.Skipped()
-	rep.Bundle.Truncated = r.Truncated()
-	rep.Bundle.Reason = r.TruncationReason()
 	s := an.Summary().(canary.Summary)
-	rep.Canary = &s
-
+	rep := CanaryReport{
+		Input: opts.Path, Format: "bundle", Canary: &s, Findings: br.findings, FindingsTotal: br.findingsTotal,
+		Bundle: &CanaryBundleInfo{
+			Events: br.events, CanaryPages: br.kinds[hook.KindCanaryPages],
+			Skipped: br.skipped, Truncated: br.truncated, Reason: br.reason,
+		},
+	}
 	if opts.JSON.JSON {
 		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
 			return err
@@ -155,12 +130,7 @@ func canaryBundleReport(opts *CanaryReportOptions) error {
 	} else if err := writeCanaryBundleText(opts.IO, &rep); err != nil {
 		return err
 	}
-	if rep.Bundle.Skipped > 0 {
-		fmt.Fprintf(opts.IO.ErrOut, "kvcanary: %s: skipped %d damaged records\n", opts.Path, rep.Bundle.Skipped)
-	}
-	if rep.Bundle.Truncated {
-		fmt.Fprintf(opts.IO.ErrOut, "kvcanary: %s: truncated (%s); the report covers what was readable\n", opts.Path, rep.Bundle.Reason)
-	}
+	br.warn(opts.IO.ErrOut, opts.Path)
 	if s.Findings() {
 		return cmdutil.FindingError
 	}

@@ -83,6 +83,7 @@ names file:line).`,
 // bundleInfo is what a bundle reader had to skip, kept when its stream closes.
 type bundleInfo struct {
 	skipped   uint64
+	skips     []traces.Skip
 	truncated bool
 	reason    string
 }
@@ -93,7 +94,7 @@ type bundleStream struct {
 }
 
 func (b bundleStream) Close() error {
-	b.info.skipped = b.Skipped()
+	b.info.skipped, b.info.skips = b.Skipped(), b.Skips()
 	b.info.truncated = b.Truncated()
 	b.info.reason = b.TruncationReason()
 	return b.Reader.Close()
@@ -322,12 +323,7 @@ func writeChecksumNotes(w io.Writer, rep *checksum.Report, bundles map[string]*b
 				joinLines(in.MalformedLines, in.Malformed), cmdutil.Quote(in.FirstReason))
 		}
 		if b := bundles[in.Name]; b != nil {
-			if b.skipped > 0 {
-				fmt.Fprintf(w, "kvcanary: %s: skipped %d damaged records\n", name, b.skipped)
-			}
-			if b.truncated {
-				fmt.Fprintf(w, "kvcanary: %s: truncated (%s); the report covers what was readable\n", name, cmdutil.Quote(b.reason))
-			}
+			warnBundle(w, in.Name, b.truncated, b.reason, b.skipped, b.skips)
 		}
 	}
 	if rep.IdenticalRepeats > 0 {

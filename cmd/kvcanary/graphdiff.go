@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/traces"
 )
 
 // GraphDiffReportOptions are the inputs of `kvcanary graphdiff report`.
@@ -83,49 +81,21 @@ Exit codes: 0 no divergence, 1 a divergent sample, 3 the bundle is unreadable.`,
 }
 
 func graphDiffReportRun(opts *GraphDiffReportOptions) error {
-	r, err := traces.Open(opts.Path)
-	if err != nil {
-		return cmdutil.InputError(err)
-	}
-	defer r.Close()
 	an := graphdiff.NewAnalyzer(graphdiff.Options{})
-	rep := GraphDiffReport{Input: opts.Path, Findings: []*hook.Finding{}}
-	emit := func(ev hook.Event) {
-		fd, ok := ev.Body.(*hook.Finding)
-		if !ok {
-			return
-		}
-		rep.FindingsTotal++
-		if len(rep.Findings) < graphDiffMaxFindings {
-			rep.Findings = append(rep.Findings, fd)
-		}
+	br, err := replayBundle(opts.Path, an, graphDiffMaxFindings)
+	if err != nil {
+		return err
 	}
-	// The manifest carries the run configuration even when the bundle lost
-	// its run.start event; a run.start in the stream overrides it.
-	if m := r.Manifest(); m.Config.Engine != "" || m.Config.Sessions > 0 || m.Config.CUDAGraph {
-		an.Observe(hook.Event{Kind: hook.KindRunStart, Body: &hook.RunStart{Config: m.Config}}, emit)
+	rep := GraphDiffReport{
+		Input: opts.Path, GraphDiff: an.Result(), Findings: br.findings, FindingsTotal: br.findingsTotal,
+		Bundle: GraphDiffBundleInfo{
+			Events: br.events, Samples: br.kinds[hook.KindGraphDiffSample],
+			Skipped: br.skipped, Truncated: br.truncated, Reason: br.reason,
+		},
 	}
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return cmdutil.InputError(fmt.Errorf("read bundle %s: %w", opts.Path, err))
-		}
-		rep.Bundle.Events++
-		switch ev.Kind {
-		case hook.KindGraphDiffSample:
-			rep.Bundle.Samples++
-		case hook.KindFinding:
-			continue // findings recorded at run time are recomputed, not re-judged
-		}
-		an.Observe(ev, emit)
+	if rep.Findings == nil {
+		rep.Findings = []*hook.Finding{}
 	}
-	rep.Bundle.Skipped = r.Skipped()
-	rep.Bundle.Truncated = r.Truncated()
-	rep.Bundle.Reason = r.TruncationReason()
-	rep.GraphDiff = an.Result()
 	rep.Headline = graphDiffHeadline(&rep.GraphDiff)
 
 	if opts.JSON.JSON {
@@ -135,12 +105,7 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	} else if err := writeGraphDiffText(opts.IO, &rep); err != nil {
 		return err
 	}
-	if rep.Bundle.Skipped > 0 {
-		fmt.Fprintf(opts.IO.ErrOut, "kvcanary: %s: skipped %d damaged records\n", opts.Path, rep.Bundle.Skipped)
-	}
-	if rep.Bundle.Truncated {
-		fmt.Fprintf(opts.IO.ErrOut, "kvcanary: %s: truncated (%s); the report covers what was readable\n", opts.Path, rep.Bundle.Reason)
-	}
+	br.warn(opts.IO.ErrOut, opts.Path)
 	if rep.GraphDiff.Divergent > 0 {
 		return cmdutil.FindingError
 	}
