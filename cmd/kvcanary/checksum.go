@@ -283,17 +283,6 @@ func intRanges(xs []int) string {
 	return strings.Join(parts, ",")
 }
 
-// units returns unit for n == 1 and its plural otherwise.
-func units(n int64, unit string) string {
-	if n == 1 {
-		return unit
-	}
-	return unit + "s"
-}
-
-// plural renders "1 line", "2 lines".
-func plural(n int64, unit string) string { return fmt.Sprintf("%d %s", n, units(n, unit)) }
-
 func joinLines(ls []int64, total int64) string {
 	var s []string
 	for _, l := range ls {

@@ -126,10 +126,10 @@ func graphDiffHeadline(s *graphdiff.Summary) string {
 		return fmt.Sprintf("graph = eager within tolerance: 0/%s samples diverge (%s differ by rounding, max abs diff %s); worst top-k Jaccard %s",
 			cmdutil.Commas(uint64(s.Samples)), cmdutil.Commas(uint64(s.RawDiffSamples)), graphDiffFloat(s.MaxAbsDiff), j)
 	}
-	req := graphDiffPlural(s.DivergentRequests, "request")
+	req := units(int64(s.DivergentRequests), "request")
 	sess := ""
 	if s.DivergentSessions > 0 {
-		sess = fmt.Sprintf(", %d %s", s.DivergentSessions, graphDiffPlural(s.DivergentSessions, "session"))
+		sess = fmt.Sprintf(", %d %s", s.DivergentSessions, units(int64(s.DivergentSessions), "session"))
 		if s.DivergentSessionsLeaked > 0 {
 			sess += fmt.Sprintf(" of which %d leaked", s.DivergentSessionsLeaked)
 		}
@@ -214,11 +214,4 @@ func writeGraphDiffText(ios *cmdutil.IOStreams, rep *GraphDiffReport) error {
 	}
 	_, err := fmt.Fprint(ios.Out, b.String())
 	return err
-}
-
-func graphDiffPlural(n int, word string) string {
-	if n == 1 {
-		return word
-	}
-	return word + "s"
 }

@@ -128,7 +128,7 @@ func writeLogSummary(w io.Writer, name string, s *logscan.Summary, limit int) er
 	b.WriteString(")\n")
 	if !vllm {
 		fmt.Fprintf(&b, "%-20s %d\n", "prefill batches", s.PrefillBatches)
-		fmt.Fprintf(&b, "%-20s %d %s, %d requests retracted\n", "retractions", s.RetractionEvents, eventWord(s.RetractionEvents), s.RetractedReqs)
+		fmt.Fprintf(&b, "%-20s %d %s, %d requests retracted\n", "retractions", s.RetractionEvents, units(s.RetractionEvents, "event"), s.RetractedReqs)
 	}
 	for i, r := range s.Retractions {
 		if i >= limit {
@@ -162,11 +162,4 @@ func writeSamples(b *strings.Builder, samples []logscan.Sample, limit int) {
 		}
 		fmt.Fprintf(b, "  line %-7d %s\n", s.Line, cmdutil.Quote(s.Text))
 	}
-}
-
-func eventWord(n int64) string {
-	if n == 1 {
-		return "event"
-	}
-	return "events"
 }
