@@ -199,11 +199,11 @@ func (r ABReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "\nFisher exact test, two-sided, corrupted vs not: p = %s\n", FormatP(r.FisherP))
 	switch {
 	case r.FlagUnderTest != nil:
-		fmt.Fprintf(&b, "flag under test: %s  %s -> %s\n", r.FlagUnderTest.Name, abValue(r.FlagUnderTest.A), abValue(r.FlagUnderTest.B))
+		fmt.Fprintf(&b, "flag under test: %s  %s -> %s\n", abQuote(r.FlagUnderTest.Name), abValue(r.FlagUnderTest.A), abValue(r.FlagUnderTest.B))
 	case len(r.DifferingFlags) > 0:
 		names := make([]string, len(r.DifferingFlags))
 		for i, d := range r.DifferingFlags {
-			names[i] = d.Name
+			names[i] = abQuote(d.Name) // extra.<key> comes from the bundle
 		}
 		fmt.Fprintf(&b, "engine flags that differ: %s (none named as under test)\n", strings.Join(names, ", "))
 	}
@@ -212,7 +212,7 @@ func (r ABReport) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "confounds (%d):\n", len(r.Confounds))
 		for _, c := range r.Confounds {
-			fmt.Fprintf(&b, "  %-20s %s -> %s\n      %s\n", c.Name, abValue(c.A), abValue(c.B), c.Note)
+			fmt.Fprintf(&b, "  %-20s %s -> %s\n      %s\n", abQuote(c.Name), abValue(c.A), abValue(c.B), c.Note)
 		}
 	}
 	if len(r.Notes) > 0 {

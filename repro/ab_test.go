@@ -266,3 +266,47 @@ func TestFormatP(t *testing.T) {
 		}
 	}
 }
+
+// EngineFlags is the list EngineFlagDiffs compares: a config differing in
+// every engine flag yields exactly those names, in order, and IsEngineFlag
+// accepts each (and extra.<key>) but nothing else.
+func TestEngineFlagsComplete(t *testing.T) {
+	a, b := abBaseCfg(), abBaseCfg()
+	b.IndexKDtype, b.CUDAGraph, b.CUDAGraphMaxBS, b.MultiStreamOverlap = "fp8", false, 64, false
+	b.Disaggregation, b.MaxRunningRequests, b.PoolTokens, b.Inject = "none", 7, 1000, []string{"stale-outloc"}
+	b.Extra = map[string]string{"k": "v"}
+	var names []string
+	for _, d := range EngineFlagDiffs(a, b) {
+		names = append(names, d.Name)
+		if !IsEngineFlag(d.Name) {
+			t.Errorf("IsEngineFlag(%q) = false for a name EngineFlagDiffs reports", d.Name)
+		}
+	}
+	if got, want := strings.Join(names, ","), strings.Join(EngineFlags, ",")+",extra.k"; got != want {
+		t.Errorf("diff names %s, want %s", got, want)
+	}
+	for _, bad := range []string{"", "rounds", "sessions", "extra.", "cuda-graph", "Index_K_Dtype"} {
+		if IsEngineFlag(bad) {
+			t.Errorf("IsEngineFlag(%q) = true", bad)
+		}
+	}
+}
+
+// Flag names from a bundle's extra config are untrusted text.
+func TestWriteTextQuotesFlagNames(t *testing.T) {
+	a, b := abBaseCfg(), abBaseCfg()
+	a.Extra = map[string]string{"x\x1b[2J": "1"}
+	b.Extra = map[string]string{"x\x1b[2J": "2"}
+	b.CUDAGraphMaxBS = 64
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 70, Leak: 10}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	for _, opts := range []CompareOptions{{}, {Flag: "extra.x\x1b[2J"}} {
+		var buf bytes.Buffer
+		if err := Compare(A, B, opts).WriteText(&buf); err != nil {
+			t.Fatal(err)
+		}
+		if out := buf.String(); strings.Contains(out, "\x1b") || !strings.Contains(out, `"extra.x\x1b[2J"`) {
+			t.Errorf("flag %q: escape reached the output or name not quoted:\n%s", opts.Flag, out)
+		}
+	}
+}

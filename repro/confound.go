@@ -38,6 +38,25 @@ const (
 	RetractionRatio = 2.0
 )
 
+// EngineFlags names the engine flags EngineFlagDiffs compares, in its order;
+// flags kept in RunConfig.Extra are named "extra.<key>" besides these.
+var EngineFlags = []string{"index_k_dtype", "cuda_graph", "cuda_graph_max_bs", "multi_stream_overlap",
+	"disaggregation", "max_running_requests", "pool_tokens", "inject"}
+
+// IsEngineFlag reports whether name can name a flag under test: one of
+// EngineFlags or "extra.<key>".
+func IsEngineFlag(name string) bool {
+	if key, ok := strings.CutPrefix(name, "extra."); ok {
+		return key != ""
+	}
+	for _, f := range EngineFlags {
+		if f == name {
+			return true
+		}
+	}
+	return false
+}
+
 // EngineFlagDiffs lists the engine flags (the run configuration minus the
 // workload: sessions, rounds, concurrency, seed, model, engine, URL) whose
 // values differ, in a fixed order. Flags in RunConfig.Extra are named

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -50,6 +51,10 @@ bundle cannot be read, 2 on usage errors.`,
 		Args: usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.PathA, opts.PathB = args[0], args[1]
+			if opts.Flag != "" && !repro.IsEngineFlag(opts.Flag) {
+				return cmdutil.UsageError("--flag %s: not an engine flag (want one of %s, or extra.<name>)",
+					cmdutil.Quote(opts.Flag), strings.Join(repro.EngineFlags, ", "))
+			}
 			if runF != nil {
 				return runF(opts)
 			}

@@ -138,4 +138,11 @@ func TestABTextAndExitCodes(t *testing.T) {
 	if err := cmd.Execute(); err != nil || got.PathA != "x" || got.PathB != "y" || got.Flag != "cuda_graph" || !got.JSON.JSON {
 		t.Errorf("options %+v %v", got, err)
 	}
+	// A misspelt --flag is a usage error, not a silent "same value in both runs".
+	got = nil
+	cmd.SetArgs([]string{"x", "y", "--flag", "cuda-graph"})
+	cmd.SetErr(&strings.Builder{})
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil || !strings.Contains(err.Error(), "cuda-graph") {
+		t.Errorf("--flag cuda-graph: exit %d, %v (ran: %v)", cmdutil.ExitCode(err), err, got != nil)
+	}
 }
