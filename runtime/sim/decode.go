@@ -16,7 +16,6 @@ import (
 // row is one batch row's inputs and results for a decode step.
 type row struct {
 	r      *request
-	ghost  bool
 	n      int // cached positions 0..n-1
 	limit  int // positions the indexer scores (n, or a baked length)
 	q      [HeadDim]float32
@@ -91,9 +90,6 @@ func (e *Engine) graphFor(bucket int, rows []*row) *graphPlan {
 func (e *Engine) scoreRow(rw *row, eager bool, dst []float32) []float32 {
 	dst = slices.Grow(dst[:0], rw.limit)[:rw.limit]
 	pages := rw.r.pages
-	if rw.ghost {
-		pages = rw.r.ghostPages
-	}
 	for pos := 0; pos < rw.limit; pos++ {
 		slot := int(pages[pos/PageTokens])*PageTokens + pos%PageTokens
 		dst[pos] = e.dec.dot(slot, rw.q[:], eager)
@@ -177,9 +173,6 @@ func topK(logits []float32, k int, dst []int32) []int32 {
 // scores against the keys in the arena; the best position is copied.
 func (e *Engine) attend(rw *row, eager bool) {
 	pages := rw.r.pages
-	if rw.ghost {
-		pages = rw.r.ghostPages
-	}
 	best, bestScore := -1, float32(math.Inf(-1))
 	for _, p := range rw.sel {
 		pos := int(p)
@@ -196,18 +189,15 @@ func (e *Engine) attend(rw *row, eager bool) {
 	rw.tok = rw.r.tokens[best]
 }
 
-// decode runs one decode step over batch (plus stale-outloc ghosts):
+// decode runs one decode step over batch:
 // captured replay or eager forward, the transfer engine landing chunks
 // meanwhile, the index-K stores at out_loc, and request bookkeeping.
-func (e *Engine) decode(batch, ghosts []*request) []Completion {
+func (e *Engine) decode(batch []*request) []Completion {
 	e.replays++
-	rows := make([]*row, 0, len(batch)+len(ghosts))
+	rows := make([]*row, 0, len(batch))
 	for _, r := range batch {
 		rw := &row{r: r, n: len(r.tokens)}
 		rows = append(rows, rw)
-	}
-	for _, r := range ghosts {
-		rows = append(rows, &row{r: r, ghost: true, n: len(r.tokens)})
 	}
 	bs := len(rows)
 	bucket := 0
@@ -264,9 +254,18 @@ func (e *Engine) decode(batch, ghosts []*request) []Completion {
 		}
 		e.dec.Store(rw.r.outSlot, e.keyBuf)
 	}
-	if g != nil && bucket > bs {
+	if g != nil {
+		// Padded rows store the padding key at their out_loc: slot 0, unless
+		// the row's persistent out_loc went stale.
 		indexKey(0, TokBOS, e.keyBuf)
-		e.dec.Store(0, e.keyBuf)
+		for r := bs; r < g.bucket; r++ {
+			slot := g.outLoc[r]
+			if slot != 0 && e.testPadStore != nil {
+				e.testPadStore(slot, e.decAlloc.Owner(uint32(slot/PageTokens)))
+			}
+			e.dec.Store(slot, e.keyBuf)
+		}
+		e.lastBucket = bucket
 	}
 	if cp != nil {
 		e.canaryAfter(cp, checkPages)
@@ -279,9 +278,6 @@ func (e *Engine) decode(batch, ghosts []*request) []Completion {
 	var done []Completion
 	keep := e.running[:0]
 	for _, rw := range rows {
-		if rw.ghost {
-			continue
-		}
 		r := rw.r
 		r.tokens = append(r.tokens, rw.tok)
 		r.ptr = rw.best
@@ -295,9 +291,6 @@ func (e *Engine) decode(batch, ghosts []*request) []Completion {
 		default:
 			keep = append(keep, r)
 		}
-	}
-	for _, r := range ghosts {
-		r.ghostPages = nil
 	}
 	e.running = keep
 	return done
@@ -320,9 +313,11 @@ func (e *Engine) replayGraph(g *graphPlan, rows []*row) {
 			}
 			putF32(a[qOff+(r*HeadDim+i)*4:], v)
 		}
-		if r < bs {
+		switch {
+		case r < bs:
 			g.outLoc[r] = rows[r].r.outSlot
-		} else {
+			g.stale[r] = false
+		case !g.stale[r]:
 			g.outLoc[r] = 0
 		}
 	}
@@ -402,7 +397,7 @@ func (e *Engine) graphDiff(rows []*row) {
 	every := uint64(e.cfg.Instruments.GraphDiffEvery)
 	any := false
 	for _, rw := range rows {
-		rw.sample = !rw.ghost && (e.replays%every == 0 || e.flagged[rw.r.Session])
+		rw.sample = e.replays%every == 0 || e.flagged[rw.r.Session]
 		any = any || rw.sample
 	}
 	if !any {
@@ -454,9 +449,6 @@ func (e *Engine) canaryBefore(rows []*row, bucket int) (*hook.CanaryPages, []uin
 	cp := &hook.CanaryPages{Step: e.replays, Policy: e.policy.String(), PagesTotal: e.dec.Pages}
 	live := e.pgBuf[:0]
 	for _, rw := range rows {
-		if rw.ghost {
-			continue
-		}
 		live = append(live, rw.r.pages...)
 		cp.LivePages += len(rw.r.pages)
 		cp.Running = append(cp.Running, rw.r.ID)

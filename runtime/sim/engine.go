@@ -79,8 +79,7 @@ type request struct {
 	state       int
 	retractions int
 	xfer        *transfer
-	outSlot     int      // this step's out_loc
-	ghostPages  []uint32 // a stale-outloc ghost's page table at launch
+	outSlot     int // this step's out_loc
 }
 
 type chunk struct {
@@ -127,12 +126,14 @@ type Engine struct {
 
 	step         uint64
 	replays      uint64
+	lastBucket   int // bucket of the last graph replay
 	newTokRatio  float64
 	stats        Stats
 	tokensWindow int
 	flagged      map[string]bool
 
-	testStore func(rw *row, owner int32) // tests observe each out_loc store and the page's owner
+	testStore    func(rw *row, owner int32)  // tests observe each out_loc store and the page's owner
+	testPadStore func(slot int, owner int32) // tests observe padded-row stores outside slot 0
 
 	// scratch
 	units        []unit
@@ -323,11 +324,11 @@ func (e *Engine) Step() []Completion {
 	e.admit()
 	e.completeTransfers()
 	e.prefill()
-	batch, ghosts := e.scheduleBatch()
+	batch := e.scheduleBatch()
 	e.startTransfers()
 	var done []Completion
 	if len(batch) > 0 {
-		done = e.decode(batch, ghosts)
+		done = e.decode(batch)
 	} else {
 		e.landChunks()
 	}
@@ -560,21 +561,17 @@ func (e *Engine) retract(r *request) {
 // a slot for its next token; when the pool cannot grow one, the most
 // recently admitted requests are retracted (SGLang's retract_decode). With
 // stale-outloc the rows of requests retracted here were already launched
-// with their out_loc: they come back as ghosts whose store still runs.
-func (e *Engine) scheduleBatch() (batch, ghosts []*request) {
+// with stale-outloc the vacated rows of the last replayed graph keep their
+// out_loc (see vacate).
+func (e *Engine) scheduleBatch() (batch []*request) {
 	retracted := 0
-	var victims []*request
 	oldRatio := e.newTokRatio
 	// Forced retraction for tests (SGLANG_TEST_RETRACT).
 	if every := e.cfg.TestRetractEvery; every > 0 && len(e.running) > 10 && e.step%uint64(every) == 0 {
 		// The victim is the newest running request, as retract_decode picks.
 		v := e.running[len(e.running)-1]
 		e.running = e.running[:len(e.running)-1]
-		if len(v.tokens)/PageTokens < len(v.pages) {
-			v.outSlot = e.slotOf(v, len(v.tokens))
-			v.ghostPages = slices.Clone(v.pages)
-			victims = append(victims, v)
-		}
+		e.vacate(len(e.running))
 		e.retract(v)
 		retracted++
 	}
@@ -584,11 +581,7 @@ func (e *Engine) scheduleBatch() (batch, ghosts []*request) {
 	for len(e.running) > 1 && e.decAlloc.FreePages()*PageTokens < len(e.running)*retractDecodeSteps {
 		v := e.running[len(e.running)-1]
 		e.running = e.running[:len(e.running)-1]
-		if len(v.tokens)/PageTokens < len(v.pages) {
-			v.outSlot = e.slotOf(v, len(v.tokens))
-			v.ghostPages = slices.Clone(v.pages)
-			victims = append(victims, v)
-		}
+		e.vacate(len(e.running))
 		e.retract(v)
 		retracted++
 	}
@@ -606,11 +599,7 @@ func (e *Engine) scheduleBatch() (batch, ghosts []*request) {
 			// Pool full: retract the newest request (possibly r itself).
 			v := e.running[len(e.running)-1]
 			e.running = e.running[:len(e.running)-1]
-			if v != r && len(v.tokens)/PageTokens < len(v.pages) {
-				v.outSlot = e.slotOf(v, len(v.tokens))
-				v.ghostPages = slices.Clone(v.pages)
-				victims = append(victims, v)
-			}
+			e.vacate(len(e.running))
 			e.retract(v)
 			retracted++
 			if v == r {
@@ -632,13 +621,23 @@ func (e *Engine) scheduleBatch() (batch, ghosts []*request) {
 	for _, r := range batch {
 		r.outSlot = e.slotOf(r, len(r.tokens))
 	}
-	if e.cfg.has(FaultStaleOutLoc) {
-		ghosts = victims
+	return batch
+}
+
+// vacate is called when the request in batch row row is retracted. The
+// captured graph's out_cache_loc input buffer is persistent: a row beyond
+// the batch size is a padded row and must be pointed back at slot 0. The
+// finish path does that on every replay; with stale-outloc the retraction
+// path forgets, so the vacated row keeps the retracted request's last
+// out_loc — a slot in a page just freed — and every replay of that graph
+// with the row padded stores the padding key there.
+func (e *Engine) vacate(row int) {
+	if !e.cfg.has(FaultStaleOutLoc) {
+		return
 	}
-	if len(batch) == 0 {
-		ghosts = nil
+	if g := e.graphs[e.lastBucket]; g != nil && row < g.bucket {
+		g.stale[row] = true
 	}
-	return batch, ghosts
 }
 
 func (e *Engine) slotOf(r *request, pos int) int {

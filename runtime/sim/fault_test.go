@@ -161,9 +161,11 @@ func roomMismatches(evs []hook.Event) int {
 	return n
 }
 
-// TestStaleOutLocWritesForeignPage: with stale-outloc, a retracted row's
-// store still runs and lands in a page the allocator has since given to
-// another request; without the fault every store lands in its own page.
+// TestStaleOutLocWritesForeignPage: with stale-outloc, a row vacated by a
+// retraction keeps the retracted request's out_loc in the graph's persistent
+// input buffer; replays with that row padded store the padding key into a
+// page the allocator has since given to another request. Without the fault
+// padded rows only ever store to slot 0.
 func TestStaleOutLocWritesForeignPage(t *testing.T) {
 	for _, fault := range []bool{false, true} {
 		cfg := quietConfig(1)
@@ -171,49 +173,42 @@ func TestStaleOutLocWritesForeignPage(t *testing.T) {
 		if fault {
 			cfg.Inject = []string{FaultStaleOutLoc}
 		}
-		foreign, own, verified := 0, 0, 0
-		type ghostStore struct {
-			slot, n int
-			tok     Token
-		}
-		var pendingStores []ghostStore
+		stale, foreign, verified := 0, 0, 0
+		var pending []int
 		driveEngine(t, cfg, faultSessions(), 3, nil, func(e *Engine) {
-			e.testStore = func(rw *row, owner int32) {
-				if owner == rw.r.idx {
-					own++
-					return
-				}
-				foreign++
+			e.testPadStore = func(slot int, owner int32) {
+				stale++
 				if owner > 0 {
-					pendingStores = append(pendingStores, ghostStore{rw.r.outSlot, rw.n, rw.tok})
+					foreign++
+					pending = append(pending, slot)
 				}
 			}
 		}, func(e *Engine) {
-			// Byte level: the foreign page's slot now holds the ghost row's key.
-			for _, g := range pendingStores {
-				ref, _ := NewArena(cfg.IndexKDtype, 2)
-				key := make([]float32, HeadDim)
-				indexKey(g.n, g.tok, key)
-				ref.Store(PageTokens+g.slot%PageTokens, key)
-				want := ref.L.TokenBytesAt(ref.Buf, 1, g.slot%PageTokens)
-				got := e.dec.L.TokenBytesAt(e.dec.Buf, uint32(g.slot/PageTokens), g.slot%PageTokens)
+			// Byte level: the foreign slot now holds the padding key.
+			ref, _ := NewArena(cfg.IndexKDtype, 2)
+			key := make([]float32, HeadDim)
+			indexKey(0, TokBOS, key)
+			for _, slot := range pending {
+				ref.Store(PageTokens+slot%PageTokens, key)
+				want := ref.L.TokenBytesAt(ref.Buf, 1, slot%PageTokens)
+				got := e.dec.L.TokenBytesAt(e.dec.Buf, uint32(slot/PageTokens), slot%PageTokens)
 				if string(got) != string(want) {
-					t.Errorf("foreign slot %d does not hold the ghost's key", g.slot)
+					t.Errorf("foreign slot %d does not hold the padding key", slot)
 				}
 				verified++
 			}
-			pendingStores = pendingStores[:0]
+			pending = pending[:0]
 		})
 		if !fault {
-			if foreign != 0 {
-				t.Fatalf("without the fault %d stores landed outside their request's pages", foreign)
+			if stale != 0 {
+				t.Fatalf("without the fault %d padded-row stores left slot 0", stale)
 			}
 			continue
 		}
 		if foreign == 0 || verified == 0 {
-			t.Fatalf("stale-outloc did not write a foreign page (%d own stores)", own)
+			t.Fatalf("stale-outloc did not write a foreign page (%d stale stores)", stale)
 		}
-		t.Logf("stale-outloc: %d stores in foreign pages", foreign)
+		t.Logf("stale-outloc: %d stale stores, %d into pages owned by other requests", stale, foreign)
 	}
 }
 

@@ -37,9 +37,10 @@ type graphPlan struct {
 	bucket        int
 	arena         []byte
 	tensors       []tensor
-	q, h, l, t, s int   // indices into tensors (l = -1 when logits are persistent)
-	baked         int   // max seq len baked at capture (stale-seqlen fault), 0 when dynamic
-	outLoc        []int // persistent out_cache_loc input buffer, one per row
+	q, h, l, t, s int    // indices into tensors (l = -1 when logits are persistent)
+	baked         int    // max seq len baked at capture (stale-seqlen fault), 0 when dynamic
+	outLoc        []int  // persistent out_cache_loc input buffer, one per row
+	stale         []bool // rows whose out_loc was not reset when vacated (stale-outloc)
 }
 
 const planAlign = 256
@@ -112,6 +113,8 @@ func planGraph(bucket int, fp8 bool) *graphPlan {
 	}
 	g.arena = make([]byte, top)
 	g.outLoc = make([]int, bucket)
+	g.stale = make([]bool, bucket)
+	g.stale = make([]bool, bucket)
 	return g
 }
 
