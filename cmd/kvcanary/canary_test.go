@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -138,8 +139,9 @@ func TestCanaryReportBundleOverwrite(t *testing.T) {
 		t.Fatalf("untrusted owner not quoted:\n%q", out)
 	}
 	// The sample lines name the victim page and step.
-	if !strings.Contains(out, "77    33    LIVE-PAGE-OVERWRITE") && !strings.Contains(out, "77  33") {
-		t.Fatalf("sample row missing:\n%s", out)
+	row := regexp.MustCompile(`(?m)^77 +33 +LIVE-PAGE-OVERWRITE +"req-2\\x1b\[31m" +0x0000000000000009 +0x000000000000000a$`)
+	if !row.MatchString(out) {
+		t.Fatalf("sample row (step 77, page 33, victim, before, after) missing:\n%s", out)
 	}
 	js, _, err := runCanaryReport(t, path, false, true)
 	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
