@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 )
 
@@ -65,7 +66,9 @@ func Summarize(r *Reader) (Summary, error) {
 		s.Events++
 		s.Counts[kind.String()]++
 	}
-	s.SpanNS = s.LastTS - s.FirstTS
+	if s.SpanNS = s.LastTS - s.FirstTS; s.SpanNS < 0 {
+		s.SpanNS = math.MaxInt64 // LastTS >= FirstTS: the subtraction overflowed
+	}
 	s.Truncated, s.TruncationReason = r.Truncated(), r.TruncationReason()
 	s.Footer, s.HasFooter = r.Footer()
 	s.Skipped, s.Skips = r.Skipped(), r.Skips()

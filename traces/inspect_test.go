@@ -69,3 +69,28 @@ func TestInspectFooterMismatch(t *testing.T) {
 		t.Errorf("mismatch %q", s.FooterMismatch)
 	}
 }
+
+// Timestamps at both ends of int64 (a crafted or broken producer) give the
+// largest span, never a negative one from an overflowing subtraction.
+func TestInspectSpanSaturates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run.kvtrace")
+	w, err := Create(path, testManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range []int64{-1 << 63, 1<<63 - 1} {
+		if err := w.Write(hook.Event{Kind: hook.KindReplay, TS: ts, Body: &hook.Replay{Step: 1, Mode: "graph"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Inspect(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Events != 2 || s.FirstTS != -1<<63 || s.LastTS != 1<<63-1 || s.SpanNS != 1<<63-1 {
+		t.Errorf("events %d, span %d..%d = %d; want 2 events and the saturated span %d", s.Events, s.FirstTS, s.LastTS, s.SpanNS, int64(1<<63-1))
+	}
+}
