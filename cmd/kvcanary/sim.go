@@ -204,7 +204,6 @@ func simRunRun(opts *SimRunOptions) error {
 	w := sim.DefaultWorkload()
 	w.Sessions, w.Rounds = opts.Sessions, opts.Rounds
 	w.Tool = "kvcanary " + buildinfo.String()
-	tty := opts.IO.IsStderrTTY() && !opts.JSON.JSON
 	if opts.IO.IsStderrTTY() {
 		last := time.Time{}
 		w.Progress = func(done, total int) {
@@ -217,7 +216,6 @@ func simRunRun(opts *SimRunOptions) error {
 			}
 		}
 	}
-	_ = tty
 	res, runErr := sim.Run(opts.Factory.Ctx, cfg, w, pub)
 	if bus != nil {
 		bus.Close()

@@ -111,3 +111,13 @@ func TestSimRunBadFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestSimRunProgressOnTTY(t *testing.T) {
+	_, errOut, err := runSim(t, true, "run", "--sessions", "2", "--rounds", "1", "--no-graphdiff", "--no-canary", "--no-checksum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut, "sessions finished") {
+		t.Errorf("TTY run showed no progress: %q", errOut)
+	}
+}
