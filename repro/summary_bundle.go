@@ -1,10 +1,6 @@
 package repro
 
-import (
-	"fmt"
-
-	"github.com/kvcanary/kvcanary/traces"
-)
+import "github.com/kvcanary/kvcanary/traces"
 
 // RunStatsFromBundle reads a trace bundle (.kvtrace) into a RunStats: the
 // manifest's tool, host and configuration, then every event. A bundle cut
@@ -20,7 +16,7 @@ func RunStatsFromBundle(path string) (*RunStats, error) {
 	r := NewRunStats(path)
 	r.SetManifest(m.Tool, m.Created, m.Host, m.Config)
 	if err := ReadRun(br, r); err != nil {
-		return r, fmt.Errorf("read bundle %s: %w", path, err)
+		return r, err // the reader's errors name the bundle and the byte offset
 	}
 	r.Truncated = br.Truncated()
 	r.Skipped = br.Skipped()
