@@ -145,7 +145,9 @@ func joinInts(xs []int) string {
 }
 
 // Summary implements hook.Analyzer: a Summary value. Rooms still waiting for
-// their second side count as missing, or as warmup when short.
+// their second side count as missing, or as warmup when short or when the one
+// side is a decode digest of 0 (not transferred), as Compare classifies them
+// (SPEC.md §8: warmup takes precedence over missing).
 func (a *Analyzer) Summary() any {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -157,7 +159,7 @@ func (a *Analyzer) Summary() any {
 		if side == nil {
 			side = p[1]
 		}
-		if wmax >= 0 && int(side.e.seqLen) <= wmax {
+		if wmax >= 0 && int(side.e.seqLen) <= wmax || p[0] == nil && side.e.zero() {
 			s.Warmup++
 		} else {
 			s.Missing++

@@ -33,7 +33,7 @@ func TestAnalyzer(t *testing.T) {
 		roomEvent(P, 3, 300, 1, 1),              // missing decode
 		roomEvent(P, 1, 200, 5, 6),              // repeat after judging
 		roomEvent(D, 4, 10, 1, 1),               // short, one side: warmup
-		roomEvent(D, 5, 500, 0, 0),              // decode zero, prefill never: missing
+		roomEvent(D, 5, 500, 0, 0),              // decode zero, prefill never: warmup (not transferred), as Compare says
 		roomEvent(P, 6, 100, 1, 1),              // repeat on a pending side
 		roomEvent(P, 6, 100, 1, 2),              //
 		roomEvent(hook.Side("x"), 9, 100, 1, 1), // ignored
@@ -57,12 +57,12 @@ func TestAnalyzer(t *testing.T) {
 		t.Errorf("summary %q", f.Summary)
 	}
 	s := a.Summary().(Summary)
-	want := Summary{Rooms: 7, Matched: 1, Mismatched: 1, Warmup: 2, Missing: 3, Repeats: 2}
+	want := Summary{Rooms: 7, Matched: 1, Mismatched: 1, Warmup: 3, Missing: 2, Repeats: 2}
 	if s != want {
 		t.Errorf("summary %+v, want %+v", s, want)
 	}
 	b, _ := json.Marshal(a.Summary())
-	for _, k := range []string{`"rooms":7`, `"matched":1`, `"mismatched":1`, `"warmup":2`, `"missing":3`} {
+	for _, k := range []string{`"rooms":7`, `"matched":1`, `"mismatched":1`, `"warmup":3`, `"missing":2`} {
 		if !strings.Contains(string(b), k) {
 			t.Errorf("summary json %s lacks %s", b, k)
 		}
@@ -103,5 +103,35 @@ func TestAnalyzerOnBus(t *testing.T) {
 	wg.Wait()
 	if s := a.Summary().(Summary); s.Matched != 400 || s.Mismatched != 1 {
 		t.Errorf("summary after concurrent use %+v", s)
+	}
+}
+
+// The live analyzer and Compare judge the same records the same way: the
+// run summary's counts equal the compare's classes (missing-decode and
+// missing-prefill together are the summary's missing).
+func TestAnalyzerAgreesWithCompare(t *testing.T) {
+	P, D := hook.SidePrefill, hook.SideDecode
+	recs := []Record{
+		rec(P, 0, 4, 31177, 1), rec(D, 0, 4, 0, 0), // warmup by seq_len
+		rec(P, 1, 200, 5, 6), rec(D, 1, 200, 5, 6), // match
+		rec(P, 2, 130, 7, 9), rec(D, 2, 130, 7, 8), // mismatch
+		rec(P, 3, 300, 1, 1),                       // missing decode
+		rec(D, 4, 300, 1, 1),                       // missing prefill
+		rec(D, 5, 500, 0, 0),                       // decode 0 alone: warmup
+		rec(P, 6, 200, 5, 6), rec(D, 6, 200, 0, 0), // decode 0: warmup
+		rec(D, 7, 10, 3, 3), // short decode alone: warmup
+	}
+	c := NewComparer(Options{})
+	a := NewAnalyzer(Options{})
+	for i := range recs {
+		c.Add(&recs[i], "t")
+		a.Observe(hook.Event{Kind: hook.KindRoomChecksum, Body: recs[i].Event()}, func(hook.Event) {})
+	}
+	r := c.Finish()
+	got := a.Summary().(Summary)
+	want := Summary{Rooms: r.Rooms, Matched: r.Classes.Match, Mismatched: r.Classes.Mismatch, Warmup: r.Classes.Warmup,
+		Missing: r.Classes.MissingDecode + r.Classes.MissingPrefill}
+	if got != want || want.Warmup != 4 || want.Missing != 2 {
+		t.Errorf("analyzer summary %+v, compare classes %+v (want 4 warmup, 2 missing)", got, r.Classes)
 	}
 }
