@@ -217,6 +217,7 @@ func traceCatRun(opts *TraceCatOptions) error {
 			break
 		}
 		if err != nil {
+			out.Flush() // what was read before the error still reaches stdout
 			return cmdutil.InputError(err)
 		}
 		if rec.Type == traces.RecordEvent {
