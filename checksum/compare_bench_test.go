@@ -4,10 +4,9 @@ import (
 	"bytes"
 	"runtime"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/kvcanary/kvcanary/internal/cputime"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -45,7 +44,7 @@ func BenchmarkParseLines(b *testing.B) {
 	data := benchLog(16 << 20)
 	b.SetBytes(int64(len(data)))
 	var n int64
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for b.Loop() {
 		st, err := ScanLog(bytes.NewReader(data), "bench", func(*Record) error { n++; return nil })
 		if err != nil || st.Records == 0 {
@@ -53,22 +52,14 @@ func BenchmarkParseLines(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(data))*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
-	b.ReportMetric(float64(len(data))*float64(b.N)/(cpuTime()-cpu0).Seconds()/1e6, "cpu-MB/s")
-}
-
-// cpuTime is the process's user+system CPU time: on a shared, noisy
-// machine it shows the work a benchmark did apart from waiting for a core.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+	if cpu := (cputime.Process() - cpu0).Seconds(); cpu > 0 {
+		b.ReportMetric(float64(len(data))*float64(b.N)/cpu/1e6, "cpu-MB/s")
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func benchCompare(b *testing.B, rooms int) {
 	var perRecord, perRoom float64
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for b.Loop() {
 		b.StopTimer()
 		runtime.GC()
@@ -112,7 +103,9 @@ func benchCompare(b *testing.B, rooms int) {
 		runtime.KeepAlive(c)
 	}
 	b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/op")
-	b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+	if cpu := (cputime.Process() - cpu0).Seconds(); cpu > 0 {
+		b.ReportMetric(cpu/float64(b.N), "cpu-s/op")
+	}
 	b.ReportMetric(perRecord, "B/record")
 	b.ReportMetric(perRoom, "B/room")
 }

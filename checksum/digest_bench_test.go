@@ -3,6 +3,8 @@ package checksum
 import (
 	"testing"
 	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cputime"
 )
 
 // benchPages is the number of 16 KiB pages each iteration digests: large
@@ -22,7 +24,7 @@ func benchArena(b *testing.B) (Layout, []byte) {
 func reportGBps(b *testing.B, bytes int, cpu0 time.Duration) {
 	total := float64(bytes) * float64(b.N)
 	b.ReportMetric(total/b.Elapsed().Seconds()/1e9, "GB/s")
-	if cpu := (cpuTime() - cpu0).Seconds(); cpu > 0 {
+	if cpu := (cputime.Process() - cpu0).Seconds(); cpu > 0 {
 		b.ReportMetric(total/cpu/1e9, "cpu-GB/s")
 	}
 }
@@ -32,7 +34,7 @@ func BenchmarkXXH3Page(b *testing.B) {
 	l, arena := benchArena(b)
 	b.SetBytes(int64(l.PageBytes()))
 	var sink uint64
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for i := 0; b.Loop(); i++ {
 		sink += Page(l, arena, uint32(i%benchPages))
 	}
@@ -45,7 +47,7 @@ func BenchmarkBsumPage(b *testing.B) {
 	l, arena := benchArena(b)
 	b.SetBytes(int64(l.PageBytes()))
 	var sink uint64
-	cpu0 := cpuTime()
+	cpu0 := cputime.Process()
 	for i := 0; b.Loop(); i++ {
 		sink += PageBsum(l, arena, uint32(i%benchPages))
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/cputime"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -66,7 +67,7 @@ func BenchmarkWrite(b *testing.B) {
 		b.SetBytes(int64(total))
 		b.ReportAllocs()
 		b.ResetTimer()
-		cpu0 := processCPU()
+		cpu0 := cputime.Process()
 		for i := 0; i < b.N; i++ {
 			for j := range evs {
 				if err := write(w, j); err != nil {
@@ -78,7 +79,7 @@ func BenchmarkWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ReportMetric(float64(total)*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
-		if cpu := processCPU() - cpu0; cpu > 0 {
+		if cpu := cputime.Process() - cpu0; cpu > 0 {
 			b.ReportMetric(float64(total)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
 		}
 		b.ReportMetric(float64(total)*float64(b.N)/float64(cw.n), "ratio")
@@ -115,7 +116,7 @@ func BenchmarkRead(b *testing.B) {
 	run := func(b *testing.B, validate bool, next func(r *Reader) error) {
 		b.SetBytes(int64(total))
 		b.ReportAllocs()
-		cpu0 := processCPU()
+		cpu0 := cputime.Process()
 		for i := 0; i < b.N; i++ {
 			r, err := NewReader(bytes.NewReader(data))
 			if err != nil {
@@ -136,7 +137,7 @@ func BenchmarkRead(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(total)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-		if cpu := processCPU() - cpu0; cpu > 0 {
+		if cpu := cputime.Process() - cpu0; cpu > 0 {
 			b.ReportMetric(float64(total)*float64(b.N)/cpu.Seconds()/1e9, "GB/cpu-s")
 		}
 	}
@@ -170,13 +171,13 @@ func BenchmarkCodec(b *testing.B) {
 	b.Run("encode", func(b *testing.B) {
 		b.SetBytes(int64(total))
 		var dst []byte
-		cpu0 := processCPU()
+		cpu0 := cputime.Process()
 		for i := 0; i < b.N; i++ {
 			for off := 0; off < len(plain); off += frameBytes {
 				dst = enc.EncodeAll(plain[off:min(off+frameBytes, len(plain))], dst[:0])
 			}
 		}
-		if cpu := processCPU() - cpu0; cpu > 0 {
+		if cpu := cputime.Process() - cpu0; cpu > 0 {
 			b.ReportMetric(float64(total)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
 		}
 	})
@@ -184,7 +185,7 @@ func BenchmarkCodec(b *testing.B) {
 		b.SetBytes(int64(total))
 		var dst []byte
 		var err error
-		cpu0 := processCPU()
+		cpu0 := cputime.Process()
 		for i := 0; i < b.N; i++ {
 			for _, f := range frames {
 				if dst, err = dec.DecodeAll(f, dst[:0]); err != nil {
@@ -192,7 +193,7 @@ func BenchmarkCodec(b *testing.B) {
 				}
 			}
 		}
-		if cpu := processCPU() - cpu0; cpu > 0 {
+		if cpu := cputime.Process() - cpu0; cpu > 0 {
 			b.ReportMetric(float64(total)*float64(b.N)/cpu.Seconds()/1e9, "GB/cpu-s")
 		}
 	})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cputime"
 )
 
 // decodeLog builds n SGLang decode lines with varying numbers and timestamps.
@@ -22,7 +24,7 @@ func decodeLog(n int) []byte {
 func reportThroughput(b *testing.B, bytes int, cpu0 time.Duration) {
 	total := float64(bytes) * float64(b.N)
 	b.ReportMetric(total/b.Elapsed().Seconds()/1e6, "MB/s")
-	if cpu := processCPU() - cpu0; cpu > 0 && cpu0 > 0 {
+	if cpu := cputime.Process() - cpu0; cpu > 0 && cpu0 > 0 {
 		b.ReportMetric(total/cpu.Seconds()/1e6, "MB/cpu-s")
 	}
 }
@@ -34,7 +36,7 @@ func BenchmarkScanDecodeLines(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := cputime.Process()
 	var sum *Summary
 	for i := 0; i < b.N; i++ {
 		var err error
@@ -65,7 +67,7 @@ func BenchmarkScanMixedLines(b *testing.B) {
 	data := buf.Bytes()
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
-	cpu0 := processCPU()
+	cpu0 := cputime.Process()
 	for i := 0; i < b.N; i++ {
 		if _, err := ScanAll(bytes.NewReader(data), "bench", Options{Year: 2025}); err != nil {
 			b.Fatal(err)
