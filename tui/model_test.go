@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/charmbracelet/x/exp/golden"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
 )
 
 var wall0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -177,5 +179,68 @@ func TestFindingsFollowAndKeepSelection(t *testing.T) {
 	press(m, "G")
 	if it, _ := m.findings.Selected(); it.Seq != 5 {
 		t.Fatalf("G: selected #%d, want #5", it.Seq)
+	}
+}
+
+func TestSnapshotWritesWindow(t *testing.T) {
+	m := testModel(t, 120, 40, false)
+	m.opts.SnapshotDir = t.TempDir()
+	cmd := press(m, "s")
+	if cmd == nil {
+		t.Fatal("s returned no command")
+	}
+	msg := cmd().(SnapshotMsg)
+	if msg.Err != nil {
+		t.Fatal(msg.Err)
+	}
+	want := len(fixtureEvents()) + len(gpuEvents())
+	if msg.Events != want {
+		t.Fatalf("snapshot holds %d events, want %d", msg.Events, want)
+	}
+	m.Update(msg)
+	if !strings.Contains(m.View(), "snapshot: 103 events to") || m.Stats().LastSnapshot != msg.Path {
+		t.Fatalf("status line lacks the snapshot:\n%s", m.View())
+	}
+	sum, err := traces.Inspect(msg.Path)
+	if err != nil || sum.Events != uint64(want) || sum.Manifest.Run != "fixture" || sum.Manifest.Config.Seed != 7 {
+		t.Fatalf("snapshot bundle %+v, %v", sum, err)
+	}
+	// A snapshot into a directory that does not exist reports the error.
+	m.opts.SnapshotDir = filepath.Join(t.TempDir(), "missing")
+	if msg := press(m, "s")().(SnapshotMsg); msg.Err == nil {
+		t.Fatal("snapshot into a missing directory succeeded")
+	}
+}
+
+func TestWindowBounds(t *testing.T) {
+	w := newWindow(10, 1<<20)
+	for i := 0; i < 25; i++ {
+		w.push(hook.Event{Kind: hook.KindReplay, TS: int64(i), Body: &hook.Replay{Step: uint64(i)}})
+	}
+	evs := w.events()
+	if len(evs) != 10 || evs[0].TS != 15 || evs[9].TS != 24 || w.evicted != 15 {
+		t.Fatalf("count bound: %d events from %d, evicted %d", len(evs), evs[0].TS, w.evicted)
+	}
+	// Bytes bound: big graph-vs-eager samples push out older events.
+	w = newWindow(1000, 100_000)
+	for i := 0; i < 10; i++ {
+		w.push(hook.Event{Kind: hook.KindGraphDiffSample, TS: int64(i), Body: &hook.GraphDiffSample{Graph: make(hook.Float32s, 5000)}})
+	}
+	if w.bytes > 100_000 || w.n != 4 {
+		t.Fatalf("bytes bound: %d bytes in %d events", w.bytes, w.n)
+	}
+}
+
+func TestNewRunClearsPerRunPanels(t *testing.T) {
+	a := newAggregator("x")
+	evs := fixtureEvents()
+	for i := range evs {
+		a.apply(&evs[i])
+	}
+	second := hook.Event{Kind: hook.KindRunStart, TS: at(30), Body: &hook.RunStart{Config: hook.RunConfig{Engine: "sim", Seed: 8}}}
+	a.apply(&second)
+	s := a.snapshot(10)
+	if s.Sessions.Total != 0 || s.Sched.Observations != 0 || s.Config.Seed != 8 || s.FindingsTotal != 4 {
+		t.Fatalf("after a second run.start: sessions %d sched %d seed %d findings %d", s.Sessions.Total, s.Sched.Observations, s.Config.Seed, s.FindingsTotal)
 	}
 }

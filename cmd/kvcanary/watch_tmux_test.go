@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// TestWatchUnderTmux runs the real binary in a real terminal: tmux at
+// 120×40, watch --bundle on a twin recording, the headline panels must
+// appear, tab moves focus, q quits with exit 0 and the exit report.
+func TestWatchUnderTmux(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and drives tmux; skipped with -short")
+	}
+	tmux, err := exec.LookPath("tmux")
+	if err != nil {
+		if os.Getenv("KVCANARY_REQUIRE_PRIVILEGED") == "1" {
+			t.Fatal("tmux is not installed (.ci/run installs it)")
+		}
+		t.Skip("tmux is not installed; install it to run the dashboard in a real terminal")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "kvcanary")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	bundle := filepath.Join(dir, "run.kvtrace")
+	if out, err := exec.Command(bin, "sim", "run", "--sessions", "3", "--rounds", "1", "--pool-tokens", "20000", "--record", bundle).CombinedOutput(); err != nil {
+		t.Fatalf("sim run: %v\n%s", err, out)
+	}
+	sock := filepath.Join(dir, "tmux.sock")
+	tm := func(args ...string) (string, error) {
+		out, err := exec.Command(tmux, append([]string{"-S", sock}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	script := fmt.Sprintf("%s watch --bundle %s --speed max --snapshot-dir %s 2>%s; echo watch-exit=$?; sleep 600",
+		bin, bundle, dir, filepath.Join(dir, "stderr"))
+	if out, err := tm("new-session", "-d", "-s", "kvc", "-x", "120", "-y", "40", script); err != nil {
+		t.Fatalf("tmux new-session: %v %s", err, out)
+	}
+	defer tm("kill-server")
+	waitPane := func(what ...string) string {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		var pane string
+		for time.Now().Before(deadline) {
+			pane, _ = tm("capture-pane", "-p", "-t", "kvc")
+			ok := true
+			for _, w := range what {
+				ok = ok && strings.Contains(pane, w)
+			}
+			if ok {
+				return pane
+			}
+			<-tick.C
+		}
+		t.Fatalf("pane never showed %q; last:\n%s", what, pane)
+		return ""
+	}
+	waitPane("kvcanary watch", "sessions 3", "checksum (transfer)", "canary (buffer)", "graphdiff (compute)",
+		"scheduler", "GPU: no GPU telemetry", "CUDA: no eBPF probe", "findings", "focus: findings", "] done")
+	tm("send-keys", "-t", "kvc", "Tab")
+	waitPane("focus: sessions")
+	tm("send-keys", "-t", "kvc", "s")
+	waitPane("snapshot: ")
+	tm("send-keys", "-t", "kvc", "q")
+	pane := waitPane("watch-exit=0")
+	if strings.Contains(pane, "focus: sessions") {
+		t.Fatalf("the dashboard is still on screen after q (alternate screen not restored):\n%s", pane)
+	}
+	stderr, _ := os.ReadFile(filepath.Join(dir, "stderr"))
+	if !strings.Contains(string(stderr), "events shown, 0 dropped by the view") {
+		t.Fatalf("exit report: %q", stderr)
+	}
+	snaps, _ := filepath.Glob(filepath.Join(dir, "kvcanary-snapshot-*.kvtrace"))
+	if len(snaps) != 1 {
+		t.Fatalf("snapshots %v, want one", snaps)
+	}
+	snap, err := traces.Inspect(snaps[0])
+	if err != nil || snap.Events == 0 || snap.Manifest.Labels["snapshot"] == "" || snap.Truncated {
+		t.Fatalf("snapshot %s: %+v, %v", snaps[0], snap, err)
+	}
+}

@@ -1,0 +1,96 @@
+package tui
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/exp/teatest"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// writeFixtureBundle writes the fixture's events to a bundle.
+func writeFixtureBundle(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fixture.kvtrace")
+	w, err := traces.Create(path, traces.Manifest{Tool: "kvcanary test", Run: "fixture", Command: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range append(fixtureEvents(), gpuEvents()...) {
+		if err := w.Write(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// waitOut waits until the output written since the last wait holds every
+// one of what.
+func waitOut(t *testing.T, tm *teatest.TestModel, what ...string) {
+	t.Helper()
+	teatest.WaitFor(t, tm.Output(), func(b []byte) bool {
+		for _, w := range what {
+			if !bytes.Contains(b, []byte(w)) {
+				return false
+			}
+		}
+		return true
+	}, teatest.WithDuration(15*time.Second), teatest.WithCheckInterval(20*time.Millisecond))
+}
+
+// TestWatchBundleFlow is watch-on-bundle end to end through bubbletea: the
+// replay fills the panels, tab walks them, enter on a finding shows its
+// evidence, esc returns and q quits.
+func TestWatchBundleFlow(t *testing.T) {
+	path := writeFixtureBundle(t)
+	bus := hook.NewBus()
+	sub := bus.Live("tui", DefaultLiveCapacity)
+	cursor := &Cursor{}
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		err := ReplayBundle(ctx, path, bus, ReplayOptions{Speed: 0, Cursor: cursor})
+		bus.Close()
+		done <- err
+	}()
+	m := New(Options{Title: "kvcanary watch", Source: "bundle fixture.kvtrace", Sub: sub, Cursor: cursor, Done: done,
+		Summaries: func() map[string]any { return fixtureSummaries() }, Styles: asciiStyles(), SnapshotDir: t.TempDir()})
+	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(120, 40))
+
+	// The replay fills every panel; the cursor reaches the end.
+	waitOut(t, tm, "findings 4 (error 3, warn 1)", "corrupt 3/12", "mismatched 1", "LIVE-PAGE-OVERWRITE 1",
+		"divergent 2", "retract 1 (2 req)", "xid 79", "graph launches 2", "] done")
+	for _, p := range []string{"sessions", "checksum", "canary", "graphdiff", "scheduler", "gpu", "cuda", "findings"} {
+		tm.Send(tea.KeyMsg{Type: tea.KeyTab})
+		waitOut(t, tm, "focus: "+p)
+	}
+	tm.Send(tea.KeyMsg{Type: tea.KeyUp})
+	tm.Send(tea.KeyMsg{Type: tea.KeyUp})
+	tm.Send(tea.KeyMsg{Type: tea.KeyEnter})
+	waitOut(t, tm, "finding #2 evidence", `victim "s003-r1\x1b[31m"`)
+	tm.Send(tea.KeyMsg{Type: tea.KeyEsc})
+	waitOut(t, tm, "focus: findings")
+	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
+	tm.WaitFinished(t, teatest.WithFinalTimeout(15*time.Second))
+	fm := tm.FinalModel(t).(*Model)
+	if fm.findings.Drilled() || fm.Focused() != "findings" {
+		t.Fatalf("final: drilled %v focus %s", fm.findings.Drilled(), fm.Focused())
+	}
+	st := fm.Stats()
+	if st.Events != uint64(len(fixtureEvents())+len(gpuEvents())) || st.Findings != 4 || st.Dropped != 0 {
+		t.Fatalf("final stats %+v", st)
+	}
+	if fm.sourceErr != nil || !fm.sourceDone {
+		t.Fatalf("source done %v, error %v", fm.sourceDone, fm.sourceErr)
+	}
+}
