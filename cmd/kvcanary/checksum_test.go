@@ -222,6 +222,23 @@ func TestChecksumCompareBundle(t *testing.T) {
 	if !strings.Contains(out, "2 (tokens 128-150)") {
 		t.Errorf("table lacks the mismatching page:\n%s", out)
 	}
+
+	// Cut into the footer's frame: the rooms are all still there, and stderr
+	// says the bundle is truncated.
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, fi.Size()-3); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := runChecksumCompare(t, false, false, path)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding || !strings.HasPrefix(out, "0/3 rooms match; 1 mismatch") {
+		t.Errorf("truncated bundle: exit %d (%v)\n%s", cmdutil.ExitCode(err), err, out)
+	}
+	if !strings.Contains(errOut, "warning: "+path+" is truncated (") {
+		t.Errorf("truncated bundle: stderr %q lacks the truncation warning", errOut)
+	}
 }
 
 // twinBundle records a small twin run (checksum instrument only) as a bundle.
