@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
 // ViolationMarker starts SGLang's frozen one-line kv_canary violation summary
@@ -67,24 +69,15 @@ func (v Violation) AppendText(b []byte) ([]byte, error) {
 	b = append(b, " expected_token="...)
 	b = strconv.AppendInt(b, v.ExpectedToken, 10)
 	b = append(b, " stored_chain_hash="...)
-	b = appendHex16(b, v.StoredChainHash)
+	b = hook.AppendHex64(b, v.StoredChainHash)
 	b = append(b, " expected_aux="...)
-	b = appendHex16(b, v.ExpectedAux)
+	b = hook.AppendHex64(b, v.ExpectedAux)
 	return b, nil
 }
 
 func (v Violation) String() string {
 	b, _ := v.AppendText(nil)
 	return string(b)
-}
-
-func appendHex16(b []byte, x uint64) []byte {
-	const digits = "0123456789abcdef"
-	b = append(b, '0', 'x')
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, digits[(x>>uint(shift))&0xf])
-	}
-	return b
 }
 
 // ViolationError is a recognized violation line with a malformed field.
