@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/demo"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -275,4 +276,132 @@ func writeWatchReport(w io.Writer, s tui.Stats, rec *traces.Writer, recPath stri
 	if s.LastSnapshot != "" {
 		fmt.Fprintf(w, "watch: last snapshot %s\n", cmdutil.Quote(s.LastSnapshot))
 	}
+}
+
+// demoTUIRun runs `kvcanary demo` with the dashboard (stdout is a terminal):
+// each step appears in the investigation panel as it starts and finishes,
+// and each finished run's bundle is replayed into the panels, judged again
+// by fresh analyzers, so the panels show the run the step measured. When the
+// dashboard closes, the plain report follows on stdout so it stays in the
+// scrollback. Quitting before the verdict stops the demo; that is no error.
+func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tui.Stats, error)) error {
+	if runTUI == nil {
+		runTUI = tui.Run
+	}
+	ctx := opts.Factory.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	bus := hook.NewBus()
+	view := bus.Live("tui", tui.DefaultLiveCapacity)
+	steps := make(chan tui.Step, 256)
+	bundles := make(chan string, 64)
+	var current atomic.Pointer[[]hook.Analyzer]
+	summaries := func() map[string]any {
+		as := current.Load()
+		if as == nil {
+			return nil
+		}
+		return tui.AnalyzerSummaries(*as...)()
+	}
+
+	// Replayer: finished runs' bundles, in step order, as fast as they read.
+	replayed := make(chan struct{})
+	go func() {
+		defer close(replayed)
+		defer bus.Close()
+		for path := range bundles {
+			as := newAnalyzers(AnalyzerOptions{WarmupMaxSeqLen: 4})
+			current.Store(&as)
+			rejudge := map[string]bool{}
+			for _, a := range as {
+				rejudge[a.Name()] = true
+			}
+			// A bundle that cannot be replayed leaves its panels empty; the
+			// step's own result already says what the run measured.
+			_ = tui.ReplayBundle(ctx, path, hook.WithAnalyzers(bus, as...), tui.ReplayOptions{Rejudge: rejudge})
+		}
+	}()
+
+	var (
+		rep    *demo.Report
+		runErr error
+	)
+	done := make(chan error, 1)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		seen := map[string]bool{}
+		lastProgress := time.Time{}
+		func() {
+			defer tui.Recover(&runErr)
+			rep, runErr = demo.Run(ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
+				Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(),
+				Publish: func(u demo.Update) {
+					switch u.State {
+					case "running":
+						s := tui.Step{Index: u.Index, Title: u.Step, Status: tui.StepRunning}
+						if u.Total > 0 {
+							if time.Since(lastProgress) < 200*time.Millisecond && u.Finished > 0 && u.Finished < u.Total {
+								return
+							}
+							lastProgress = time.Now()
+							s.Result = fmt.Sprintf("%d/%d sessions", u.Finished, u.Total)
+						}
+						select { // progress may be dropped; never block the demo
+						case steps <- s:
+						default:
+						}
+					case "done":
+						if u.Result == nil {
+							return
+						}
+						st := tui.StepFinding
+						if u.Result.Pass {
+							st = tui.StepOK
+						}
+						steps <- tui.Step{Index: u.Index, Title: u.Result.Title, Status: st, Result: u.Result.Result}
+						if b := u.Result.Bundle; b != "" && !seen[b] {
+							seen[b] = true
+							select {
+							case bundles <- b:
+							case <-ctx.Done():
+							}
+						}
+					}
+				}})
+		}()
+		close(steps)
+		close(bundles)
+		if ctx.Err() != nil {
+			runErr = nil // quit before the verdict
+		}
+		done <- runErr
+	}()
+
+	_, uiErr := runTUI(ctx, tui.Options{
+		Title: "kvcanary demo", Source: fmt.Sprintf("the twin, %d sessions × %d rounds, seed %d", opts.Sessions, opts.Rounds, opts.Seed),
+		Sub: view, Summaries: summaries, Steps: steps, Done: done, SnapshotDir: opts.Out,
+		In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
+	})
+	cancel()
+	<-ran
+	<-replayed
+	out := opts.IO.Out
+	switch {
+	case rep != nil:
+		for i := range rep.Steps {
+			writeDemoStep(out, i+1, &rep.Steps[i])
+		}
+		fmt.Fprintf(out, "\nbundles: %s\n", rep.Out)
+	case runErr == nil:
+		fmt.Fprintln(opts.IO.ErrOut, "demo: stopped before the verdict")
+	}
+	if uiErr != nil && !errors.Is(uiErr, runErr) {
+		return cmdutil.InputError(uiErr)
+	}
+	return runErr
 }

@@ -217,3 +217,70 @@ func TestWatchListen(t *testing.T) {
 		t.Fatalf("recorded %+v, %v", sum.Counts, err)
 	}
 }
+
+// TestDemoWithDashboard runs a small demo through the dashboard's options:
+// every step arrives (running, then its result), each distinct run's bundle
+// is replayed into the view (one run.start per run), the panels have
+// analyzer summaries, and the plain report follows on stdout.
+func TestDemoWithDashboard(t *testing.T) {
+	ios, _, out, errOut := cmdutil.Test()
+	ios.SetTTY(true, true)
+	opts := &DemoOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now},
+		JSON: &cmdutil.JSONFlags{}, Sessions: 3, Rounds: 1, Seed: 1, Out: t.TempDir()}
+	var (
+		seen    []hook.Event
+		results = map[int]tui.Step{}
+		sums    map[string]any
+	)
+	err := demoTUIRun(opts, func(ctx context.Context, o tui.Options) (tui.Stats, error) {
+		if o.Steps == nil || o.Sub == nil || o.Done == nil || !strings.Contains(o.Title, "demo") {
+			t.Fatalf("options %+v", o)
+		}
+		steps, sub := o.Steps, o.Sub
+		for steps != nil || sub != nil {
+			select {
+			case s, ok := <-steps:
+				if !ok {
+					steps = nil
+					continue
+				}
+				if s.Status != tui.StepRunning {
+					results[s.Index] = s
+				}
+			case <-sub.Ready():
+				var open bool
+				seen, open = sub.Drain(seen)
+				if m := o.Summaries(); m != nil {
+					sums = m
+				}
+				if !open {
+					sub = nil
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatal("demo stalled")
+			}
+		}
+		if err := <-o.Done; err != nil {
+			t.Errorf("demo: %v", err)
+		}
+		return tui.Stats{}, nil
+	})
+	if err != nil {
+		t.Fatalf("demo: %v; %s", err, errOut)
+	}
+	if len(results) < 9 {
+		t.Fatalf("%d step results, want 9: %+v", len(results), results)
+	}
+	if v := results[len(results)]; !strings.Contains(strings.ToLower(v.Title), "verdict") && v.Result == "" {
+		t.Fatalf("last step %+v is not the verdict", v)
+	}
+	if n := countKind(seen, hook.KindRunStart); n != 5 {
+		t.Fatalf("the view replayed %d runs, want 5 (baseline and four A/B arms)", n)
+	}
+	if len(sums) != 3 {
+		t.Fatalf("summaries %v", sums)
+	}
+	if !strings.Contains(out.String(), "VERDICT: ") || !strings.Contains(out.String(), "bundles: ") {
+		t.Fatalf("plain report after the dashboard: %q", out)
+	}
+}
