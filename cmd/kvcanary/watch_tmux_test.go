@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -5,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,14 +50,14 @@ func TestWatchUnderTmux(t *testing.T) {
 		t.Fatalf("tmux new-session: %v %s", err, out)
 	}
 	defer tm("kill-server")
-	waitPane := func(what ...string) string {
+	waitPane := func(session string, what ...string) string {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		var pane string
 		for time.Now().Before(deadline) {
-			pane, _ = tm("capture-pane", "-p", "-t", "kvc")
+			pane, _ = tm("capture-pane", "-p", "-t", session)
 			ok := true
 			for _, w := range what {
 				ok = ok && strings.Contains(pane, w)
@@ -66,14 +70,14 @@ func TestWatchUnderTmux(t *testing.T) {
 		t.Fatalf("pane never showed %q; last:\n%s", what, pane)
 		return ""
 	}
-	waitPane("kvcanary watch", "sessions 3", "checksum (transfer)", "canary (buffer)", "graphdiff (compute)",
+	waitPane("kvc", "kvcanary watch", "sessions 3", "checksum (transfer)", "canary (buffer)", "graphdiff (compute)",
 		"scheduler", "GPU: no GPU telemetry", "CUDA: no eBPF probe", "findings", "focus: findings", "] done")
 	tm("send-keys", "-t", "kvc", "Tab")
-	waitPane("focus: sessions")
+	waitPane("kvc", "focus: sessions")
 	tm("send-keys", "-t", "kvc", "s")
-	waitPane("snapshot: ")
+	waitPane("kvc", "snapshot: ")
 	tm("send-keys", "-t", "kvc", "q")
-	pane := waitPane("watch-exit=0")
+	pane := waitPane("kvc", "watch-exit=0")
 	if strings.Contains(pane, "focus: sessions") {
 		t.Fatalf("the dashboard is still on screen after q (alternate screen not restored):\n%s", pane)
 	}
@@ -88,5 +92,31 @@ func TestWatchUnderTmux(t *testing.T) {
 	snap, err := traces.Inspect(snaps[0])
 	if err != nil || snap.Events == 0 || snap.Manifest.Labels["snapshot"] == "" || snap.Truncated {
 		t.Fatalf("snapshot %s: %+v, %v", snaps[0], snap, err)
+	}
+
+	// SIGTERM (to the watch process, by pid) also restores the terminal.
+	script = fmt.Sprintf("%s watch --bundle %s --speed 0.01x 2>/dev/null; echo watch-exit=$?; sleep 600", bin, bundle)
+	if out, err := tm("new-session", "-d", "-s", "kvc2", "-x", "100", "-y", "30", script); err != nil {
+		t.Fatalf("tmux new-session: %v %s", err, out)
+	}
+	waitPane("kvc2", "kvcanary watch", "findings")
+	shell, err := tm("display-message", "-p", "-t", "kvc2", "#{pane_pid}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := exec.Command("pgrep", "-P", strings.TrimSpace(shell)).Output()
+	if err != nil {
+		t.Fatalf("find the watch process under shell %s: %v", shell, err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(child))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	pane = waitPane("kvc2", "watch-exit=")
+	if strings.Contains(pane, "focus: findings") || !strings.Contains(pane, "watch-exit=0") {
+		t.Fatalf("after SIGTERM:\n%s", pane)
 	}
 }
