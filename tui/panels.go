@@ -96,7 +96,7 @@ func (p *HeaderPanel) View() string {
 		drop = st.Warn.Render(fmt.Sprintf("%s (view %s, producers %s)", human(d), human(s.Dropped), human(s.ProducerDropped)))
 	}
 	l3 := p.num("elapsed", s.Elapsed.Round(time.Second)) + "  " + p.num("events", human(s.Events)) + "  " +
-		p.num("in/s", humanRate(s.Rate)) + "  " + st.Label.Render("dropped") + " " + drop
+		p.num("events/s", humanRate(s.Rate)) + "  " + st.Label.Render("dropped") + " " + drop
 	if c := s.Cursor; c != nil {
 		l3 += "  " + cursorLine(st, c, p.w)
 	} else if s.SourceDone {
