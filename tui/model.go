@@ -163,9 +163,7 @@ type Model struct {
 	subOpen      bool
 	sourceDone   bool
 	sourceErr    error
-	ticking      bool
 	pollEvery    int
-	frameCost    time.Duration // time spent in the last frame's ingest
 	lastSnapshot string
 }
 
@@ -238,10 +236,15 @@ func (m *Model) Init() tea.Cmd {
 // tick schedules the next frame. The drain runs in the Cmd's goroutine, so a
 // slow Update never holds up the subscription's producer.
 func (m *Model) tick() tea.Cmd {
-	m.ticking = true
 	sub, sums := m.opts.Sub, m.opts.Summaries
 	poll := m.frames%uint64(m.pollEvery) == 0
-	return tea.Tick(m.opts.FrameInterval, func(t time.Time) tea.Msg {
+	interval := m.opts.FrameInterval
+	if sub != nil && !m.subOpen {
+		// The source has ended and its last summaries are in: only the
+		// clock moves now.
+		sums, interval = nil, max(interval, 500*time.Millisecond)
+	}
+	return tea.Tick(interval, func(t time.Time) tea.Msg {
 		f := frameMsg{at: t, open: false}
 		if sub != nil {
 			b := batchPool.Get().(*[]hook.Event)
@@ -314,7 +317,6 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 }
 
 func (m *Model) ingest(f frameMsg) {
-	t0 := time.Now()
 	m.frames++
 	if f.batch != nil {
 		b := *f.batch
@@ -336,7 +338,6 @@ func (m *Model) ingest(f frameMsg) {
 	if !m.paused {
 		m.pushState()
 	}
-	m.frameCost = time.Since(t0)
 }
 
 // pushState hands the frame's State to every panel.
