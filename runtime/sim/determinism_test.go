@@ -24,7 +24,7 @@ func digestRun(t *testing.T, procs int) (map[string]int, string, int) {
 	w := DefaultWorkload()
 	w.Sessions, w.Rounds = 16, 2
 	if raceEnabled {
-		w.Sessions = 8
+		w.Sessions, w.Rounds = 4, 1
 	}
 	h := sha256.New()
 	n := 0

@@ -134,6 +134,7 @@ type Engine struct {
 
 	testStore    func(rw *row, owner int32)  // tests observe each out_loc store and the page's owner
 	testPadStore func(slot int, owner int32) // tests observe padded-row stores outside slot 0
+	testComplete func(x *transfer)           // tests observe transfer completions
 
 	// scratch
 	units        []unit
@@ -529,6 +530,9 @@ func (e *Engine) completeTransfers() {
 		}
 		if signal && !x.completed {
 			x.completed = true
+			if e.testComplete != nil {
+				e.testComplete(x)
+			}
 			e.emitRoom(e.dec, r.pages, r, hook.SideDecode)
 			for _, p := range r.pages {
 				e.decAlloc.incoming[p] = false

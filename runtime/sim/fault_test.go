@@ -99,36 +99,40 @@ func TestTransferRaceLandsLate(t *testing.T) {
 		}
 		var c collect
 		late, landedLater := 0, 0
-		pending := map[*chunk]bool{}
-		driveEngine(t, cfg, faultSessions(), 3, &c, nil, func(e *Engine) {
-			for _, x := range e.xfers {
-				if !x.completed {
-					continue
+		var pending []*chunk
+		pageEq := func(e *Engine, ch *chunk) bool {
+			pb := e.dec.L.PageBytes()
+			for k := range ch.dst {
+				d := e.dec.Buf[int(ch.dst[k])*pb : int(ch.dst[k]+1)*pb]
+				s := e.pre.Buf[int(ch.src[k])*pb : int(ch.src[k]+1)*pb]
+				if string(d) != string(s) {
+					return false
 				}
+			}
+			return true
+		}
+		driveEngine(t, cfg, faultSessions(), 3, &c, func(e *Engine) {
+			e.testComplete = func(x *transfer) {
+				// At completion every chunk should have landed; a late one
+				// leaves the previous owner's bytes in its decode pages.
 				for i := range x.chunks {
 					ch := &x.chunks[i]
-					if ch.landed || pending[ch] {
-						continue
-					}
-					// Completed but not landed: its decode pages differ from prefill.
-					for k := range ch.dst {
-						pb := e.dec.L.PageBytes()
-						d := e.dec.Buf[int(ch.dst[k])*pb : int(ch.dst[k]+1)*pb]
-						s := e.pre.Buf[int(ch.src[k])*pb : int(ch.src[k]+1)*pb]
-						if string(d) != string(s) {
-							late++
-							pending[ch] = true
-							break
-						}
+					if !ch.landed && !pageEq(e, ch) {
+						late++
+						pending = append(pending, ch)
 					}
 				}
 			}
-			for ch := range pending {
+		}, func(e *Engine) {
+			keep := pending[:0]
+			for _, ch := range pending {
 				if ch.landed {
 					landedLater++
-					delete(pending, ch)
+					continue
 				}
+				keep = append(keep, ch)
 			}
+			pending = keep
 		})
 		mismatch := roomMismatches(c.evs)
 		if !fault {
@@ -175,7 +179,11 @@ func TestStaleOutLocWritesForeignPage(t *testing.T) {
 		}
 		stale, foreign, verified := 0, 0, 0
 		var pending []int
-		driveEngine(t, cfg, faultSessions(), 3, nil, func(e *Engine) {
+		sessions, rounds := 40, 3
+		if raceEnabled {
+			sessions, rounds = 14, 1 // forced retraction needs bs > 10
+		}
+		driveEngine(t, cfg, sessions, rounds, nil, func(e *Engine) {
 			e.testPadStore = func(slot int, owner int32) {
 				stale++
 				if owner > 0 {
@@ -302,7 +310,7 @@ func foreignWrites(evs []hook.Event) int {
 // the race detector).
 func faultSessions() int {
 	if raceEnabled {
-		return 20
+		return 6
 	}
 	return 40
 }

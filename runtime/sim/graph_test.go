@@ -86,7 +86,7 @@ func TestBaselineRaceLeavesIndexKPristine(t *testing.T) {
 	w := DefaultWorkload()
 	w.Sessions, w.Rounds = 40, 3
 	if raceEnabled {
-		w.Sessions, w.Rounds = 24, 2
+		t.Skip("a 40×3 run takes minutes under -race; run go test ./runtime/sim")
 	}
 	var c collect
 	res, err := Run(context.Background(), cfg, w, &c)
@@ -127,7 +127,11 @@ func TestCanaryCacheMatchesFullDigests(t *testing.T) {
 		cfg.Inject = []string{FaultStaleOutLoc, FaultTransferRace}
 		cfg.Instruments = Instruments{Canary: true, CanaryPolicy: "live"}
 		var c collect
-		driveEngine(t, cfg, 16, 2, &c, func(e *Engine) { e.canaryVerify = verify }, nil)
+		n := 16
+		if raceEnabled {
+			n = 4
+		}
+		driveEngine(t, cfg, n, 2, &c, func(e *Engine) { e.canaryVerify = verify }, nil)
 		return c.evs
 	}
 	a, b := run(1), run(canaryVerifyEvery)

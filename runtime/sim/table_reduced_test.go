@@ -6,12 +6,16 @@ import (
 )
 
 // TestTableReduced checks the seeds' table at a reduced size: 40 sessions ×
-// 4 rounds on seeds 1 and 2 (one seed, 24 sessions × 2 rounds under -race),
+// 4 rounds on seeds 1 and 2 (one seed, 24 sessions × 2 rounds with -short;
+// skipped under -race),
 // with the pool of the retraction row scaled to the session count. The full
 // size (80×4, seeds 1–5) is BenchmarkTable.
 func TestTableReduced(t *testing.T) {
+	if raceEnabled {
+		t.Skip("twelve 40×4 runs take minutes under -race; run go test ./runtime/sim")
+	}
 	sessions, rounds, seeds := 40, 4, []uint64{1, 2}
-	if raceEnabled || testing.Short() {
+	if testing.Short() {
 		sessions, rounds, seeds = 24, 2, []uint64{1}
 	}
 	for _, tc := range tableConfigs() {
