@@ -334,6 +334,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	// The verdict.
 	idx++
+	opts.Publish(Update{Step: StepVerdict, Index: idx, State: "running"})
 	rep.Verdict = Decide(*ev)
 	finish(StepResult{Step: StepVerdict, Title: "verdict", Result: rep.Verdict.Text, Pass: rep.Verdict.Cause != ""})
 	rep.WallSeconds = time.Since(start).Seconds()

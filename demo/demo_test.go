@@ -1,0 +1,211 @@
+package demo
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+)
+
+func seedsEvidence() Evidence {
+	base := repro.SummaryOf(repro.Outcomes{Done: 50, MaxRounds: 17, Leak: 11, NoTool: 2}, 4, 0)
+	clean := repro.SummaryOf(repro.Outcomes{Done: 60, MaxRounds: 20}, 4, 0)
+	same := base
+	arm := func(t Toggle, s repro.Summary, p float64, removes bool, conf ...repro.Confound) ToggleResult {
+		if conf == nil {
+			conf = []repro.Confound{}
+		}
+		return ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: s, FisherP: p, Confounds: conf, Removes: removes}
+	}
+	tg := DefaultToggles()
+	return Evidence{Baseline: base, Rooms: 279, RoomsMatched: 278, RoomsWarmup: 1, Replays: 994, GraphDiffSamples: 7000,
+		DivergentSamples: 29, DivergentSessions: 12,
+		Toggles: []ToggleResult{
+			arm(tg[0], clean, 0.0001, true),
+			arm(tg[1], clean, 0.0001, true),
+			arm(tg[2], same, 1, false),
+			arm(tg[3], clean, 0.0001, true),
+		}}
+}
+
+func TestDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		mut          func(*Evidence)
+		layer, cause string
+		text         []string
+	}{
+		{"seeds", nil, "transient-compute", MechOverlap, []string{"multi-stream overlap", "--multi-stream-overlap=false", "--disable-cuda-graph also"}},
+		{"fp8 confounded", func(e *Evidence) {
+			e.Toggles[0].Removes = false
+			e.Toggles[0].Confounds = []repro.Confound{{Name: "peak_running_req", A: 48, B: 30}}
+		}, "transient-compute", MechOverlap, []string{"multi-stream overlap"}},
+		{"overlap does not fix", func(e *Evidence) {
+			e.Toggles[3].Removes = false
+			e.Toggles[3].Summary = e.Baseline
+		}, "transient-compute", MechBF16IndexK + "+" + MechInGraphLogits, []string{"bf16 index-K + index logits in the graph arena"}},
+		{"only graphs off fixes", func(e *Evidence) {
+			e.Toggles[0].Removes, e.Toggles[3].Removes = false, false
+		}, "transient-compute", MechCUDAGraph + "+" + MechGraphPlanner + "+" + MechOverlap, []string{"CUDA graph capture"}},
+		{"nothing fixes", func(e *Evidence) {
+			for i := range e.Toggles {
+				e.Toggles[i].Removes = false
+			}
+		}, "transient-compute", "", []string{"no toggle removes it"}},
+		{"tie", func(e *Evidence) {
+			e.Toggles[2].Removes, e.Toggles[2].Scope = true, []string{MechGraphPlanner}
+		}, "transient-compute", "", []string{"equally narrow"}},
+		{"transfer dirty", func(e *Evidence) { e.RoomsMismatched = 3 }, "transfer", "pd-transfer", []string{"3 of 279 rooms"}},
+		{"buffer overwritten", func(e *Evidence) { e.LivePageOverwrites = 7 }, "persistent-buffer", "live-page-overwrite", []string{"7 live pages"}},
+		{"graph equals eager", func(e *Evidence) { e.DivergentSamples = 0 }, "", "", []string{"outside the instrumented layers"}},
+		{"clean baseline", func(e *Evidence) { e.Baseline = repro.SummaryOf(repro.Outcomes{Done: 80}, 4, 0) }, "", "", []string{"nothing to localize"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := seedsEvidence()
+			if tc.mut != nil {
+				tc.mut(&ev)
+			}
+			v := Decide(ev)
+			if v.Layer != tc.layer || v.Cause != tc.cause {
+				t.Fatalf("layer %q cause %q, want %q %q: %s", v.Layer, v.Cause, tc.layer, tc.cause, v.Text)
+			}
+			for _, s := range tc.text {
+				if !strings.Contains(v.Text, s) {
+					t.Errorf("verdict %q lacks %q", v.Text, s)
+				}
+			}
+		})
+	}
+}
+
+// TestRunSeedsStory runs the whole investigation at reduced size and checks
+// each step's decisive result and the verdict.
+func TestRunSeedsStory(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("40×4 twin runs: skipped under -race and -short (TestRunMechanics covers the plumbing)")
+	}
+	var updates []Update
+	rep, err := Run(context.Background(), Options{Sessions: 40, Rounds: 4, Seed: 1, Out: t.TempDir(), Tool: "test",
+		Publish: func(u Update) { updates = append(updates, u) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := rep.Evidence
+	if ev.Baseline.CorruptedSessions == 0 || !ev.TransferClean() || !ev.BufferPristine() || !ev.GraphDiverges() {
+		t.Fatalf("baseline evidence %+v", ev)
+	}
+	want := map[string]bool{"--index-k-dtype fp8": true, "--disable-cuda-graph": true, "--cuda-graph-max-bs 64": false, "--multi-stream-overlap=false": true}
+	for _, tr := range ev.Toggles {
+		if tr.Removes != want[tr.Toggle] {
+			t.Errorf("%s: removes=%v (%d/%d, p %g, confounds %v)", tr.Toggle, tr.Removes, tr.Summary.CorruptedSessions, tr.Summary.Sessions, tr.FisherP, tr.Confounds)
+		}
+	}
+	if rep.Verdict.Cause != MechOverlap || !strings.Contains(rep.Verdict.Text, "multi-stream overlap") {
+		t.Fatalf("verdict %+v", rep.Verdict)
+	}
+	checkSteps(t, rep, updates, 9)
+	for _, s := range rep.Steps[:4] {
+		if !s.Pass {
+			t.Errorf("step %s did not pass: %s", s.Step, s.Result)
+		}
+	}
+	for _, s := range []struct{ step, text string }{{StepTransfer, "transfer clean"}, {StepBuffer, "buffer pristine: 0 live-page overwrites"}, {StepCompute, "graph ≠ eager"}} {
+		found := false
+		for _, r := range rep.Steps {
+			found = found || (r.Step == s.step && strings.Contains(r.Result, s.text))
+		}
+		if !found {
+			t.Errorf("no %s step saying %q", s.step, s.text)
+		}
+	}
+}
+
+// TestRunTransferRace: with a racy transfer injected into every run, the
+// checksum step fails and the verdict names the transfer — the verdict follows
+// the evidence.
+func TestRunTransferRace(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("twin runs with every instrument: skipped under -race and -short")
+	}
+	rep, err := Run(context.Background(), Options{Sessions: 16, Rounds: 2, Seed: 1, Out: t.TempDir(), Toggles: []Toggle{},
+		Base: func(c *sim.Config) { c.Inject = []string{sim.FaultTransferRace} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Evidence.RoomsMismatched == 0 || rep.Verdict.Layer != "transfer" || rep.Verdict.Cause != "pd-transfer" {
+		t.Fatalf("evidence %+v verdict %+v", rep.Evidence, rep.Verdict)
+	}
+	if rep.Steps[1].Pass || !strings.Contains(rep.Steps[1].Result, "DIRTY") {
+		t.Fatalf("transfer step %+v", rep.Steps[1])
+	}
+}
+
+// TestRunMechanics: a tiny run publishes every step in order, running before
+// done, and leaves one readable bundle per run.
+func TestRunMechanics(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "bundles")
+	var updates []Update
+	tg := DefaultToggles()[3:]
+	rep, err := Run(context.Background(), Options{Sessions: 3, Rounds: 1, Seed: 2, Out: out, Toggles: tg, Parallel: 2,
+		Base:    func(c *sim.Config) { c.PoolTokens = 16384 }, // a small arena keeps -race fast
+		Publish: func(u Update) { updates = append(updates, u) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSteps(t, rep, updates, 6)
+	entries, err := os.ReadDir(out)
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("bundles %v %v", entries, err)
+	}
+	for _, s := range rep.Steps {
+		if s.Bundle == "" {
+			continue
+		}
+		rs, err := repro.RunStatsFromBundle(s.Bundle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs.Outcomes.Total() != 3 || rs.Config.Sessions != 3 || rs.Truncated {
+			t.Errorf("%s: %d sessions, config %+v", s.Bundle, rs.Outcomes.Total(), rs.Config)
+		}
+	}
+	if _, err := Run(context.Background(), Options{Sessions: -1}); err == nil {
+		t.Error("negative sessions accepted")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, Options{Sessions: 4, Rounds: 2, Out: t.TempDir(), Toggles: tg}); err == nil {
+		t.Error("cancelled context: want an error")
+	}
+}
+
+func checkSteps(t *testing.T, rep *Report, updates []Update, n int) {
+	t.Helper()
+	if len(rep.Steps) != n || rep.Steps[0].Step != StepBaseline || rep.Steps[n-1].Step != StepVerdict {
+		t.Fatalf("steps %+v", rep.Steps)
+	}
+	idx, doneSeen := 0, 0
+	running := map[int]bool{}
+	for _, u := range updates {
+		if u.Index < idx {
+			t.Fatalf("update for step %d after step %d", u.Index, idx)
+		}
+		idx = u.Index
+		switch u.State {
+		case "running":
+			running[u.Index] = true
+		case "done":
+			if !running[u.Index] || u.Result == nil || u.Result.Result == "" {
+				t.Fatalf("done without running or result: %+v", u)
+			}
+			doneSeen++
+		}
+	}
+	if doneSeen != n {
+		t.Fatalf("%d done updates, want %d", doneSeen, n)
+	}
+}
