@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+)
+
+func TestDemoFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
+	var got *DemoOptions
+	cmd := NewCmdDemo(f, func(o *DemoOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--seed", "3", "--out", "x"})
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Sessions != 80 || got.Rounds != 4 || got.Seed != 3 || got.Out != "x" {
+		t.Fatalf("options %+v", got)
+	}
+	cmd = NewCmdDemo(f, func(*DemoOptions) error { return nil })
+	cmd.SetArgs([]string{"--sessions", "0"})
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		t.Fatalf("--sessions 0: %v", err)
+	}
+}
+
+// TestDemoPlainOutput runs a tiny demo: plain numbered steps on a non-TTY,
+// nothing on stderr, the verdict and bundle directory at the end.
+func TestDemoPlainOutput(t *testing.T) {
+	ios, _, out, errOut := cmdutil.Test()
+	dir := t.TempDir()
+	opts := &DemoOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now},
+		JSON: &cmdutil.JSONFlags{}, Sessions: 2, Rounds: 1, Seed: 1, Out: dir}
+	if err := demoRun(opts); err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	for _, want := range []string{"1. baseline", "CORRUPTION sessions:", "2. transfer", "3. persistent buffer", "4. transient compute",
+		"5. A/B --index-k-dtype fp8", "8. A/B --multi-stream-overlap=false", "VERDICT: ", "bundles: " + dir, "wall: "} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if errOut.Len() != 0 {
+		t.Errorf("stderr on a non-TTY: %q", errOut)
+	}
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/repro"
+)
+
+func TestReproFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
+	var got *ReproOptions
+	cmd := NewCmdRepro(f, func(o *ReproOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--url", "http://127.0.0.1:30000", "--sessions", "12", "--leak-marker", "X", "--leak-marker", "Y", "--stream"})
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Sessions != 12 || got.Rounds != 4 || got.Concurrency != 12 || got.Timeout != 120*time.Second || !got.Stream ||
+		!reflect.DeepEqual(got.Markers, []string{"X", "Y"}) || got.Seed != 1 {
+		t.Fatalf("options %+v", got)
+	}
+	for _, args := range [][]string{
+		{},
+		{"--url", "ftp://x"},
+		{"--url", "http://h", "--sessions", "0"},
+		{"--url", "http://h", "--timeout", "0s"},
+		{"--url", "http://h", "extra"},
+	} {
+		cmd := NewCmdRepro(f, func(*ReproOptions) error { return nil })
+		cmd.SetArgs(args)
+		cmd.SetErr(io.Discard)
+		cmd.SetOut(io.Discard)
+		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+			t.Errorf("%v: err %v, want a usage error", args, err)
+		}
+	}
+}
+
+// sglangFake answers like a model (tool calls for the stated tool rounds,
+// then text; sessions whose task number is divisible by 5 leak DSML) and
+// appends an SGLang decode line to logPath per request, with a retraction at
+// the 10th request.
+func sglangFake(t *testing.T, logPath string) http.Handler {
+	var mu sync.Mutex
+	var n atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"object":"list","data":[{"id":"fake-model"}]}`)
+			return
+		}
+		var req struct {
+			Messages []struct {
+				Role    string  `json:"role"`
+				Content *string `json:"content"`
+			} `json:"messages"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		round, toolRounds, task := 0, 0, 0
+		for _, m := range req.Messages {
+			if m.Role == "assistant" {
+				round++
+			}
+			if m.Role == "user" && m.Content != nil {
+				fmt.Sscanf(*m.Content, "Task %d", &task)
+				fmt.Sscanf((*m.Content)[strings.Index(*m.Content, "tool rounds:"):], "tool rounds: %d", &toolRounds)
+			}
+		}
+		k := n.Add(1)
+		if logPath != "" {
+			mu.Lock()
+			f, err := os.OpenFile(logPath, os.O_APPEND|os.O_WRONLY, 0)
+			if err == nil {
+				fmt.Fprintf(f, "[2026-11-29 10:00:%02d TP0] Decode batch, #running-req: %d, #token: 1000, token usage: 0.%02d, cuda graph: True, gen throughput (token/s): 100.00, #queue-req: 0, \n", k%60, k%40+1, k%90+5)
+				if k == 10 {
+					fmt.Fprintf(f, "[2026-11-29 10:00:%02d TP0] KV cache pool is full. Retract requests. #retracted_reqs: 2, #new_token_ratio: 0.7000 -> 1.0000\n", k%60)
+				}
+				f.Close()
+			}
+			mu.Unlock()
+		}
+		msg := `{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Oslo\"}"}}]}`
+		finish := "tool_calls"
+		switch {
+		case task%5 == 0 && round == 1:
+			msg, finish = `{"role":"assistant","content":"<｜DSML｜function_calls><｜DSML｜invoke name=\"get_weather"}`, "stop"
+		case round >= toolRounds:
+			msg, finish = `{"role":"assistant","content":"Done."}`, "stop"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"chatcmpl-%d","object":"chat.completion","choices":[{"index":0,"message":%s,"finish_reason":%q}]}`, k, msg, finish)
+	})
+}
+
+func runRepro(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	ios, _, out, errOut := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
+	cmd := NewCmdRepro(f, nil)
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	err := cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestReproRecordsForAB(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "sglang.log")
+	if err := os.WriteFile(logPath, []byte("[2026-11-29 09:59:59 TP0] server started\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(sglangFake(t, logPath))
+	defer hs.Close()
+	a := filepath.Join(dir, "a.kvtrace")
+	out, errOut, err := runRepro(t, "--url", hs.URL, "--sessions", "20", "--rounds", "3", "--concurrency", "5",
+		"--record", a, "--server-log", logPath, "--json")
+	if err != nil {
+		t.Fatalf("%v: %s", err, errOut)
+	}
+	if errOut != "" {
+		t.Errorf("stderr on a non-TTY: %q", errOut)
+	}
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, k := range []string{"sessions", "rounds", "outcomes", "corrupted_sessions", "corruption_rate", "wilson95", "wall_seconds", "requests", "finish_reasons", "sched", "model"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("--json lacks %q", k)
+		}
+	}
+	var s struct {
+		repro.Summary
+		Model string           `json:"model"`
+		Sched repro.SchedStats `json:"sched"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatal(err)
+	}
+	var outcomeKeys []string
+	var oc map[string]int
+	json.Unmarshal(got["outcomes"], &oc)
+	for k := range oc {
+		outcomeKeys = append(outcomeKeys, k)
+	}
+	sort.Strings(outcomeKeys)
+	if !reflect.DeepEqual(outcomeKeys, []string{"done", "error", "leak", "maxrounds", "no_tool", "timeout"}) {
+		t.Errorf("outcome keys %v", outcomeKeys)
+	}
+	// Tasks 0, 5, 10, 15 leak in round 1 when they reach it (tool rounds ≥ 2).
+	if s.Sessions != 20 || s.Outcomes.Leak == 0 || s.Outcomes.Error != 0 || s.Model != "fake-model" {
+		t.Fatalf("summary %+v model %q", s.Summary, s.Model)
+	}
+	if s.Sched.Observations == 0 || s.Sched.PeakRunningReq == 0 || s.Sched.Retractions != 2 {
+		t.Errorf("server log sched %+v", s.Sched)
+	}
+	rs, err := repro.RunStatsFromBundle(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Outcomes != s.Outcomes || rs.Config.Engine != "remote" || rs.Config.URL != hs.URL || rs.Config.Concurrency != 5 ||
+		rs.Config.Model != "fake-model" || rs.Sched.Retractions != 2 {
+		t.Fatalf("bundle stats %+v config %+v", rs.Outcomes, rs.Config)
+	}
+	// A second run at another concurrency: ab reads both and names it.
+	b := filepath.Join(dir, "b.kvtrace")
+	if _, errOut, err := runRepro(t, "--url", hs.URL, "--sessions", "20", "--rounds", "3", "--concurrency", "20", "--record", b); err != nil {
+		t.Fatalf("%v: %s", err, errOut)
+	}
+	abOut, _, err := runAB(t, a, b, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep repro.ABReport
+	if err := json.Unmarshal([]byte(abOut), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.A.Sessions != 20 || rep.B.Sessions != 20 {
+		t.Fatalf("ab arms %+v %+v", rep.A.Summary, rep.B.Summary)
+	}
+	found := false
+	for _, c := range rep.Confounds {
+		found = found || c.Name == "concurrency"
+	}
+	if !found {
+		t.Errorf("ab confounds %+v lack concurrency", rep.Confounds)
+	}
+}
+
+func TestReproDeadServerText(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	bundle := filepath.Join(t.TempDir(), "dead.kvtrace")
+	out, _, err := runRepro(t, "--url", url, "--sessions", "3", "--rounds", "2", "--model", "m", "--record", bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "CORRUPTION sessions: 3/3 = 100% (leak=0 no_tool=0 error=3") || !strings.Contains(out, "transport") {
+		t.Fatalf("output %q", out)
+	}
+	rs, err := repro.RunStatsFromBundle(bundle)
+	if err != nil || rs.Outcomes.Error != 3 {
+		t.Fatalf("bundle %+v %v", rs, err)
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	var b strings.Builder
+	now := time.Unix(0, 0)
+	p := progressBar(&b, "repro", func() time.Time { now = now.Add(time.Second); return now })
+	p(1, 4)
+	p(4, 4)
+	if !strings.Contains(b.String(), "repro [#######") || !strings.Contains(b.String(), "1/4 sessions") || !strings.HasSuffix(b.String(), "\r\033[K") {
+		t.Fatalf("%q", b.String())
+	}
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/repro"
+)
+
+func TestSimServeFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
+	var got *SimServeOptions
+	cmd := NewCmdSimServe(f, func(o *SimServeOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--multi-stream-overlap=false", "--seed", "7", "--addr", "localhost:0"})
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := got.Engine.config(got.Seed)
+	if err != nil || cfg.MultiStreamOverlap || cfg.Seed != 7 || got.Rounds != 4 || got.Model == "" {
+		t.Fatalf("options %+v cfg %+v err %v", got, cfg, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--addr", "0.0.0.0:30000"}, false},
+		{[]string{"--addr", "10.1.2.3:30000"}, false},
+		{[]string{"--addr", "nonsense"}, false},
+		{[]string{"--addr", "0.0.0.0:30000", "--allow-remote"}, true},
+		{[]string{"--addr", "[::1]:0"}, true},
+		{[]string{"--rounds", "0"}, false},
+	} {
+		cmd := NewCmdSimServe(f, func(*SimServeOptions) error { return nil })
+		cmd.SetArgs(tc.args)
+		cmd.SetErr(io.Discard)
+		cmd.SetOut(io.Discard)
+		err := cmd.Execute()
+		if tc.ok != (err == nil) || (!tc.ok && cmdutil.ExitCode(err) != cmdutil.ExitUsage) {
+			t.Errorf("%v: err %v", tc.args, err)
+		}
+	}
+	// sim serve hangs under the sim parent.
+	root := NewCmdRoot(f)
+	if c, _, err := root.Find([]string{"sim", "serve"}); err != nil || c.Name() != "serve" {
+		t.Fatalf("sim serve not registered: %v", err)
+	}
+}
+
+// TestSimServeRun serves, answers a harness, and on cancellation reports the
+// ground truth and closes a bundle holding one session event per session.
+func TestSimServeRun(t *testing.T) {
+	ios, _, out, _ := cmdutil.Test()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &cmdutil.Factory{IO: ios, Ctx: ctx, Now: time.Now}
+	bundle := filepath.Join(t.TempDir(), "serve.kvtrace")
+	ready := make(chan string, 1)
+	cmd := NewCmdSimServe(f, func(o *SimServeOptions) error {
+		o.Ready = func(addr string) { ready <- addr }
+		return simServeRun(o)
+	})
+	cmd.SetArgs([]string{"--addr", "127.0.0.1:0", "--record", bundle, "--json", "--no-canary", "--no-graphdiff", "--no-checksum"})
+	cmd.SetErr(io.Discard)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve exited: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("server never became ready")
+	}
+	resp, err := http.Get("http://" + addr + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	res, err := repro.RunHarness(context.Background(), repro.HarnessOptions{URL: "http://" + addr, Sessions: 3, Rounds: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var s serveSummary
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		t.Fatalf("%v: %q", err, out)
+	}
+	if s.Requests != res.Requests || s.Sessions != 3 || s.Steps == 0 {
+		t.Fatalf("summary %+v, harness sent %d", s, res.Requests)
+	}
+	rs, err := repro.RunStatsFromBundle(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Outcomes.Total() != 3 || rs.Config.Engine != "sim" || !strings.HasPrefix(rs.Config.URL, "http://127.0.0.1:") {
+		t.Fatalf("bundle %+v config %+v", rs.Outcomes, rs.Config)
+	}
+}
