@@ -17,10 +17,28 @@
 //     (retractions in a clean run are not causal evidence).
 //   - Wilson and FisherExact are the underlying tests.
 //
+// The harness half (kvcanary repro):
+//
+//   - RunHarness drives N multi-turn tool-calling sessions at a server's
+//     /v1/chat/completions (JSON or server-sent events), at most Concurrency
+//     at once, answering tool calls with deterministic ToolResults; each
+//     session's first message (SessionTask) states its tool rounds
+//     (ToolRoundsFor), so a round that must call a tool is known.
+//   - Classifier.Judge classifies a response: leak (tool-call markup, e.g.
+//     DefaultLeakMarkers, in content or reasoning_content), no_tool, done, or
+//     "" to go on; transport failures, non-200 answers, HTML, invalid JSON and
+//     cut streams are error, the per-request timeout is timeout. HasLoop flags
+//     n-gram loops as an extra signal.
+//   - The harness publishes run.start, one session event per session and
+//     run.end, so a recorded run is a bundle RunStatsFromBundle and Compare
+//     read like any other.
+//
 // A session is corrupted when its outcome is leak, no_tool or error;
 // done, maxrounds and timeout are not corruption.
 //
-// Error contract: nothing here panics on input. Unknown outcome classes are
+// Error contract: nothing here panics on input; the harness turns every
+// server misbehaviour into a session outcome and returns errors only for
+// invalid options or a cancelled context (with the partial result). Unknown outcome classes are
 // counted (RunStats.UnknownOutcomes) rather than guessed; events of kinds this
 // package does not use are ignored; bundle reading errors name the file and
 // keep every event read before the damage (the traces package reports
