@@ -3,20 +3,34 @@ package sim
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 )
+
+// cpuTime is the process's user+system CPU time so far (robust to other
+// load on a shared machine, unlike wall time).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 
 func benchRun(b *testing.B, cfg Config, w Workload) Result {
 	b.Helper()
 	var res Result
+	var cpu time.Duration
 	for b.Loop() {
+		c0 := cpuTime()
 		var err error
 		res, err = Run(context.Background(), cfg, w, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
+		cpu = cpuTime() - c0
 	}
 	s := res.Stats
+	b.ReportMetric(cpu.Seconds(), "cpu-s")
 	b.ReportMetric(float64(s.Steps)/res.WallSeconds, "steps/s")
 	b.ReportMetric(float64(s.DecodeTokens)/res.WallSeconds, "tokens/s")
 	b.ReportMetric(res.WallSeconds, "wall-s")

@@ -472,7 +472,7 @@ func (e *Engine) canaryBefore(rows []*row, bucket int) (*hook.CanaryPages, []uin
 
 // canaryVerifyEvery is how often the canary re-digests every page it checks
 // instead of trusting the arena's write generations.
-const canaryVerifyEvery = 8
+const canaryVerifyEvery = 32
 
 // pageDigests appends the digest of every page: from the cache when the
 // page's write generation has not moved since it was digested (and this is
