@@ -84,7 +84,11 @@ func warnBundle(w io.Writer, path string, truncated bool, reason string, skipped
 		fmt.Fprintf(w, "warning: %s is truncated (%s); read up to its last complete frame\n", cmdutil.Quote(path), reason)
 	}
 	if skipped > 0 {
-		fmt.Fprintf(w, "warning: %s: skipped %d unusable frames or lines; first: %s\n", cmdutil.Quote(path), skipped, cmdutil.Quote(skips[0].String()))
+		first := ""
+		if len(skips) > 0 {
+			first = "; first: " + cmdutil.Quote(skips[0].String())
+		}
+		fmt.Fprintf(w, "warning: %s: skipped %d unusable frames or lines%s\n", cmdutil.Quote(path), skipped, first)
 	}
 }
 
