@@ -165,6 +165,20 @@ type Model struct {
 	sourceErr    error
 	pollEvery    int
 	lastSnapshot string
+	snapshotErr  error
+	writing      int  // snapshots being written
+	quitting     bool // quit once they are written
+}
+
+// quit ends the program, after any snapshot being written is complete.
+func (m *Model) quit() tea.Cmd {
+	if m.writing > 0 {
+		m.quitting = true
+		m.status = "finishing the snapshot, then quitting…"
+		m.header.status = m.status
+		return nil
+	}
+	return tea.Quit
 }
 
 // New returns a dashboard model for opts.
@@ -301,13 +315,18 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.pushState()
 		}
 	case SnapshotMsg:
+		m.writing--
 		if msg.Err != nil {
 			m.status = "snapshot: " + quoteAll(msg.Err.Error())
+			m.snapshotErr = msg.Err
 		} else {
 			m.status = fmt.Sprintf("snapshot: %d events to %s", msg.Events, quoteAll(msg.Path))
 			m.lastSnapshot = msg.Path
 		}
 		m.header.status = m.status
+		if m.writing <= 0 && m.quitting {
+			return m, tea.Quit
+		}
 	case tea.KeyMsg:
 		if cmd := m.key(msg); cmd != nil {
 			cmds = append(cmds, cmd)
@@ -375,7 +394,7 @@ func (m *Model) sparkLen() int { return max(8, min(seriesBuckets, m.w)) }
 
 func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	if msg.Type == tea.KeyCtrlC {
-		return tea.Quit
+		return m.quit()
 	}
 	if m.filtering {
 		switch msg.Type {
@@ -395,14 +414,14 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	}
 	if m.showHelp {
 		if key.Matches(msg, m.keys.Quit) {
-			return tea.Quit
+			return m.quit()
 		}
 		m.showHelp = false
 		return nil
 	}
 	if m.findings.Drilled() {
 		if key.Matches(msg, m.keys.Quit) {
-			return tea.Quit
+			return m.quit()
 		}
 		m.findings, _ = m.findings.Update(msg)
 		m.layout()
@@ -410,7 +429,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	}
 	switch {
 	case key.Matches(msg, m.keys.Quit):
-		return tea.Quit
+		return m.quit()
 	case key.Matches(msg, m.keys.Help):
 		m.showHelp = true
 	case key.Matches(msg, m.keys.Next):
@@ -428,6 +447,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 			m.pushState()
 		}
 	case key.Matches(msg, m.keys.Snapshot):
+		m.writing++
 		m.status = "snapshot: writing…"
 		m.header.status = m.status
 		return snapshotCmd(m.opts.SnapshotDir, m.snapshotManifest(), m.win.events(), m.win.evicted, m.now())

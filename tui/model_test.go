@@ -244,3 +244,22 @@ func TestNewRunClearsPerRunPanels(t *testing.T) {
 		t.Fatalf("after a second run.start: sessions %d sched %d seed %d findings %d", s.Sessions.Total, s.Sched.Observations, s.Config.Seed, s.FindingsTotal)
 	}
 }
+
+func TestQuitWaitsForSnapshot(t *testing.T) {
+	m := testModel(t, 120, 40, false)
+	m.opts.SnapshotDir = t.TempDir()
+	write := press(m, "s")
+	if cmd := press(m, "q"); cmd != nil {
+		t.Fatal("q quit while a snapshot was being written")
+	}
+	if !strings.Contains(m.View(), "finishing the snapshot") {
+		t.Fatal("no word that quitting waits for the snapshot")
+	}
+	_, cmd := m.Update(write())
+	if cmd == nil || cmd() != tea.Quit() {
+		t.Fatal("the finished snapshot did not complete the quit")
+	}
+	if m.Stats().LastSnapshot == "" {
+		t.Fatal("the snapshot written before quitting is not in the stats")
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
@@ -30,9 +32,9 @@ func AnalyzerSummaries[A Summarizer](as ...A) func() map[string]any {
 }
 
 // Run shows the dashboard on the terminal behind opts.In/opts.Out (default
-// stdin/stdout) in the alternate screen until the user quits or ctx ends.
-// bubbletea restores the terminal on return, on panics (in Update, View and
-// Cmds) and on SIGINT/SIGTERM. The error is the program's, or the source's
+// stdin/stdout) in the alternate screen until the user quits, ctx ends or
+// SIGINT/SIGTERM arrives. The terminal is restored on return, on panics (in
+// Update, View and Cmds: bubbletea catches them) and on those signals. The error is the program's, or the source's
 // failure delivered through opts.Done; quitting is not an error.
 func Run(ctx context.Context, opts Options) (Stats, error) {
 	if opts.In == nil {
@@ -47,9 +49,15 @@ func Run(ctx context.Context, opts Options) (Stats, error) {
 	if opts.Styles == nil {
 		opts.Styles = NewStyles(newRenderer(opts.Out, opts.NoColor))
 	}
+	// Signals end the program through its context. bubbletea's own handler
+	// is off: on SIGTERM it sends QuitMsg into a loop that a cancelled
+	// context may already have stopped, and its shutdown then waits forever.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	m := New(opts)
 	p := tea.NewProgram(m,
 		tea.WithContext(ctx),
+		tea.WithoutSignalHandler(),
 		tea.WithInput(opts.In),
 		tea.WithOutput(opts.Out),
 		tea.WithAltScreen(),
@@ -72,13 +80,14 @@ type Stats struct {
 	Dropped         uint64 // events the view's live subscription dropped
 	ProducerDropped uint64 // events producers reported lost (run.end)
 	Findings        uint64
-	LastSnapshot    string
+	LastSnapshot    string // path of the last snapshot written
+	SnapshotErr     error  // the last snapshot's error, if it failed
 }
 
 // Stats returns the model's counters.
 func (m *Model) Stats() Stats {
 	return Stats{Events: m.agg.events, Dropped: m.dropped, ProducerDropped: m.agg.prodDropped,
-		Findings: m.agg.findingsTotal, LastSnapshot: m.lastSnapshot}
+		Findings: m.agg.findingsTotal, LastSnapshot: m.lastSnapshot, SnapshotErr: m.snapshotErr}
 }
 
 // Recover turns a panic in a source goroutine into an error, so the

@@ -276,6 +276,9 @@ func writeWatchReport(w io.Writer, s tui.Stats, rec *traces.Writer, recPath stri
 	if s.LastSnapshot != "" {
 		fmt.Fprintf(w, "watch: last snapshot %s\n", cmdutil.Quote(s.LastSnapshot))
 	}
+	if s.SnapshotErr != nil {
+		fmt.Fprintf(w, "watch: snapshot failed: %s\n", cmdutil.Quote(s.SnapshotErr.Error()))
+	}
 }
 
 // demoTUIRun runs `kvcanary demo` with the dashboard (stdout is a terminal):

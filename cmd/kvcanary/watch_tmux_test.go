@@ -75,7 +75,7 @@ func TestWatchUnderTmux(t *testing.T) {
 	tm("send-keys", "-t", "kvc", "Tab")
 	waitPane("kvc", "focus: sessions")
 	tm("send-keys", "-t", "kvc", "s")
-	waitPane("kvc", "snapshot: ")
+	waitPane("kvc", "snapshot: ", " events to ")
 	tm("send-keys", "-t", "kvc", "q")
 	pane := waitPane("kvc", "watch-exit=0")
 	if strings.Contains(pane, "focus: sessions") {
