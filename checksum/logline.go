@@ -446,7 +446,7 @@ func ScanLog(r io.Reader, name string, fn func(*Record) error) (LogStats, error)
 		}
 		if rerr != nil {
 			if !errors.Is(rerr, io.EOF) {
-				return st, fmt.Errorf("read %s: %w", name, rerr)
+				return st, fmt.Errorf("read %s at byte %d: %w", name, st.Bytes, rerr)
 			}
 			if start < end || overlong {
 				if err := handle(buf[start:end]); err != nil {

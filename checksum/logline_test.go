@@ -2,9 +2,12 @@ package checksum
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -233,4 +236,21 @@ func FuzzParseLine(f *testing.F) {
 			t.Fatalf("round trip of %q changed the record: %+v vs %+v", line, back, rec)
 		}
 	})
+}
+
+// A read error names the input and the byte offset, and the records read
+// before it were delivered.
+func TestScanLogReadErrorNamesPosition(t *testing.T) {
+	errDisk := errors.New("disk on fire")
+	good := "kvcanary room_checksum side=prefill room=1 seq_len=100 pages=2 bsum=1 xxh3=2\n"
+	r := io.MultiReader(strings.NewReader(good), iotest.ErrReader(errDisk))
+	var n int
+	st, err := ScanLog(r, "prefill.log", func(*Record) error { n++; return nil })
+	want := fmt.Sprintf("read prefill.log at byte %d: ", len(good))
+	if !errors.Is(err, errDisk) || !strings.Contains(err.Error(), want) {
+		t.Errorf("err %v, want it to wrap the read error and say %q", err, want)
+	}
+	if n != 1 || st.Records != 1 {
+		t.Errorf("records before the error: delivered %d, counted %d; want 1", n, st.Records)
+	}
 }

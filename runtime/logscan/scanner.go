@@ -36,7 +36,8 @@ type Scanner struct {
 	err   error
 
 	line int64
-	long bool // discarding the rest of an over-long line
+	off  int64 // bytes read from r, for the position in read errors
+	long bool  // discarding the rest of an over-long line
 	rec  Record
 }
 
@@ -53,7 +54,7 @@ func (s *Scanner) SetFollow(on bool) { s.follow = on }
 // Reset points the scanner at a new reader (a rotated or truncated file),
 // dropping buffered data but keeping the line count.
 func (s *Scanner) Reset(r io.Reader) {
-	s.r, s.start, s.end, s.eof, s.err, s.long = r, 0, 0, false, nil, false
+	s.r, s.start, s.end, s.eof, s.err, s.long, s.off = r, 0, 0, false, nil, false, 0
 }
 
 // Record returns the record of the last line Scan returned. It is reused by
@@ -151,11 +152,12 @@ func (s *Scanner) fill() bool {
 	for tries := 0; tries < 100; tries++ {
 		n, err := s.r.Read(s.buf[s.end:])
 		s.end += n
+		s.off += int64(n)
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				s.eof = true
 			} else {
-				s.err = fmt.Errorf("read %s: %w", s.name, err)
+				s.err = fmt.Errorf("read %s at byte %d: %w", s.name, s.off, err)
 			}
 			return n > 0
 		}
@@ -163,7 +165,7 @@ func (s *Scanner) fill() bool {
 			return true
 		}
 	}
-	s.err = fmt.Errorf("read %s: %w", s.name, io.ErrNoProgress)
+	s.err = fmt.Errorf("read %s at byte %d: %w", s.name, s.off, io.ErrNoProgress)
 	return false
 }
 

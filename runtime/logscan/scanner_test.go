@@ -135,7 +135,7 @@ var errDisk = errors.New("disk on fire")
 func TestScannerReadErrorNamesInput(t *testing.T) {
 	r := io.MultiReader(strings.NewReader("Decode batch, #running-req: 1, \npartial"), iotest.ErrReader(errDisk))
 	s, err := ScanAll(r, "/var/log/sglang.log", Options{})
-	if !errors.Is(err, errDisk) || !strings.Contains(err.Error(), "/var/log/sglang.log") {
+	if !errors.Is(err, errDisk) || !strings.Contains(err.Error(), "read /var/log/sglang.log at byte 39:") {
 		t.Fatalf("err = %v", err)
 	}
 	if s.DecodeBatches != 1 || s.Lines != 2 {
