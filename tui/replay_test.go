@@ -150,3 +150,24 @@ func TestRunQuitsAndHonoursNoColor(t *testing.T) {
 // ioPipe is the program's input. Not an *os.File: bubbletea's epoll cancel
 // reader races with its own Close on files (a library race, not ours).
 func ioPipe() (*io.PipeReader, *io.PipeWriter) { return io.Pipe() }
+
+// TestRunRestoresTerminalOnPanic: a panic inside the program (here in the
+// frame Cmd, through Options.Summaries) ends Run with an error and the
+// terminal restored: the alternate screen is left and the cursor shown.
+func TestRunRestoresTerminalOnPanic(t *testing.T) {
+	bus := hook.NewBus()
+	sub := bus.Live("tui", 16)
+	defer bus.Close()
+	var out bytes.Buffer
+	pr, _ := ioPipe()
+	_, err := Run(context.Background(), Options{Sub: sub, In: pr, Out: &out, NoColor: true,
+		Summaries: func() map[string]any { panic("boom") }})
+	if err == nil || !strings.Contains(err.Error(), "panic") {
+		t.Fatalf("Run after a panic: %v", err)
+	}
+	b := out.Bytes()
+	leave, show := bytes.LastIndex(b, []byte("\x1b[?1049l")), bytes.LastIndex(b, []byte("\x1b[?25h"))
+	if leave < 0 || show < 0 || bytes.LastIndex(b, []byte("\x1b[?1049h")) > leave {
+		t.Fatalf("terminal not restored after the panic (leave alt screen at %d, show cursor at %d)", leave, show)
+	}
+}
