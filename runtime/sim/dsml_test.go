@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -63,4 +64,32 @@ func TestVocabRoundTrip(t *testing.T) {
 	if len(toks) != 2 {
 		t.Errorf("DSML tags should be one token each, got %d tokens", len(toks))
 	}
+}
+
+func FuzzParseDSML(f *testing.F) {
+	f.Add(RenderDSML([]ToolCall{{Name: "get_weather", Params: []Param{{Name: "location", String: true, Value: "Oslo"}, {Name: "days_ahead", Value: "2"}}}}))
+	f.Add("plain text")
+	f.Add(TagCallsOpen + TagInvokeOpen + `x">` + TagParamOpen + `p" string="false">false">` + TagParamClose)
+	f.Fuzz(func(t *testing.T, text string) {
+		p := ParseDSML(text)
+		for _, c := range p.ToolCalls {
+			if !json.Valid([]byte(c.Arguments)) {
+				t.Fatalf("arguments not JSON: %s", c.Arguments)
+			}
+		}
+		if len(p.ToolCalls) > 0 {
+			again := ParseDSML(RenderDSML(p.ToolCalls))
+			if len(again.ToolCalls) != len(p.ToolCalls) || again.Leak {
+				t.Fatalf("re-rendered calls do not parse back: %+v", again)
+			}
+			for i := range again.ToolCalls {
+				if again.ToolCalls[i].Name != p.ToolCalls[i].Name || again.ToolCalls[i].Arguments != p.ToolCalls[i].Arguments {
+					t.Fatalf("call %d changed on re-render: %+v vs %+v", i, again.ToolCalls[i], p.ToolCalls[i])
+				}
+			}
+		}
+		if got := DefaultVocab().Decode(DefaultVocab().Encode(text)); got != text {
+			t.Fatalf("tokenizer round trip changed %q to %q", text, got)
+		}
+	})
 }
