@@ -47,6 +47,10 @@ type Options struct {
 	// (see AnalyzerSummaries). It is called from a goroutine of its own a
 	// few times a second and must be safe for concurrent use.
 	Summaries func() map[string]any
+	// SourceStatus, when set, returns a short line about the source (open
+	// connections, sessions finished); it is called from the frame's Cmd and
+	// must be safe for concurrent use.
+	SourceStatus func() string
 	// Steps, when set, carries a guided investigation's steps (the demo);
 	// the dashboard shows them in a panel of their own.
 	Steps <-chan Step
@@ -100,6 +104,7 @@ type frameMsg struct {
 	summaries map[string]any
 	arrived   uint64 // delivered + dropped so far
 	dropped   uint64
+	status    string // Options.SourceStatus
 }
 
 // sourceDoneMsg carries Options.Done.
@@ -166,6 +171,7 @@ type Model struct {
 	pollEvery    int
 	lastSnapshot string
 	snapshotErr  error
+	srcStatus    string
 	writing      int  // snapshots being written
 	quitting     bool // quit once they are written
 }
@@ -250,7 +256,7 @@ func (m *Model) Init() tea.Cmd {
 // tick schedules the next frame. The drain runs in the Cmd's goroutine, so a
 // slow Update never holds up the subscription's producer.
 func (m *Model) tick() tea.Cmd {
-	sub, sums := m.opts.Sub, m.opts.Summaries
+	sub, sums, status := m.opts.Sub, m.opts.Summaries, m.opts.SourceStatus
 	poll := m.frames%uint64(m.pollEvery) == 0
 	interval := m.opts.FrameInterval
 	if sub != nil && !m.subOpen {
@@ -269,6 +275,9 @@ func (m *Model) tick() tea.Cmd {
 		}
 		if sums != nil && (poll || !f.open) {
 			f.summaries = sums()
+		}
+		if status != nil {
+			f.status = status()
 		}
 		return f
 	})
@@ -354,6 +363,9 @@ func (m *Model) ingest(f frameMsg) {
 		m.lastArrived, m.lastAt = f.arrived, f.at
 	}
 	m.dropped = f.dropped
+	if f.status != "" {
+		m.srcStatus = f.status
+	}
 	if !m.paused {
 		m.pushState()
 	}
@@ -369,6 +381,7 @@ func (m *Model) pushState() {
 		s.Rate = 0
 	}
 	s.SourceDone = m.sourceDone || (m.opts.Sub != nil && !m.subOpen)
+	s.SourceStatus = quoteAll(m.srcStatus)
 	if m.sourceErr != nil {
 		s.SourceErr = quoteAll(m.sourceErr.Error())
 	}

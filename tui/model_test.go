@@ -263,3 +263,13 @@ func TestQuitWaitsForSnapshot(t *testing.T) {
 		t.Fatal("the snapshot written before quitting is not in the stats")
 	}
 }
+
+func TestSourceStatusInHeader(t *testing.T) {
+	calls := 0
+	m := New(Options{Sub: hook.NewBus().Live("x", 8), Styles: asciiStyles(), FrameInterval: time.Millisecond,
+		SourceStatus: func() string { calls++; return "2 connections open\x1b[2J" }})
+	m.Update(m.tick()())
+	if calls != 1 || !strings.Contains(m.View(), `"2 connections open\x1b[2J"`) {
+		t.Fatalf("status polled %d times; header:\n%s", calls, m.header.View())
+	}
+}

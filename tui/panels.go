@@ -97,6 +97,9 @@ func (p *HeaderPanel) View() string {
 	}
 	l3 := p.num("elapsed", s.Elapsed.Round(time.Second)) + "  " + p.num("events", human(s.Events)) + "  " +
 		p.num("events/s", humanRate(s.Rate)) + "  " + st.Label.Render("dropped") + " " + drop
+	if s.SourceStatus != "" {
+		l3 += "  " + st.Muted.Render(s.SourceStatus)
+	}
 	if c := s.Cursor; c != nil {
 		l3 += "  " + cursorLine(st, c, p.w)
 	} else if s.SourceDone {

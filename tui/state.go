@@ -181,6 +181,7 @@ type State struct {
 	RunEnded        bool
 	Cursor          *CursorState
 	SourceDone      bool
+	SourceStatus    string // the source's own line (connections, progress)
 	SourceErr       string
 
 	Sessions SessionsState

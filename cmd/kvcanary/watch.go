@@ -206,6 +206,17 @@ func watchRun(opts *WatchOptions) error {
 		collector = c
 		source = "listen " + c.Addr()
 	}
+	var status func() string
+	var simDone, simTotal atomic.Int64
+	switch {
+	case collector != nil:
+		status = func() string {
+			st := collector.Stats()
+			return fmt.Sprintf("%d connections open (%d in all), %d rejected", st.Open, st.Connections, st.Rejected)
+		}
+	case opts.Sim:
+		status = func() string { return fmt.Sprintf("%d/%d sessions finished", simDone.Load(), simTotal.Load()) }
+	}
 	toView := make(chan error, 1)
 	finished := make(chan error, 1)
 	go func() {
@@ -225,6 +236,8 @@ func watchRun(opts *WatchOptions) error {
 				w := sim.DefaultWorkload()
 				w.Sessions, w.Rounds = opts.Sessions, opts.Rounds
 				w.Tool = "kvcanary " + buildinfo.String()
+				simTotal.Store(int64(w.Sessions))
+				w.Progress = func(done, total int) { simDone.Store(int64(done)); simTotal.Store(int64(total)) }
 				_, err = sim.Run(ctx, simCfg, w, pub)
 				if ctx.Err() != nil {
 					err = nil // quit before the run finished
@@ -242,7 +255,7 @@ func watchRun(opts *WatchOptions) error {
 	}
 	stats, uiErr := run(ctx, tui.Options{
 		Title: "kvcanary watch", Source: source, Run: man.Run, Sub: view, Summaries: tui.AnalyzerSummaries(analyzers...),
-		Cursor: cursor, Done: toView, SnapshotDir: opts.SnapshotDir, Manifest: man,
+		Cursor: cursor, Done: toView, SourceStatus: status, SnapshotDir: opts.SnapshotDir, Manifest: man,
 		In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
 	})
 	cancel()

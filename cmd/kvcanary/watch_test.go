@@ -190,8 +190,8 @@ func TestWatchListen(t *testing.T) {
 	cmd := NewCmdWatch(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, func(o *WatchOptions) error {
 		ui := drainUI(t, &seen, func(evs []hook.Event) bool { return countKind(evs, hook.KindSession) == 3 })
 		o.runTUI = func(ctx context.Context, to tui.Options) (tui.Stats, error) {
-			if !strings.HasPrefix(to.Source, "listen unix://") {
-				t.Errorf("source %q", to.Source)
+			if !strings.HasPrefix(to.Source, "listen unix://") || to.SourceStatus == nil {
+				t.Errorf("source %q, status func set %v", to.Source, to.SourceStatus != nil)
 			}
 			em, err := hook.Dial(addr, hook.DialOptions{FlushTimeout: 5 * time.Second})
 			if err != nil {
@@ -211,6 +211,9 @@ func TestWatchListen(t *testing.T) {
 	}
 	if countKind(seen, hook.KindSession) != 3 || seen[0].Run != "live1" {
 		t.Fatalf("view saw %+v", seen)
+	}
+	if !strings.Contains(errOut.String(), "3 events shown, 0 dropped by the view") {
+		t.Fatalf("exit report %q", errOut)
 	}
 	sum, err := traces.Inspect(rec)
 	if err != nil || sum.Counts["session"] != 3 || sum.Manifest.Run != "live1" {
