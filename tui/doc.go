@@ -13,6 +13,12 @@
 // bounded aggregates (counts, sparkline buckets, the last findings, a window
 // of recent events for snapshots).
 //
+// Entry points: Run shows a dashboard on the terminal (Options: a Live
+// subscription, analyzer summaries through AnalyzerSummaries, an optional
+// replay Cursor, demo Steps, the source's Done and SourceStatus); New builds
+// the bare model for tests and other programs; ReplayBundle is the paced
+// bundle source behind `watch --bundle`.
+//
 // Components follow one shape: a pointer type with SetSize(w, h), an Update
 // that returns the concrete type, and View. Keys live in one KeyMap, styles in
 // one Styles struct with semantic names; NO_COLOR (or a terminal without
