@@ -32,6 +32,8 @@ type HarnessOptions struct {
 	Progress    func(finished, total int)
 	Tool        string        // tool version for run.start
 	Host        hook.HostInfo // host facts for run.start
+
+	ownClient bool // Client was made here: close its connections at the end
 }
 
 // SessionResult is one harness session.
@@ -141,6 +143,7 @@ func (o *HarnessOptions) defaults() error {
 	}
 	if o.Client == nil {
 		o.Client = NewHarnessClient(o.Concurrency)
+		o.ownClient = true
 	}
 	if o.Publisher == nil {
 		o.Publisher = hook.PublishFunc(func(hook.Event) {})
@@ -225,6 +228,9 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	}
 	close(next)
 	wg.Wait()
+	if opts.ownClient {
+		opts.Client.CloseIdleConnections()
+	}
 	wall := time.Since(start)
 	res.Summary = SummaryOf(outcomes, opts.Rounds, wall)
 	end := &hook.RunEnd{WallNS: int64(wall)}

@@ -268,7 +268,8 @@ func (d *driver) do(ctx context.Context, msgs [][]byte) (*response, error) {
 		out, err = readJSON(resp.Body)
 	}
 	if err != nil {
-		if cerr := context.Cause(rctx); cerr != nil && rctx.Err() != nil {
+		if rctx.Err() != nil {
+			// The body read failed because the request's time ran out.
 			return nil, d.transportError(rctx, err)
 		}
 		return nil, err
