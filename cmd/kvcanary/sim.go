@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -304,13 +305,51 @@ func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[s
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		b, err := json.Marshal(sections[k])
+		line, err := scalarLine(sections[k])
 		if err != nil {
 			return fmt.Errorf("encode %s summary: %w", k, err)
 		}
-		if _, err := fmt.Fprintf(w, "%s: %s\n", k, b); err != nil {
+		if _, err := fmt.Fprintf(w, "%s: %s\n", k, line); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// scalarLine renders an analyzer summary's top-level scalar fields as
+// key=value pairs in key order (lists and nested objects are left to --json).
+func scalarLine(v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return string(b), nil
+	}
+	keys := make([]string, 0, len(m))
+	for k, x := range m {
+		switch x.(type) {
+		case map[string]any, []any, nil:
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		switch x := m[k].(type) {
+		case string:
+			parts = append(parts, k+"="+cmdutil.Quote(x))
+		case float64:
+			if x == float64(int64(x)) {
+				parts = append(parts, k+"="+strconv.FormatInt(int64(x), 10))
+			} else {
+				parts = append(parts, k+"="+strconv.FormatFloat(x, 'g', 4, 64))
+			}
+		default:
+			parts = append(parts, fmt.Sprintf("%s=%v", k, x))
+		}
+	}
+	return strings.Join(parts, " "), nil
 }
