@@ -447,6 +447,9 @@ func (p *GPUPanel) View() string {
 		if len(bad) > 0 {
 			lines = append(lines, "  "+st.Mismatch.Render(strings.Join(bad, ", ")))
 		}
+		if u, ok := s.GPUUtil[d.Index]; ok && p.h-2 > 2*len(s.GPU.Devices)+1 {
+			lines = append(lines, st.Label.Render("  util ")+st.Spark.Render(sparkline(u, p.sparkW(7), 100)))
+		}
 	}
 	if len(s.GPU.Devices) == 0 {
 		lines = append(lines, st.Muted.Render("sample without devices"))

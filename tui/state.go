@@ -19,6 +19,7 @@ const (
 	seriesBuckets = 240                // buckets each series keeps
 	maxFindings   = 4096               // findings the log keeps (newest)
 	maxMismatches = 8                  // latest checksum mismatches kept
+	maxGPUSparks  = 8                  // devices with a utilisation history
 )
 
 // series is a ring of per-bucket values over event time: one bucket per
@@ -200,6 +201,7 @@ type State struct {
 	GraphDiffEvents          uint64
 	Sched                    SchedState
 	GPU                      *hook.GPU
+	GPUUtil                  map[int][]float64 // utilisation history by device index
 	GPUSamples               uint64
 	CUDA                     CUDAState
 	Findings                 []FindingItem // oldest first, at most maxFindings
@@ -244,6 +246,7 @@ type aggregator struct {
 
 	gpu        *hook.GPU
 	gpuSamples uint64
+	gpuUtil    [maxGPUSparks]series // utilisation per device index, max per second
 
 	cudaCalls, cudaGraph, cudaErr uint64
 	cudaBy                        map[string]uint64
@@ -362,6 +365,12 @@ func (a *aggregator) apply(ev *hook.Event) {
 	case *hook.GPU:
 		a.gpuSamples++
 		a.gpu = b
+		for _, d := range b.Devices {
+			if d.Index >= 0 && d.Index < maxGPUSparks {
+				a.gpuUtil[d.Index].max = true
+				a.gpuUtil[d.Index].add(ev.TS, float64(d.UtilGPU))
+			}
+		}
 	case *hook.CUDA:
 		a.cudaCalls++
 		call := b.Call
@@ -454,6 +463,14 @@ func (a *aggregator) snapshot(spark int) State {
 	s.SchedRunning, s.SchedUsage = a.schedRunning.window(now, spark), a.schedUsage.window(now, spark)
 	s.SchedQueue, s.SchedRetract = a.schedQ.window(now, spark), a.schedRt.window(now, spark)
 	s.CUDASpark = a.cudaSpark.window(now, spark)
+	if a.gpu != nil {
+		s.GPUUtil = map[int][]float64{}
+		for _, d := range a.gpu.Devices {
+			if d.Index >= 0 && d.Index < maxGPUSparks {
+				s.GPUUtil[d.Index] = a.gpuUtil[d.Index].window(now, spark)
+			}
+		}
+	}
 	s.CUDA = CUDAState{Calls: a.cudaCalls, GraphLaunches: a.cudaGraph, Errors: a.cudaErr, PIDs: len(a.cudaPIDs)}
 	if w := a.cudaSpark.window(now, 2); len(w) == 2 {
 		s.CUDA.Rate = w[0] // the last complete second
