@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
@@ -246,6 +247,10 @@ func wrap(s string, w int) []string {
 	for _, para := range strings.Split(s, "\n") {
 		for ansi.StringWidth(para) > w {
 			cut := ansi.Truncate(para, w, "")
+			if cut == "" { // a character wider than w: give it a line
+				_, size := utf8.DecodeRuneInString(para)
+				cut = para[:size]
+			}
 			out = append(out, cut)
 			para = para[len(cut):]
 		}

@@ -2,11 +2,14 @@ package tui
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/golden"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
 // viewer is what every panel offers the golden tests.
@@ -76,5 +79,45 @@ func TestPanelGolden(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestHostileValuesRender: values no producer should send (negative and
+// non-finite numbers, a cursor running backwards, wide characters in narrow
+// evidence) render without panicking or blowing up.
+func TestHostileValuesRender(t *testing.T) {
+	st := asciiStyles()
+	nan := math.NaN()
+	evs := []hook.Event{
+		{Kind: hook.KindSched, TS: -5, Body: &hook.Sched{RunningReq: -3, TokenUsage: nan, QueueReq: math.MaxInt32}},
+		{Kind: hook.KindSched, TS: math.MaxInt64, Body: &hook.Sched{TokenUsage: math.Inf(1), Retracted: -1, Phase: "retract"}},
+		{Kind: hook.KindGPU, TS: 1, Body: &hook.GPU{Devices: []hook.GPUDevice{{Index: -1}, {Index: 1 << 20, Name: "\x1b]0;pwn\a"}}}},
+		{Kind: hook.KindSession, TS: 2, Body: &hook.Session{Outcome: "\x1b[2Jweird"}},
+		{Kind: hook.KindFinding, TS: 3, Body: &hook.Finding{Severity: "\x1b", Summary: strings.Repeat("界", 300), Evidence: map[string]string{"k": strings.Repeat("界", 50)}}},
+	}
+	s := fixtureState(evs, nil)
+	s.Cursor = &CursorState{FirstTS: 0, LastTS: 1e9, AtTS: -1e18, Speed: nan}
+	keys := DefaultKeyMap()
+	h, se, sc, g, fi := NewHeaderPanel(st, "t"), NewSessionsPanel(st), NewSchedPanel(st), NewGPUPanel(st), NewFindingsPanel(st, &keys)
+	msg := StateMsg{State: s}
+	h.Update(msg)
+	se.Update(msg)
+	sc.Update(msg)
+	g.Update(msg)
+	fi.Update(msg)
+	for _, v := range []viewer{h, se, sc, g, fi} {
+		v.SetSize(40, 12)
+		out := v.View()
+		if strings.Contains(out, "\x1b") {
+			t.Fatalf("an escape reached the view:\n%q", out)
+		}
+	}
+	f := NewFindingsPanel(st, &keys)
+	f.SetFocus(true)
+	f.SetSize(20, 10)
+	f.Update(StateMsg{State: s})
+	f.Update(tea.KeyMsg{Type: tea.KeyEnter})
+	if !f.Drilled() || !strings.Contains(f.View(), "界") {
+		t.Fatalf("evidence of wide characters:\n%s", f.View())
 	}
 }

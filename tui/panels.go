@@ -164,8 +164,8 @@ func cursorLine(st *Styles, c *CursorState, w int) string {
 		bw = 20
 	}
 	n := 0
-	if span > 0 {
-		n = int(math.Round(at / span * float64(bw)))
+	if span > 0 && at > 0 {
+		n = int(math.Round(math.Min(at/span, 1) * float64(bw)))
 	}
 	done := ""
 	if c.Done {
