@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/demo"
@@ -81,6 +83,10 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("watch: give exactly one source: --listen, --bundle or --sim")
 			}
+			if err := watchFlagsFitSource(cmd, opts); err != nil {
+				cmd.PrintErrln(cmd.UsageString())
+				return err
+			}
 			if opts.Bundle != "" && opts.Record != "" {
 				return cmdutil.UsageError("watch: --record works with live sources (--listen, --sim); a bundle is already recorded")
 			}
@@ -110,6 +116,33 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 	fl.StringVar(&opts.Record, "record", "", "record every event of a live source to this trace bundle")
 	fl.StringVar(&opts.SnapshotDir, "snapshot-dir", ".", "directory for the bundles the s key writes")
 	return cmd
+}
+
+// watchFlagsFitSource refuses flags of another source than the one given
+// (--inject with --bundle would otherwise be silently ignored).
+func watchFlagsFitSource(cmd *cobra.Command, opts *WatchOptions) error {
+	var bad []string
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		switch f.Name {
+		case "listen", "bundle", "sim", "record", "snapshot-dir":
+		case "allow-remote", "run":
+			if opts.Listen == "" {
+				bad = append(bad, "--"+f.Name+" needs --listen")
+			}
+		case "speed":
+			if opts.Bundle == "" {
+				bad = append(bad, "--speed needs --bundle")
+			}
+		default: // the twin's workload and engine flags
+			if !opts.Sim {
+				bad = append(bad, "--"+f.Name+" needs --sim")
+			}
+		}
+	})
+	if len(bad) > 0 {
+		return cmdutil.UsageError("watch: %s", strings.Join(bad, "; "))
+	}
+	return nil
 }
 
 func watchRun(opts *WatchOptions) error {
@@ -165,6 +198,21 @@ func watchRun(opts *WatchOptions) error {
 		man.Config, man.Run, man.Host = rc, fmt.Sprintf("sim-seed%d", opts.Seed), hook.HostInfo{OS: "sim", Arch: "twin"}
 	}
 
+	var rejected atomic.Uint64
+	var collector *hook.Collector
+	if opts.Listen != "" {
+		c, err := hook.Listen(opts.Listen, hook.ListenOptions{AllowRemote: opts.AllowRemote, Run: opts.Run,
+			OnReject: func(uint64, error) { rejected.Add(1) }})
+		if err != nil {
+			if errors.Is(err, hook.ErrRemoteRefused) {
+				return cmdutil.UsageError("%w", err)
+			}
+			return cmdutil.InputError(err)
+		}
+		collector = c
+		source = "listen " + c.Addr()
+	}
+
 	bus := hook.NewBus()
 	view := bus.Live("tui", tui.DefaultLiveCapacity)
 	var (
@@ -176,6 +224,9 @@ func watchRun(opts *WatchOptions) error {
 		rm.Labels = map[string]string{"source": source}
 		w, err := traces.Create(opts.Record, rm)
 		if err != nil {
+			if collector != nil {
+				collector.Close()
+			}
 			return cmdutil.InputError(err)
 		}
 		writer = w
@@ -186,26 +237,6 @@ func watchRun(opts *WatchOptions) error {
 	analyzers := newAnalyzers(AnalyzerOptions{WarmupMaxSeqLen: warmup})
 	pub := hook.WithAnalyzers(bus, analyzers...)
 
-	// The source runs until its end or until the dashboard quits (cancel);
-	// its end closes the bus, which the view sees as "source finished".
-	var rejected atomic.Uint64
-	var collector *hook.Collector
-	if opts.Listen != "" {
-		c, err := hook.Listen(opts.Listen, hook.ListenOptions{AllowRemote: opts.AllowRemote, Run: opts.Run,
-			OnReject: func(uint64, error) { rejected.Add(1) }})
-		if err != nil {
-			bus.Close()
-			if recErr != nil {
-				<-recErr
-			}
-			if errors.Is(err, hook.ErrRemoteRefused) {
-				return cmdutil.UsageError("%w", err)
-			}
-			return cmdutil.InputError(err)
-		}
-		collector = c
-		source = "listen " + c.Addr()
-	}
 	var status func() string
 	var simDone, simTotal atomic.Int64
 	switch {
@@ -217,6 +248,8 @@ func watchRun(opts *WatchOptions) error {
 	case opts.Sim:
 		status = func() string { return fmt.Sprintf("%d/%d sessions finished", simDone.Load(), simTotal.Load()) }
 	}
+	// The source runs until its end or until the dashboard quits (cancel);
+	// its end closes the bus, which the view sees as "source finished".
 	toView := make(chan error, 1)
 	finished := make(chan error, 1)
 	go func() {

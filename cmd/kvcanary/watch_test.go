@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,6 +43,10 @@ func TestWatchFlags(t *testing.T) {
 		{"--bundle", "x.kvtrace", "--speed", "-2x"},
 		{"--sim", "--sessions", "0"},
 		{"--listen", "unix:///tmp/x.sock", "extra"},
+		{"--bundle", "x.kvtrace", "--inject", "transfer-race"},
+		{"--bundle", "x.kvtrace", "--sessions", "3"},
+		{"--sim", "--speed", "10x"},
+		{"--sim", "--allow-remote"},
 	} {
 		cmd := NewCmdWatch(f, func(*WatchOptions) error { t.Fatalf("%v: ran", args); return nil })
 		cmd.SetArgs(args)
@@ -285,5 +290,20 @@ func TestDemoWithDashboard(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "VERDICT: ") || !strings.Contains(out.String(), "bundles: ") {
 		t.Fatalf("plain report after the dashboard: %q", out)
+	}
+}
+
+func TestWatchListenRefusesRemoteBeforeRecording(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	ios.SetTTY(true, true)
+	rec := filepath.Join(t.TempDir(), "never.kvtrace")
+	opts := &WatchOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background()}, Listen: "tcp://0.0.0.0:0", Record: rec, Speed: "1x",
+		runTUI: func(context.Context, tui.Options) (tui.Stats, error) { t.Fatal("dashboard started"); return tui.Stats{}, nil }}
+	err := watchRun(opts)
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "non-loopback") {
+		t.Fatalf("err %v", err)
+	}
+	if _, statErr := os.Stat(rec); statErr == nil {
+		t.Fatal("a refused listen still created the recording")
 	}
 }
