@@ -298,7 +298,10 @@ func TestWatchListenRefusesRemoteBeforeRecording(t *testing.T) {
 	ios.SetTTY(true, true)
 	rec := filepath.Join(t.TempDir(), "never.kvtrace")
 	opts := &WatchOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background()}, Listen: "tcp://0.0.0.0:0", Record: rec, Speed: "1x",
-		runTUI: func(context.Context, tui.Options) (tui.Stats, error) { t.Fatal("dashboard started"); return tui.Stats{}, nil }}
+		runTUI: func(context.Context, tui.Options) (tui.Stats, error) {
+			t.Fatal("dashboard started")
+			return tui.Stats{}, nil
+		}}
 	err := watchRun(opts)
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "non-loopback") {
 		t.Fatalf("err %v", err)
