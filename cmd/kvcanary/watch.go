@@ -289,6 +289,9 @@ func watchRun(opts *WatchOptions) error {
 	stats, uiErr := run(ctx, tui.Options{
 		Title: "kvcanary watch", Source: source, Run: man.Run, Sub: view, Summaries: tui.AnalyzerSummaries(analyzers...),
 		Cursor: cursor, Done: toView, SourceStatus: status, SnapshotDir: opts.SnapshotDir, Manifest: man,
+		// Many producers share a collector, and each may open its own run:
+		// panels keep counting across them.
+		KeepRuns: collector != nil,
 		In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
 	})
 	cancel()

@@ -195,7 +195,7 @@ func TestWatchListen(t *testing.T) {
 	cmd := NewCmdWatch(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, func(o *WatchOptions) error {
 		ui := drainUI(t, &seen, func(evs []hook.Event) bool { return countKind(evs, hook.KindSession) == 3 })
 		o.runTUI = func(ctx context.Context, to tui.Options) (tui.Stats, error) {
-			if !strings.HasPrefix(to.Source, "listen unix://") || to.SourceStatus == nil {
+			if !strings.HasPrefix(to.Source, "listen unix://") || to.SourceStatus == nil || !to.KeepRuns {
 				t.Errorf("source %q, status func set %v", to.Source, to.SourceStatus != nil)
 			}
 			em, err := hook.Dial(addr, hook.DialOptions{FlushTimeout: 5 * time.Second})
