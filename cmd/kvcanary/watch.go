@@ -292,7 +292,9 @@ func watchRun(opts *WatchOptions) error {
 		// Many producers share a collector, and each may open its own run:
 		// panels keep counting across them.
 		KeepRuns: collector != nil,
-		In:       opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
+		In:       opts.IO.In,
+		Out:      opts.IO.Out,
+		NoColor:  os.Getenv("NO_COLOR") != "",
 	})
 	cancel()
 	srcErr := <-finished
