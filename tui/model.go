@@ -463,7 +463,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		m.writing++
 		m.status = "snapshot: writing…"
 		m.header.status = m.status
-		return snapshotCmd(m.opts.SnapshotDir, m.snapshotManifest(), m.win.events(), m.win.evicted, m.now())
+		return snapshotCmd(m.opts.SnapshotDir, m.snapshotManifest(), m.win.events(), m.win.evicted, m.figures(), m.now())
 	case key.Matches(msg, m.keys.Drill) && m.order[m.focus] != focusFindings:
 		// Enter on an analyzer's panel lists that analyzer's findings.
 		if f := analyzerOf(m.order[m.focus]); f != "" {
@@ -488,6 +488,16 @@ func analyzerOf(f focusable) string {
 		return "graphdiff"
 	}
 	return ""
+}
+
+// figures are the headline numbers a snapshot records in its labels.
+func (m *Model) figures() map[string]string {
+	a := m.agg
+	return map[string]string{
+		"events": fmt.Sprint(a.events), "dropped": fmt.Sprint(m.dropped), "producer_dropped": fmt.Sprint(a.prodDropped),
+		"sessions": fmt.Sprint(a.sessions), "corrupted": fmt.Sprint(a.corrupted), "findings": fmt.Sprint(a.findingsTotal),
+		"findings_error": fmt.Sprint(a.bySev[hook.SevError]),
+	}
 }
 
 func (m *Model) snapshotManifest() traces.Manifest {

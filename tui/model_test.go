@@ -205,6 +205,10 @@ func TestSnapshotWritesWindow(t *testing.T) {
 	if err != nil || sum.Events != uint64(want) || sum.Manifest.Run != "fixture" || sum.Manifest.Config.Seed != 7 {
 		t.Fatalf("snapshot bundle %+v, %v", sum, err)
 	}
+	lb := sum.Manifest.Labels
+	if lb["view_sessions"] != "12" || lb["view_corrupted"] != "3" || lb["view_findings_error"] != "3" || lb["view_dropped"] != "5" {
+		t.Fatalf("snapshot labels %v", lb)
+	}
 	// A snapshot into a directory that does not exist reports the error.
 	m.opts.SnapshotDir = filepath.Join(t.TempDir(), "missing")
 	if msg := press(m, "s")().(SnapshotMsg); msg.Err == nil {

@@ -101,8 +101,10 @@ type SnapshotMsg struct {
 	Err    error
 }
 
-// snapshotCmd writes evs to a new bundle in dir; the I/O runs in the Cmd.
-func snapshotCmd(dir string, m traces.Manifest, evs []hook.Event, evicted uint64, now time.Time) tea.Cmd {
+// snapshotCmd writes evs to a new bundle in dir, the dashboard's headline
+// figures in the manifest's labels ("view_sessions", "view_dropped" …); the
+// I/O runs in the Cmd.
+func snapshotCmd(dir string, m traces.Manifest, evs []hook.Event, evicted uint64, figures map[string]string, now time.Time) tea.Cmd {
 	return func() tea.Msg {
 		if dir == "" {
 			dir = "."
@@ -115,6 +117,9 @@ func snapshotCmd(dir string, m traces.Manifest, evs []hook.Event, evicted uint64
 		}
 		labels["snapshot"] = "recent events window"
 		labels["window_evicted"] = fmt.Sprint(evicted)
+		for k, v := range figures {
+			labels["view_"+k] = v
+		}
 		m.Labels = labels
 		w, err := traces.Create(path, m)
 		if err != nil {
