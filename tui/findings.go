@@ -238,23 +238,51 @@ func (p *FindingsPanel) evidenceView() string {
 	return st.frame(fmt.Sprintf("finding #%d evidence  (esc back, ↑/↓ scroll)", it.Seq), lines, p.w, p.h, true)
 }
 
-// wrap splits s into lines of at most w cells (hard wrap at cell width).
+// wrap splits s into lines of at most w cells, between words where it can
+// (a word longer than a line is cut at the cell width).
 func wrap(s string, w int) []string {
 	if w <= 0 || ansi.StringWidth(s) <= w {
 		return []string{s}
 	}
 	var out []string
-	for _, para := range strings.Split(s, "\n") {
-		for ansi.StringWidth(para) > w {
-			cut := ansi.Truncate(para, w, "")
-			if cut == "" { // a character wider than w: give it a line
-				_, size := utf8.DecodeRuneInString(para)
-				cut = para[:size]
+	line, lw := "", 0
+	for _, word := range strings.Split(s, " ") {
+		ww := ansi.StringWidth(word)
+		switch {
+		case lw == 0 && ww <= w:
+			line, lw = word, ww
+		case lw > 0 && lw+1+ww <= w:
+			line, lw = line+" "+word, lw+1+ww
+		default:
+			if lw > 0 {
+				out = append(out, line)
 			}
-			out = append(out, cut)
-			para = para[len(cut):]
+			parts := hardWrap(word, w)
+			out = append(out, parts[:len(parts)-1]...)
+			line = parts[len(parts)-1]
+			lw = ansi.StringWidth(line)
 		}
-		out = append(out, para)
+	}
+	return append(out, line)
+}
+
+// hardWrap splits s into lines of at most w cells, cutting anywhere.
+func hardWrap(s string, w int) []string {
+	if w <= 0 || ansi.StringWidth(s) <= w {
+		return []string{s}
+	}
+	var out []string
+	for ansi.StringWidth(s) > w {
+		cut := ansi.Truncate(s, w, "")
+		if cut == "" { // a character wider than w: give it a line
+			_, size := utf8.DecodeRuneInString(s)
+			cut = s[:size]
+		}
+		out = append(out, cut)
+		s = s[len(cut):]
+	}
+	if s != "" {
+		out = append(out, s)
 	}
 	return out
 }

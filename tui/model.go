@@ -584,7 +584,7 @@ func (m *Model) layout() {
 		m.cuda.SetSize(ws[2], gridRow-top)
 	}
 	if m.opts.Steps != nil {
-		sw := w * 2 / 5
+		sw := w * 3 / 5 // the investigation is the story; findings are its detail
 		m.steps.SetSize(sw, findH)
 		m.findings.SetSize(w-sw, findH)
 	} else {

@@ -80,6 +80,8 @@ func TestModelGolden(t *testing.T) {
 				m.Update(StepMsg{Index: 1, Title: "baseline", Status: StepFinding, Result: "CORRUPTION sessions: 14/80 = 18%"})
 				m.Update(StepMsg{Index: 2, Title: "checksum compare", Status: StepOK, Result: "transfer clean: 160 rooms match"})
 				m.Update(StepMsg{Index: 3, Title: "canary", Status: StepRunning})
+				m.Update(StepMsg{Index: 4, Title: "verdict", Status: StepFinding, Result: "graph ≠ eager puts the fault in captured compute; --multi-stream-overlap=false removes it without confounds"})
+				m.Update(stepsDoneMsg{})
 			}
 			press(m, tc.keys...)
 			out := m.View()

@@ -48,7 +48,7 @@ func (p *StepsPanel) View() string {
 		return st.frame("investigation", []string{st.Muted.Render("waiting for the first step")}, p.w, p.h, p.focused)
 	}
 	var lines []string
-	for _, x := range s.Steps {
+	for i, x := range s.Steps {
 		var mark string
 		switch x.Status {
 		case StepRunning:
@@ -63,6 +63,11 @@ func (p *StepsPanel) View() string {
 		l := fmt.Sprintf("%s %d. %s", mark, x.Index, quoteAll(x.Title))
 		if x.Result != "" {
 			l += ": " + quoteAll(x.Result)
+		}
+		if s.StepsDone && i == len(s.Steps)-1 {
+			// The conclusion is read whole.
+			lines = append(lines, wrap(l, max(1, p.w-2))...)
+			continue
 		}
 		lines = append(lines, l)
 	}

@@ -334,8 +334,9 @@ func writeWatchReport(w io.Writer, s tui.Stats, rec *traces.Writer, recPath stri
 
 // demoTUIRun runs `kvcanary demo` with the dashboard (stdout is a terminal):
 // each step appears in the investigation panel as it starts and finishes,
-// and each finished run's bundle is replayed into the panels, judged again
-// by fresh analyzers, so the panels show the run the step measured. When the
+// and once the baseline run is done its bundle is replayed into the panels,
+// judged again by fresh analyzers, so they show the evidence the layer tests
+// read (demo.Options has no live event tap; the A/B arms show as step lines). When the
 // dashboard closes, the plain report follows on stdout so it stays in the
 // scrollback. Quitting before the verdict stops the demo; that is no error.
 func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tui.Stats, error)) error {
@@ -418,7 +419,10 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 							st = tui.StepOK
 						}
 						steps <- tui.Step{Index: u.Index, Title: u.Result.Title, Status: st, Result: u.Result.Result}
-						if b := u.Result.Bundle; b != "" && !seen[b] {
+						// The panels show the run the layer tests measured (the
+						// baseline, with every instrument on); A/B arms speak
+						// through their step lines.
+						if b := u.Result.Bundle; b != "" && !seen[b] && !strings.HasPrefix(u.Result.Step, "ab:") {
 							seen[b] = true
 							select {
 							case bundles <- b:
