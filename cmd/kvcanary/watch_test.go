@@ -244,8 +244,8 @@ func TestDemoWithDashboard(t *testing.T) {
 		if o.Steps == nil || o.Sub == nil || o.Done == nil || !strings.Contains(o.Title, "demo") {
 			t.Fatalf("options %+v", o)
 		}
-		steps, sub := o.Steps, o.Sub
-		for steps != nil || sub != nil {
+		steps, ready := o.Steps, o.Sub.Ready()
+		for steps != nil || ready != nil {
 			select {
 			case s, ok := <-steps:
 				if !ok {
@@ -255,14 +255,14 @@ func TestDemoWithDashboard(t *testing.T) {
 				if s.Status != tui.StepRunning {
 					results[s.Index] = s
 				}
-			case <-sub.Ready():
+			case <-ready:
 				var open bool
-				seen, open = sub.Drain(seen)
+				seen, open = o.Sub.Drain(seen)
 				if m := o.Summaries(); m != nil {
 					sums = m
 				}
 				if !open {
-					sub = nil
+					ready = nil
 				}
 			case <-time.After(2 * time.Minute):
 				t.Fatal("demo stalled")
