@@ -91,6 +91,27 @@ func (ef *engineFlags) config(seed uint64) (sim.Config, error) {
 	return c, nil
 }
 
+// openLog points cfg.Log at --log-file (buffered) when it is set; the
+// returned function flushes and closes it.
+func (ef *engineFlags) openLog(cfg *sim.Config) (func() error, error) {
+	if ef.logFile == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(ef.logFile)
+	if err != nil {
+		return nil, cmdutil.InputError(fmt.Errorf("open log file: %w", err))
+	}
+	bw := bufio.NewWriterSize(f, 1<<16)
+	cfg.Log = bw
+	return func() error {
+		ferr := bw.Flush()
+		if cerr := f.Close(); ferr == nil {
+			ferr = cerr
+		}
+		return ferr
+	}, nil
+}
+
 // engineConfigJSON is the config section of sim run --json: every engine flag.
 type engineConfigJSON struct {
 	IndexKDtype        string   `json:"index_k_dtype"`
@@ -173,16 +194,11 @@ func simRunRun(opts *SimRunOptions) error {
 	if err != nil {
 		return err
 	}
-	var logF *os.File
-	if p := opts.Engine.logFile; p != "" {
-		if logF, err = os.Create(p); err != nil {
-			return cmdutil.InputError(fmt.Errorf("open log file: %w", err))
-		}
-		defer logF.Close()
-		bw := bufio.NewWriterSize(logF, 1<<16)
-		defer bw.Flush()
-		cfg.Log = bw
+	closeLog, err := opts.Engine.openLog(&cfg)
+	if err != nil {
+		return err
 	}
+	defer closeLog()
 	analyzers := newAnalyzers(AnalyzerOptions{WarmupMaxSeqLen: 4})
 	var sink hook.Publisher = hook.PublishFunc(func(hook.Event) {})
 	var recErr chan error
