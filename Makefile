@@ -15,8 +15,11 @@ build:
 run: build
 	./$(BIN) sim run --sessions 80 --rounds 4 --seed 1
 
-# Every test: vet, formatting, and the race-enabled test suite.
+# Every test: vet, formatting, the suite at full speed (the twin's acceptance
+# tests run their real sizes), then again under the race detector (where the
+# heaviest twin runs scale down or skip, as they say).
 test: vet fmt-check
+	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 ./...
 
 vet:
