@@ -48,6 +48,26 @@ func (a *Arena) Store(slot int, key []float32) {
 	encodeKeyBF16(key, a.Buf[base+off*2*HeadDim:base+(off+1)*2*HeadDim])
 }
 
+// slotSpans returns where slot off of a page lies, as byte offsets from the
+// page's start: the key bytes [k0, k1) and, for fp8, the scale [s0, s1)
+// (empty for bf16).
+func (a *Arena) slotSpans(off int) (k0, k1, s0, s1 int) {
+	if a.fp8() {
+		sc := PageTokens*HeadDim + off*4
+		return off * HeadDim, (off + 1) * HeadDim, sc, sc + 4
+	}
+	return off * 2 * HeadDim, (off + 1) * 2 * HeadDim, 0, 0
+}
+
+// appendSlot appends the bytes of token slot slot to dst: the key bytes,
+// then (fp8) the scale.
+func (a *Arena) appendSlot(dst []byte, slot int) []byte {
+	base := slot / PageTokens * a.L.PageBytes()
+	k0, k1, s0, s1 := a.slotSpans(slot % PageTokens)
+	dst = append(dst, a.Buf[base+k0:base+k1]...)
+	return append(dst, a.Buf[base+s0:base+s1]...)
+}
+
 // CopyPage copies one whole page from src (another arena of the same layout).
 func (a *Arena) CopyPage(dst uint32, src *Arena, sp uint32) {
 	pb := a.L.PageBytes()
@@ -61,6 +81,9 @@ func (a *Arena) dot(slot int, q []float32, eager bool) float32 {
 	base := page * a.L.PageBytes()
 	if a.fp8() {
 		sc := base + PageTokens*HeadDim + off*4
+		if eager {
+			return dotFP8Eager(q, a.Buf[base+off*HeadDim:], a.Buf[sc:sc+4])
+		}
 		return dotFP8(q, a.Buf[base+off*HeadDim:], a.Buf[sc:sc+4])
 	}
 	if eager {

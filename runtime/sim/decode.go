@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
@@ -253,6 +255,9 @@ func (e *Engine) decode(batch []*request) []Completion {
 			e.testStore(rw, e.decAlloc.Owner(uint32(rw.r.outSlot/PageTokens)))
 		}
 		e.dec.Store(rw.r.outSlot, e.keyBuf)
+		if cp != nil {
+			e.slotKeys = e.dec.appendSlot(e.slotKeys, rw.r.outSlot)
+		}
 	}
 	if g != nil {
 		// Padded rows store the padding key at their out_loc: slot 0, unless
@@ -268,7 +273,7 @@ func (e *Engine) decode(batch []*request) []Completion {
 		e.lastBucket = bucket
 	}
 	if cp != nil {
-		e.canaryAfter(cp, checkPages)
+		e.canaryAfter(cp, checkPages, rows)
 	}
 	if e.cfg.Instruments.Replay {
 		e.publish(&hook.Replay{Step: e.replays, BatchSize: bs, Bucket: bucket, Mode: mode, DurNS: int64(simStep)})
@@ -467,7 +472,92 @@ func (e *Engine) canaryBefore(rows []*row, bucket int) (*hook.CanaryPages, []uin
 	cp.PagesChecked = len(pages)
 	cp.LiveChecked = cp.LivePages // every built-in policy digests all live pages
 	e.digA = e.pageDigests(pages, e.digA[:0], false)
+	e.slotSnapshot(rows)
 	return cp, pages
+}
+
+// slotSnapshot copies the step's expected pages (the pages of the rows'
+// out_loc, from the allocator's bookkeeping) before the replay, so that
+// slotCheck can compare them slot by slot afterwards. Only these few pages
+// are copied: bs pages per step, not the live set.
+func (e *Engine) slotSnapshot(rows []*row) {
+	e.slotRows = e.slotRows[:0]
+	for i := range rows {
+		e.slotRows = append(e.slotRows, int32(i))
+	}
+	slices.SortFunc(e.slotRows, func(a, b int32) int { return cmp.Compare(rows[a].r.outSlot, rows[b].r.outSlot) })
+	pb := e.dec.L.PageBytes()
+	e.slotSnap = e.slotSnap[:0]
+	e.slotKeys = e.slotKeys[:0]
+	prev := -1
+	for _, i := range e.slotRows {
+		pg := rows[i].r.outSlot / PageTokens
+		if pg != prev {
+			e.slotSnap = append(e.slotSnap, e.dec.Buf[pg*pb:(pg+1)*pb]...)
+			prev = pg
+		}
+	}
+}
+
+// slotCheck compares each expected page with its copy from before the
+// replay (canary/SPEC.md §2). Bytes outside the slots stored this step that
+// changed, or a stored slot that no longer holds what its row stored (a
+// later write landed on it), make the page collateral; a page whose digest
+// did not change although every store on it landed is rewritten (the store
+// wrote the bytes the slot already held). pages, digA and digB are the
+// digested pages (sorted) and their digests before and after.
+func (e *Engine) slotCheck(cp *hook.CanaryPages, pages []uint32, rows []*row) {
+	pb, tb := e.dec.L.PageBytes(), e.dec.L.TokenBytes()
+	snap := 0
+	for k := 0; k < len(e.slotRows); {
+		pg := rows[e.slotRows[k]].r.outSlot / PageTokens
+		before := e.slotSnap[snap*pb : (snap+1)*pb]
+		after := e.dec.Buf[pg*pb : (pg+1)*pb]
+		snap++
+		var stored uint64 // slots of pg stored this step
+		collateral := false
+		for ; k < len(e.slotRows) && rows[e.slotRows[k]].r.outSlot/PageTokens == pg; k++ {
+			i := int(e.slotRows[k])
+			off := rows[i].r.outSlot % PageTokens
+			stored |= 1 << off
+			k0, k1, s0, s1 := e.dec.slotSpans(off)
+			want := e.slotKeys[i*tb : (i+1)*tb]
+			kn := k1 - k0
+			if !bytes.Equal(after[k0:k1], want[:kn]) || !bytes.Equal(after[s0:s1], want[kn:kn+s1-s0]) {
+				collateral = true
+			}
+		}
+		// Compare the runs of slots not stored this step.
+		for a := 0; a < PageTokens && !collateral; {
+			if stored&(1<<a) != 0 {
+				a++
+				continue
+			}
+			b := a + 1
+			for b < PageTokens && stored&(1<<b) == 0 {
+				b++
+			}
+			k0, _, s0, _ := e.dec.slotSpans(a)
+			_, k1, _, s1 := e.dec.slotSpans(b - 1)
+			collateral = !bytes.Equal(before[k0:k1], after[k0:k1]) || !bytes.Equal(before[s0:s1], after[s0:s1])
+			a = b
+		}
+		var dA, dB uint64
+		if i, ok := slices.BinarySearch(pages, uint32(pg)); ok {
+			dA, dB = e.digA[i], e.digB[i]
+		} else {
+			// Not digested (no built-in policy skips an expected page).
+			dA, dB = checksum.Page(e.dec.L, before, 0), checksum.Page(e.dec.L, after, 0)
+		}
+		switch {
+		case collateral:
+			cp.Collateral = append(cp.Collateral, hook.PageChange{Page: uint32(pg), Owner: e.reqID(e.decAlloc.Owner(uint32(pg))),
+				Before: hook.Hex64(dA), After: hook.Hex64(dB)})
+		case dA == dB:
+			cp.Rewritten = append(cp.Rewritten, uint32(pg))
+		}
+	}
+	cp.SlotChecked = true
 }
 
 // canaryVerifyEvery is how often the canary re-digests every page it checks
@@ -495,9 +585,10 @@ func (e *Engine) pageDigests(pages []uint32, dst []uint64, verify bool) []uint64
 	return dst
 }
 
-func (e *Engine) canaryAfter(cp *hook.CanaryPages, pages []uint32) {
+func (e *Engine) canaryAfter(cp *hook.CanaryPages, pages []uint32, rows []*row) {
 	e.digB = e.pageDigests(pages, e.digB[:0], e.replays%uint64(e.canaryVerify) == 0)
 	e.changed = canary.Diff(e.digA, e.digB, e.changed[:0])
+	e.slotCheck(cp, pages, rows)
 	for _, i := range e.changed {
 		p := pages[i]
 		cp.Changed = append(cp.Changed, hook.PageChange{Page: p, Owner: e.reqID(e.decAlloc.Owner(p)),

@@ -148,6 +148,12 @@ type Engine struct {
 	canaryVerify int // re-digest everything every Nth replay (canaryVerifyEvery; tests use 1)
 	digB         []uint64
 	changed      []uint32
+	// canary slot check (canary/SPEC.md §2): the batch rows ordered by
+	// out_loc, the bytes of their distinct expected pages before the replay
+	// (page after page, in that order), and the bytes each row stored.
+	slotRows []int32
+	slotSnap []byte
+	slotKeys []byte
 }
 
 // Stats are the scheduler's counters.

@@ -110,8 +110,8 @@ func dotBF16Eager(q []float32, k []byte) float32 {
 	return a
 }
 
-// dotFP8 is deep_gemm's fp8 paged-MQA dot product (the same kernel in graph
-// and eager mode): dequantize with the token's scale, fp32 accumulate.
+// dotFP8 is deep_gemm's fp8 paged-MQA dot product as the captured graph runs
+// it: dequantize, four interleaved fp32 partial sums, then the token's scale.
 func dotFP8(q []float32, k []byte, scale []byte) float32 {
 	k = k[:HeadDim]
 	q = q[:HeadDim]
@@ -123,4 +123,17 @@ func dotFP8(q []float32, k []byte, scale []byte) float32 {
 		a3 += q[i+3] * e4m3Table[k[i+3]]
 	}
 	return ((a0 + a1) + (a2 + a3)) * math.Float32frombits(binary.LittleEndian.Uint32(scale))
+}
+
+// dotFP8Eager is the eager fp8 path's dot product: the same dequantized
+// products in one running sum in index order, then the scale. It differs
+// from dotFP8 only by rounding (the accumulation order), as the bf16 pair does.
+func dotFP8Eager(q []float32, k []byte, scale []byte) float32 {
+	k = k[:HeadDim]
+	q = q[:HeadDim]
+	var a float32
+	for i := range HeadDim {
+		a += q[i] * e4m3Table[k[i]]
+	}
+	return a * math.Float32frombits(binary.LittleEndian.Uint32(scale))
 }
