@@ -50,11 +50,8 @@ func ReplayBundle(ctx context.Context, path string, pub hook.Publisher, opts Rep
 		return fmt.Errorf("replay: %w", err)
 	}
 	defer r.Close()
-	var (
-		wall0 time.Time
-		ts0   int64
-		timer *time.Timer
-	)
+	pace := newPacer(opts.Speed, c)
+	defer pace.stop()
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil
@@ -69,30 +66,70 @@ func ReplayBundle(ctx context.Context, path string, pub hook.Publisher, opts Rep
 		if f, ok := ev.Body.(*hook.Finding); ok && opts.Rejudge[f.Analyzer] {
 			continue
 		}
-		if opts.Speed > 0 && ev.TS > 0 {
-			if wall0.IsZero() {
-				wall0, ts0 = time.Now(), ev.TS
-			}
-			due := wall0.Add(time.Duration(float64(ev.TS-ts0) / opts.Speed))
-			if d := time.Until(due); d > 2*time.Millisecond {
-				if timer == nil {
-					timer = time.NewTimer(d)
-					defer timer.Stop()
-				} else {
-					timer.Reset(d)
-				}
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-timer.C:
-				}
-			}
-		}
-		if ev.TS > c.at.Load() {
-			c.at.Store(ev.TS)
+		if !pace.wait(ctx, ev.TS) {
+			return nil
 		}
 		pub.Publish(ev)
 	}
+}
+
+// pacer holds events back until their time: event time advances speed
+// times faster than wall time from the first event on.
+type pacer struct {
+	speed float64
+	c     *Cursor
+	wall0 time.Time
+	ts0   int64
+	timer *time.Timer
+}
+
+func newPacer(speed float64, c *Cursor) *pacer { return &pacer{speed: speed, c: c} }
+
+// wait returns when the event at ts is due (false when ctx ended first) and
+// moves the cursor to it.
+func (p *pacer) wait(ctx context.Context, ts int64) bool {
+	if p.speed > 0 && ts > 0 {
+		if p.wall0.IsZero() {
+			p.wall0, p.ts0 = time.Now(), ts
+		}
+		due := p.wall0.Add(time.Duration(float64(ts-p.ts0) / p.speed))
+		if d := time.Until(due); d > 2*time.Millisecond {
+			if p.timer == nil {
+				p.timer = time.NewTimer(d)
+			} else {
+				p.timer.Reset(d)
+			}
+			select {
+			case <-ctx.Done():
+				return false
+			case <-p.timer.C:
+			}
+		}
+	}
+	if p.c != nil && ts > p.c.at.Load() {
+		p.c.at.Store(ts)
+	}
+	return true
+}
+
+func (p *pacer) stop() {
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+}
+
+// Paced returns a Publisher that holds each event back until its time, event
+// time running speed times faster than wall time (0: no pacing), so a fast
+// producer such as the twin can be watched at a human pace. It blocks the
+// producer, which is the point; once ctx ends it passes events straight on.
+func Paced(ctx context.Context, pub hook.Publisher, speed float64) hook.Publisher {
+	p := newPacer(speed, nil)
+	return hook.PublishFunc(func(ev hook.Event) {
+		if ctx.Err() == nil {
+			p.wait(ctx, ev.TS)
+		}
+		pub.Publish(ev)
+	})
 }
 
 // ParseSpeed reads a --speed value: "10x", "10", "0.5x", or "max" (0: as

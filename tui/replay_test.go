@@ -171,3 +171,26 @@ func TestRunRestoresTerminalOnPanic(t *testing.T) {
 		t.Fatalf("terminal not restored after the panic (leave alt screen at %d, show cursor at %d)", leave, show)
 	}
 }
+
+func TestPacedHoldsEventsToTheirTime(t *testing.T) {
+	var got []int64
+	sink := hook.PublishFunc(func(ev hook.Event) { got = append(got, ev.TS) })
+	ctx, cancel := context.WithCancel(context.Background())
+	pub := Paced(ctx, sink, 2) // 60 ms of event time in 30 ms
+	start := time.Now()
+	for _, ts := range []int64{1e9, 1e9 + 30e6, 1e9 + 60e6} {
+		pub.Publish(hook.Event{Kind: hook.KindReplay, TS: ts, Body: &hook.Replay{}})
+	}
+	if el := time.Since(start); el < 29*time.Millisecond {
+		t.Fatalf("60 ms of event time at 2x took %v", el)
+	}
+	cancel()
+	// After ctx ends nothing is held back: an event an hour later passes.
+	pub.Publish(hook.Event{Kind: hook.KindReplay, TS: 1e9 + 3600e9, Body: &hook.Replay{}})
+	if len(got) != 4 {
+		t.Fatalf("published %v", got)
+	}
+	if Paced(context.Background(), sink, 0) == nil {
+		t.Fatal("no publisher at speed 0")
+	}
+}

@@ -41,6 +41,8 @@ type WatchOptions struct {
 	Record      string
 	SnapshotDir string
 
+	speedSet bool // --speed given (--sim runs unpaced without it)
+
 	// runTUI shows the dashboard (tests replace it); default tui.Run.
 	runTUI func(context.Context, tui.Options) (tui.Stats, error)
 }
@@ -59,7 +61,8 @@ checksums (transfer), replay canaries (buffer), graph-vs-eager samples
 Sources (exactly one):
   --listen ADDR     run a collector (unix:///path.sock, tcp://127.0.0.1:PORT)
   --bundle FILE     replay a trace bundle, paced by --speed (10x, 0.5x, max)
-  --sim             run the twin live with the engine flags below
+  --sim             run the twin live with the engine flags below (as fast
+                    as it goes, or held to --speed to watch it unfold)
 
 --record FILE keeps every event of a live source (--listen, --sim) in a trace
 bundle; the view itself may drop events under load and says how many.
@@ -69,6 +72,7 @@ view (ingest continues), s snapshot recent events to a bundle, ? help, q quit.
 Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 		Example: `  kvcanary watch --sim --sessions 80 --rounds 4
   kvcanary watch --sim --inject transfer-race --record run.kvtrace
+  kvcanary watch --sim --speed 2x
   kvcanary watch --bundle run.kvtrace --speed 10x
   kvcanary watch --listen unix:///tmp/kvcanary.sock --record live.kvtrace`,
 		Args: usageArgs(cobra.NoArgs),
@@ -83,6 +87,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("watch: give exactly one source: --listen, --bundle or --sim")
 			}
+			opts.speedSet = cmd.Flags().Changed("speed")
 			if err := watchFlagsFitSource(cmd, opts); err != nil {
 				cmd.PrintErrln(cmd.UsageString())
 				return err
@@ -107,7 +112,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 	fl.BoolVar(&opts.AllowRemote, "allow-remote", false, "with --listen: allow a TCP address reachable from other hosts (no authentication!)")
 	fl.StringVar(&opts.Run, "run", "", "with --listen: run id for events that carry none (default watch-<UTC time>)")
 	fl.StringVar(&opts.Bundle, "bundle", "", "replay this trace bundle")
-	fl.StringVar(&opts.Speed, "speed", "1x", "with --bundle: replay speed (event time per wall time: 10x, 0.5x) or max")
+	fl.StringVar(&opts.Speed, "speed", "1x", "event time per wall time (10x, 0.5x) or max: --bundle replays at it, --sim is held to it (default for --sim: max)")
 	fl.BoolVar(&opts.Sim, "sim", false, "run the twin live (engine flags below)")
 	opts.Engine = addEngineFlags(cmd)
 	fl.IntVar(&opts.Sessions, "sessions", 80, "with --sim: concurrent sessions")
@@ -130,8 +135,8 @@ func watchFlagsFitSource(cmd *cobra.Command, opts *WatchOptions) error {
 				bad = append(bad, "--"+f.Name+" needs --listen")
 			}
 		case "speed":
-			if opts.Bundle == "" {
-				bad = append(bad, "--speed needs --bundle")
+			if opts.Bundle == "" && !opts.Sim {
+				bad = append(bad, "--speed needs --bundle or --sim")
 			}
 		default: // the twin's workload and engine flags
 			if !opts.Sim {
@@ -195,6 +200,11 @@ func watchRun(opts *WatchOptions) error {
 		rc := cfg.RunConfig()
 		rc.Sessions, rc.Rounds = opts.Sessions, opts.Rounds
 		source = fmt.Sprintf("sim (twin) seed %d", opts.Seed)
+		if !opts.speedSet {
+			speed = 0
+		} else if speed > 0 {
+			source += fmt.Sprintf(" at ×%g", speed)
+		}
 		man.Config, man.Run, man.Host = rc, fmt.Sprintf("sim-seed%d", opts.Seed), hook.HostInfo{OS: "sim", Arch: "twin"}
 	}
 
@@ -271,7 +281,7 @@ func watchRun(opts *WatchOptions) error {
 				w.Tool = "kvcanary " + buildinfo.String()
 				simTotal.Store(int64(w.Sessions))
 				w.Progress = func(done, total int) { simDone.Store(int64(done)); simTotal.Store(int64(total)) }
-				_, err = sim.Run(ctx, simCfg, w, pub)
+				_, err = sim.Run(ctx, simCfg, w, tui.Paced(ctx, pub, speed))
 				if ctx.Err() != nil {
 					err = nil // quit before the run finished
 				}

@@ -23,12 +23,17 @@ func TestWatchFlags(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if !got.Sim || got.Sessions != 8 || got.Rounds != 2 || got.Seed != 3 || got.Record != "r.kvtrace" {
+	if !got.Sim || got.Sessions != 8 || got.Rounds != 2 || got.Seed != 3 || got.Record != "r.kvtrace" || got.speedSet {
 		t.Fatalf("options %+v", got)
 	}
 	cfg, err := got.Engine.config(got.Seed)
 	if err != nil || cfg.MultiStreamOverlap || len(cfg.Inject) != 1 || cfg.Inject[0] != "transfer-race" {
 		t.Fatalf("engine config %+v, %v", cfg, err)
+	}
+	cmd = NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--sim", "--speed", "2x"})
+	if err := cmd.Execute(); err != nil || !got.speedSet || got.Speed != "2x" {
+		t.Fatalf("sim speed: %v %+v", err, got)
 	}
 	cmd = NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
 	cmd.SetArgs([]string{"--bundle", "x.kvtrace", "--speed", "10x"})
@@ -45,7 +50,7 @@ func TestWatchFlags(t *testing.T) {
 		{"--listen", "unix:///tmp/x.sock", "extra"},
 		{"--bundle", "x.kvtrace", "--inject", "transfer-race"},
 		{"--bundle", "x.kvtrace", "--sessions", "3"},
-		{"--sim", "--speed", "10x"},
+		{"--listen", "unix:///tmp/x.sock", "--speed", "10x"},
 		{"--sim", "--allow-remote"},
 	} {
 		cmd := NewCmdWatch(f, func(*WatchOptions) error { t.Fatalf("%v: ran", args); return nil })
