@@ -217,7 +217,9 @@ func TestTwinStaleSeqLenCanaryClean(t *testing.T) {
 	cfg.Instruments.GraphDiff = true
 	cfg.Instruments.GraphDiffEvery = sim.AllInstruments().GraphDiffEvery
 	gd := graphdiff.NewAnalyzer(graphdiff.Options{})
-	o := twinRun(t, cfg, twinWorkload(), gd)
+	w := twinWorkload()
+	w.Sessions, w.Rounds = 8, 2 // graphdiff reruns the indexer eagerly: keep it small for -race
+	o := twinRun(t, cfg, w, gd)
 	s, g := o.summary, gd.Result()
 	t.Logf("canary: replays %d expected %d live %d missing %d rewritten %d; graphdiff: samples %d divergent %d",
 		s.Replays, s.ExpectedWrites, s.LivePageOverwrites, s.MissingStores, s.RewrittenStores, g.Samples, g.Divergent)
