@@ -13,7 +13,7 @@ build:
 
 # The main job, on the embedded twin (no GPU needed).
 run: build
-	./$(BIN) sim run --sessions 80 --rounds 4 --seed 1
+	./$(BIN) demo
 
 # Every test: vet, formatting, the suite at full speed (the twin's acceptance
 # tests run their real sizes), then again under the race detector (where the
