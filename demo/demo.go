@@ -351,16 +351,12 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 	rc := r.cfg.RunConfig()
 	rc.Sessions, rc.Rounds, rc.Concurrency = o.Sessions, o.Rounds, o.Sessions
 	host := hook.HostInfo{OS: "sim", Arch: "twin"}
-	w, err := traces.Create(r.bundle, traces.Manifest{Tool: o.Tool, Host: host, Config: rc,
+	rec, err := traces.StartRecording(r.bundle, traces.Manifest{Tool: o.Tool, Host: host, Config: rc,
 		Run: fmt.Sprintf("demo-%s-seed%d", r.name, r.cfg.Seed), Command: "demo"})
 	if err != nil {
 		return fmt.Errorf("create bundle: %w", err)
 	}
 	r.stats.SetManifest(o.Tool, time.Now(), host, rc)
-	bus := hook.NewBus()
-	sub := bus.Lossless("record", 4096)
-	recErr := make(chan error, 1)
-	go func() { recErr <- traces.Record(sub, w) }()
 	var analyzers []hook.Analyzer
 	if baseline {
 		analyzers = []hook.Analyzer{
@@ -372,7 +368,7 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 	stats := r.stats
 	pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
 		stats.Observe(ev)
-		bus.Publish(ev)
+		rec.Publish(ev)
 	}), analyzers...)
 	wl := sim.DefaultWorkload()
 	wl.Sessions, wl.Rounds, wl.Tool, wl.Progress = o.Sessions, o.Rounds, o.Tool, progress
@@ -381,8 +377,7 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 		cfg.Workers = 1 // runs, not rows, share the cores
 	}
 	res, runErr := sim.Run(ctx, cfg, wl, pub)
-	bus.Close()
-	if err := <-recErr; err != nil && runErr == nil {
+	if err := rec.Close(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("record %s: %w", r.bundle, err)
 	}
 	r.result = res

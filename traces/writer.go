@@ -476,3 +476,41 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, s...)
 	return append(b, '"')
 }
+
+// Recording is a bundle fed through a bus of its own: producers publish to it
+// (it is a hook.Publisher), a lossless subscription drains into the writer on
+// another goroutine, and live views may subscribe to Bus. Close stops the bus,
+// waits until every published event is written, closes the bundle and
+// returns the first error.
+type Recording struct {
+	bus  *hook.Bus
+	w    *Writer
+	done chan error
+}
+
+// StartRecording creates the bundle at path and starts recording into it.
+func StartRecording(path string, m Manifest) (*Recording, error) {
+	w, err := Create(path, m)
+	if err != nil {
+		return nil, err
+	}
+	r := &Recording{bus: hook.NewBus(), w: w, done: make(chan error, 1)}
+	sub := r.bus.Lossless("record", 4096)
+	go func() { r.done <- Record(sub, w) }()
+	return r, nil
+}
+
+// Publish hands ev to the recording (and any live subscriber of Bus).
+func (r *Recording) Publish(ev hook.Event) { r.bus.Publish(ev) }
+
+// Bus is the recording's bus, for subscribers beside the bundle writer.
+func (r *Recording) Bus() *hook.Bus { return r.bus }
+
+// Writer is the bundle writer (for SetDropped before Close).
+func (r *Recording) Writer() *Writer { return r.w }
+
+// Close ends the recording once everything published has been written.
+func (r *Recording) Close() error {
+	r.bus.Close()
+	return <-r.done
+}

@@ -145,21 +145,17 @@ func reproRun(opts *ReproOptions) error {
 	}
 	stats := repro.NewRunStats(opts.Record)
 	pubs := []hook.Publisher{stats}
-	var bus *hook.Bus
-	var recErr chan error
+	var rec *traces.Recording
 	if opts.Record != "" {
-		w, err := traces.Create(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
+		var err error
+		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
 			Run: fmt.Sprintf("repro-seed%d", opts.Seed),
 			Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
 				Concurrency: opts.Concurrency, Seed: opts.Seed}})
 		if err != nil {
 			return cmdutil.InputError(fmt.Errorf("create bundle: %w", err))
 		}
-		bus = hook.NewBus()
-		sub := bus.Lossless("record", 4096)
-		recErr = make(chan error, 1)
-		go func() { recErr <- traces.Record(sub, w) }()
-		pubs = append(pubs, bus)
+		pubs = append(pubs, rec)
 	}
 	pub := &syncPublisher{pub: hook.PublishFunc(func(ev hook.Event) {
 		for _, p := range pubs {
@@ -196,9 +192,8 @@ func reproRun(opts *ReproOptions) error {
 	}
 	stopTail()
 	tailErr := <-tailDone
-	if bus != nil {
-		bus.Close()
-		if err := <-recErr; err != nil {
+	if rec != nil {
+		if err := rec.Close(); err != nil {
 			fmt.Fprintf(opts.IO.ErrOut, "repro: record bundle: %v\n", err)
 			if runErr == nil {
 				runErr = err

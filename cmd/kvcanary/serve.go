@@ -121,22 +121,18 @@ func simServeRun(opts *SimServeOptions) error {
 		cfg.Log = logF
 	}
 	var pub hook.Publisher
-	var bus *hook.Bus
-	var recErr chan error
+	var rec *traces.Recording
 	if opts.Record != "" {
 		rc := cfg.RunConfig()
 		rc.URL = "http://" + opts.Addr
 		rc.Rounds = opts.Rounds
-		w, err := traces.Create(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
+		var err error
+		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
 			Config: rc, Run: fmt.Sprintf("serve-seed%d", opts.Seed), Command: "sim serve"})
 		if err != nil {
 			return cmdutil.InputError(fmt.Errorf("create bundle: %w", err))
 		}
-		bus = hook.NewBus()
-		sub := bus.Lossless("record", 4096)
-		recErr = make(chan error, 1)
-		go func() { recErr <- traces.Record(sub, w) }()
-		pub = bus
+		pub = rec
 	}
 	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub})
 	if err != nil {
@@ -170,9 +166,8 @@ func simServeRun(opts *SimServeOptions) error {
 	cancel()
 	<-loopErr
 	srv.Close()
-	if bus != nil {
-		bus.Close()
-		if err := <-recErr; err != nil && runErr == nil {
+	if rec != nil {
+		if err := rec.Close(); err != nil && runErr == nil {
 			runErr = fmt.Errorf("record bundle: %w", err)
 		}
 	}

@@ -201,21 +201,16 @@ func simRunRun(opts *SimRunOptions) error {
 	defer closeLog()
 	analyzers := newAnalyzers(AnalyzerOptions{WarmupMaxSeqLen: 4})
 	var sink hook.Publisher = hook.PublishFunc(func(hook.Event) {})
-	var recErr chan error
-	var bus *hook.Bus
+	var rec *traces.Recording
 	if opts.Record != "" {
 		rc := cfg.RunConfig()
 		rc.Sessions, rc.Rounds = opts.Sessions, opts.Rounds
-		w, err := traces.Create(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
+		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
 			Config: rc, Run: fmt.Sprintf("sim-seed%d", opts.Seed), Command: "sim run"})
 		if err != nil {
 			return cmdutil.InputError(fmt.Errorf("create bundle: %w", err))
 		}
-		bus = hook.NewBus()
-		sub := bus.Lossless("record", 4096)
-		recErr = make(chan error, 1)
-		go func() { recErr <- traces.Record(sub, w) }()
-		sink = bus
+		sink = rec
 	}
 	pub := hook.WithAnalyzers(sink, analyzers...)
 	w := sim.DefaultWorkload()
@@ -234,9 +229,8 @@ func simRunRun(opts *SimRunOptions) error {
 		}
 	}
 	res, runErr := sim.Run(opts.Factory.Ctx, cfg, w, pub)
-	if bus != nil {
-		bus.Close()
-		if err := <-recErr; err != nil && runErr == nil {
+	if rec != nil {
+		if err := rec.Close(); err != nil && runErr == nil {
 			runErr = err
 		}
 	}
