@@ -50,7 +50,27 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 		NewCmdWatch(f, nil),
 		// Commands register here, one line each.
 	)
+	groupsRejectArgs(root)
 	return root
+}
+
+// groupsRejectArgs makes every command that only groups subcommands (root,
+// probe, trace, …) runnable: with no arguments it prints its help, and an
+// unknown subcommand is a usage error (exit 2, usage printed). Cobra on its
+// own never validates a non-runnable command's arguments: it printed help and
+// exited 0 for `kvcanary probe nosuch`, and exited 3 without usage for
+// `kvcanary nosuchcmd`.
+func groupsRejectArgs(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		groupsRejectArgs(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	if c.Args == nil {
+		c.Args = usageArgs(cobra.NoArgs)
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 }
 
 // usageArgs wraps a cobra positional-args validator so a violation is a usage error.
