@@ -136,7 +136,7 @@ func collectRun(opts *CollectOptions) error {
 		},
 	})
 	if err != nil {
-		if errors.Is(err, hook.ErrRemoteRefused) {
+		if errors.Is(err, hook.ErrRemoteRefused) || errors.Is(err, hook.ErrBadAddress) {
 			return cmdutil.UsageError("%w", err)
 		}
 		return cmdutil.InputError(err)

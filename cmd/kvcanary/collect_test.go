@@ -7,6 +7,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -46,6 +47,18 @@ func TestCollectRefusesRemoteWithoutFlag(t *testing.T) {
 	err := collectRun(opts)
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--allow-remote") {
 		t.Fatalf("err = %v (exit %d), stderr %q", err, cmdutil.ExitCode(err), errOut)
+	}
+}
+
+func TestCollectBadListenIsUsageError(t *testing.T) {
+	for _, addr := range []string{"foo://x", "unix://", "tcp://nohostport"} {
+		ios, _, _, _ := cmdutil.Test()
+		opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now},
+			JSON: &cmdutil.JSONFlags{}, Listen: addr}
+		err := collectRun(opts)
+		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), strconv.Quote(addr)) {
+			t.Errorf("--listen %s: err = %v (exit %d), want a usage error naming the address", addr, err, cmdutil.ExitCode(err))
+		}
 	}
 }
 

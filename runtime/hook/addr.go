@@ -11,6 +11,10 @@ import (
 // loopback when ListenOptions.AllowRemote is false.
 var ErrRemoteRefused = errors.New("non-loopback address refused")
 
+// ErrBadAddress is returned by Listen and Dial for an address that is not
+// unix:///path.sock or tcp://HOST:PORT (a usage error, not an I/O failure).
+var ErrBadAddress = errors.New("bad address")
+
 // endpoint is a parsed collector address.
 type endpoint struct {
 	network string // "unix" | "tcp"
@@ -30,17 +34,17 @@ func parseAddr(addr string) (endpoint, error) {
 	case strings.HasPrefix(addr, "unix://"):
 		p := strings.TrimPrefix(addr, "unix://")
 		if p == "" {
-			return endpoint{}, fmt.Errorf("address %q: empty socket path (want unix:///path.sock)", addr)
+			return endpoint{}, fmt.Errorf("address %q: empty socket path (want unix:///path.sock): %w", addr, ErrBadAddress)
 		}
 		return endpoint{"unix", p}, nil
 	case strings.HasPrefix(addr, "tcp://"):
 		hp := strings.TrimPrefix(addr, "tcp://")
 		if _, _, err := net.SplitHostPort(hp); err != nil {
-			return endpoint{}, fmt.Errorf("address %q: %w (want tcp://127.0.0.1:PORT)", addr, err)
+			return endpoint{}, fmt.Errorf("address %q: %w (want tcp://127.0.0.1:PORT): %w", addr, err, ErrBadAddress)
 		}
 		return endpoint{"tcp", hp}, nil
 	}
-	return endpoint{}, fmt.Errorf("address %q: want unix:///path.sock or tcp://127.0.0.1:PORT", addr)
+	return endpoint{}, fmt.Errorf("address %q: want unix:///path.sock or tcp://127.0.0.1:PORT: %w", addr, ErrBadAddress)
 }
 
 // checkLoopback refuses a TCP listen address that other hosts could reach.

@@ -437,8 +437,11 @@ func TestListenRefusesRemoteTCP(t *testing.T) {
 		c.Close()
 	}
 	for _, addr := range []string{"http://x", "unix://", "tcp://nohostport", "/tmp/x.sock"} {
-		if _, err := Listen(addr, ListenOptions{}); err == nil || !strings.Contains(err.Error(), "want") {
-			t.Errorf("%s: err = %v", addr, err)
+		if _, err := Listen(addr, ListenOptions{}); !errors.Is(err, ErrBadAddress) || !strings.Contains(err.Error(), "want") {
+			t.Errorf("%s: err = %v, want ErrBadAddress saying what is wanted", addr, err)
+		}
+		if _, err := Dial(addr, DialOptions{}); !errors.Is(err, ErrBadAddress) {
+			t.Errorf("Dial %s: err = %v, want ErrBadAddress", addr, err)
 		}
 	}
 }
