@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sort"
 )
 
@@ -209,7 +210,12 @@ func splitName(name string) (specIdx, variant int, ok bool) {
 func Resolve(path string) ([]Target, error) {
 	f, err := elf.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			// already "open PATH: reason"; wrapping again repeated the path
+			return nil, fmt.Errorf("resolve CUDA entry points: %w", err)
+		}
+		return nil, fmt.Errorf("resolve CUDA entry points in %s: %w", path, err)
 	}
 	defer f.Close()
 	syms, err := f.DynamicSymbols()

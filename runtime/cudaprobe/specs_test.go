@@ -104,15 +104,15 @@ func TestResolveStub(t *testing.T) {
 }
 
 func TestResolveErrors(t *testing.T) {
-	if _, err := Resolve(filepath.Join(t.TempDir(), "missing.so")); err == nil || !strings.Contains(err.Error(), "missing.so") {
-		t.Fatalf("missing file: %v", err)
+	if _, err := Resolve(filepath.Join(t.TempDir(), "missing.so")); err == nil || strings.Count(err.Error(), "missing.so") != 1 || !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v, want the path named once and os.ErrNotExist", err)
 	}
 	notELF := filepath.Join(t.TempDir(), "libcuda.so.1")
 	if err := os.WriteFile(notELF, []byte("not an ELF file"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Resolve(notELF); err == nil {
-		t.Fatal("Resolve accepted a non-ELF file")
+	if _, err := Resolve(notELF); err == nil || !strings.Contains(err.Error(), notELF) {
+		t.Fatalf("Resolve of a non-ELF file: %v, want an error naming %s", err, notELF)
 	}
 	self, err := os.Executable()
 	if err != nil {
