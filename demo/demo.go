@@ -476,6 +476,8 @@ func toggleLine(base repro.Summary, tr ToggleResult) string {
 		effect = "lowers it, but confounded"
 	case s.CorruptedSessions > base.CorruptedSessions && tr.FisherP < repro.Significance:
 		effect = "makes it worse"
+	case s.CorruptedSessions < base.CorruptedSessions:
+		effect = "lowers it, but not significantly at this size"
 	}
 	return fmt.Sprintf("%d/%d → %d/%d corrupted (%.0f%% → %.0f%%), Fisher p = %s, %s: %s",
 		base.CorruptedSessions, base.Sessions, s.CorruptedSessions, s.Sessions, 100*base.CorruptionRate, 100*s.CorruptionRate,

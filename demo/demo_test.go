@@ -56,6 +56,14 @@ func TestDecide(t *testing.T) {
 				e.Toggles[i].Removes = false
 			}
 		}, "transient-compute", "", []string{"no toggle removes it"}},
+		{"too few sessions", func(e *Evidence) {
+			e.Baseline = repro.SummaryOf(repro.Outcomes{Done: 4, Leak: 4}, 2, 0)
+			for i := range e.Toggles {
+				e.Toggles[i].Removes = false
+				e.Toggles[i].Summary = repro.SummaryOf(repro.Outcomes{Done: 8}, 2, 0)
+				e.Toggles[i].FisherP = 0.0769
+			}
+		}, "transient-compute", "", []string{"8 sessions are too few", "4 toggle(s) lower it", "rerun with more sessions"}},
 		{"tie", func(e *Evidence) {
 			e.Toggles[2].Removes, e.Toggles[2].Scope = true, []string{MechGraphPlanner}
 		}, "transient-compute", "", []string{"equally narrow"}},
@@ -207,5 +215,28 @@ func checkSteps(t *testing.T, rep *Report, updates []Update, n int) {
 	}
 	if doneSeen != n {
 		t.Fatalf("%d done updates, want %d", doneSeen, n)
+	}
+}
+
+// TestToggleLine: a toggle's step line names what the numbers support — a
+// drop that misses significance is not "does not remove it".
+func TestToggleLine(t *testing.T) {
+	base := repro.SummaryOf(repro.Outcomes{Done: 4, Leak: 4}, 2, 0)
+	clean := repro.SummaryOf(repro.Outcomes{Done: 8}, 2, 0)
+	worse := repro.SummaryOf(repro.Outcomes{Leak: 8}, 2, 0)
+	for _, tc := range []struct {
+		name string
+		tr   ToggleResult
+		want string
+	}{
+		{"removes", ToggleResult{Summary: clean, FisherP: 0.001, Removes: true}, ": removes it"},
+		{"underpowered", ToggleResult{Summary: clean, FisherP: 0.0769}, ": lowers it, but not significantly at this size"},
+		{"confounded", ToggleResult{Summary: clean, FisherP: 0.001, Confounds: []repro.Confound{{Name: "rounds", A: 6, B: 4}}}, ": lowers it, but confounded"},
+		{"worse", ToggleResult{Summary: worse, FisherP: 0.01}, ": makes it worse"},
+		{"same", ToggleResult{Summary: base, FisherP: 1}, ": does not remove it"},
+	} {
+		if got := toggleLine(base, tc.tr); !strings.HasSuffix(got, tc.want) {
+			t.Errorf("%s: %q does not end in %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -72,6 +72,7 @@ func Decide(ev Evidence) Verdict {
 	v.Reasons = append(v.Reasons, fmt.Sprintf("graph ≠ eager (%d divergent samples)", ev.DivergentSamples))
 
 	var fixes []ToggleResult
+	underpowered := 0 // toggles that lower it without reaching significance
 	for _, t := range ev.Toggles {
 		switch {
 		case t.Removes && touchesGraph(t.Scope):
@@ -80,10 +81,19 @@ func Decide(ev Evidence) Verdict {
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it but touches no captured-replay mechanism", t.Toggle))
 		case len(t.Confounds) > 0 && t.Summary.CorruptedSessions < b.CorruptedSessions:
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s lowers it but is confounded (%s)", t.Toggle, confoundNames(t.Confounds)))
+		case t.Summary.CorruptedSessions < b.CorruptedSessions && t.FisherP >= repro.Significance:
+			underpowered++
+			v.Reasons = append(v.Reasons, fmt.Sprintf("%s lowers it (%d/%d → %d/%d) but p = %s is not significant at this size", t.Toggle,
+				b.CorruptedSessions, b.Sessions, t.Summary.CorruptedSessions, t.Summary.Sessions, repro.FormatP(t.FisherP)))
 		default:
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s does not remove it (%d/%d, p = %s)", t.Toggle,
 				t.Summary.CorruptedSessions, t.Summary.Sessions, repro.FormatP(t.FisherP)))
 		}
+	}
+	if len(fixes) == 0 && underpowered > 0 {
+		v.Text = fmt.Sprintf("graph ≠ eager puts the fault in captured compute, but %d sessions are too few to tell which toggle removes it: "+
+			"%d toggle(s) lower it without reaching p < %g — rerun with more sessions (the seeds ran 80 × 4)", b.Sessions, underpowered, repro.Significance)
+		return v
 	}
 	if len(fixes) == 0 {
 		v.Text = "graph ≠ eager puts the fault in captured compute, but no toggle removes it without confounds"
