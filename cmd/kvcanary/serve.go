@@ -111,6 +111,13 @@ func simServeRun(opts *SimServeOptions) error {
 	if err != nil {
 		return err
 	}
+	// Listen first: a busy or bad address must not leave a log file or a
+	// truncated bundle behind.
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return cmdutil.InputError(fmt.Errorf("listen on %s: %w", opts.Addr, err))
+	}
+	defer ln.Close()
 	if p := opts.Engine.logFile; p != "" {
 		logF, err := os.Create(p)
 		if err != nil {
@@ -124,7 +131,7 @@ func simServeRun(opts *SimServeOptions) error {
 	var rec *traces.Recording
 	if opts.Record != "" {
 		rc := cfg.RunConfig()
-		rc.URL = "http://" + opts.Addr
+		rc.URL = "http://" + ln.Addr().String()
 		rc.Rounds = opts.Rounds
 		var err error
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
@@ -136,11 +143,10 @@ func simServeRun(opts *SimServeOptions) error {
 	}
 	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub})
 	if err != nil {
+		if rec != nil {
+			rec.Close()
+		}
 		return err
-	}
-	ln, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		return cmdutil.InputError(fmt.Errorf("listen on %s: %w", opts.Addr, err))
 	}
 	ctx, cancel := context.WithCancel(opts.Factory.Ctx)
 	defer cancel()

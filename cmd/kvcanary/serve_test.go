@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,5 +108,32 @@ func TestSimServeRun(t *testing.T) {
 	}
 	if rs.Outcomes.Total() != 3 || rs.Config.Engine != "sim" || !strings.HasPrefix(rs.Config.URL, "http://127.0.0.1:") {
 		t.Fatalf("bundle %+v config %+v", rs.Outcomes, rs.Config)
+	}
+}
+
+// TestSimServeBusyPort: a busy address is an input error naming the address,
+// and leaves neither a bundle nor a log file behind.
+func TestSimServeBusyPort(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
+	dir := t.TempDir()
+	bundle, logFile := filepath.Join(dir, "serve.kvtrace"), filepath.Join(dir, "serve.log")
+	cmd := NewCmdSimServe(f, nil)
+	cmd.SetArgs([]string{"--addr", busy.Addr().String(), "--record", bundle, "--log-file", logFile})
+	cmd.SetErr(io.Discard)
+	cmd.SetOut(io.Discard)
+	err = cmd.Execute()
+	if err == nil || cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), busy.Addr().String()) {
+		t.Fatalf("busy port: err %v (exit %d), want an input error naming %s", err, cmdutil.ExitCode(err), busy.Addr())
+	}
+	for _, p := range []string{bundle, logFile} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s left behind (stat: %v)", p, err)
+		}
 	}
 }
