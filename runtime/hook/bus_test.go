@@ -3,6 +3,7 @@ package hook
 import (
 	"sync"
 	"testing"
+	"time"
 )
 
 func sched(i int) Event {
@@ -31,8 +32,16 @@ func TestBusLosslessSeesEverythingLiveDropsOldest(t *testing.T) {
 	}
 	b.Close()
 	wg.Wait()
-	if len(got) != 100 || got[0] != 1 || got[99] != 100 {
-		t.Fatalf("lossless got %d events (first %v), want 100 in order", len(got), got[:1])
+	if len(got) != 100 {
+		t.Fatalf("lossless got %d events, want 100", len(got))
+	}
+	for i, ts := range got {
+		if ts != int64(i+1) {
+			t.Fatalf("lossless event %d has ts %d, want %d (in publish order)", i, ts, i+1)
+		}
+	}
+	if ll.Delivered() != 100 {
+		t.Fatalf("lossless delivered %d, want 100", ll.Delivered())
 	}
 	evs, open := live.Drain(nil)
 	if open {
@@ -71,5 +80,70 @@ func TestWithAnalyzersPublishesEventThenFindings(t *testing.T) {
 	}
 	if out[2].Kind != KindFinding || out[2].TS != 7 || out[2].Run != "r1" {
 		t.Fatalf("finding = %+v, want kind finding at ts 7 in run r1", out[2])
+	}
+}
+
+// TestBusConcurrentPublishersCloseEndsReceivers: with several publishers, a
+// lossless consumer gets every event, a live consumer's delivered + dropped
+// accounts for every event, and Close ends both receivers (no goroutine is
+// left waiting). A subscription made after Close is already ended.
+func TestBusConcurrentPublishersCloseEndsReceivers(t *testing.T) {
+	const publishers, each = 4, 2000
+	b := NewBus()
+	ll := b.Lossless("bundle", 16)
+	live := b.Live("view", 8)
+	var llN, liveN int
+	recvDone := make(chan struct{}, 2)
+	go func() {
+		for {
+			if _, ok := ll.Recv(); !ok {
+				break
+			}
+			llN++
+		}
+		recvDone <- struct{}{}
+	}()
+	go func() {
+		for {
+			if _, ok := live.Recv(); !ok {
+				break
+			}
+			liveN++
+		}
+		recvDone <- struct{}{}
+	}()
+	var wg sync.WaitGroup
+	for p := 0; p < publishers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				b.Publish(sched(i))
+			}
+		}()
+	}
+	wg.Wait()
+	b.Close()
+	b.Publish(sched(-1)) // after Close: ignored
+	for i := 0; i < 2; i++ {
+		select {
+		case <-recvDone:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a receiver did not end after Close")
+		}
+	}
+	const total = publishers * each
+	if llN != total || ll.Delivered() != total {
+		t.Fatalf("lossless received %d (delivered %d), want %d", llN, ll.Delivered(), total)
+	}
+	if uint64(liveN) != live.Delivered() || live.Delivered()+live.Dropped() != total {
+		t.Fatalf("live received %d, delivered %d + dropped %d, want a sum of %d", liveN, live.Delivered(), live.Dropped(), total)
+	}
+	late := b.Live("late", 4)
+	if _, ok := late.Recv(); ok {
+		t.Fatal("a subscription made after Close received an event")
+	}
+	if _, ok := b.Lossless("late-ll", 1).Recv(); ok {
+		t.Fatal("a lossless subscription made after Close received an event")
 	}
 }
