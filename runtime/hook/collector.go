@@ -338,9 +338,9 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		dec = NewJSONLinesDecoder(io.MultiReader(bytes.NewReader(first[:]), r))
 	default:
 		var rest [len(FramePreamble) - 1]byte
-		_, err := io.ReadFull(r, rest[:])
+		n, err := io.ReadFull(r, rest[:])
 		if err != nil || first[0] != FramePreamble[0] || string(rest[:]) != FramePreamble[1:] {
-			got := append(first[:], rest[:]...)
+			got := append(first[:], rest[:n]...) // only what arrived: no NUL padding
 			c.reject(cn, &WireError{Reason: ReasonBadPreamble, Fatal: true,
 				Err: fmt.Errorf("connection starts with %q: neither JSON lines ('{') nor the frame preamble %q", got, FramePreamble)})
 			c.lostFraming.Add(1)

@@ -446,6 +446,26 @@ func TestListenRefusesRemoteTCP(t *testing.T) {
 	}
 }
 
+// A connection that ends inside the preamble is reported with the bytes it
+// sent, not padded with NULs.
+func TestCollectorShortPreambleQuotesOnlyWhatArrived(t *testing.T) {
+	c, _ := startCollectorAt(t, "tcp://127.0.0.1:0", ListenOptions{Run: "r"})
+	nc := dialRaw(t, c)
+	nc.Write([]byte("xy"))
+	nc.(interface{ CloseWrite() error }).CloseWrite()
+	waitFor(t, "the connection to end", func() bool {
+		st := c.Stats()
+		return st.Connections == 1 && st.Open == 0
+	})
+	st := c.Stats()
+	if len(st.Conns) != 1 || st.RejectedBy[ReasonBadPreamble.String()] != 1 {
+		t.Fatalf("stats %+v, want one connection rejected for its preamble", st)
+	}
+	if e := st.Conns[0].LastError; !strings.Contains(e, `starts with "xy":`) {
+		t.Fatalf("last error %q, want it to quote exactly the 2 bytes sent", e)
+	}
+}
+
 func TestCollectorTCPFillsNodeFromRemote(t *testing.T) {
 	c, rec := startCollectorAt(t, "tcp://127.0.0.1:0", ListenOptions{Run: "r"})
 	nc := dialRaw(t, c)
