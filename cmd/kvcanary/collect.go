@@ -284,8 +284,12 @@ func writeCollectSummary(w io.Writer, s CollectSummary) error {
 		if cs.Proc != "" {
 			who += " " + cs.Proc
 		}
-		fmt.Fprintf(&b, "  connection %d (%s, %s): %d events, %d rejected; last: %s\n",
-			cs.ID, cmdutil.Quote(who), cs.Protocol, cs.Events, cs.Rejected, cmdutil.Quote(cs.LastError))
+		who = cmdutil.Quote(who)
+		if cs.Protocol != "" { // empty when the first bytes were neither protocol
+			who += ", " + cs.Protocol
+		}
+		fmt.Fprintf(&b, "  connection %d (%s): %d events, %d rejected; last: %s\n",
+			cs.ID, who, cs.Events, cs.Rejected, cmdutil.Quote(cs.LastError))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -259,3 +259,29 @@ func TestCollectProgressOnTTY(t *testing.T) {
 		t.Errorf("progress line lacks the connection count: %q", errOut.String())
 	}
 }
+
+// The exit summary names each connection with rejections; one that never
+// chose a protocol shows no empty protocol slot, and its error is quoted.
+func TestWriteCollectSummaryConnections(t *testing.T) {
+	var b strings.Builder
+	err := writeCollectSummary(&b, CollectSummary{Listen: "unix:///x.sock", Events: 6, Rejected: 2, Conns: []hook.ConnStats{
+		{ID: 1, Remote: "pid 7", Proc: "python3", Protocol: "jsonl", Events: 6, Rejected: 1, LastError: "line 2: bad"},
+		{ID: 2, Remote: "pid 8", Proc: "socat", Rejected: 1, LastError: "starts with \x1b[31m"},
+		{ID: 3, Remote: "pid 9", Protocol: "frames", Events: 4},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		`connection 1 (pid 7 python3, jsonl): 6 events, 1 rejected; last: line 2: bad`,
+		`connection 2 (pid 8 socat): 0 events, 1 rejected; last: `,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, ", )") || strings.Contains(out, "\x1b") || strings.Contains(out, "connection 3") {
+		t.Errorf("summary has an empty protocol slot, a raw escape, or a connection without rejections:\n%s", out)
+	}
+}
