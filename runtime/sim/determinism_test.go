@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"runtime"
 	"testing"
 
@@ -109,5 +110,21 @@ func TestServeConcurrentSubmit(t *testing.T) {
 	cancel()
 	if err := <-served; err != context.Canceled {
 		t.Fatalf("Serve returned %v", err)
+	}
+}
+
+// TestRunCancelledEarly: a cancelled context stops Run before it builds the
+// workload's scripts, however many sessions it was asked for.
+func TestRunCancelledEarly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	w := DefaultWorkload()
+	w.Sessions = 1 << 20
+	res, err := Run(ctx, DefaultConfig(), w, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if res.Stats.Steps != 0 {
+		t.Fatalf("ran %d steps after cancellation", res.Stats.Steps)
 	}
 }

@@ -123,6 +123,12 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 	}
 	sess := make([]*session, w.Sessions)
 	for i := range sess {
+		if i%256 == 0 {
+			// Building scripts is O(sessions); stay responsive to Ctrl-C.
+			if err := ctx.Err(); err != nil {
+				return Result{}, fmt.Errorf("run workload: %w", err)
+			}
+		}
 		s := &session{script: NewScript(cfg.Seed, i, w.Rounds), rng: rand.New(rand.NewPCG(cfg.Seed, 0x7ec4+uint64(i)))}
 		s.res.ID = s.script.Session
 		sess[i] = s
@@ -156,7 +162,10 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 		if e.StepNumber() >= maxSteps {
 			return res, fmt.Errorf("run workload: no progress after %d steps", maxSteps)
 		}
-		for _, s := range sess {
+		for i, s := range sess {
+			if i%256 == 255 && ctx.Err() != nil {
+				break // the loop's head returns the error after this step
+			}
 			if s.done || s.h != nil || s.next > e.StepNumber() {
 				continue
 			}
