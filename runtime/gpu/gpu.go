@@ -243,8 +243,10 @@ func (s *Sampler) Run(ctx context.Context, pub hook.Publisher) error {
 		now = time.Now
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
+	// Stop the Xid watcher before waiting for it: on a Collect error ctx is
+	// still live, and waiting first hung Run (and `gpu --watch`) forever.
+	defer func() { cancel(); wg.Wait() }()
 	if st, err := s.Lib.WatchXid(); err == nil {
 		wg.Add(1)
 		go func() {
@@ -263,7 +265,6 @@ func (s *Sampler) Run(ctx context.Context, pub hook.Publisher) error {
 			})
 		}()
 	}
-	defer wg.Wait()
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -167,3 +167,27 @@ func TestSamplerStopsOnCollectError(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 }
+
+// With an Xid stream open, a Collect error still ends Run (it once waited
+// for the Xid watcher before cancelling it, and hung) and closes the stream.
+func TestSamplerCollectErrorWithXidStreamReturns(t *testing.T) {
+	xs := &fakeXid{}
+	lib := &fakeLib{listErr: errors.New("boom"), xid: xs}
+	s := &Sampler{Lib: lib, Interval: time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background(), hook.PublishFunc(func(hook.Event) {})) }()
+	select {
+	case err := <-done:
+		if err == nil || err.Error() != "list devices: boom" {
+			t.Fatalf("Run = %v, want the Collect error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after a Collect error while an Xid stream was open")
+	}
+	xs.mu.Lock()
+	closed := xs.closed
+	xs.mu.Unlock()
+	if !closed {
+		t.Fatal("Xid stream not closed after Run")
+	}
+}
