@@ -206,6 +206,16 @@ func reproRun(opts *ReproOptions) error {
 	if tailErr != nil && tailErr != context.Canceled {
 		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", tailErr)
 	}
+	if res.Requests == 0 && res.Outcomes.Error+res.Outcomes.Timeout == res.Sessions && ctx.Err() == nil {
+		// No model answered at all: that says the server is unreachable or
+		// broken, not that it corrupts (the counts still follow the contract).
+		first := ""
+		if len(res.PerSession) > 0 {
+			first = res.PerSession[0].Reason
+		}
+		fmt.Fprintf(opts.IO.ErrOut, "repro: warning: no request got a model answer (first: %s); check --url and the server before reading the rate as corruption\n",
+			cmdutil.Quote(first))
+	}
 	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record}
 	if tail != nil {
 		s := stats.Sched

@@ -215,9 +215,12 @@ func TestReproDeadServerText(t *testing.T) {
 	url := "http://" + ln.Addr().String()
 	ln.Close()
 	bundle := filepath.Join(t.TempDir(), "dead.kvtrace")
-	out, _, err := runRepro(t, "--url", url, "--sessions", "3", "--rounds", "2", "--model", "m", "--record", bundle)
+	out, errOut, err := runRepro(t, "--url", url, "--sessions", "3", "--rounds", "2", "--model", "m", "--record", bundle)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(errOut, "no request got a model answer") || !strings.Contains(errOut, "connection refused") {
+		t.Errorf("stderr %q lacks the unreachable-server warning", errOut)
 	}
 	if !strings.Contains(out, "CORRUPTION sessions: 3/3 = 100% (leak=0 no_tool=0 error=3") || !strings.Contains(out, "transport") {
 		t.Fatalf("output %q", out)
