@@ -40,6 +40,7 @@ type Probe struct {
 	monoToUnix int64
 	malformed  uint64
 	lastBad    error
+	detachErr  error // from detaching when Run ended; reported by Close
 }
 
 // privErr marks err as a privilege failure that says what to do.
@@ -174,8 +175,12 @@ func (p *Probe) AddPID(pid int) error {
 	return nil
 }
 
-// Run delivers every call to fn until ctx is done, then drains what the ring
-// buffer still holds and returns nil. Malformed records are counted in Lost.
+// Run delivers every call to fn until ctx is done, then detaches the probes
+// and drains what the ring buffer still holds and returns nil. Detaching
+// first bounds the drain: a busy process calling faster than fn consumes
+// would otherwise keep it going, and Ctrl-C would never end `probe cuda`.
+// Calls in flight at that moment are not reported. Malformed records are
+// counted in Lost. Run a Probe once.
 func (p *Probe) Run(ctx context.Context, fn func(hook.CUDA)) error {
 	var raw ringbuf.Record
 	var r Record
@@ -183,6 +188,7 @@ func (p *Probe) Run(ctx context.Context, fn func(hook.CUDA)) error {
 	for {
 		if !draining && ctx.Err() != nil {
 			draining = true
+			p.detach()
 			p.rd.SetDeadline(time.Now())
 		} else if !draining {
 			p.rd.SetDeadline(time.Now().Add(50 * time.Millisecond))
@@ -226,17 +232,24 @@ func (p *Probe) Lost() (Lost, error) {
 // LastMalformed is the last Decode error, nil when every record decoded.
 func (p *Probe) LastMalformed() error { return p.lastBad }
 
+// detach removes every uprobe; no new call enters the ring buffer.
+func (p *Probe) detach() {
+	var errs []error
+	for _, l := range p.links {
+		errs = append(errs, l.Close())
+	}
+	p.links = nil
+	p.detachErr = errors.Join(p.detachErr, errors.Join(errs...))
+}
+
 // Close detaches every probe and frees the kernel objects.
 func (p *Probe) Close() error {
 	var errs []error
 	if p.rd != nil {
 		errs = append(errs, p.rd.Close())
 	}
-	for _, l := range p.links {
-		errs = append(errs, l.Close())
-	}
-	p.links = nil
-	errs = append(errs, p.objs.Close())
+	p.detach()
+	errs = append(errs, p.detachErr, p.objs.Close())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close CUDA probe: %w", err)
 	}

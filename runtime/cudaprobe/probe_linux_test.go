@@ -116,6 +116,44 @@ func TestProbeStubLibcuda(t *testing.T) {
 	}
 }
 
+// When Run ends the probes are detached: calls made afterwards never reach
+// the ring buffer (so a busy process cannot keep Run's drain going).
+func TestProbeRunDetachesWhenDone(t *testing.T) {
+	needProbe(t)
+	lib, driver := buildStub(t)
+	p, err := Open(Config{Lib: lib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	stop := collect(p)
+	if err := runDriver(t, driver, lib, "script").Run(); err != nil {
+		t.Fatalf("driver: %v", err)
+	}
+	got, err := stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(scriptCalls()) {
+		t.Fatalf("while attached: %d calls, want %d", len(got), len(scriptCalls()))
+	}
+	if err := runDriver(t, driver, lib, "script").Run(); err != nil {
+		t.Fatalf("driver after Run: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // drain only
+	var after int
+	if err := p.Run(ctx, func(hook.CUDA) { after++ }); err != nil {
+		t.Fatal(err)
+	}
+	if after != 0 {
+		t.Fatalf("%d calls recorded after Run ended, want 0 (probes still attached)", after)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close after Run detached: %v", err)
+	}
+}
+
 func TestProbePIDFilter(t *testing.T) {
 	needProbe(t)
 	lib, driver := buildStub(t)
