@@ -153,7 +153,7 @@ func reproRun(opts *ReproOptions) error {
 			Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
 				Concurrency: opts.Concurrency, Seed: opts.Seed}})
 		if err != nil {
-			return cmdutil.InputError(fmt.Errorf("create bundle: %w", err))
+			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
 		pubs = append(pubs, rec)
 	}

@@ -137,7 +137,7 @@ func simServeRun(opts *SimServeOptions) error {
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
 			Config: rc, Run: fmt.Sprintf("serve-seed%d", opts.Seed), Command: "sim serve"})
 		if err != nil {
-			return cmdutil.InputError(fmt.Errorf("create bundle: %w", err))
+			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
 		pub = rec
 	}

@@ -208,7 +208,7 @@ func simRunRun(opts *SimRunOptions) error {
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
 			Config: rc, Run: fmt.Sprintf("sim-seed%d", opts.Seed), Command: "sim run"})
 		if err != nil {
-			return cmdutil.InputError(fmt.Errorf("create bundle: %w", err))
+			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
 		sink = rec
 	}

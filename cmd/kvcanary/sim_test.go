@@ -109,6 +109,28 @@ func TestSimRunBadFlags(t *testing.T) {
 		if cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 			t.Errorf("%v: exit %d (%v), want usage error", args, cmdutil.ExitCode(err), err)
 		}
+		if err != nil && !strings.Contains(err.Error(), args[1]) {
+			t.Errorf("%v: error %q does not name %s", args, err, args[1])
+		}
+	}
+}
+
+// TestSimRunUnwritableOutputs: a --record or --log-file that cannot be
+// created is an input error saying what it could not create, once.
+func TestSimRunUnwritableOutputs(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-dir")
+	for _, tc := range []struct{ flag, file, want, once string }{
+		{"--record", "run.kvtrace", "create bundle: open ", "create bundle"},
+		{"--log-file", "sched.log", "open log file: open ", "log file"},
+	} {
+		_, _, err := runSim(t, false, "run", "--sessions", "1", "--rounds", "1", tc.flag, filepath.Join(missing, tc.file))
+		if cmdutil.ExitCode(err) != cmdutil.ExitInput {
+			t.Errorf("%s: exit %d (%v), want input error", tc.flag, cmdutil.ExitCode(err), err)
+			continue
+		}
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Count(msg, tc.once) != 1 || !strings.Contains(msg, tc.file) {
+			t.Errorf("%s: error %q, want one %q naming %s", tc.flag, msg, tc.want, tc.file)
+		}
 	}
 }
 
