@@ -329,7 +329,12 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 	r := &countingReader{r: cn.nc, conn: cn, all: &c.bytes}
 	var first [1]byte
 	if _, err := io.ReadFull(r, first[:]); err != nil {
-		return "eof"
+		select {
+		case <-c.done:
+			return "shutdown" // an idle connection ended by Close
+		default:
+			return "eof"
+		}
 	}
 	var dec decoder
 	switch first[0] {

@@ -588,6 +588,26 @@ func TestCollectorCloseDrainsInFlight(t *testing.T) {
 	}
 }
 
+// A connection that never sent a byte and is ended by Close is reported as
+// ended by shutdown, not as if the producer hung up.
+func TestCollectorCloseIdleConnectionIsShutdown(t *testing.T) {
+	c, err := Listen("unix://"+filepath.Join(t.TempDir(), "c.sock"), ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- c.Serve(context.Background(), &recorder{t: t}) }()
+	dialRaw(t, c)
+	waitFor(t, "connection", func() bool { return c.Stats().Open == 1 })
+	c.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); len(st.Conns) != 1 || st.Conns[0].Closed != "shutdown" {
+		t.Fatalf("stats %+v, want the idle connection closed by shutdown", st)
+	}
+}
+
 // TestEmitterSlowCollector: a peer that accepts but never reads. Emit must
 // keep returning, drop what does not fit, and Close must give up after its
 // flush timeout with every event accounted for.
