@@ -79,6 +79,8 @@ scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.
 				return cmdutil.UsageError("--concurrency %d: want at least 1", opts.Concurrency)
 			case opts.Timeout <= 0:
 				return cmdutil.UsageError("--timeout %v: want a positive duration", opts.Timeout)
+			case opts.MaxTokens < 0:
+				return cmdutil.UsageError("--max-tokens %d: want a positive count (0: not sent)", opts.MaxTokens)
 			}
 			if _, err := repro.ChatEndpoint(opts.URL); err != nil {
 				return cmdutil.UsageError("--url: %w", err)

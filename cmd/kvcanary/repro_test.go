@@ -42,6 +42,8 @@ func TestReproFlags(t *testing.T) {
 		{"--url", "http://h", "--sessions", "0"},
 		{"--url", "http://h", "--timeout", "0s"},
 		{"--url", "http://h", "extra"},
+		{"--url", "http://h", "--max-tokens", "-5"},
+		{"--url", "http://h", "--concurrency", "-1"},
 	} {
 		cmd := NewCmdRepro(f, func(*ReproOptions) error { return nil })
 		cmd.SetArgs(args)
