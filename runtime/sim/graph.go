@@ -114,7 +114,6 @@ func planGraph(bucket int, fp8 bool) *graphPlan {
 	g.arena = make([]byte, top)
 	g.outLoc = make([]int, bucket)
 	g.stale = make([]bool, bucket)
-	g.stale = make([]bool, bucket)
 	return g
 }
 
