@@ -1,0 +1,55 @@
+package cmdutil
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func TestQuote(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"plain text, with spaces", "plain text, with spaces"},
+		{"ünïcode ✓ 日本", "ünïcode ✓ 日本"},
+		{"", ""},
+		{"red \x1b[31mALERT", `"red \x1b[31mALERT"`},
+		{"two\nlines", `"two\nlines"`},
+		{"tab\there", `"tab\there"`},
+		{"bad utf8 \xc0\xaf", `"bad utf8 \xc0\xaf"`},
+		{"bidi \u202egnp.exe", `"bidi \u202egnp.exe"`},
+		{"nul\x00", `"nul\x00"`},
+	} {
+		if got := Quote(tc.in); got != tc.want {
+			t.Errorf("Quote(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	base := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"nil", nil, ExitOK},
+		{"plain error", base, ExitInput},
+		{"input", InputError(base), ExitInput},
+		{"usage", UsageError("bad flag %q", "x"), ExitUsage},
+		{"finding", FindingError, ExitFinding},
+		{"wrapped usage", fmt.Errorf("run: %w", UsageError("bad")), ExitUsage},
+		{"input keeps an inner exit code", InputError(UsageError("bad")), ExitUsage},
+	} {
+		if got := ExitCode(tc.err); got != tc.want {
+			t.Errorf("%s: ExitCode(%v) = %d, want %d", tc.name, tc.err, got, tc.want)
+		}
+	}
+	if InputError(nil) != nil {
+		t.Error("InputError(nil) != nil")
+	}
+	if err := InputError(base); !errors.Is(err, base) || err.Error() != "boom" {
+		t.Errorf("InputError(boom) = %v, want it to wrap and print boom", err)
+	}
+	if FindingError.Error() != "exit 1" {
+		t.Errorf("FindingError prints %q", FindingError.Error())
+	}
+}
