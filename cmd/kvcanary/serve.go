@@ -148,10 +148,14 @@ func simServeRun(opts *SimServeOptions) error {
 		}
 		return err
 	}
-	ctx, cancel := context.WithCancel(opts.Factory.Ctx)
-	defer cancel()
+	ctx := opts.Factory.Ctx
+	// The engine loop outlives Ctrl-C until the HTTP server has shut down,
+	// so requests in flight get their answers instead of a dropped
+	// connection.
+	loopCtx, stopLoop := context.WithCancel(context.Background())
+	defer stopLoop()
 	loopErr := make(chan error, 1)
-	go func() { loopErr <- srv.Run(ctx) }()
+	go func() { loopErr <- srv.Run(loopCtx) }()
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
@@ -169,7 +173,7 @@ func simServeRun(opts *SimServeOptions) error {
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = hs.Shutdown(sctx)
 	scancel()
-	cancel()
+	stopLoop()
 	<-loopErr
 	srv.Close()
 	if rec != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -135,5 +136,56 @@ func TestSimServeBusyPort(t *testing.T) {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left behind (stat: %v)", p, err)
 		}
+	}
+}
+
+// TestSimServeDrainsOnStop: Ctrl-C while a request is in flight still
+// answers it (the engine keeps stepping until the HTTP server has shut down).
+func TestSimServeDrainsOnStop(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &cmdutil.Factory{IO: ios, Ctx: ctx, Now: time.Now}
+	ready := make(chan string, 1)
+	cmd := NewCmdSimServe(f, func(o *SimServeOptions) error {
+		o.Ready = func(addr string) { ready <- addr }
+		return simServeRun(o)
+	})
+	cmd.SetArgs([]string{"--addr", "127.0.0.1:0", "--no-canary", "--no-graphdiff", "--no-checksum"})
+	cmd.SetErr(io.Discard)
+	cmd.SetOut(io.Discard)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("serve exited: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("server never became ready")
+	}
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"Task 1: tool rounds: 1"}],` +
+		`"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}`
+	client := &http.Client{Timeout: 20 * time.Second}
+	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	// The role delta is sent once the request is submitted to the engine.
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first event %q: %v", line, err)
+	}
+	cancel()
+	rest, err := io.ReadAll(br)
+	if err != nil {
+		t.Fatalf("in-flight stream after stop: %v (read %q)", err, rest)
+	}
+	if !strings.Contains(string(rest), `"finish_reason":`) || !strings.HasSuffix(strings.TrimSpace(string(rest)), "data: [DONE]") {
+		t.Fatalf("in-flight stream not finished after stop:\n%s", rest)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
