@@ -401,7 +401,11 @@ type streamChunk struct {
 
 // readStream assembles a server-sent-events answer. It needs "data: [DONE]":
 // a stream that ends before it was cut.
-func readStream(r io.Reader) (*response, error) {
+func readStream(r io.Reader) (*response, error) { return readStreamLimit(r, maxResponse) }
+
+// readStreamLimit is readStream with limit bounding one event line and the
+// assembled text (a server that never sends a newline cannot exhaust memory).
+func readStreamLimit(r io.Reader, limit int) (*response, error) {
 	br := bufio.NewReaderSize(r, 32<<10)
 	out := &response{}
 	var content, reasoning strings.Builder
@@ -410,10 +414,16 @@ func readStream(r io.Reader) (*response, error) {
 	for {
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			// A long event line: gather it whole.
-			rest, err2 := br.ReadBytes('\n')
-			line = append(append([]byte(nil), line...), rest...)
-			err = err2
+			// A long event line: gather it whole, up to limit.
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				if len(long) > limit {
+					return nil, fmt.Errorf("stream event %d: line longer than %d bytes", events+1, limit)
+				}
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
 		}
 		if len(line) > 0 {
 			t := bytes.TrimRight(line, "\r\n")
@@ -478,8 +488,8 @@ func readStream(r io.Reader) (*response, error) {
 			}
 			return nil, fmt.Errorf("read stream after %d events: %w", events, err)
 		}
-		if content.Len()+reasoning.Len() > maxResponse {
-			return nil, fmt.Errorf("stream larger than %d bytes", maxResponse)
+		if content.Len()+reasoning.Len() > limit {
+			return nil, fmt.Errorf("stream larger than %d bytes", limit)
 		}
 	}
 }

@@ -381,3 +381,36 @@ func BenchmarkHarnessRequests(b *testing.B) {
 	}
 	b.ReportMetric(float64(res.Requests)/el.Seconds(), "requests/s")
 }
+
+// endless is a body that never sends a newline.
+type endless struct{ n int }
+
+func (e *endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'a'
+	}
+	e.n += len(p)
+	return len(p), nil
+}
+
+// TestReadStreamLongLine: an event line without end is an error once it
+// passes the limit, not an unbounded read; a long line within the limit is
+// read whole.
+func TestReadStreamLongLine(t *testing.T) {
+	body := &endless{}
+	if _, err := readStreamLimit(io.MultiReader(strings.NewReader("data: "), body), 1<<20); err == nil || !strings.Contains(err.Error(), "line longer than") {
+		t.Fatalf("endless line: err %v", err)
+	}
+	if body.n > 2<<20 {
+		t.Fatalf("read %d bytes of an endless line with a 1 MiB limit", body.n)
+	}
+	long := strings.Repeat("x", 100<<10)
+	in := `data: {"id":"x","choices":[{"delta":{"content":"` + long + `"},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n"
+	r, err := readStreamLimit(strings.NewReader(in), 1<<20)
+	if err != nil {
+		t.Fatalf("long line within the limit: %v", err)
+	}
+	if r.round.Content != long || r.round.FinishReason != "stop" {
+		t.Fatalf("long line within the limit: content %d bytes, finish %q", len(r.round.Content), r.round.FinishReason)
+	}
+}
