@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/kvcanary/kvcanary/demo"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/tui"
 )
 
 // DemoOptions are the inputs of `kvcanary demo`.
@@ -22,6 +24,10 @@ type DemoOptions struct {
 	Seed     uint64
 	Out      string
 	Parallel int
+	Plain    bool // print step lines even on a terminal (no dashboard)
+
+	// runTUI shows the dashboard (tests replace it); default tui.Run.
+	runTUI func(context.Context, tui.Options) (tui.Stats, error)
 }
 
 // NewCmdDemo builds `kvcanary demo`.
@@ -65,11 +71,15 @@ canary report, graphdiff report and ab.`,
 	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the twin's workload, rooms and stream interleaving")
 	fl.StringVar(&opts.Out, "out", "", "directory for the runs' bundles (default: a new temporary directory)")
 	fl.IntVar(&opts.Parallel, "parallel", 0, "twin runs at once (default: min(2, cores))")
+	fl.BoolVar(&opts.Plain, "plain", false, "print the steps as plain lines even when stdout is a terminal (default there: the live dashboard)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
 
 func demoRun(opts *DemoOptions) error {
+	if !opts.JSON.JSON && !opts.Plain && opts.IO.IsStdoutTTY() {
+		return demoTUIRun(opts, opts.runTUI)
+	}
 	out := opts.IO.Out
 	plain := !opts.JSON.JSON
 	tty := opts.IO.IsStderrTTY()

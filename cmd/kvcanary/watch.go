@@ -392,8 +392,9 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 	}()
 
 	var (
-		rep    *demo.Report
-		runErr error
+		rep     *demo.Report
+		runErr  error
+		stopped bool
 	)
 	done := make(chan error, 1)
 	ran := make(chan struct{})
@@ -445,7 +446,7 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 		close(steps)
 		close(bundles)
 		if ctx.Err() != nil {
-			runErr = nil // quit before the verdict
+			runErr, stopped = nil, true // quit before the verdict
 		}
 		done <- runErr
 	}()
@@ -459,13 +460,15 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 	<-ran
 	<-replayed
 	out := opts.IO.Out
-	switch {
-	case rep != nil:
+	if rep != nil {
 		for i := range rep.Steps {
 			writeDemoStep(out, i+1, &rep.Steps[i])
 		}
-		fmt.Fprintf(out, "\nbundles: %s\n", rep.Out)
-	case runErr == nil:
+		if rep.Out != "" {
+			fmt.Fprintf(out, "\nbundles: %s\n", rep.Out)
+		}
+	}
+	if stopped {
 		fmt.Fprintln(opts.IO.ErrOut, "demo: stopped before the verdict")
 	}
 	if uiErr != nil && !errors.Is(uiErr, runErr) {

@@ -315,3 +315,44 @@ func TestWatchListenRefusesRemoteBeforeRecording(t *testing.T) {
 		t.Fatal("a refused listen still created the recording")
 	}
 }
+
+// TestDemoPicksDashboardOnTerminal: on a terminal demo runs the dashboard;
+// with --plain, --json or without a terminal it never does. The dashboard
+// stand-in quits at once, which stops the demo before its verdict (no error).
+func TestDemoPicksDashboardOnTerminal(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		tty  bool
+		args []string
+		want bool
+	}{
+		{"terminal", true, nil, true},
+		{"plain", true, []string{"--plain"}, false},
+		{"json", true, []string{"--json"}, false},
+		{"pipe", false, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ios, _, _, errOut := cmdutil.Test()
+			ios.SetTTY(tc.tty, tc.tty)
+			ctx := context.Background()
+			if !tc.want {
+				ctx = cancelled // the plain demo stops at once; only the choice matters
+			}
+			called := false
+			cmd := NewCmdDemo(&cmdutil.Factory{IO: ios, Ctx: ctx, Now: time.Now}, func(o *DemoOptions) error {
+				o.runTUI = func(context.Context, tui.Options) (tui.Stats, error) { called = true; return tui.Stats{}, nil }
+				return demoRun(o)
+			})
+			cmd.SetArgs(append([]string{"--sessions", "2", "--rounds", "1", "--out", t.TempDir()}, tc.args...))
+			err := cmd.Execute()
+			if called != tc.want {
+				t.Fatalf("dashboard used: %v, want %v (err %v)", called, tc.want, err)
+			}
+			if tc.want && (err != nil || !strings.Contains(errOut.String(), "stopped before the verdict")) {
+				t.Fatalf("quitting the dashboard: err %v, stderr %q", err, errOut)
+			}
+		})
+	}
+}
