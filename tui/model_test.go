@@ -279,3 +279,24 @@ func TestSourceStatusInHeader(t *testing.T) {
 		t.Fatalf("status polled %d times; header:\n%s", calls, m.header.View())
 	}
 }
+
+func TestStepsPanelShowsConclusionFromItsStart(t *testing.T) {
+	a := newAggregator("x")
+	for i := 1; i <= 8; i++ {
+		a.addStep(Step{Index: i, Title: "step", Status: StepOK, Result: "fine"})
+	}
+	a.addStep(Step{Index: 9, Title: "verdict", Status: StepFinding, Result: strings.Repeat("a long conclusion ", 12)})
+	a.stepsDone = true
+	s := a.snapshot(8)
+	p := NewStepsPanel(asciiStyles())
+	p.SetSize(40, 6)
+	p.Update(StateMsg{State: &s})
+	out := p.View()
+	if !strings.Contains(out, "9. verdict: a long") || strings.Contains(out, "8. step") {
+		t.Fatalf("a conclusion taller than the panel should show from its start:\n%s", out)
+	}
+	p.SetSize(40, 30)
+	if out := p.View(); !strings.Contains(out, "1. step: fine") || !strings.Contains(out, "9. verdict") {
+		t.Fatalf("with room, every step and the whole conclusion:\n%s", out)
+	}
+}

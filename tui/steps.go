@@ -65,8 +65,12 @@ func (p *StepsPanel) View() string {
 			l += ": " + quoteAll(x.Result)
 		}
 		if s.StepsDone && i == len(s.Steps)-1 {
-			// The conclusion is read whole.
-			lines = append(lines, wrap(l, max(1, p.w-2))...)
+			// The conclusion is read whole, from its start.
+			concl := wrap(l, max(1, p.w-2))
+			if rows := max(0, p.h-3); len(concl) >= rows {
+				return st.frame("investigation (finished)", concl, p.w, p.h, p.focused)
+			}
+			lines = append(lines, concl...)
 			continue
 		}
 		lines = append(lines, l)
