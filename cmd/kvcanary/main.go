@@ -14,6 +14,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first Ctrl-C asks the command to stop and report; restoring the
+	// default handling then lets a second one kill a shutdown that hangs
+	// (a stuck disk under a bundle writer, say).
+	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:])
 	stop()
 	os.Exit(report(err))
