@@ -76,32 +76,38 @@ func BenchmarkTable(b *testing.B) {
 	for _, tc := range tableConfigs() {
 		b.Run(tc.name, func(b *testing.B) {
 			for b.Loop() {
-				lo, hi := 1.0, 0.0
-				retractions := 0
-				for seed := uint64(1); seed <= 5; seed++ {
-					cfg := tc.cfg()
-					cfg.Seed = seed
-					cfg.Instruments = Instruments{}
-					res, err := Run(context.Background(), cfg, DefaultWorkload(), nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					lo, hi = min(lo, res.CorruptionRate), max(hi, res.CorruptionRate)
-					retractions += res.Stats.Retractions
-					if res.CorruptionRate < tc.min || res.CorruptionRate > tc.max {
-						b.Errorf("%s seed %d: corruption %.3f outside [%.2f, %.2f]", tc.name, seed, res.CorruptionRate, tc.min, tc.max)
-					}
-					if tc.min > 0 && res.Outcomes["leak"]*2 < res.CorruptedSessions {
-						b.Errorf("%s seed %d: corruption is not mostly leak: %v", tc.name, seed, res.Outcomes)
-					}
-				}
-				if tc.retract && retractions == 0 {
-					b.Errorf("%s: no retractions", tc.name)
-				}
+				lo, hi, retractions := checkTableRow(b, tc)
 				b.ReportMetric(100*lo, "min-corrupt-%")
 				b.ReportMetric(100*hi, "max-corrupt-%")
 				b.ReportMetric(float64(retractions), "retractions")
 			}
 		})
 	}
+}
+
+// checkTableRow runs one row of the seeds' table at full size (80 sessions ×
+// 4 rounds, seeds 1–5) and fails tb when a seed leaves the row's bounds.
+func checkTableRow(tb testing.TB, tc tableConfig) (lo, hi float64, retractions int) {
+	lo, hi = 1.0, 0.0
+	for seed := uint64(1); seed <= 5; seed++ {
+		cfg := tc.cfg()
+		cfg.Seed = seed
+		cfg.Instruments = Instruments{}
+		res, err := Run(context.Background(), cfg, DefaultWorkload(), nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lo, hi = min(lo, res.CorruptionRate), max(hi, res.CorruptionRate)
+		retractions += res.Stats.Retractions
+		if res.CorruptionRate < tc.min || res.CorruptionRate > tc.max {
+			tb.Errorf("%s seed %d: corruption %.3f outside [%.2f, %.2f]", tc.name, seed, res.CorruptionRate, tc.min, tc.max)
+		}
+		if tc.min > 0 && res.Outcomes["leak"]*2 < res.CorruptedSessions {
+			tb.Errorf("%s seed %d: corruption is not mostly leak: %v", tc.name, seed, res.Outcomes)
+		}
+	}
+	if tc.retract && retractions == 0 {
+		tb.Errorf("%s: no retractions", tc.name)
+	}
+	return lo, hi, retractions
 }
