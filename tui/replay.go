@@ -75,6 +75,11 @@ func ReplayBundle(ctx context.Context, path string, pub hook.Publisher, opts Rep
 
 // pacer holds events back until their time: event time advances speed
 // times faster than wall time from the first event on.
+// paceSlack is how early an event may be passed on: a wait shorter than
+// this is not worth a timer, so a replay may end up to paceSlack before
+// its span allows.
+const paceSlack = 2 * time.Millisecond
+
 type pacer struct {
 	speed float64
 	c     *Cursor
@@ -93,7 +98,7 @@ func (p *pacer) wait(ctx context.Context, ts int64) bool {
 			p.wall0, p.ts0 = time.Now(), ts
 		}
 		due := p.wall0.Add(time.Duration(float64(ts-p.ts0) / p.speed))
-		if d := time.Until(due); d > 2*time.Millisecond {
+		if d := time.Until(due); d > paceSlack {
 			if p.timer == nil {
 				p.timer = time.NewTimer(d)
 			} else {

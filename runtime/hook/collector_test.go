@@ -133,7 +133,19 @@ func TestCollectorTwoConcurrentProducers(t *testing.T) {
 		nc.Close()
 	}()
 	wg.Wait()
-	waitFor(t, "all events", func() bool { return c.Stats().Events == nGo+nJSON })
+	// Both producers closed; the collector sees each EOF after the last event.
+	waitFor(t, "all events and both EOFs", func() bool {
+		st := c.Stats()
+		if st.Events != nGo+nJSON || len(st.Conns) != 2 {
+			return false
+		}
+		for _, cs := range st.Conns {
+			if cs.Open {
+				return false
+			}
+		}
+		return true
+	})
 	if est.Sent != nGo || est.Dropped != 0 || est.Invalid != 0 || est.Connects != 1 {
 		t.Errorf("emitter stats %+v, want %d sent and nothing dropped", est, nGo)
 	}
