@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -357,19 +358,15 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 		return fmt.Errorf("create bundle: %w", err)
 	}
 	r.stats.SetManifest(o.Tool, time.Now(), host, rc)
-	var analyzers []hook.Analyzer
+	var as []hook.Analyzer
 	if baseline {
-		analyzers = []hook.Analyzer{
-			checksum.NewAnalyzer(checksum.Options{WarmupMaxSeqLen: warmupSeqLen}),
-			canary.NewAnalyzer(canary.Options{}),
-			graphdiff.NewAnalyzer(graphdiff.Options{}),
-		}
+		as = analyzers.All(analyzers.Options{WarmupMaxSeqLen: warmupSeqLen})
 	}
 	stats := r.stats
 	pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
 		stats.Observe(ev)
 		rec.Publish(ev)
-	}), analyzers...)
+	}), as...)
 	wl := sim.DefaultWorkload()
 	wl.Sessions, wl.Rounds, wl.Tool, wl.Progress = o.Sessions, o.Rounds, o.Tool, progress
 	cfg := r.cfg
@@ -382,7 +379,7 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 	}
 	r.result = res
 	r.sums = map[string]any{}
-	for _, a := range analyzers {
+	for _, a := range as {
 		r.sums[a.Name()] = a.Summary()
 	}
 	r.seconds = time.Since(t0).Seconds()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"io"
 	"os"
 	"sort"
@@ -199,7 +200,7 @@ func simRunRun(opts *SimRunOptions) error {
 		return err
 	}
 	defer closeLog()
-	analyzers := newAnalyzers(AnalyzerOptions{WarmupMaxSeqLen: 4})
+	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: 4})
 	var sink hook.Publisher = hook.PublishFunc(func(hook.Event) {})
 	var rec *traces.Recording
 	if opts.Record != "" {
@@ -212,7 +213,7 @@ func simRunRun(opts *SimRunOptions) error {
 		}
 		sink = rec
 	}
-	pub := hook.WithAnalyzers(sink, analyzers...)
+	pub := hook.WithAnalyzers(sink, as...)
 	w := sim.DefaultWorkload()
 	w.Sessions, w.Rounds = opts.Sessions, opts.Rounds
 	w.Tool = "kvcanary " + buildinfo.String()
@@ -238,7 +239,7 @@ func simRunRun(opts *SimRunOptions) error {
 		return runErr
 	}
 	sections := map[string]any{}
-	for _, a := range analyzers {
+	for _, a := range as {
 		sections[a.Name()] = a.Summary()
 	}
 	if opts.JSON.JSON {

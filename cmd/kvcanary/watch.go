@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"io"
 	"os"
 	"strings"
@@ -244,8 +245,8 @@ func watchRun(opts *WatchOptions) error {
 		recErr = make(chan error, 1)
 		go func() { recErr <- traces.Record(sub, w) }()
 	}
-	analyzers := newAnalyzers(AnalyzerOptions{WarmupMaxSeqLen: warmup})
-	pub := hook.WithAnalyzers(bus, analyzers...)
+	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: warmup})
+	pub := hook.WithAnalyzers(bus, as...)
 
 	var status func() string
 	var simDone, simTotal atomic.Int64
@@ -271,7 +272,7 @@ func watchRun(opts *WatchOptions) error {
 				err = collector.Serve(ctx, pub)
 			case opts.Bundle != "":
 				rejudge := map[string]bool{}
-				for _, a := range analyzers {
+				for _, a := range as {
 					rejudge[a.Name()] = true
 				}
 				err = tui.ReplayBundle(ctx, opts.Bundle, pub, tui.ReplayOptions{Speed: speed, Rejudge: rejudge, Cursor: cursor})
@@ -297,7 +298,7 @@ func watchRun(opts *WatchOptions) error {
 		run = tui.Run
 	}
 	stats, uiErr := run(ctx, tui.Options{
-		Title: "kvcanary watch", Source: source, Run: man.Run, Sub: view, Summaries: tui.AnalyzerSummaries(analyzers...),
+		Title: "kvcanary watch", Source: source, Run: man.Run, Sub: view, Summaries: tui.AnalyzerSummaries(as...),
 		Cursor: cursor, Done: toView, SourceStatus: status, SnapshotDir: opts.SnapshotDir, Manifest: man,
 		// Many producers share a collector, and each may open its own run:
 		// panels keep counting across them.
@@ -379,7 +380,7 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 		defer close(replayed)
 		defer bus.Close()
 		for path := range bundles {
-			as := newAnalyzers(AnalyzerOptions{WarmupMaxSeqLen: 4})
+			as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: 4})
 			current.Store(&as)
 			rejudge := map[string]bool{}
 			for _, a := range as {
