@@ -2,11 +2,10 @@ package repro
 
 import (
 	"fmt"
+	"github.com/kvcanary/kvcanary/internal/safetext"
 	"io"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -190,8 +189,8 @@ func FormatP(p float64) string {
 // table, the test, the flag under test, confounds, notes and the verdict.
 func (r ABReport) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "A  %s\n   %s\n", abQuote(r.A.Name), r.A.Headline())
-	fmt.Fprintf(&b, "B  %s\n   %s\n\n", abQuote(r.B.Name), r.B.Headline())
+	fmt.Fprintf(&b, "A  %s\n   %s\n", safetext.Quote(r.A.Name), r.A.Headline())
+	fmt.Fprintf(&b, "B  %s\n   %s\n\n", safetext.Quote(r.B.Name), r.B.Headline())
 	fmt.Fprintf(&b, "%-10s  %-28s  %-28s\n", "class", "A", "B")
 	for _, c := range append(append([]string(nil), hook.Outcomes...), "corrupted") {
 		fmt.Fprintf(&b, "%-10s  %-28s  %-28s\n", c, abRateCell(r.A.Rates[c]), abRateCell(r.B.Rates[c]))
@@ -199,11 +198,11 @@ func (r ABReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "\nFisher exact test, two-sided, corrupted vs not: p = %s\n", FormatP(r.FisherP))
 	switch {
 	case r.FlagUnderTest != nil:
-		fmt.Fprintf(&b, "flag under test: %s  %s -> %s\n", abQuote(r.FlagUnderTest.Name), abValue(r.FlagUnderTest.A), abValue(r.FlagUnderTest.B))
+		fmt.Fprintf(&b, "flag under test: %s  %s -> %s\n", safetext.Quote(r.FlagUnderTest.Name), abValue(r.FlagUnderTest.A), abValue(r.FlagUnderTest.B))
 	case len(r.DifferingFlags) > 0:
 		names := make([]string, len(r.DifferingFlags))
 		for i, d := range r.DifferingFlags {
-			names[i] = abQuote(d.Name) // extra.<key> comes from the bundle
+			names[i] = safetext.Quote(d.Name) // extra.<key> comes from the bundle
 		}
 		fmt.Fprintf(&b, "engine flags that differ: %s (none named as under test)\n", strings.Join(names, ", "))
 	}
@@ -212,7 +211,7 @@ func (r ABReport) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "confounds (%d):\n", len(r.Confounds))
 		for _, c := range r.Confounds {
-			fmt.Fprintf(&b, "  %-20s %s -> %s\n      %s\n", abQuote(c.Name), abValue(c.A), abValue(c.B), c.Note)
+			fmt.Fprintf(&b, "  %-20s %s -> %s\n      %s\n", safetext.Quote(c.Name), abValue(c.A), abValue(c.B), c.Note)
 		}
 	}
 	if len(r.Notes) > 0 {
@@ -236,23 +235,9 @@ func abValue(v any) string {
 		if x == "" {
 			return `""`
 		}
-		return abQuote(x)
+		return safetext.Quote(x)
 	case float64:
 		return strconv.FormatFloat(x, 'f', 2, 64)
 	}
 	return fmt.Sprint(v)
-}
-
-// quote keeps untrusted text (file names, model names, flag values from a
-// bundle) from sending control sequences to a terminal.
-func abQuote(s string) string {
-	if !utf8.ValidString(s) {
-		return strconv.Quote(s)
-	}
-	for _, r := range s {
-		if r != ' ' && !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
-	}
-	return s
 }

@@ -1,22 +1,8 @@
 package cmdutil
 
-import (
-	"strconv"
-	"unicode"
-	"unicode/utf8"
-)
+import "github.com/kvcanary/kvcanary/internal/safetext"
 
 // Quote returns s unchanged when it is printable text, and strconv-quoted
-// otherwise, so untrusted strings (model output, log lines) can never send
-// escape sequences to a terminal.
-func Quote(s string) string {
-	if !utf8.ValidString(s) {
-		return strconv.Quote(s)
-	}
-	for _, r := range s {
-		if r != ' ' && !unicode.IsPrint(r) {
-			return strconv.Quote(s)
-		}
-	}
-	return s
-}
+// otherwise (safetext.Quote), so untrusted strings can never send escape
+// sequences to a terminal.
+func Quote(s string) string { return safetext.Quote(s) }
