@@ -77,6 +77,17 @@ func (c Classifier) Judge(round, toolRounds int, r Round) (outcome, reason strin
 	return hook.OutcomeDone, ""
 }
 
+// Outcome is Judge for a client that sees a reply as its content, how many
+// well-formed tool calls it carried and its finish reason (no reasoning
+// content, no malformed calls), and needs only the outcome: leak, no_tool,
+// done, or "" when the session goes on. Its signature is the twin driver's
+// judge (sim.Judge), so `sim run` and `repro` classify sessions with one
+// classifier: set Workload.Judge = repro.Classifier{}.Outcome.
+func (c Classifier) Outcome(round, toolRounds int, content string, toolCalls int, finish string) string {
+	outcome, _ := c.Judge(round, toolRounds, Round{Content: content, ToolCalls: toolCalls, FinishReason: finish})
+	return outcome
+}
+
 // HasLoop reports an n-gram loop: some run of n words that repeats at least
 // reps times in text (a degenerate repetition many corrupted outputs end in).
 func HasLoop(text string, n, reps int) bool {
