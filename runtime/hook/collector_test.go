@@ -202,7 +202,7 @@ func TestCollectorBadInput(t *testing.T) {
 	goodLine := jsonLine(t, replayEvent(2))
 	unknownKind := append([]byte{}, good...)
 	unknownKind[5] = 77
-	badUTF8 := mustFrame(t, Event{Kind: KindSession, Body: &Session{ID: "abc"}})
+	badUTF8 := mustFrame(t, Event{Kind: KindSession, Body: &Session{ID: "abc", Outcome: OutcomeDone}})
 	badUTF8[len(badUTF8)-3-5] = 0xff // inside "abc"? verified below
 	if _, _, err := DecodeFrame(badUTF8); ReasonOf(err) != ReasonBadUTF8 {
 		t.Fatalf("test frame: %v", err)
@@ -482,7 +482,7 @@ func TestCollectorTCPFillsNodeFromRemote(t *testing.T) {
 	c, rec := startCollectorAt(t, "tcp://127.0.0.1:0", ListenOptions{Run: "r"})
 	nc := dialRaw(t, c)
 	nc.Write(jsonLine(t, replayEvent(1)))
-	nc.Write(jsonLine(t, Event{Kind: KindReplay, Src: Source{Node: "mine", PID: 9}, Run: "own", Body: &Replay{}}))
+	nc.Write(jsonLine(t, Event{Kind: KindReplay, Src: Source{Node: "mine", PID: 9}, Run: "own", Body: &Replay{Mode: ModeEager}}))
 	waitFor(t, "events", func() bool { return len(rec.events()) == 2 })
 	evs := rec.events()
 	if evs[0].Src.Node != "127.0.0.1" || evs[0].Run != "r" || evs[0].Src.PID != 0 {
@@ -510,7 +510,7 @@ func TestCollectorManyProducersPublishSerially(t *testing.T) {
 			nc := dialRaw(t, c)
 			buf := []byte(FramePreamble)
 			for i := range each {
-				buf, _ = AppendFrame(buf, Event{Kind: KindReplay, TS: int64(p + 1), Body: &Replay{Step: uint64(i)}})
+				buf, _ = AppendFrame(buf, Event{Kind: KindReplay, TS: int64(p + 1), Body: &Replay{Step: uint64(i), Mode: ModeGraph}})
 			}
 			nc.Write(buf)
 			nc.Close()

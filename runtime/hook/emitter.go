@@ -34,7 +34,7 @@ type DialOptions struct {
 type EmitterStats struct {
 	Sent     uint64 `json:"sent"`     // frames written completely to a collector
 	Dropped  uint64 `json:"dropped"`  // events lost: queue full, no collector, failed write, Emit after Close
-	Invalid  uint64 `json:"invalid"`  // events AppendFrame refused (bad kind, NaN, invalid UTF-8)
+	Invalid  uint64 `json:"invalid"`  // events AppendFrame refused (bad kind or body, a value Event.Validate refuses, NaN, invalid UTF-8)
 	Connects uint64 `json:"connects"` // successful connections (the first included)
 }
 

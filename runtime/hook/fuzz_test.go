@@ -38,6 +38,19 @@ func frameSeeds(t testing.TB) [][]byte {
 		rawFrame(1, byte(KindSched), FlagJSON, 0, 0, 0, 0, 0, 0, 0, 0, '{', '"', 't', 'o', 'k', 'e', 'n', '_', 'u', 's', 'a', 'g', 'e', '"', ':', 'N', 'a', 'N', '}'),
 		rawFrame(1, byte(KindSession), 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0xc3, 0x28),
 	)
+	// Values the event model forbids, in binary and JSON bodies; a room
+	// as a JSON number; a repeated name in a JSON body.
+	for i, c := range valueCases() {
+		seeds = append(seeds, append(append(rawFrameOf(t, c.event(t), i%2 == 1), good...), rawFrameOf(t, c.event(t), i%2 == 0)...))
+	}
+	jsonBody := func(k Kind, body string) []byte {
+		return rawFrame(append([]byte{1, byte(k), FlagJSON, 0, 0, 0, 0, 0, 0, 0, 0}, body...)...)
+	}
+	seeds = append(seeds,
+		jsonBody(KindRoomChecksum, `{"room":12,"side":"decode"}`),
+		jsonBody(KindSession, `{"id":"a","outcome":"done","id":"b"}`),
+		jsonBody(KindFinding, `{"severity":"info","evidence":{"a":"1","A":"2"}}`),
+	)
 	return seeds
 }
 
@@ -56,7 +69,19 @@ func jsonSeeds(t testing.TB) [][]byte {
 		[]byte(`{"V":1,"KIND":"replay","ts_ns":5,"body":{"Step":9,"bs":1.0}}`+"\n"),
 		[]byte(`{"v":1,"kind":"room.checksum","body":{"room":18446744073709551615,"bsum":"0X1f","page_xxh3":[]},"src":{"pid":1},"src":{"node":"n"}}`+"\r\n\n  \n"),
 		[]byte(`{"v":1,"kind":"replay","body":{"step":1},"kind":"sched"}`+"\n"),
+		[]byte(`{"v":1,"kind":"room.checksum","ts_ns":1,"body":{"room":12,"side":"decode","bsum":3735928559}}`+"\n"),
+		[]byte(`{"v":1,"kind":"replay","ts_ns":1,"k\u0069nd":"sched","Kind":"replay","body":{"mode":"graph","MODE":"x"}}`+"\n"),
+		[]byte(`{"v":1,"kind":"finding","ts_ns":1,"body":{"severity":"info","evidence":{"a":"1","A":"2","a":"3"}}}`+"\n"),
+		[]byte(`{"v":1,"kind":"gpu","ts_ns":1,"body":{"devices":[{"index":0},{"index":1,"index":2}]}}`+"\n"),
 	)
+	// Values the event model forbids, each between good lines.
+	var bad []byte
+	for _, c := range valueCases() {
+		l := append(rawJSONLine(t, c.event(t)), '\n')
+		seeds = append(seeds, l)
+		bad = append(append(bad, l...), jsonLine(t, replayEvent(1))...)
+	}
+	seeds = append(seeds, bad)
 	return seeds
 }
 

@@ -10,10 +10,12 @@ import (
 // A hand-written fast path for the JSON-lines form. It accepts only plain,
 // canonical input (exact lower-case keys, unescaped strings, integer literals
 // for integer fields) and gives up — returning ok=false — on anything else,
-// so the caller falls back to encoding/json. It never decides that input is
-// bad: errors are always produced by the slow path, so both paths accept
-// exactly the same lines and build exactly the same events (FuzzJSONLines
-// checks this).
+// so the caller falls back to encoding/json. It also gives up on what the
+// slow path would reject although it parses: a member name repeated in an
+// object, a 64-bit id or digest given as a JSON number, a body value that
+// fails validateBody. It never decides that input is bad: errors are always
+// produced by the slow path, so both paths accept exactly the same lines and
+// build exactly the same events (FuzzJSONLines checks this).
 
 // jscan is a cursor over one line. ok turns false at the first thing the fast
 // path does not handle; every method is then a no-op.
@@ -233,11 +235,9 @@ func (s *jscan) boolv() bool {
 	return false
 }
 
-// u64v parses a Dec64/Hex64 value: a decimal or 0x-hex string, or a number.
+// u64v parses a Dec64/Hex64 value: a decimal or 0x-hex string. A JSON
+// number (refused by the contract) gives up, so the slow path says why.
 func (s *jscan) u64v() uint64 {
-	if s.peek() != '"' {
-		return s.uint64v()
-	}
 	raw := s.rawStr()
 	if !s.ok {
 		return 0
@@ -264,9 +264,20 @@ func (s *jscan) u64v() uint64 {
 //
 // Each iteration must consume the member's value (or give up).
 type members struct {
-	s   *jscan
-	i   int
-	key []byte
+	s    *jscan
+	i    int
+	key  []byte
+	seen uint32 // bit n: the case numbered n in once(n) was met
+}
+
+// once marks the member numbered n (each case of the switch has its own
+// number) as seen, and gives up when it was seen before: a repeated name is
+// an error the slow path reports.
+func (m *members) once(n uint) {
+	if m.seen&(1<<n) != 0 {
+		m.s.give()
+	}
+	m.seen |= 1 << n
 }
 
 func (s *jscan) members() members {
@@ -419,29 +430,36 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 	for m := s.members(); m.next(); {
 		switch string(m.key) {
 		case "v":
+			m.once(0)
 			v, haveV = s.int64v(), true
 		case "kind":
+			m.once(1)
 			kindName = s.rawStr()
 		case "ts_ns":
+			m.once(2)
 			ev.TS = s.int64v()
 		case "run":
+			m.once(3)
 			ev.Run = s.str()
 		case "src":
-			// A repeated src merges into the first, as encoding/json does
-			// with a non-nil pointer.
+			m.once(4)
 			for sm := s.members(); sm.next(); {
 				switch string(sm.key) {
 				case "node":
+					sm.once(0)
 					ev.Src.Node = s.str()
 				case "proc":
+					sm.once(1)
 					ev.Src.Proc = s.str()
 				case "pid":
+					sm.once(2)
 					ev.Src.PID = s.int32v()
 				default:
 					s.give()
 				}
 			}
 		case "body":
+			m.once(5)
 			// The canonical order puts kind before body; otherwise give up.
 			k, err := ParseKind(string(kindName))
 			if err != nil || !fastBody[k] || s.peek() != '{' {
@@ -457,6 +475,9 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 	if !s.ok || s.i != len(line) || !haveV || v != Version || ev.Body == nil || string(kindName) != bodyKind.String() {
 		return Event{}, false
 	}
+	if validateBody(ev.Body) != nil {
+		return Event{}, false // the slow path names the value
+	}
 	ev.Kind = bodyKind
 	return ev, true
 }
@@ -468,14 +489,19 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 		for m := s.members(); m.next(); {
 			switch string(m.key) {
 			case "step":
+				m.once(0)
 				v.Step = s.uint64v()
 			case "bs":
+				m.once(1)
 				v.BatchSize = s.intv()
 			case "bucket":
+				m.once(2)
 				v.Bucket = s.intv()
 			case "mode":
+				m.once(3)
 				v.Mode = s.str()
 			case "dur_ns":
+				m.once(4)
 				v.DurNS = s.int64v()
 			default:
 				s.give()
@@ -487,22 +513,31 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 		for m := s.members(); m.next(); {
 			switch string(m.key) {
 			case "phase":
+				m.once(0)
 				v.Phase = s.str()
 			case "running_req":
+				m.once(1)
 				v.RunningReq = s.intv()
 			case "queue_req":
+				m.once(2)
 				v.QueueReq = s.intv()
 			case "tokens":
+				m.once(3)
 				v.Tokens = s.intv()
 			case "token_usage":
+				m.once(4)
 				v.TokenUsage = s.float64v()
 			case "retracted":
+				m.once(5)
 				v.Retracted = s.intv()
 			case "new_token_ratio":
+				m.once(6)
 				v.NewTokenRatio = s.float64v()
 			case "cuda_graph":
+				m.once(7)
 				v.CUDAGraph = s.boolv()
 			case "gen_throughput":
+				m.once(8)
 				v.GenThroughput = s.float64v()
 			default:
 				s.give()
@@ -514,22 +549,31 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 		for m := s.members(); m.next(); {
 			switch string(m.key) {
 			case "room":
+				m.once(0)
 				v.Room = Dec64(s.u64v())
 			case "side":
+				m.once(1)
 				v.Side = Side(s.str())
 			case "seq_len":
+				m.once(2)
 				v.SeqLen = s.intv()
 			case "pages":
+				m.once(3)
 				v.Pages = s.intv()
 			case "bsum":
+				m.once(4)
 				v.Bsum = Hex64(s.u64v())
 			case "xxh3":
+				m.once(5)
 				v.XXH3 = Hex64(s.u64v())
 			case "dtype":
+				m.once(6)
 				v.Dtype = s.str()
 			case "request":
+				m.once(7)
 				v.Request = s.str()
 			case "page_xxh3":
+				m.once(8)
 				sums := []Hex64{}
 				for e := s.elems(); e.next(); {
 					sums = append(sums, Hex64(s.u64v()))
@@ -545,20 +589,28 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 		for m := s.members(); m.next(); {
 			switch string(m.key) {
 			case "id":
+				m.once(0)
 				v.ID = s.str()
 			case "outcome":
+				m.once(1)
 				v.Outcome = s.str()
 			case "rounds":
+				m.once(2)
 				v.Rounds = s.intv()
 			case "error":
+				m.once(3)
 				v.Error = s.str()
 			case "finish_reasons":
+				m.once(4)
 				v.FinishReasons = s.strList()
 			case "loop":
+				m.once(5)
 				v.Loop = s.boolv()
 			case "deviated":
+				m.once(6)
 				v.Deviated = s.boolv()
 			case "requests":
+				m.once(7)
 				v.Requests = s.strList()
 			default:
 				s.give()
@@ -570,24 +622,34 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 		for m := s.members(); m.next(); {
 			switch string(m.key) {
 			case "call":
+				m.once(0)
 				v.Call = s.str()
 			case "pid":
+				m.once(1)
 				v.PID = s.uint32v()
 			case "tid":
+				m.once(2)
 				v.TID = s.uint32v()
 			case "stream":
+				m.once(3)
 				v.Stream = Hex64(s.u64v())
 			case "graph_exec":
+				m.once(4)
 				v.GraphExec = Hex64(s.u64v())
 			case "arg":
+				m.once(5)
 				v.Arg = Hex64(s.u64v())
 			case "start_ns":
+				m.once(6)
 				v.StartNS = s.int64v()
 			case "end_ns":
+				m.once(7)
 				v.EndNS = s.int64v()
 			case "ret":
+				m.once(8)
 				v.Ret = s.int32v()
 			case "bytes":
+				m.once(9)
 				v.Bytes = s.uint64v()
 			default:
 				s.give()

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -120,8 +122,8 @@ func (d *JSONLinesDecoder) Decode() (Event, error) {
 		}
 		ev, reason, err := decodeJSONLine(line, &d.slabs)
 		if err != nil {
-			if !terminated && reason == ReasonBadJSON {
-				reason = ReasonTruncated
+			if !terminated && reason == ReasonBadJSON && !json.Valid(line) {
+				reason = ReasonTruncated // cut inside the line, not a complete line with a repeated name
 			}
 			return Event{}, &WireError{Offset: off, Line: d.line, Reason: reason, Err: err}
 		}
@@ -139,16 +141,19 @@ func isBlank(b []byte) bool {
 }
 
 // DecodeJSONLine decodes one JSON-lines event (without the newline) and says
-// why it was rejected. It accepts exactly what Event.UnmarshalJSON accepts,
-// and additionally rejects invalid UTF-8 (which encoding/json would silently
-// replace). A fast path handles the canonical encoding of the high-rate
-// kinds; anything it does not recognise goes through encoding/json.
+// why it was rejected. It accepts exactly what Event.UnmarshalJSON accepts.
+// Beyond encoding/json it rejects invalid UTF-8 (which encoding/json would
+// silently replace), a member name repeated in one object (encoding/json
+// would keep the last), and body values the event model forbids (Validate).
+// A fast path handles the canonical encoding of the high-rate kinds;
+// anything it does not recognise, or would reject, goes through
+// encoding/json, which produces every error.
 func DecodeJSONLine(line []byte) (Event, Reason, error) { return decodeJSONLine(line, nil) }
 
 func decodeJSONLine(line []byte, sl *slabs) (Event, Reason, error) {
 	if !utf8.Valid(line) {
 		i := firstInvalidUTF8(line)
-		return Event{}, ReasonBadUTF8, fmt.Errorf("invalid UTF-8 at column %d", i+1)
+		return Event{}, ReasonBadUTF8, fmt.Errorf("decode event: invalid UTF-8 at column %d", i+1)
 	}
 	if ev, ok := fastLineSlabs(line, sl); ok {
 		return ev, ReasonNone, nil
@@ -167,12 +172,17 @@ func firstInvalidUTF8(b []byte) int {
 	return len(b)
 }
 
-// slowDecodeLine mirrors Event.UnmarshalJSON with classified errors.
+// slowDecodeLine decodes a line with encoding/json and classifies errors.
 func slowDecodeLine(line []byte) (Event, Reason, error) {
 	var env envelope
 	if err := json.Unmarshal(line, &env); err != nil {
 		r := jsonReasonFor(line, err)
 		return Event{}, r, fmt.Errorf("decode event: %s%w", nonFiniteNote(r), err)
+	}
+	// Before anything reads a member: with a repeated "v" or "kind" what
+	// encoding/json kept is not what the producer meant.
+	if name, at, found := findDupKey(line); found {
+		return Event{}, ReasonBadJSON, fmt.Errorf("decode event: duplicate key %s at column %d", quoteValue(name), at+1)
 	}
 	if env.V != Version {
 		return Event{}, ReasonBadVersion, fmt.Errorf("decode event: unsupported event version %d (this build reads version %d)", env.V, Version)
@@ -181,9 +191,12 @@ func slowDecodeLine(line []byte) (Event, Reason, error) {
 	if err != nil {
 		return Event{}, ReasonUnknownKind, fmt.Errorf("decode event: %w", err)
 	}
-	body, err := decodeJSONBody(k, env.Body)
+	body, err := decodeJSONBody(k, env.Body, false)
 	if err != nil {
 		return Event{}, jsonReason(err), fmt.Errorf("decode %s body: %w", k, err)
+	}
+	if err := validateBody(body); err != nil {
+		return Event{}, ReasonBadValue, err
 	}
 	ev := Event{Kind: k, TS: env.TS, Run: env.Run, Body: body}
 	if env.Src != nil {
@@ -264,9 +277,11 @@ func hasNonFiniteLiteral(b []byte) bool {
 	return false
 }
 
-// decodeJSONBody decodes a kind's JSON body object. b must be valid UTF-8
-// (checked here for frames, by the line decoder for lines).
-func decodeJSONBody(k Kind, b []byte) (Body, error) {
+// decodeJSONBody decodes a kind's JSON body object (without checking its
+// values: callers run validateBody). With checkDups it also refuses a
+// member name repeated in one object (the line decoder checks whole lines
+// itself). Errors carry their Reason (jsonReason).
+func decodeJSONBody(k Kind, b []byte, checkDups bool) (Body, error) {
 	if !utf8.Valid(b) {
 		return nil, &reasonError{ReasonBadUTF8, fmt.Errorf("invalid UTF-8 at byte %d", firstInvalidUTF8(b))}
 	}
@@ -278,13 +293,46 @@ func decodeJSONBody(k Kind, b []byte) (Body, error) {
 		return nil, &reasonError{ReasonUnknownKind, err}
 	}
 	if err := json.Unmarshal(b, body); err != nil {
+		if verr := u64NumberError(err); verr != nil {
+			return nil, &reasonError{ReasonBadValue, verr}
+		}
 		r := jsonReasonFor(b, err)
 		if r == ReasonNonFinite {
 			err = fmt.Errorf("%s%w", nonFiniteNote(r), err)
 		}
 		return nil, &reasonError{r, err}
 	}
+	if checkDups {
+		if name, at, found := findDupKey(b); found {
+			return nil, &reasonError{ReasonBadJSON, fmt.Errorf("duplicate key %s at byte %d of the body", quoteValue(name), at)}
+		}
+	}
 	return body, nil
+}
+
+// u64NumberError explains a Dec64 or Hex64 field given as a JSON number
+// (parseU64JSON's error, completed by encoding/json with the field's name),
+// or returns nil for any other error.
+func u64NumberError(err error) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || !strings.HasPrefix(te.Value, "number ") {
+		return nil
+	}
+	var want string
+	switch te.Type {
+	case reflect.TypeFor[Dec64]():
+		want = "a decimal string"
+	case reflect.TypeFor[Hex64]():
+		want = "a 0x-hex string"
+	default:
+		return nil
+	}
+	field := te.Field
+	if field == "" {
+		field = "a 64-bit field"
+	}
+	return fmt.Errorf("%s is the JSON number %s; 64-bit identifiers and digests must be %s (jq and JavaScript lose bits of numbers above 2^53)",
+		field, te.Value[len("number "):], want)
 }
 
 // appendJSONBody appends body's JSON object.

@@ -51,6 +51,7 @@ const (
 	ReasonNonFinite          // NaN or Inf where a number is expected
 	ReasonTooLong            // JSON line longer than MaxFrameSize: framing lost
 	ReasonBadPreamble        // first bytes are neither JSON nor the frame preamble
+	ReasonBadValue           // a body value the event model forbids (outcome, side, mode, a negative count, a 64-bit id as a JSON number)
 	reasonLimit
 )
 
@@ -67,6 +68,7 @@ var reasonNames = [reasonLimit]string{
 	ReasonNonFinite:   "non_finite",
 	ReasonTooLong:     "too_long",
 	ReasonBadPreamble: "bad_preamble",
+	ReasonBadValue:    "bad_value",
 }
 
 func (r Reason) String() string {
@@ -132,8 +134,9 @@ func (e *bodyError) Error() string { return e.msg }
 // AppendFrame appends ev as one binary frame (length prefix included) to dst.
 // Src and Run are written only when set. Kinds with a binary body layout use
 // it; the others (run.start) carry their JSON body with FlagJSON. It fails on
-// an invalid kind, a body that does not match the kind, a string that is not
-// UTF-8, or a NaN/Inf in a scalar float field.
+// an invalid kind, a body that does not match the kind, a body value the
+// event model forbids (Event.Validate), a string that is not UTF-8, or a
+// NaN/Inf in a scalar float field; dst is then returned unchanged.
 func AppendFrame(dst []byte, ev Event) ([]byte, error) {
 	return appendFrame(dst, ev, false)
 }
@@ -145,15 +148,16 @@ func AppendFrameJSON(dst []byte, ev Event) ([]byte, error) {
 }
 
 func appendFrame(dst []byte, ev Event, forceJSON bool) ([]byte, error) {
-	if !ev.Kind.Valid() {
-		return dst, fmt.Errorf("encode frame: invalid kind %d", ev.Kind)
+	if err := ev.Validate(); err != nil {
+		return dst, fmt.Errorf("encode frame: %w", err)
 	}
-	if ev.Body == nil || isNilBody(ev.Body) {
-		return dst, fmt.Errorf("encode frame: %s event has no body", ev.Kind)
-	}
-	if ev.Body.Kind() != ev.Kind {
-		return dst, fmt.Errorf("encode frame: kind %s with a %s body", ev.Kind, ev.Body.Kind())
-	}
+	return appendFrameUnchecked(dst, ev, forceJSON)
+}
+
+// appendFrameUnchecked encodes without Validate (tests build the frames
+// decoders must reject with it). ev's kind must be valid and match a
+// non-nil body.
+func appendFrameUnchecked(dst []byte, ev Event, forceJSON bool) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, FrameVersion, byte(ev.Kind), 0)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(ev.TS))
@@ -362,23 +366,27 @@ func decodeFramePayload(p []byte, sl *slabs) (Event, error) {
 	if r.err != nil {
 		return Event{}, r.error(k.String() + " envelope")
 	}
-	var err error
+	bodyAt := r.off
 	if flags&FlagJSON != 0 {
-		ev.Body, err = decodeJSONBody(k, p[r.off:])
+		body, err := decodeJSONBody(k, p[r.off:], true)
 		if err != nil {
 			return Event{}, &bodyError{jsonReason(err), r.off, fmt.Sprintf("%s JSON body: %v", k, err)}
 		}
-		return ev, nil
+		ev.Body = body
+	} else {
+		if !binaryBody[k] {
+			return Event{}, &bodyError{ReasonBadBody, r.off, fmt.Sprintf("%s has no binary body layout; set the JSON flag", k)}
+		}
+		ev.Body = decodeBinaryBody(k, &r, sl)
+		if r.err == nil && r.off != len(p) {
+			r.fail(ReasonBadBody, "%d trailing bytes", len(p)-r.off)
+		}
+		if r.err != nil {
+			return Event{}, r.error(k.String() + " body")
+		}
 	}
-	if !binaryBody[k] {
-		return Event{}, &bodyError{ReasonBadBody, r.off, fmt.Sprintf("%s has no binary body layout; set the JSON flag", k)}
-	}
-	ev.Body = decodeBinaryBody(k, &r, sl)
-	if r.err == nil && r.off != len(p) {
-		r.fail(ReasonBadBody, "%d trailing bytes", len(p)-r.off)
-	}
-	if r.err != nil {
-		return Event{}, r.error(k.String() + " body")
+	if err := validateBody(ev.Body); err != nil {
+		return Event{}, &bodyError{ReasonBadValue, bodyAt, err.Error()}
 	}
 	return ev, nil
 }

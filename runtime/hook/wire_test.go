@@ -70,14 +70,17 @@ func fillNonZero(v reflect.Value, seed *int) {
 }
 
 // codecCases returns, for every kind, a full event (every field set), a
-// bare one (zero body, no src or run) and one with src but no run.
+// bare one (zero body, no src or run) and one with src but no run. Both
+// bodies are then made valid (conform).
 func codecCases(t testing.TB) []Event {
 	var out []Event
 	seed := 0
 	for _, k := range Kinds() {
 		full, _ := NewBody(k)
 		fillNonZero(reflect.ValueOf(full).Elem(), &seed)
+		conform(full)
 		bare, _ := NewBody(k)
+		conform(bare)
 		out = append(out,
 			Event{Kind: k, TS: 1_700_000_000_123_456_789, Src: Source{Node: "gpu-node-7", Proc: "sglang-decode", PID: 4242}, Run: "run-ü1", Body: full},
 			Event{Kind: k, Body: bare},
@@ -179,14 +182,15 @@ func TestAppendFrameRejects(t *testing.T) {
 		ev   Event
 		want string
 	}{
-		{"invalid kind", Event{Kind: 99, Body: &Replay{}}, "invalid kind 99"},
+		{"invalid kind", Event{Kind: 99, Body: &Replay{Mode: ModeGraph}}, "invalid kind 99"},
 		{"no body", Event{Kind: KindReplay}, "has no body"},
 		{"nil body", Event{Kind: KindReplay, Body: (*Replay)(nil)}, "has no body"},
-		{"mismatch", Event{Kind: KindSched, Body: &Replay{}}, "kind sched with a replay body"},
+		{"mismatch", Event{Kind: KindSched, Body: &Replay{Mode: ModeGraph}}, "kind sched with a replay body"},
 		{"nan", Event{Kind: KindSched, Body: &Sched{TokenUsage: math.NaN()}}, "token_usage is NaN"},
 		{"inf", Event{Kind: KindSched, Body: &Sched{GenThroughput: math.Inf(1)}}, "gen_throughput is +Inf"},
-		{"utf8", Event{Kind: KindSession, Body: &Session{ID: "\xff"}}, "id is not valid UTF-8"},
-		{"utf8 run", Event{Kind: KindReplay, Run: "\xfe", Body: &Replay{}}, "not valid UTF-8"},
+		{"utf8", Event{Kind: KindSession, Body: &Session{ID: "\xff", Outcome: OutcomeDone}}, "id is not valid UTF-8"},
+		{"utf8 run", Event{Kind: KindReplay, Run: "\xfe", Body: &Replay{Mode: ModeGraph}}, "not valid UTF-8"},
+		{"bad value", Event{Kind: KindSession, Body: &Session{Outcome: "lek"}}, `session outcome "lek" is not one of done|maxrounds|leak|no_tool|error|timeout`},
 	} {
 		dst := []byte("keep")
 		out, err := AppendFrame(dst, tc.ev)
@@ -231,7 +235,7 @@ func TestFrameDecoderBadInput(t *testing.T) {
 	nanSched := mustFrame(t, Event{Kind: KindSched, Body: &Sched{TokenUsage: 0.5}})
 	i := bytes.Index(nanSched, binary.LittleEndian.AppendUint64(nil, math.Float64bits(0.5)))
 	binary.LittleEndian.PutUint64(nanSched[i:], math.Float64bits(math.NaN()))
-	badUTF8 := mustFrame(t, Event{Kind: KindSession, Body: &Session{ID: "abc"}})
+	badUTF8 := mustFrame(t, Event{Kind: KindSession, Body: &Session{ID: "abc", Outcome: OutcomeDone}})
 	badUTF8[bytes.Index(badUTF8, []byte("abc"))] = 0xff
 	jsonNaN := withBody(hdr(1, byte(KindSched), FlagJSON), []byte(`{"token_usage":NaN}`)...)
 	jsonTrunc := withBody(hdr(1, byte(KindSched), FlagJSON), []byte(`{"token_usage":0.`)...)
@@ -432,14 +436,14 @@ func TestFastJSONTakesCanonicalLines(t *testing.T) {
 	// And gives up (leaving the verdict to encoding/json) on what it does
 	// not handle.
 	for _, line := range []string{
-		`{"v":1,"kind":"replay","ts_ns":1,"body":{"step":1,"extra":2}}`,
-		`{"v":1,"kind":"replay","ts_ns":1,"body":{"Step":1}}`,
+		`{"v":1,"kind":"replay","ts_ns":1,"body":{"step":1,"extra":2,"mode":"graph"}}`,
+		`{"v":1,"kind":"replay","ts_ns":1,"body":{"Step":1,"mode":"graph"}}`,
 		`{"v":1,"kind":"replay","ts_ns":1,"body":{"mode":"gr\u0061ph"}}`,
 		`{"v":1,"kind":"replay","ts_ns":1.5,"body":{}}`,
-		`{"v":1,"body":{},"kind":"replay"}`,
+		`{"v":1,"body":{"mode":"eager"},"kind":"replay"}`,
 		`{"v":1,"kind":"gpu","ts_ns":1,"body":{}}`,
 		`{"v":1,"kind":"replay","ts_ns":1,"body":{}} x`,
-		`{"v":1,"kind":"replay","ts_ns":1,"body":{"step":null}}`,
+		`{"v":1,"kind":"replay","ts_ns":1,"body":{"step":null,"mode":"graph"}}`,
 	} {
 		if _, ok := fastLine([]byte(line)); ok {
 			t.Errorf("fast path accepted %s", line)
