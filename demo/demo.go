@@ -369,6 +369,7 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 	}), as...)
 	wl := sim.DefaultWorkload()
 	wl.Sessions, wl.Rounds, wl.Tool, wl.Progress = o.Sessions, o.Rounds, o.Tool, progress
+	wl.Judge = repro.Classifier{}.Outcome // the twin observes; repro judges, as against a real server
 	cfg := r.cfg
 	if o.Parallel > 1 {
 		cfg.Workers = 1 // runs, not rows, share the cores

@@ -217,6 +217,7 @@ func simRunRun(opts *SimRunOptions) error {
 	w := sim.DefaultWorkload()
 	w.Sessions, w.Rounds = opts.Sessions, opts.Rounds
 	w.Tool = "kvcanary " + buildinfo.String()
+	w.Judge = repro.Classifier{}.Outcome // the twin observes; repro judges, as `kvcanary repro` does a real server
 	if opts.IO.IsStderrTTY() {
 		last := time.Time{}
 		w.Progress = func(done, total int) {

@@ -43,7 +43,7 @@ func benchRun(b *testing.B, cfg Config, w Workload) Result {
 // graphdiff-every-N rows for the cost of graph-vs-eager reruns.
 // Run: go test -run '^$' -bench BenchmarkBaseline -benchtime 1x -count 5 ./runtime/sim
 func BenchmarkBaseline(b *testing.B) {
-	w := DefaultWorkload()
+	w := testWorkload()
 	cases := []struct {
 		name string
 		ins  Instruments
@@ -93,16 +93,17 @@ func checkTableRow(tb testing.TB, tc tableConfig) (lo, hi float64, retractions i
 		cfg := tc.cfg()
 		cfg.Seed = seed
 		cfg.Instruments = Instruments{}
-		res, err := Run(context.Background(), cfg, DefaultWorkload(), nil)
+		res, err := Run(context.Background(), cfg, testWorkload(), nil)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		lo, hi = min(lo, res.CorruptionRate), max(hi, res.CorruptionRate)
+		sum := summary(res)
+		lo, hi = min(lo, sum.CorruptionRate), max(hi, sum.CorruptionRate)
 		retractions += res.Stats.Retractions
-		if res.CorruptionRate < tc.min || res.CorruptionRate > tc.max {
-			tb.Errorf("%s seed %d: corruption %.3f outside [%.2f, %.2f]", tc.name, seed, res.CorruptionRate, tc.min, tc.max)
+		if sum.CorruptionRate < tc.min || sum.CorruptionRate > tc.max {
+			tb.Errorf("%s seed %d: corruption %.3f outside [%.2f, %.2f]", tc.name, seed, sum.CorruptionRate, tc.min, tc.max)
 		}
-		if tc.min > 0 && res.Outcomes["leak"]*2 < res.CorruptedSessions {
+		if tc.min > 0 && sum.Outcomes.Leak*2 < sum.CorruptedSessions {
 			tb.Errorf("%s seed %d: corruption is not mostly leak: %v", tc.name, seed, res.Outcomes)
 		}
 	}

@@ -36,13 +36,13 @@ func TestCalibrate(t *testing.T) {
 			cfg := tc.cfg()
 			cfg.Seed = s
 			cfg.Instruments = Instruments{}
-			w := DefaultWorkload()
+			w := testWorkload()
 			w.Sessions = sessions
 			res, err := Run(context.Background(), cfg, w, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			line += fmt.Sprintf(" | %2d/%d L%d N%d E%d pk%d rt%d u%.2f g%d/e%d %.1fs", res.CorruptedSessions, res.Sessions, res.Outcomes["leak"], res.Outcomes["no_tool"], res.Outcomes["error"],
+			line += fmt.Sprintf(" | %2d/%d L%d N%d E%d pk%d rt%d u%.2f g%d/e%d %.1fs", summary(res).CorruptedSessions, res.Sessions, res.Outcomes["leak"], res.Outcomes["no_tool"], res.Outcomes["error"],
 				res.Stats.PeakRunningReq, res.Stats.Retractions, res.Stats.PeakTokenUsage, res.Stats.GraphReplays, res.Stats.EagerSteps, res.WallSeconds)
 		}
 		t.Log(line)

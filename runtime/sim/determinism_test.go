@@ -22,7 +22,7 @@ func digestRun(t *testing.T, procs int) (map[string]int, string, int) {
 	cfg := DefaultConfig()
 	cfg.Seed = 7
 	cfg.Instruments.GraphDiffEvery = 1
-	w := DefaultWorkload()
+	w := testWorkload()
 	w.Sessions, w.Rounds = 16, 2
 	if raceEnabled {
 		w.Sessions, w.Rounds = 4, 1
@@ -118,7 +118,7 @@ func TestServeConcurrentSubmit(t *testing.T) {
 func TestRunCancelledEarly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	w := DefaultWorkload()
+	w := testWorkload()
 	w.Sessions = 1 << 20
 	res, err := Run(ctx, DefaultConfig(), w, nil)
 	if !errors.Is(err, context.Canceled) {

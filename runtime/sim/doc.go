@@ -13,8 +13,17 @@
 // driver behind `kvcanary sim run`. Instruments publish hook events through
 // a hook.Publisher; an instrument that is off costs nothing.
 //
+// The twin is a source: it observes and never judges. Run parses each reply
+// the way the server's tool-call parser does (ParseDSML) and asks the
+// caller's Workload.Judge — in kvcanary repro.Classifier.Outcome, the
+// classifier repro applies to a real server — whether the session ends and
+// how; only an aborted request is classified error by the driver itself, as
+// the HTTP harness classifies a failed request. Result holds the outcome
+// counts; rates and intervals are the analyzers' (repro.SummaryOf).
+//
 // Error contract: configuration and request errors are returned (naming the
-// flag or request); nothing in the package panics on user input. Given the
-// same Config and Workload, outcomes and the event stream (timestamps are
-// simulated) are identical whatever GOMAXPROCS is.
+// flag or request); Run without a judge is an error; nothing in the package
+// panics on user input. Given the same Config, Workload and judge, outcomes
+// and the event stream (timestamps are simulated) are identical whatever
+// GOMAXPROCS is.
 package sim

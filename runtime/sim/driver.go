@@ -3,12 +3,17 @@ package sim
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
+
+// Judge decides a session's fate from what a client sees of round round's
+// reply (0-based) in a session whose first toolRounds rounds must call a
+// tool: an outcome that ends the session (hook.OutcomeLeak, OutcomeNoTool,
+// OutcomeDone, …) or "" when the session goes on. repro.Classifier.Outcome is one.
+type Judge func(round, toolRounds int, content string, toolCalls int, finish string) string
 
 // Workload describes the deterministic multi-turn tool-calling sessions of
 // `sim run`: every session starts at once, like the seeds' reproducer.
@@ -20,9 +25,14 @@ type Workload struct {
 	MaxSteps uint64 // safety bound; 0 = 400000
 	Tool     string // tool version for run.start
 	Progress func(finished, total int)
+	// Judge classifies every reply; required. The twin only observes: it
+	// parses a reply the way the server's tool-call parser does and hands
+	// the parts to Judge.
+	Judge Judge
 }
 
 // DefaultWorkload is the seeds' reproducer shape: 80 sessions × 4 rounds.
+// It has no Judge: the caller sets one.
 func DefaultWorkload() Workload {
 	return Workload{Sessions: 80, Rounds: 4, ThinkMin: 60, ThinkMax: 240}
 }
@@ -35,74 +45,53 @@ type SessionResult struct {
 	Deviated bool     `json:"deviated"`
 	Requests []string `json:"requests"`
 	Finish   []string `json:"finish_reasons"`
-	Output   string   `json:"last_output,omitempty"` // the output that ended a corrupted session
+	Output   string   `json:"last_output,omitempty"` // the session's last output (or why its request was refused)
 }
 
-// Result is what a workload run measured.
+// Result is what a workload run measured: the outcome counts the judge
+// decided, nothing derived from them (rates and intervals are the
+// analyzers', e.g. repro.SummaryOf).
 type Result struct {
-	Config            hook.RunConfig  `json:"config"`
-	Sessions          int             `json:"sessions"`
-	Rounds            int             `json:"rounds"`
-	Outcomes          map[string]int  `json:"outcomes"`
-	CorruptedSessions int             `json:"corrupted_sessions"`
-	CorruptionRate    float64         `json:"corruption_rate"`
-	Wilson95          [2]float64      `json:"wilson95"`
-	Deviated          int             `json:"deviated_sessions"`
-	Stats             Stats           `json:"stats"`
-	WallSeconds       float64         `json:"wall_seconds"`
-	PerSession        []SessionResult `json:"-"`
+	Config      hook.RunConfig  `json:"config"`
+	Sessions    int             `json:"sessions"`
+	Rounds      int             `json:"rounds"`
+	Outcomes    map[string]int  `json:"outcomes"`
+	Deviated    int             `json:"deviated_sessions"`
+	Stats       Stats           `json:"stats"`
+	WallSeconds float64         `json:"wall_seconds"`
+	PerSession  []SessionResult `json:"-"`
 }
 
 type session struct {
-	script  Script
-	round   int
-	history []Turn
-	next    uint64 // step to submit at
-	h       *Handle
-	res     SessionResult
-	rng     *rand.Rand
-	done    bool
+	script     Script
+	toolRounds int // leading tool-call rounds of script
+	round      int
+	history    []Turn
+	next       uint64 // step to submit at
+	h          *Handle
+	res        SessionResult
+	rng        *rand.Rand
+	done       bool
 }
 
-// Corrupted reports whether an outcome counts as corruption.
-func Corrupted(outcome string) bool {
-	return outcome == hook.OutcomeLeak || outcome == hook.OutcomeNoTool || outcome == hook.OutcomeError
-}
-
-// Wilson95 is the 95% Wilson score interval of k successes in n trials.
-func Wilson95(k, n int) [2]float64 {
-	if n == 0 {
-		return [2]float64{0, 1}
+// toolRounds counts the leading tool-call rounds of s: the rounds a
+// session must answer with a tool call.
+func toolRounds(s Script) int {
+	n := 0
+	for n < len(s.Rounds) && s.Rounds[n].ToolCall {
+		n++
 	}
-	const z = 1.959963984540054
-	p := float64(k) / float64(n)
-	nf := float64(n)
-	den := 1 + z*z/nf
-	c := (p + z*z/(2*nf)) / den
-	h := z * math.Sqrt(p*(1-p)/nf+z*z/(4*nf*nf)) / den
-	return [2]float64{max(0, c-h), min(1, c+h)}
-}
-
-// Classify judges one round's output against what the round expects, the
-// way the seeds' reproducer does: DSML left in content is a leak; a
-// tool-call round without a tool call is no_tool; otherwise "" (the session
-// goes on) or done for a plain-text answer where one was expected.
-func Classify(expectToolCall bool, p Parsed) string {
-	switch {
-	case p.Leak:
-		return hook.OutcomeLeak
-	case expectToolCall && len(p.ToolCalls) == 0:
-		return hook.OutcomeNoTool
-	case !expectToolCall && len(p.ToolCalls) == 0:
-		return hook.OutcomeDone
-	}
-	return ""
+	return n
 }
 
 // Run drives the workload against a new engine with cfg and publishes the
 // engine's events plus run.start, one session event per session and
-// run.end to pub. The outcome is a pure function of cfg and w.
+// run.end to pub. w.Judge decides every session's outcome from the parsed
+// replies; the outcome is a pure function of cfg, w and the judge.
 func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Result, error) {
+	if w.Judge == nil {
+		return Result{}, fmt.Errorf("run workload: no judge: set Workload.Judge (e.g. repro.Classifier{}.Outcome)")
+	}
 	if w.Sessions < 1 || w.Rounds < 1 {
 		return Result{}, fmt.Errorf("run workload: want at least 1 session and 1 round, got %d×%d", w.Sessions, w.Rounds)
 	}
@@ -130,6 +119,7 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 			}
 		}
 		s := &session{script: NewScript(cfg.Seed, i, w.Rounds), rng: rand.New(rand.NewPCG(cfg.Seed, 0x7ec4+uint64(i)))}
+		s.toolRounds = toolRounds(s.script)
 		s.res.ID = s.script.Session
 		sess[i] = s
 	}
@@ -192,15 +182,23 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 			s.res.Rounds++
 			s.res.Finish = append(s.res.Finish, c.FinishReason)
 			s.res.Deviated = s.res.Deviated || c.Deviated
+			s.res.Output = c.Text
 			sr := s.script.Rounds[min(s.round, len(s.script.Rounds)-1)]
-			outcome := Classify(sr.ToolCall, ParseDSML(c.Text))
+			var outcome string
 			if c.FinishReason == "abort" {
+				// The engine gave up on the request: a failed request, not a
+				// reply to judge. The HTTP harness classifies its failed
+				// requests (transport, HTTP status, unreadable body) as
+				// error itself before its classifier sees a reply; so does
+				// the twin.
 				outcome = hook.OutcomeError
+			} else {
+				// What a client sees: the server's tool-call parser splits
+				// the text into content and tool calls.
+				p := ParseDSML(c.Text)
+				outcome = w.Judge(s.round, s.toolRounds, p.Content, len(p.ToolCalls), c.FinishReason)
 			}
 			if outcome != "" {
-				if Corrupted(outcome) {
-					s.res.Output = c.Text
-				}
 				end(s, outcome)
 				continue
 			}
@@ -224,9 +222,6 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 			res.Deviated++
 		}
 	}
-	res.CorruptedSessions = res.Outcomes[hook.OutcomeLeak] + res.Outcomes[hook.OutcomeNoTool] + res.Outcomes[hook.OutcomeError]
-	res.CorruptionRate = float64(res.CorruptedSessions) / float64(w.Sessions)
-	res.Wilson95 = Wilson95(res.CorruptedSessions, w.Sessions)
 	res.WallSeconds = time.Since(start).Seconds()
 	pub.Publish(hook.Event{Kind: hook.KindRunEnd, TS: e.Now().UnixNano(), Src: hook.Source{Proc: "sim"},
 		Body: &hook.RunEnd{WallNS: int64(time.Since(start)), Steps: int64(res.Stats.Steps)}})

@@ -65,9 +65,11 @@ func driveEngine(t *testing.T, cfg Config, sessions, rounds int, pub hook.Publis
 			}
 			c := s.h.Result()
 			s.h = nil
-			sr := s.s.Rounds[min(len(s.hist), len(s.s.Rounds)-1)]
+			round := len(s.hist)
+			sr := s.s.Rounds[min(round, len(s.s.Rounds)-1)]
 			s.hist = append(s.hist, Turn{Output: c.Tokens, Result: sr.Result})
-			if Classify(sr.ToolCall, ParseDSML(c.Text)) != "" || len(s.hist) >= rounds {
+			p := ParseDSML(c.Text)
+			if testJudge(round, toolRounds(s.s), p.Content, len(p.ToolCalls), c.FinishReason) != "" || len(s.hist) >= rounds {
 				s.done = true
 				left--
 			}
@@ -266,7 +268,7 @@ func TestFaultsManifest(t *testing.T) {
 		cfg.Inject = []string{f}
 		cfg.Instruments = Instruments{Checksum: true, Canary: true, CanaryPolicy: "live"}
 		var c collect
-		w := DefaultWorkload()
+		w := testWorkload()
 		w.Sessions, w.Rounds = 40, 3
 		res, err := Run(context.Background(), cfg, w, &c)
 		if err != nil {
@@ -286,7 +288,7 @@ func TestFaultsManifest(t *testing.T) {
 				t.Errorf("%s: no session left its script", f)
 			}
 		}
-		t.Logf("%s: corrupted %d/%d, deviated %d, retractions %d", f, res.CorruptedSessions, res.Sessions, res.Deviated, res.Stats.Retractions)
+		t.Logf("%s: corrupted %d/%d, deviated %d, retractions %d", f, summary(res).CorruptedSessions, res.Sessions, res.Deviated, res.Stats.Retractions)
 	}
 }
 

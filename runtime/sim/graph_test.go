@@ -83,7 +83,7 @@ func TestBaselineRaceLeavesIndexKPristine(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Instruments.GraphDiffEvery = 1
 	cfg.Instruments.GraphDiffTopKOnly = true
-	w := DefaultWorkload()
+	w := testWorkload()
 	w.Sessions, w.Rounds = 40, 3
 	if raceEnabled {
 		t.Skip("a 40×3 run takes minutes under -race; run go test ./runtime/sim")
@@ -105,7 +105,7 @@ func TestBaselineRaceLeavesIndexKPristine(t *testing.T) {
 	if divergent == 0 {
 		t.Fatal("no graph-vs-eager divergence in the baseline")
 	}
-	t.Logf("corrupted %d/%d, %d divergent samples, index-K pristine", res.CorruptedSessions, res.Sessions, divergent)
+	t.Logf("corrupted %d/%d, %d divergent samples, index-K pristine", summary(res).CorruptedSessions, res.Sessions, divergent)
 }
 
 func TestTopKNaNFirstTiesLow(t *testing.T) {
@@ -157,7 +157,7 @@ func TestGraphDiffDefaultCatchesBaseline(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Seed = seed
 		cfg.Instruments = Instruments{GraphDiff: true, GraphDiffEvery: DefaultGraphDiffEvery, GraphDiffTopKOnly: true}
-		w := DefaultWorkload()
+		w := testWorkload()
 		w.Sessions, w.Rounds = 40, 3
 		var c collect
 		res, err := Run(context.Background(), cfg, w, &c)
@@ -171,7 +171,7 @@ func TestGraphDiffDefaultCatchesBaseline(t *testing.T) {
 			}
 		}
 		if divergent == 0 {
-			t.Errorf("seed %d: no divergence sampled (corrupted %d/%d)", seed, res.CorruptedSessions, res.Sessions)
+			t.Errorf("seed %d: no divergence sampled (corrupted %d/%d)", seed, summary(res).CorruptedSessions, res.Sessions)
 		}
 	}
 }

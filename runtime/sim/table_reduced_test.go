@@ -26,13 +26,13 @@ func TestTableReduced(t *testing.T) {
 				cfg.Seed = seed
 				cfg.Instruments = Instruments{}
 				cfg.PoolTokens = cfg.PoolTokens * sessions / 80
-				w := DefaultWorkload()
+				w := testWorkload()
 				w.Sessions, w.Rounds = sessions, rounds
 				res, err := Run(context.Background(), cfg, w, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				corrupted += res.CorruptedSessions
+				corrupted += summary(res).CorruptedSessions
 				leaks += res.Outcomes["leak"]
 				total += res.Sessions
 				retractions += res.Stats.Retractions

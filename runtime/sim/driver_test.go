@@ -1,0 +1,131 @@
+package sim
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// TestRunNeedsJudge: the twin does not judge, so a workload without a judge
+// is refused before anything runs.
+func TestRunNeedsJudge(t *testing.T) {
+	w := DefaultWorkload()
+	w.Sessions, w.Rounds = 2, 1
+	var c collect
+	_, err := Run(context.Background(), quietConfig(1), w, &c)
+	if err == nil || !strings.Contains(err.Error(), "run workload: no judge") {
+		t.Fatalf("err %v, want run workload: no judge", err)
+	}
+	if len(c.evs) != 0 {
+		t.Fatalf("published %d events without a judge", len(c.evs))
+	}
+}
+
+// judgeCall is one call of a recording judge.
+type judgeCall struct {
+	round, toolRounds int
+	content           string
+	toolCalls         int
+	finish            string
+}
+
+// TestRunAsksTheJudge: Run hands the judge the round, the script's tool
+// rounds and the reply as the server's parser splits it, and ends a session
+// exactly when the judge says so, with the judge's outcome.
+func TestRunAsksTheJudge(t *testing.T) {
+	const sessions, rounds = 6, 3
+	cfg := quietConfig(3)
+	t.Run("ends at once", func(t *testing.T) {
+		var calls []judgeCall
+		w := DefaultWorkload()
+		w.Sessions, w.Rounds = sessions, rounds
+		w.Judge = func(round, toolRounds int, content string, toolCalls int, finish string) string {
+			calls = append(calls, judgeCall{round, toolRounds, content, toolCalls, finish})
+			return hook.OutcomeDone
+		}
+		var c collect
+		res, err := Run(context.Background(), cfg, w, &c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Outcomes[hook.OutcomeDone] != sessions || len(calls) != sessions {
+			t.Fatalf("outcomes %v after %d judge calls, want %d done", res.Outcomes, len(calls), sessions)
+		}
+		bySession := map[string]SessionResult{}
+		for _, s := range res.PerSession {
+			bySession[s.ID] = s
+		}
+		// A session ends in the step its judge call happens, so the i-th
+		// session event follows the i-th call.
+		i := 0
+		for _, ev := range c.evs {
+			se, ok := ev.Body.(*hook.Session)
+			if !ok {
+				continue
+			}
+			idx, err := strconv.Atoi(strings.TrimPrefix(se.ID, "s"))
+			if err != nil {
+				t.Fatalf("session id %q", se.ID)
+			}
+			got, sr := calls[i], bySession[se.ID]
+			p := ParseDSML(sr.Output)
+			want := judgeCall{0, toolRounds(NewScript(cfg.Seed, idx, rounds)), p.Content, len(p.ToolCalls), sr.Finish[0]}
+			if got != want {
+				t.Errorf("session %s: judge saw %+v, want %+v", se.ID, got, want)
+			}
+			if want.toolRounds < 1 || want.toolRounds > rounds || sr.Output == "" || se.Outcome != hook.OutcomeDone || se.Rounds != 1 {
+				t.Errorf("session %s: tool rounds %d, output %q, event %+v", se.ID, want.toolRounds, sr.Output, se)
+			}
+			i++
+		}
+		if i != sessions {
+			t.Fatalf("%d session events, want %d", i, sessions)
+		}
+	})
+	t.Run("never ends", func(t *testing.T) {
+		perRound := map[int]int{}
+		w := DefaultWorkload()
+		w.Sessions, w.Rounds = sessions, rounds
+		w.Judge = func(round, toolRounds int, content string, toolCalls int, finish string) string {
+			perRound[round]++
+			return ""
+		}
+		res, err := Run(context.Background(), cfg, w, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Outcomes[hook.OutcomeMaxRounds] != sessions {
+			t.Fatalf("outcomes %v, want %d maxrounds", res.Outcomes, sessions)
+		}
+		for r := range rounds {
+			if perRound[r] != sessions {
+				t.Errorf("round %d judged %d times, want %d (%v)", r, perRound[r], sessions, perRound)
+			}
+		}
+		for _, s := range res.PerSession {
+			if s.Rounds != rounds || s.Output == "" {
+				t.Errorf("session %s: %d rounds, last output %q", s.ID, s.Rounds, s.Output)
+			}
+		}
+	})
+}
+
+// TestToolRounds: a script is its tool-call rounds, then one plain-text
+// answer.
+func TestToolRounds(t *testing.T) {
+	for rounds := 1; rounds <= 6; rounds++ {
+		for i := range 20 {
+			s := NewScript(1, i, rounds)
+			n := toolRounds(s)
+			if n < 1 || n != len(s.Rounds)-1 || s.Rounds[n].ToolCall {
+				t.Fatalf("rounds %d session %d: toolRounds %d of %d script rounds", rounds, i, n, len(s.Rounds))
+			}
+		}
+	}
+	if n := toolRounds(Script{}); n != 0 {
+		t.Fatalf("empty script: %d tool rounds", n)
+	}
+}
