@@ -26,14 +26,96 @@ type HarnessOptions struct {
 	Stream      bool          // ask for server-sent events
 	Seed        uint64        // picks the tasks and each session's tool rounds
 	MaxTokens   int           // max_tokens sent with every request; 0 sends none
-	Classifier  Classifier
-	Client      *http.Client   // nil: a keep-alive client sized for Concurrency
-	Publisher   hook.Publisher // run.start, one session event per session, run.end; nil: none
-	Progress    func(finished, total int)
-	Tool        string        // tool version for run.start
-	Host        hook.HostInfo // host facts for run.start
+	// ToolTime is the client's tool execution time: after a round's tool
+	// calls, a session waits ToolTime.Delay(Seed, session, round) before
+	// sending the results. Zero answers at once.
+	ToolTime   ToolTime
+	Classifier Classifier
+	Client     *http.Client   // nil: a keep-alive client sized for Concurrency
+	Publisher  hook.Publisher // run.start, one session event per session, run.end; nil: none
+	Progress   func(finished, total int)
+	Tool       string        // tool version for run.start
+	Host       hook.HostInfo // host facts for run.start
 
 	ownClient bool // Client was made here: close its connections at the end
+}
+
+// ToolTime is a range of client-side tool execution times. Agentic clients
+// run their tools between rounds, which spreads sessions out in time; a
+// harness that answers at once keeps N sessions in lock-step, so the server
+// sees batches no real workload makes.
+type ToolTime struct {
+	Min, Max time.Duration
+}
+
+// DefaultToolTime is kvcanary repro's tool time: 1.5–6 s, which on the twin
+// server (sim serve paces an engine step to 25 ms) is the 60–240 steps of
+// sim run's think time, and on a GPU server a few hundred decode steps, the
+// order of the seeds' agentic sessions' tool rounds.
+var DefaultToolTime = ToolTime{Min: 1500 * time.Millisecond, Max: 6 * time.Second}
+
+// ParseToolTime reads "MIN-MAX" ("1.5s-6s") or one duration ("2s", "0"),
+// Go duration syntax.
+func ParseToolTime(s string) (ToolTime, error) {
+	lo, hi, ok := strings.Cut(strings.TrimSpace(s), "-")
+	if !ok {
+		hi = lo
+	}
+	var t ToolTime
+	var err error
+	if t.Min, err = parseNonNegDuration(lo); err != nil {
+		return ToolTime{}, fmt.Errorf("tool time %q: %w", s, err)
+	}
+	if t.Max, err = parseNonNegDuration(hi); err != nil {
+		return ToolTime{}, fmt.Errorf("tool time %q: %w", s, err)
+	}
+	if t.Max < t.Min {
+		return ToolTime{}, fmt.Errorf("tool time %q: maximum %v below minimum %v", s, t.Max, t.Min)
+	}
+	return t, nil
+}
+
+func parseNonNegDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, errors.New("want MIN-MAX or one duration, e.g. 1.5s-6s")
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("negative duration %v", d)
+	}
+	return d, nil
+}
+
+// String is the form ParseToolTime reads.
+func (t ToolTime) String() string {
+	if t.Min == t.Max {
+		return t.Min.String()
+	}
+	return t.Min.String() + "-" + t.Max.String()
+}
+
+// IsZero reports whether tools answer at once.
+func (t ToolTime) IsZero() bool { return t.Max <= 0 }
+
+// Delay is the tool time of session i's round: uniform in [Min, Max],
+// a pure function of seed, i and round.
+func (t ToolTime) Delay(seed uint64, i, round int) time.Duration {
+	if t.Max <= t.Min {
+		return max(t.Min, 0)
+	}
+	span := uint64(t.Max - t.Min)
+	return t.Min + time.Duration(mix64(seed^0x7001, uint64(i)<<16|uint64(round&0xffff))%(span+1))
+}
+
+func (t ToolTime) validate() error {
+	if t.Min < 0 || t.Max < t.Min {
+		return fmt.Errorf("tool time %v..%v: want 0 <= min <= max", t.Min, t.Max)
+	}
+	return nil
 }
 
 // SessionResult is one harness session.
@@ -56,6 +138,7 @@ type HarnessResult struct {
 	Model         string          `json:"model"`
 	Concurrency   int             `json:"concurrency"`
 	Requests      int             `json:"requests"`
+	ToolTime      string          `json:"tool_time"` // client-side tool execution time per round ("0s": none)
 	FinishReasons map[string]int  `json:"finish_reasons"`
 	Loops         int             `json:"loops"`
 	PerSession    []SessionResult `json:"per_session,omitempty"`
@@ -141,6 +224,9 @@ func (o *HarnessOptions) defaults() error {
 	case o.Timeout < 0:
 		return fmt.Errorf("timeout %v: want a positive duration", o.Timeout)
 	}
+	if err := o.ToolTime.validate(); err != nil {
+		return err
+	}
 	if o.Client == nil {
 		o.Client = NewHarnessClient(o.Concurrency)
 		o.ownClient = true
@@ -186,10 +272,11 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	pub := opts.Publisher
 	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Src: hook.Source{Proc: "repro"},
 		Body: &hook.RunStart{Tool: opts.Tool, Host: opts.Host, Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model,
-			Sessions: opts.Sessions, Rounds: opts.Rounds, Concurrency: opts.Concurrency, Seed: opts.Seed}}})
+			Sessions: opts.Sessions, Rounds: opts.Rounds, Concurrency: opts.Concurrency, Seed: opts.Seed,
+			Extra: map[string]string{"tool_time": opts.ToolTime.String()}}}})
 
 	d := &driver{opts: &opts, endpoint: endpoint, tools: toolsJSON()}
-	res := &HarnessResult{URL: opts.URL, Model: opts.Model, Concurrency: opts.Concurrency, FinishReasons: map[string]int{},
+	res := &HarnessResult{URL: opts.URL, Model: opts.Model, Concurrency: opts.Concurrency, ToolTime: opts.ToolTime.String(), FinishReasons: map[string]int{},
 		PerSession: make([]SessionResult, opts.Sessions)}
 	var mu sync.Mutex
 	var outcomes Outcomes

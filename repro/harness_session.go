@@ -197,9 +197,31 @@ func (d *driver) session(ctx context.Context, i int) SessionResult {
 			t.WriteByte('}')
 			msgs = append(msgs, t.Bytes())
 		}
+		if round+1 < o.Rounds {
+			// The tools run before their results go back.
+			if err := sleepCtx(ctx, o.ToolTime.Delay(o.Seed, i, round)); err != nil {
+				sr.Outcome, sr.Reason = hook.OutcomeError, "aborted: "+err.Error()
+				return sr
+			}
+		}
 	}
 	sr.Outcome = hook.OutcomeMaxRounds
 	return sr
+}
+
+// sleepCtx waits d or until ctx ends, and returns ctx's error if it ended.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func clip(s string, n int) string {

@@ -35,6 +35,7 @@ type ReproOptions struct {
 	Stream      bool
 	Seed        uint64
 	MaxTokens   int
+	ToolTime    repro.ToolTime
 	Markers     []string
 	Record      string
 	ServerLog   string
@@ -42,7 +43,7 @@ type ReproOptions struct {
 
 // NewCmdRepro builds `kvcanary repro`.
 func NewCmdRepro(f *cmdutil.Factory, runF func(*ReproOptions) error) *cobra.Command {
-	opts := &ReproOptions{IO: f.IO, Factory: f}
+	opts := &ReproOptions{IO: f.IO, Factory: f, ToolTime: repro.DefaultToolTime}
 	cmd := &cobra.Command{
 		Use:   "repro --url URL",
 		Short: "Drive concurrent tool-calling sessions at a server and measure the corruption rate",
@@ -52,6 +53,13 @@ once. Every round offers tools; tool calls get deterministic results; a session
 ends when the model answers in plain text (done) or the rounds run out
 (maxrounds). Each session's first message says how many rounds must call a
 tool ("tool rounds: N").
+
+Between rounds a session runs its tools for --tool-time (default 1.5s-6s,
+drawn per session and round from --seed), as agentic clients do: the
+sessions drift apart, and the server sees the batch sizes of a real
+workload instead of N sessions in lock-step. "--tool-time 0" answers at
+once. Against "kvcanary sim serve" (an engine step paced to 25 ms) the
+default is the 60–240 steps of sim run's think time.
 
 Sessions are classified:
   leak      tool-call markup in content or reasoning_content (DSML, <tool_call>,
@@ -104,12 +112,34 @@ scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.
 	fl.BoolVar(&opts.Stream, "stream", false, "request server-sent events (stream: true)")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the tasks and of each session's tool rounds")
 	fl.IntVar(&opts.MaxTokens, "max-tokens", 0, "max_tokens per request (0: not sent)")
+	fl.Var(&toolTimeValue{&opts.ToolTime}, "tool-time", "client-side tool execution time per round: MIN-MAX or one duration (0: answer at once)")
 	fl.StringArrayVar(&opts.Markers, "leak-marker", nil, "tool-call markup that makes a leak (repeatable; replaces the defaults)")
 	fl.StringVar(&opts.Record, "record", "", "record the run to this trace bundle")
 	fl.StringVar(&opts.ServerLog, "server-log", "", "tail this server log during the run and record its sched events")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
+
+// toolTimeValue is the --tool-time flag.
+type toolTimeValue struct{ t *repro.ToolTime }
+
+func (v *toolTimeValue) String() string {
+	if v.t == nil {
+		return ""
+	}
+	return v.t.String()
+}
+
+func (v *toolTimeValue) Set(s string) error {
+	t, err := repro.ParseToolTime(s)
+	if err != nil {
+		return err
+	}
+	*v.t = t
+	return nil
+}
+
+func (v *toolTimeValue) Type() string { return "MIN-MAX" }
 
 // syncPublisher serialises publishers that run on several goroutines (the
 // harness and the log tail) into one that is not concurrency-safe.
@@ -153,7 +183,7 @@ func reproRun(opts *ReproOptions) error {
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
 			Run: fmt.Sprintf("repro-seed%d", opts.Seed),
 			Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-				Concurrency: opts.Concurrency, Seed: opts.Seed}})
+				Concurrency: opts.Concurrency, Seed: opts.Seed, Extra: map[string]string{"tool_time": opts.ToolTime.String()}}})
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
@@ -187,7 +217,7 @@ func reproRun(opts *ReproOptions) error {
 	}
 	res, runErr := repro.RunHarness(ctx, repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
 		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens,
-		Classifier: repro.Classifier{Markers: opts.Markers}, Publisher: pub, Progress: progress, Tool: tool, Host: host})
+		ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Publisher: pub, Progress: progress, Tool: tool, Host: host})
 	if tail != nil {
 		// Give the tail one poll to catch the server's last lines.
 		time.Sleep(150 * time.Millisecond)

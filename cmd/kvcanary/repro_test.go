@@ -33,7 +33,7 @@ func TestReproFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Sessions != 12 || got.Rounds != 4 || got.Concurrency != 12 || got.Timeout != 120*time.Second || !got.Stream ||
-		!reflect.DeepEqual(got.Markers, []string{"X", "Y"}) || got.Seed != 1 {
+		!reflect.DeepEqual(got.Markers, []string{"X", "Y"}) || got.Seed != 1 || got.ToolTime != repro.DefaultToolTime {
 		t.Fatalf("options %+v", got)
 	}
 	for _, args := range [][]string{
@@ -135,7 +135,7 @@ func TestReproRecordsForAB(t *testing.T) {
 	defer hs.Close()
 	a := filepath.Join(dir, "a.kvtrace")
 	out, errOut, err := runRepro(t, "--url", hs.URL, "--sessions", "20", "--rounds", "3", "--concurrency", "5",
-		"--record", a, "--server-log", logPath, "--json")
+		"--record", a, "--server-log", logPath, "--json", "--tool-time", "0")
 	if err != nil {
 		t.Fatalf("%v: %s", err, errOut)
 	}
@@ -184,9 +184,11 @@ func TestReproRecordsForAB(t *testing.T) {
 		rs.Config.Model != "fake-model" || rs.Sched.Retractions != 2 {
 		t.Fatalf("bundle stats %+v config %+v", rs.Outcomes, rs.Config)
 	}
-	// A second run at another concurrency: ab reads both and names it.
+	// A second run at another concurrency and tool time: ab reads both and
+	// names them.
 	b := filepath.Join(dir, "b.kvtrace")
-	if _, errOut, err := runRepro(t, "--url", hs.URL, "--sessions", "20", "--rounds", "3", "--concurrency", "20", "--record", b); err != nil {
+	if _, errOut, err := runRepro(t, "--url", hs.URL, "--sessions", "20", "--rounds", "3", "--concurrency", "20", "--record", b,
+		"--tool-time", "5ms-20ms"); err != nil {
 		t.Fatalf("%v: %s", err, errOut)
 	}
 	abOut, _, err := runAB(t, a, b, "--json")
@@ -206,6 +208,44 @@ func TestReproRecordsForAB(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("ab confounds %+v lack concurrency", rep.Confounds)
+	}
+	// The tool time is recorded with the run: the only differing setting,
+	// so ab takes it for the one under test.
+	if d := rep.FlagUnderTest; d == nil || d.Name != "extra.tool_time" || fmt.Sprint(d.A) != "0s" || fmt.Sprint(d.B) != "5ms-20ms" {
+		t.Errorf("ab flag under test %+v (differing %+v), want extra.tool_time 0s vs 5ms-20ms", d, rep.DifferingFlags)
+	}
+}
+
+// TestReproToolTimeFlag: --tool-time takes MIN-MAX or one duration; a bad
+// value is a usage error naming the flag and the value.
+func TestReproToolTimeFlag(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
+	for _, tc := range []struct {
+		val  string
+		want repro.ToolTime
+	}{
+		{"0", repro.ToolTime{}},
+		{"2s", repro.ToolTime{Min: 2 * time.Second, Max: 2 * time.Second}},
+		{"250ms-1s", repro.ToolTime{Min: 250 * time.Millisecond, Max: time.Second}},
+	} {
+		var got *ReproOptions
+		cmd := NewCmdRepro(f, func(o *ReproOptions) error { got = o; return nil })
+		cmd.SetArgs([]string{"--url", "http://h", "--tool-time", tc.val})
+		cmd.SetErr(io.Discard)
+		if err := cmd.Execute(); err != nil || got.ToolTime != tc.want {
+			t.Errorf("--tool-time %s: err %v, options %+v", tc.val, err, got)
+		}
+	}
+	for _, val := range []string{"3s-1s", "soon", "-2s", ""} {
+		root := NewCmdRoot(f)
+		root.SetArgs([]string{"repro", "--url", "http://h", "--tool-time", val})
+		root.SetErr(io.Discard)
+		root.SetOut(io.Discard)
+		err := root.Execute()
+		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(fmt.Sprint(err), "--tool-time") || !strings.Contains(fmt.Sprint(err), "tool time") {
+			t.Errorf("--tool-time %q: err %v, want a usage error naming the flag", val, err)
+		}
 	}
 }
 

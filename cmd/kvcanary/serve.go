@@ -28,6 +28,7 @@ type SimServeOptions struct {
 	Rounds      int
 	Model       string
 	Record      string
+	StepTime    time.Duration
 	JSON        *cmdutil.JSONFlags
 
 	// Ready, when set, receives the listening address once the server accepts
@@ -59,6 +60,15 @@ names its session (its hash picks the script) and may say "tool rounds: N";
 the round is the number of assistant messages so far. kvcanary repro speaks
 this; so does any OpenAI client.
 
+An engine step takes at least --step-time of wall time (default 25 ms, the
+twin's simulated step), as a decode step does on a GPU, so a client's tool
+time between rounds spans a known number of steps: repro's default
+--tool-time of 1.5s-6s is the 60-240 steps of sim run's think time, and
+serve reproduces at sim run's rate. "--step-time 0" steps as fast as the
+machine allows; then tool time spans many more steps than on a GPU and rates
+are not comparable with sim run. Steps that take longer to compute than
+--step-time are counted in the summary.
+
 The server listens on loopback only unless --allow-remote is given. Stop it
 with Ctrl-C: it then prints how many requests deviated and, with --record,
 closes the bundle (engine events plus one session event per session).`,
@@ -72,6 +82,9 @@ closes the bundle (engine events plus one session event per session).`,
 			}
 			if opts.Rounds < 1 {
 				return cmdutil.UsageError("--rounds %d: want at least 1", opts.Rounds)
+			}
+			if opts.StepTime < 0 {
+				return cmdutil.UsageError("--step-time %v: want 0 or a positive duration", opts.StepTime)
 			}
 			if runF != nil {
 				return runF(opts)
@@ -87,6 +100,7 @@ closes the bundle (engine events plus one session event per session).`,
 	fl.IntVar(&opts.Rounds, "rounds", 4, "rounds per session for conversations that do not state their tool rounds")
 	fl.StringVar(&opts.Model, "model", server.DefaultModel, "model id reported by /v1/models")
 	fl.StringVar(&opts.Record, "record", "", "record engine and session events to this trace bundle")
+	fl.DurationVar(&opts.StepTime, "step-time", server.EngineStepTime, "least wall time of one engine step, as on a GPU, so clients' tool time spans a known number of steps (0: as fast as the machine allows)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -133,6 +147,10 @@ func simServeRun(opts *SimServeOptions) error {
 		rc := cfg.RunConfig()
 		rc.URL = "http://" + ln.Addr().String()
 		rc.Rounds = opts.Rounds
+		if rc.Extra == nil {
+			rc.Extra = map[string]string{}
+		}
+		rc.Extra["step_time"] = opts.StepTime.String()
 		var err error
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
 			Config: rc, Run: fmt.Sprintf("serve-seed%d", opts.Seed), Command: "sim serve"})
@@ -141,7 +159,7 @@ func simServeRun(opts *SimServeOptions) error {
 		}
 		pub = rec
 	}
-	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub})
+	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub, StepTime: opts.StepTime})
 	if err != nil {
 		if rec != nil {
 			rec.Close()
@@ -170,6 +188,9 @@ func simServeRun(opts *SimServeOptions) error {
 	case err := <-serveErr:
 		runErr = fmt.Errorf("serve http: %w", err)
 	}
+	// Requests in flight may need a few hundred steps: take them at full
+	// speed so they finish within the shutdown grace.
+	srv.SetStepTime(0)
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = hs.Shutdown(sctx)
 	scancel()
@@ -197,6 +218,14 @@ type serveSummary struct {
 	PeakRunningReq   int    `json:"peak_running_req"`
 	Retractions      int    `json:"retractions"`
 	Steps            uint64 `json:"steps"`
+	GraphReplays     uint64 `json:"graph_replays"`
+	EagerSteps       uint64 `json:"eager_steps"`
+	// StepTime is --step-time; StepOverruns counts the steps whose
+	// computation alone took longer (then tool time spans fewer steps than
+	// it would on a faster machine), MaxStepMS is the slowest.
+	StepTime     string  `json:"step_time"`
+	StepOverruns uint64  `json:"step_overruns"`
+	MaxStepMS    float64 `json:"max_step_compute_ms"`
 }
 
 func writeServeSummary(opts *SimServeOptions, srv *server.Server) error {
@@ -218,10 +247,19 @@ func writeServeSummary(opts *SimServeOptions, srv *server.Server) error {
 	}
 	st := srv.Stats()
 	s.PeakRunningReq, s.Retractions, s.Steps = st.PeakRunningReq, st.Retractions, st.Steps
+	s.GraphReplays, s.EagerSteps = st.GraphReplays, st.EagerSteps
+	p := srv.Pace()
+	s.StepTime, s.StepOverruns, s.MaxStepMS = opts.StepTime.String(), p.Overruns, float64(p.MaxCompute.Microseconds())/1000
 	if opts.JSON.JSON {
 		return cmdutil.WriteJSON(opts.IO.Out, s)
 	}
-	_, err := fmt.Fprintf(opts.IO.Out, "sim serve: %d requests in %d sessions; deviated from the script: %d requests (%d visible in the protocol) in %d sessions; peak running-req %d, retractions %d, steps %d\n",
-		s.Requests, s.Sessions, s.DeviatedRequests, s.BrokenRequests, s.DeviatedSessions, s.PeakRunningReq, s.Retractions, s.Steps)
+	_, err := fmt.Fprintf(opts.IO.Out, "sim serve: %d requests in %d sessions; deviated from the script: %d requests (%d visible in the protocol) in %d sessions; peak running-req %d, retractions %d, steps %d (graph %d, eager %d)\n",
+		s.Requests, s.Sessions, s.DeviatedRequests, s.BrokenRequests, s.DeviatedSessions, s.PeakRunningReq, s.Retractions, s.Steps, s.GraphReplays, s.EagerSteps)
+	if err != nil {
+		return err
+	}
+	if opts.StepTime > 0 {
+		_, err = fmt.Fprintf(opts.IO.Out, "pacing: %v per step; %d of %d steps took longer to compute (slowest %.1f ms)\n", opts.StepTime, p.Overruns, p.Steps, s.MaxStepMS)
+	}
 	return err
 }

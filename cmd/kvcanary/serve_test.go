@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
 )
 
 func TestSimServeFlags(t *testing.T) {
@@ -28,7 +29,7 @@ func TestSimServeFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, err := got.Engine.config(got.Seed)
-	if err != nil || cfg.MultiStreamOverlap || cfg.Seed != 7 || got.Rounds != 4 || got.Model == "" {
+	if err != nil || cfg.MultiStreamOverlap || cfg.Seed != 7 || got.Rounds != 4 || got.Model == "" || got.StepTime != server.EngineStepTime {
 		t.Fatalf("options %+v cfg %+v err %v", got, cfg, err)
 	}
 	for _, tc := range []struct {
@@ -41,6 +42,8 @@ func TestSimServeFlags(t *testing.T) {
 		{[]string{"--addr", "0.0.0.0:30000", "--allow-remote"}, true},
 		{[]string{"--addr", "[::1]:0"}, true},
 		{[]string{"--rounds", "0"}, false},
+		{[]string{"--step-time", "-1ms"}, false},
+		{[]string{"--step-time", "0"}, true},
 	} {
 		cmd := NewCmdSimServe(f, func(*SimServeOptions) error { return nil })
 		cmd.SetArgs(tc.args)
@@ -71,7 +74,7 @@ func TestSimServeRun(t *testing.T) {
 		o.Ready = func(addr string) { ready <- addr }
 		return simServeRun(o)
 	})
-	cmd.SetArgs([]string{"--addr", "127.0.0.1:0", "--record", bundle, "--json", "--no-canary", "--no-graphdiff", "--no-checksum"})
+	cmd.SetArgs([]string{"--addr", "127.0.0.1:0", "--record", bundle, "--json", "--no-canary", "--no-graphdiff", "--no-checksum", "--step-time", "1ms"})
 	cmd.SetErr(io.Discard)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Execute() }()
@@ -100,14 +103,15 @@ func TestSimServeRun(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
 		t.Fatalf("%v: %q", err, out)
 	}
-	if s.Requests != res.Requests || s.Sessions != 3 || s.Steps == 0 {
+	if s.Requests != res.Requests || s.Sessions != 3 || s.Steps == 0 || s.GraphReplays+s.EagerSteps == 0 || s.GraphReplays+s.EagerSteps > s.Steps ||
+		s.StepTime != "1ms" || s.StepOverruns > s.Steps {
 		t.Fatalf("summary %+v, harness sent %d", s, res.Requests)
 	}
 	rs, err := repro.RunStatsFromBundle(bundle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs.Outcomes.Total() != 3 || rs.Config.Engine != "sim" || !strings.HasPrefix(rs.Config.URL, "http://127.0.0.1:") {
+	if rs.Outcomes.Total() != 3 || rs.Config.Engine != "sim" || !strings.HasPrefix(rs.Config.URL, "http://127.0.0.1:") || rs.Config.Extra["step_time"] != "1ms" {
 		t.Fatalf("bundle %+v config %+v", rs.Outcomes, rs.Config)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -16,6 +17,13 @@ import (
 
 // DefaultModel is the model id the server reports and accepts by default.
 const DefaultModel = "kvcanary-twin"
+
+// EngineStepTime is the simulated duration of one engine step: the
+// engine's clock (sim.Engine.Now, event timestamps) advances this much per
+// step. `kvcanary sim serve` paces steps to it by default, so a client's
+// wall-clock tool time of 1.5–6 s spans 60–240 steps, the think time of
+// sim run's workload (sim.DefaultWorkload).
+const EngineStepTime = 25 * time.Millisecond
 
 // DefaultMaxBody bounds a request body.
 const DefaultMaxBody = 8 << 20
@@ -32,6 +40,23 @@ type Options struct {
 	StreamChunkTokens int
 	// Now stamps responses' "created" (default time.Now).
 	Now func() time.Time
+	// StepTime is the least wall time one engine step takes (0: step as
+	// fast as the machine allows). Pacing gives a step a duration, as a
+	// GPU does, so that a client's wall-clock delays (tool execution
+	// between rounds) span a known number of steps: with StepTime equal to
+	// EngineStepTime, the engine's simulated clock and the wall clock
+	// agree. A step whose computation takes longer is not shortened to
+	// catch up; PaceStats counts such overruns.
+	StepTime time.Duration
+}
+
+// PaceStats describes how the engine loop kept the step time.
+type PaceStats struct {
+	StepTime   time.Duration `json:"step_time_ns"`   // the current step time
+	Steps      uint64        `json:"steps"`          // steps Run took
+	Overruns   uint64        `json:"overruns"`       // steps whose computation alone took longer than StepTime
+	MaxCompute time.Duration `json:"max_compute_ns"` // the slowest step's computation
+	Compute    time.Duration `json:"compute_ns"`     // all steps' computation
 }
 
 // RequestRecord is the ground truth of one served request.
@@ -67,6 +92,8 @@ type Server struct {
 	records  []RequestRecord
 	stats    sim.Stats
 	stepNum  uint64
+	pace     PaceStats
+	stepTime atomic.Int64 // Options.StepTime, or as SetStepTime changed it
 	running  bool
 	closed   bool
 	loopDone chan struct{}
@@ -102,6 +129,9 @@ func New(opts Options) (*Server, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.StepTime < 0 {
+		return nil, fmt.Errorf("new server: step time %v: want 0 or a positive duration", opts.StepTime)
+	}
 	if opts.Publisher == nil {
 		opts.Publisher = hook.PublishFunc(func(hook.Event) {})
 	}
@@ -109,18 +139,24 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
 	}
-	return &Server{opts: opts, eng: eng, vocab: sim.DefaultVocab(), scripts: map[scriptKey]sim.Script{},
-		outputs: map[outputKey]servedOutput{}, loopDone: make(chan struct{})}, nil
+	s := &Server{opts: opts, eng: eng, vocab: sim.DefaultVocab(), scripts: map[scriptKey]sim.Script{},
+		outputs: map[outputKey]servedOutput{}, loopDone: make(chan struct{})}
+	s.stepTime.Store(int64(opts.StepTime))
+	return s, nil
 }
 
 // Run steps the engine until ctx is done: while requests are in flight it
-// steps continuously, otherwise it sleeps until a submission. It returns
-// ctx's error. Call it once.
+// steps continuously (each step taking at least the step time), otherwise
+// it sleeps until a submission. It returns ctx's error. Call it once.
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.running = true
 	s.mu.Unlock()
 	defer close(s.loopDone)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var next time.Time // when the next step may start; zero: now
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -131,14 +167,63 @@ func (s *Server) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			}
+			next = time.Time{} // an idle engine starts the first step at once
 			continue
 		}
+		stepTime := time.Duration(s.stepTime.Load())
+		if d := time.Until(next); stepTime > 0 && d > 0 {
+			timer.Reset(min(d, stepTime))
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		t0 := time.Now()
 		s.eng.Step()
+		compute := time.Since(t0)
 		st, n := s.eng.Stats(), s.eng.StepNumber()
+		if stepTime > 0 {
+			// Step k+1 is due one step time after step k was due; a sleep
+			// that overslept a little keeps that schedule (no drift), a
+			// step that started late (an overrun, a wake from idle) starts
+			// a new one.
+			base := next
+			if base.IsZero() || t0.Sub(base) > stepTime/4 {
+				base = t0
+			}
+			next = base.Add(stepTime)
+		} else {
+			next = time.Time{}
+		}
 		s.mu.Lock()
 		s.stats, s.stepNum = st, n
+		s.pace.Steps++
+		s.pace.Compute += compute
+		s.pace.MaxCompute = max(s.pace.MaxCompute, compute)
+		if stepTime > 0 && compute > stepTime {
+			s.pace.Overruns++
+		}
 		s.mu.Unlock()
 	}
+}
+
+// SetStepTime changes the step time from the next step on; 0 steps as fast
+// as the machine allows (sim serve does that on Ctrl-C, so requests in
+// flight are answered within the HTTP server's shutdown grace). Safe for
+// concurrent use.
+func (s *Server) SetStepTime(d time.Duration) {
+	s.stepTime.Store(int64(max(d, 0)))
+}
+
+// Pace returns how the engine loop has kept the step time so far; StepTime
+// is the current step time.
+func (s *Server) Pace() PaceStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pace
+	p.StepTime = time.Duration(s.stepTime.Load())
+	return p
 }
 
 // Close rejects new requests, waits for Run to return (the caller cancels
@@ -296,7 +381,7 @@ func (s *Server) handleDebug(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	st, step := s.stats, s.stepNum
 	s.mu.Unlock()
-	writeJSON(w, map[string]any{"requests": recs, "deviated": dev, "broken": broken, "stats": st, "step": step})
+	writeJSON(w, map[string]any{"requests": recs, "deviated": dev, "broken": broken, "stats": st, "step": step, "pace": s.Pace()})
 }
 
 // expected returns the script round a request answers.
