@@ -82,6 +82,18 @@ func jsonSeeds(t testing.TB) [][]byte {
 		bad = append(append(bad, l...), jsonLine(t, replayEvent(1))...)
 	}
 	seeds = append(seeds, bad)
+	// Objects past the linear duplicate search (linearKeys names).
+	var big bytes.Buffer
+	big.WriteString(`{"v":1,"kind":"finding","ts_ns":1,"body":{"severity":"warn","evidence":{`)
+	for i := range linearKeys + 8 {
+		fmt.Fprintf(&big, `"e%d":"v","E%d":"w",`, i, i)
+	}
+	big.WriteString(`"end":"x"}},"unknown":{`)
+	for i := range linearKeys + 8 {
+		fmt.Fprintf(&big, `"u%d":%d,`, i, i)
+	}
+	big.WriteString(`"U7":1}}` + "\n")
+	seeds = append(seeds, big.Bytes())
 	return seeds
 }
 
