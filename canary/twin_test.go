@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 )
@@ -60,10 +61,22 @@ func twinConfig() sim.Config {
 	return cfg
 }
 
+// corrupted counts the sessions of res that repro calls corrupted.
+func corrupted(res sim.Result) int {
+	n := 0
+	for _, s := range res.PerSession {
+		if repro.IsCorrupted(s.Outcome) {
+			n++
+		}
+	}
+	return n
+}
+
 // twinWorkload is small enough for go test -race (the twin computes real
 // index-K scores) and still corrupts sessions in the baseline.
 func twinWorkload() sim.Workload {
 	w := sim.DefaultWorkload()
+	w.Judge = repro.Classifier{}.Outcome
 	w.Sessions, w.Rounds = 12, 3
 	return w
 }
@@ -77,7 +90,7 @@ func TestTwinBaselinePristineBuffer(t *testing.T) {
 	s := o.summary
 	t.Logf("outcomes %v; canary: replays %d expected %d transfer %d live %d missing %d rewritten %d slot-checked %d",
 		o.res.Outcomes, s.Replays, s.ExpectedWrites, s.BenignTransferWrites, s.LivePageOverwrites, s.MissingStores, s.RewrittenStores, s.SlotCheckedReplays)
-	if o.res.CorruptedSessions == 0 && o.res.Deviated == 0 {
+	if corrupted(o.res) == 0 && o.res.Deviated == 0 {
 		t.Fatalf("baseline twin run shows no corruption (outcomes %v): the paradox needs corruption present", o.res.Outcomes)
 	}
 	if s.Replays == 0 || s.ExpectedWrites == 0 {
@@ -172,8 +185,8 @@ func TestTwinNoOverlapClean(t *testing.T) {
 	cfg := twinConfig()
 	cfg.MultiStreamOverlap = false
 	o := twinRun(t, cfg, twinWorkload())
-	if o.res.CorruptedSessions != 0 {
-		t.Fatalf("no-overlap run corrupted %d sessions", o.res.CorruptedSessions)
+	if n := corrupted(o.res); n != 0 {
+		t.Fatalf("no-overlap run corrupted %d sessions", n)
 	}
 	s := o.summary
 	if s.Replays == 0 || s.SlotCheckedReplays != s.Replays || s.LivePageOverwrites != 0 || s.MissingStores != 0 || s.FreePageWrites != 0 || s.HeldPageWrites != 0 || len(o.findings) != 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 )
@@ -18,6 +19,7 @@ func twinRooms(t *testing.T, cfg sim.Config) ([]*hook.RoomChecksum, []*hook.Find
 	t.Helper()
 	cfg.Instruments = sim.Instruments{Checksum: true}
 	w := sim.DefaultWorkload()
+	w.Judge = repro.Classifier{}.Outcome
 	w.Sessions, w.Rounds = 12, 2
 	if testing.Short() || raceEnabled {
 		w.Sessions, w.Rounds = 3, 1

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 )
@@ -30,6 +31,7 @@ func twinRun(t *testing.T, seed uint64, sessions, rounds int, mod func(*sim.Conf
 		mod(&cfg)
 	}
 	w := sim.DefaultWorkload()
+	w.Judge = repro.Classifier{}.Outcome
 	w.Sessions, w.Rounds = sessions, rounds
 	an := graphdiff.NewAnalyzer(graphdiff.Options{})
 	out := twinOut{outcome: map[string]string{}}
