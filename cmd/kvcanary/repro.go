@@ -306,8 +306,8 @@ func writeReproText(w io.Writer, r reproJSON) error {
 			fr = append(fr, fmt.Sprintf("%s=%d", cmdutil.Quote(k), n))
 		}
 	}
-	fmt.Fprintf(w, "requests: %d to %s (model %s, concurrency %d); finish reasons: %s; n-gram loops: %d sessions\n",
-		r.Requests, cmdutil.Quote(r.URL), cmdutil.Quote(r.Model), r.Concurrency, strings.Join(fr, " "), r.Loops)
+	fmt.Fprintf(w, "requests: %d to %s (model %s, concurrency %d, tool time %s); finish reasons: %s; n-gram loops: %d sessions\n",
+		r.Requests, cmdutil.Quote(r.URL), cmdutil.Quote(r.Model), r.Concurrency, r.ToolTime, strings.Join(fr, " "), r.Loops)
 	if r.Sched != nil {
 		fmt.Fprintf(w, "server log: %d sched observations, peak running-req %d, peak token usage %.2f, retractions %d (%d events)\n",
 			r.Sched.Observations, r.Sched.PeakRunningReq, r.Sched.PeakTokenUsage, r.Sched.Retractions, r.Sched.RetractionEvents)

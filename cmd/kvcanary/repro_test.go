@@ -264,7 +264,8 @@ func TestReproDeadServerText(t *testing.T) {
 	if !strings.Contains(errOut, "no request got a model answer") || !strings.Contains(errOut, "connection refused") {
 		t.Errorf("stderr %q lacks the unreachable-server warning", errOut)
 	}
-	if !strings.Contains(out, "CORRUPTION sessions: 3/3 = 100% (leak=0 no_tool=0 error=3") || !strings.Contains(out, "transport") {
+	if !strings.Contains(out, "CORRUPTION sessions: 3/3 = 100% (leak=0 no_tool=0 error=3") || !strings.Contains(out, "transport") ||
+		!strings.Contains(out, "tool time 1.5s-6s") {
 		t.Fatalf("output %q", out)
 	}
 	rs, err := repro.RunStatsFromBundle(bundle)
