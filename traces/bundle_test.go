@@ -151,7 +151,7 @@ func TestWriterLineIsHookForm(t *testing.T) {
 	w := &Writer{}
 	w.bodyJS = json.NewEncoder(&w.body)
 	evs := sampleEvents()
-	evs = append(evs, hook.Event{Kind: hook.KindSession, TS: -5, Src: hook.Source{Proc: "p\x01\"<"}, Run: "run\u2028x\xff", Body: &hook.Session{ID: "x"}})
+	evs = append(evs, hook.Event{Kind: hook.KindSession, TS: -5, Src: hook.Source{Proc: "p\x01\"<"}, Run: "run\u2028x\xff", Body: &hook.Session{ID: "x", Outcome: hook.OutcomeDone}})
 	for _, ev := range evs {
 		want, err := ev.MarshalJSON()
 		if err != nil {
@@ -338,7 +338,7 @@ func TestRecordKeepsDrainingAfterIOError(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- Record(sub, w) }()
-	big := hook.Event{Kind: hook.KindFinding, Body: &hook.Finding{Summary: strings.Repeat("x", frameBytes)}}
+	big := hook.Event{Kind: hook.KindFinding, Body: &hook.Finding{Severity: hook.SevInfo, Summary: strings.Repeat("x", frameBytes)}}
 	for i := 0; i < 50; i++ {
 		bus.Publish(big) // would block forever if Record stopped receiving
 	}
@@ -408,5 +408,33 @@ func TestIsBundle(t *testing.T) {
 	missing := filepath.Join(dir, "nope")
 	if _, err := IsBundle(missing); err == nil || !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("IsBundle(missing) error %v: want ErrNotExist naming the path", err)
+	}
+}
+
+// An event the hook contract refuses (here a session outcome outside the
+// fixed list) is not written: Write says why, and the footer counts it.
+func TestWriterRefusesInvalidEvent(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := newWriter(&buf, "test", testManifest, 0, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := hook.Event{Kind: hook.KindSession, TS: 1, Body: &hook.Session{ID: "s1", Outcome: "bogus"}}
+	if err := w.Write(bad); err == nil || !strings.Contains(err.Error(), `"bogus"`) {
+		t.Fatalf("Write(outcome bogus) = %v, want an error naming the value", err)
+	}
+	good := hook.Event{Kind: hook.KindSession, TS: 2, Body: &hook.Session{ID: "s2", Outcome: hook.OutcomeLeak}}
+	if err := w.Write(good); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, got := readAll(t, buf.Bytes())
+	if len(got) != 1 || got[0].Body.(*hook.Session).ID != "s2" {
+		t.Fatalf("bundle holds %+v, want only s2", got)
+	}
+	if f, ok := r.Footer(); !ok || f.Rejected != 1 {
+		t.Fatalf("footer %+v, want 1 rejected", f)
 	}
 }

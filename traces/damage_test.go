@@ -363,7 +363,7 @@ func TestWriterRejectsHugeEvent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	huge := hook.Event{Kind: hook.KindFinding, Body: &hook.Finding{Summary: strings.Repeat("x", maxLineBytes)}}
+	huge := hook.Event{Kind: hook.KindFinding, Body: &hook.Finding{Severity: hook.SevInfo, Summary: strings.Repeat("x", maxLineBytes)}}
 	if err := w.Write(huge); err == nil || !strings.Contains(err.Error(), "over the") {
 		t.Fatalf("huge event: %v", err)
 	}

@@ -226,6 +226,10 @@ func (w *Writer) Write(ev hook.Event) error {
 	if err := w.usableLocked(); err != nil {
 		return err
 	}
+	if err := ev.Validate(); err != nil {
+		w.rejected++
+		return fmt.Errorf("write event to %s: %w", w.name, err)
+	}
 	n := len(w.buf)
 	buf, err := w.appendEvent(w.buf, ev)
 	if err != nil {

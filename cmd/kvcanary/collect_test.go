@@ -242,7 +242,7 @@ func TestCollectProgressOnTTY(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 50 {
-		em.Emit(hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Step: uint64(i)}})
+		em.Emit(hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Step: uint64(i), Mode: hook.ModeGraph}})
 	}
 	em.Close()
 	deadline := time.Now().Add(10 * time.Second)
