@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim/server"
 	"github.com/kvcanary/kvcanary/traces"
@@ -159,7 +160,8 @@ func simServeRun(opts *SimServeOptions) error {
 		}
 		pub = rec
 	}
-	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub, StepTime: opts.StepTime})
+	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub, StepTime: opts.StepTime,
+		Judge: repro.Classifier{}.Outcome})
 	if err != nil {
 		if rec != nil {
 			rec.Close()

@@ -114,6 +114,11 @@ func TestSimServeRun(t *testing.T) {
 	if rs.Outcomes.Total() != 3 || rs.Config.Engine != "sim" || !strings.HasPrefix(rs.Config.URL, "http://127.0.0.1:") || rs.Config.Extra["step_time"] != "1ms" {
 		t.Fatalf("bundle %+v config %+v", rs.Outcomes, rs.Config)
 	}
+	// The server's session events are judged by the same classifier as the
+	// harness, from the same replies: they agree.
+	if rs.Outcomes != res.Outcomes {
+		t.Fatalf("server bundle outcomes %+v, harness %+v", rs.Outcomes, res.Outcomes)
+	}
 }
 
 // TestSimServeBusyPort: a busy address is an input error naming the address,

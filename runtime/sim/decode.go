@@ -276,7 +276,7 @@ func (e *Engine) decode(batch []*request) []Completion {
 		e.canaryAfter(cp, checkPages, rows)
 	}
 	if e.cfg.Instruments.Replay {
-		e.publish(&hook.Replay{Step: e.replays, BatchSize: bs, Bucket: bucket, Mode: mode, DurNS: int64(simStep)})
+		e.publish(&hook.Replay{Step: e.replays, BatchSize: bs, Bucket: bucket, Mode: mode, DurNS: int64(StepTime)})
 	}
 
 	// Bookkeeping: append tokens, finish requests.

@@ -186,9 +186,10 @@ const prefillLookahead = 8
 // decode memory check wants room for.
 const retractDecodeSteps = 20
 
-// simStep is the simulated wall time of one engine step (event timestamps
-// and throughput derive from it, so the event stream is deterministic).
-const simStep = 25 * time.Millisecond
+// StepTime is the simulated wall time of one engine step (event timestamps
+// and throughput derive from it, so the event stream is deterministic);
+// `sim serve` paces its steps to it.
+const StepTime = 25 * time.Millisecond
 
 // simEpoch is the simulated clock's origin.
 var simEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -240,7 +241,7 @@ func (e *Engine) Stats() Stats { return e.stats }
 func (e *Engine) StepNumber() uint64 { return e.step }
 
 // Now is the engine's simulated clock.
-func (e *Engine) Now() time.Time { return simEpoch.Add(time.Duration(e.step) * simStep) }
+func (e *Engine) Now() time.Time { return simEpoch.Add(time.Duration(e.step) * StepTime) }
 
 // Decode arena (tests inspect it at the byte level).
 func (e *Engine) DecodeArena() *Arena { return e.dec }
@@ -672,7 +673,7 @@ func (e *Engine) logStep(bs int) {
 	if e.step%uint64(e.cfg.DecodeLogInterval) != 0 {
 		return
 	}
-	thr := float64(e.tokensWindow) / (float64(e.cfg.DecodeLogInterval) * simStep.Seconds())
+	thr := float64(e.tokensWindow) / (float64(e.cfg.DecodeLogInterval) * StepTime.Seconds())
 	e.tokensWindow = 0
 	graph := bs > 0 && !e.cfg.DisableCUDAGraph && bs <= e.cfg.CUDAGraphMaxBS
 	tg := "False"

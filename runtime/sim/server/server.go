@@ -23,7 +23,7 @@ const DefaultModel = "kvcanary-twin"
 // step. `kvcanary sim serve` paces steps to it by default, so a client's
 // wall-clock tool time of 1.5–6 s spans 60–240 steps, the think time of
 // sim run's workload (sim.DefaultWorkload).
-const EngineStepTime = 25 * time.Millisecond
+const EngineStepTime = sim.StepTime
 
 // DefaultMaxBody bounds a request body.
 const DefaultMaxBody = 8 << 20
@@ -34,7 +34,12 @@ type Options struct {
 	Rounds    int            // rounds per session for scripts whose first message states none (default 4)
 	Model     string         // model id (default DefaultModel); requests may name any model
 	Publisher hook.Publisher // engine events and, at Close, one session event per session; nil: none
-	MaxBody   int64          // request body limit (default DefaultMaxBody)
+	// Judge classifies each reply as a client sees it, so that the session
+	// events Close publishes carry outcomes (sim serve passes
+	// repro.Classifier{}.Outcome). The server itself only observes: with
+	// no Judge, records carry no outcome and Close publishes no sessions.
+	Judge   sim.Judge
+	MaxBody int64 // request body limit (default DefaultMaxBody)
 	// StreamChunkTokens is how many output tokens one content delta of a
 	// stream carries (default 8).
 	StreamChunkTokens int
@@ -76,6 +81,9 @@ type RequestRecord struct {
 	Retractions      int    `json:"retractions"`
 	Step             uint64 `json:"step"`
 	Reused           int    `json:"reused_turns"` // earlier turns matched to this server's own output
+	// Outcome is Options.Judge's verdict on this reply: an outcome that
+	// ends the session, or "" when it goes on (or there is no judge).
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // Server is the twin behind an OpenAI-compatible HTTP API. Run drives its
@@ -227,7 +235,8 @@ func (s *Server) Pace() PaceStats {
 }
 
 // Close rejects new requests, waits for Run to return (the caller cancels
-// its context first) and publishes one session event per session seen.
+// its context first) and, with a Judge, publishes one session event per
+// session seen.
 func (s *Server) Close() {
 	s.eng.Close()
 	s.mu.Lock()
@@ -239,6 +248,9 @@ func (s *Server) Close() {
 		<-s.loopDone
 	}
 	if already {
+		return
+	}
+	if s.opts.Judge == nil {
 		return
 	}
 	ts := s.eng.Now().UnixNano()
@@ -264,9 +276,11 @@ func (s *Server) Stats() sim.Stats {
 
 // Sessions folds the records into one session event body per session, in
 // session order: Requests are the response ids, Deviated says whether any
-// request left the script, and Outcome is the server's view of the last
-// request (leak or no_tool when it broke the protocol, error when aborted,
-// done after a plain-text answer, maxrounds after a tool call).
+// request left the script, and Outcome follows the judge's verdicts as a
+// client would: the first corrupted verdict (leak, no_tool) decides, an
+// engine abort is error (as a harness classifies a failed request), and
+// otherwise the last reply's verdict holds, maxrounds when the session
+// stopped after a tool call. Without Options.Judge, Outcome is "".
 func (s *Server) Sessions() []hook.Session {
 	recs := s.Records()
 	by := map[string]*hook.Session{}
@@ -283,18 +297,15 @@ func (s *Server) Sessions() []hook.Session {
 		ss.FinishReasons = append(ss.FinishReasons, r.FinishReason)
 		ss.Deviated = ss.Deviated || r.Deviated
 		switch {
+		case s.opts.Judge == nil:
 		case ss.Outcome == hook.OutcomeLeak || ss.Outcome == hook.OutcomeNoTool || ss.Outcome == hook.OutcomeError:
 			// the first break decides
 		case r.FinishReason == "abort":
 			ss.Outcome = hook.OutcomeError
-		case r.Leak:
-			ss.Outcome = hook.OutcomeLeak
-		case r.Broken:
-			ss.Outcome = hook.OutcomeNoTool
-		case r.ToolCalls > 0:
-			ss.Outcome = hook.OutcomeMaxRounds
+		case r.Outcome != "":
+			ss.Outcome = r.Outcome
 		default:
-			ss.Outcome = hook.OutcomeDone
+			ss.Outcome = hook.OutcomeMaxRounds
 		}
 	}
 	sort.Strings(order)
@@ -505,6 +516,17 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		Leak: parsed.Leak, ToolCalls: len(parsed.ToolCalls), FinishReason: c.FinishReason, Stream: req.Stream,
 		PromptTokens: len(prompt), CompletionTokens: len(c.Tokens), Retractions: c.Retractions, Step: c.Step, Reused: reused}
 	rec.Broken = c.FinishReason == "abort" || parsed.Leak || (sr.ToolCall && len(parsed.ToolCalls) == 0)
+	finish := c.FinishReason
+	if finish == "stop" && len(parsed.ToolCalls) > 0 {
+		finish = "tool_calls"
+	}
+	if j := s.opts.Judge; j != nil && c.FinishReason != "abort" {
+		mustCall := toolRounds
+		if !offered {
+			mustCall = 0
+		}
+		rec.Outcome = j(round, mustCall, parsed.Content, len(parsed.ToolCalls), finish)
+	}
 	calls := make([]wireToolCall, len(parsed.ToolCalls))
 	for i, tc := range parsed.ToolCalls {
 		calls[i].ID = fmt.Sprintf("call_%s_%d", engID, i)
@@ -520,10 +542,6 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	s.outputs[outputKey{sc.Session, round, signature(parsed.Content, calls)}] = servedOutput{tokens: c.Tokens}
 	s.mu.Unlock()
 
-	finish := c.FinishReason
-	if finish == "stop" && len(calls) > 0 {
-		finish = "tool_calls"
-	}
 	u := usage{PromptTokens: len(prompt), CompletionTokens: len(c.Tokens), TotalTokens: len(prompt) + len(c.Tokens)}
 	if c.FinishReason == "abort" {
 		e := &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "request aborted by the engine: " + c.Err}
