@@ -45,6 +45,15 @@ type Options struct {
 	Publish func(Update)
 	// Base mutates the baseline configuration (tests inject faults with it).
 	Base func(*sim.Config)
+	// Analyzers judge the baseline run (default: analyzers.All). A caller
+	// that shows their summaries while the run goes passes its own; they
+	// must be fresh and safe for concurrent use (kvcanary's are).
+	Analyzers []hook.Analyzer
+	// Events, when set, receives every event of the baseline run as it
+	// happens, the analyzers' findings included, on the run's goroutine, so
+	// a dashboard fills while the run goes. It must not block for long (a
+	// hook.Bus with a Live subscription drops instead).
+	Events hook.Publisher
 }
 
 // Toggle is one A/B arm: a flag change against the baseline.
@@ -358,14 +367,23 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 		return fmt.Errorf("create bundle: %w", err)
 	}
 	r.stats.SetManifest(o.Tool, time.Now(), host, rc)
-	var as []hook.Analyzer
+	var (
+		as  []hook.Analyzer
+		tap hook.Publisher
+	)
 	if baseline {
-		as = analyzers.All(analyzers.Options{WarmupMaxSeqLen: warmupSeqLen})
+		as, tap = o.Analyzers, o.Events
+		if as == nil {
+			as = analyzers.All(analyzers.Options{WarmupMaxSeqLen: warmupSeqLen})
+		}
 	}
 	stats := r.stats
 	pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
 		stats.Observe(ev)
 		rec.Publish(ev)
+		if tap != nil {
+			tap.Publish(ev)
+		}
 	}), as...)
 	wl := sim.DefaultWorkload()
 	wl.Sessions, wl.Rounds, wl.Tool, wl.Progress = o.Sessions, o.Rounds, o.Tool, progress

@@ -5,9 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 )
 
@@ -238,5 +241,65 @@ func TestToggleLine(t *testing.T) {
 		if got := toggleLine(base, tc.tr); !strings.HasSuffix(got, tc.want) {
 			t.Errorf("%s: %q does not end in %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// countingAnalyzer counts what it observes and finds nothing.
+type countingAnalyzer struct{ n atomic.Int64 }
+
+func (a *countingAnalyzer) Name() string                                 { return "counting" }
+func (a *countingAnalyzer) Observe(ev hook.Event, emit func(hook.Event)) { a.n.Add(1) }
+func (a *countingAnalyzer) Summary() any                                 { return a.n.Load() }
+
+// TestRunTapsBaselineEventsLive: Options.Events sees the baseline run's
+// events as it runs (all of them before its step is done, so a dashboard
+// fills while the run goes), only the baseline's, and the caller's analyzers
+// are the ones that judge it.
+func TestRunTapsBaselineEventsLive(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		evs    []hook.Event
+		atDone = -1
+	)
+	an := &countingAnalyzer{}
+	tg := DefaultToggles()[3:]
+	_, err := Run(context.Background(), Options{Sessions: 3, Rounds: 1, Seed: 2, Out: t.TempDir(), Toggles: tg, Parallel: 1,
+		Base:      func(c *sim.Config) { c.PoolTokens = 16384 },
+		Analyzers: []hook.Analyzer{an},
+		Events: hook.PublishFunc(func(ev hook.Event) {
+			mu.Lock()
+			evs = append(evs, ev)
+			mu.Unlock()
+		}),
+		Publish: func(u Update) {
+			if u.Step != StepBaseline {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if u.State == "done" {
+				atDone = len(evs)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 || atDone != len(evs) {
+		t.Fatalf("%d events tapped when the baseline step was done, %d in all; want all of them while it ran", atDone, len(evs))
+	}
+	var runs, sessions int
+	for _, ev := range evs {
+		switch ev.Kind {
+		case hook.KindRunStart:
+			runs++
+		case hook.KindSession:
+			sessions++
+		}
+	}
+	if runs != 1 || sessions != 3 {
+		t.Fatalf("tapped %d runs and %d sessions, want the baseline's 1 and 3 (no A/B arm)", runs, sessions)
+	}
+	if got := an.n.Load(); got != int64(len(evs)) {
+		t.Fatalf("the caller's analyzer observed %d events, the tap saw %d", got, len(evs))
 	}
 }

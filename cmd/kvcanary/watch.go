@@ -347,11 +347,11 @@ func writeWatchReport(w io.Writer, s tui.Stats, rec *traces.Writer, recPath stri
 
 // demoTUIRun runs `kvcanary demo` with the dashboard (stdout is a terminal):
 // each step appears in the investigation panel as it starts and finishes,
-// and once the baseline run is done its bundle is replayed into the panels,
-// judged again by fresh analyzers, so they show the evidence the layer tests
-// read (demo.Options has no live event tap; the A/B arms show as step lines). When the
-// dashboard closes, the plain report follows on stdout so it stays in the
-// scrollback. Quitting before the verdict stops the demo; that is no error.
+// and the baseline run's events fill the panels as it runs, judged by the
+// analyzers whose summaries the panels show: the evidence the layer tests
+// read (the A/B arms speak through their step lines). When the dashboard
+// closes, the plain report follows on stdout so it stays in the scrollback.
+// Quitting before the verdict stops the demo; that is no error.
 func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tui.Stats, error)) error {
 	if runTUI == nil {
 		runTUI = tui.Run
@@ -363,36 +363,12 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	// The baseline's events reach the view through a Live subscription,
+	// which drops rather than slow the twin down.
 	bus := hook.NewBus()
 	view := bus.Live("tui", tui.DefaultLiveCapacity)
 	steps := make(chan tui.Step, 256)
-	bundles := make(chan string, 64)
-	var current atomic.Pointer[[]hook.Analyzer]
-	summaries := func() map[string]any {
-		as := current.Load()
-		if as == nil {
-			return nil
-		}
-		return tui.AnalyzerSummaries(*as...)()
-	}
-
-	// Replayer: finished runs' bundles, in step order, as fast as they read.
-	replayed := make(chan struct{})
-	go func() {
-		defer close(replayed)
-		defer bus.Close()
-		for path := range bundles {
-			as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: 4})
-			current.Store(&as)
-			rejudge := map[string]bool{}
-			for _, a := range as {
-				rejudge[a.Name()] = true
-			}
-			// A bundle that cannot be replayed leaves its panels empty; the
-			// step's own result already says what the run measured.
-			_ = tui.ReplayBundle(ctx, path, hook.WithAnalyzers(bus, as...), tui.ReplayOptions{Rejudge: rejudge})
-		}
-	}()
+	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: 4})
 
 	var (
 		rep     *demo.Report
@@ -403,12 +379,12 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 	ran := make(chan struct{})
 	go func() {
 		defer close(ran)
-		seen := map[string]bool{}
+		defer bus.Close()
 		lastProgress := time.Time{}
 		func() {
 			defer tui.Recover(&runErr)
 			rep, runErr = demo.Run(ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
-				Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(),
+				Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Analyzers: as, Events: bus,
 				Publish: func(u demo.Update) {
 					switch u.State {
 					case "running":
@@ -433,21 +409,10 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 							st = tui.StepOK
 						}
 						steps <- tui.Step{Index: u.Index, Title: u.Result.Title, Status: st, Result: u.Result.Result}
-						// The panels show the run the layer tests measured (the
-						// baseline, with every instrument on); A/B arms speak
-						// through their step lines.
-						if b := u.Result.Bundle; b != "" && !seen[b] && !strings.HasPrefix(u.Result.Step, "ab:") {
-							seen[b] = true
-							select {
-							case bundles <- b:
-							case <-ctx.Done():
-							}
-						}
 					}
 				}})
 		}()
 		close(steps)
-		close(bundles)
 		if ctx.Err() != nil {
 			runErr, stopped = nil, true // quit before the verdict
 		}
@@ -456,12 +421,11 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 
 	_, uiErr := runTUI(ctx, tui.Options{
 		Title: "kvcanary demo", Source: fmt.Sprintf("the twin, %d sessions × %d rounds, seed %d", opts.Sessions, opts.Rounds, opts.Seed),
-		Sub: view, Summaries: summaries, Steps: steps, Done: done, SnapshotDir: opts.Out,
+		Sub: view, Summaries: tui.AnalyzerSummaries(as...), Steps: steps, Done: done, SnapshotDir: opts.Out,
 		In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
 	})
 	cancel()
 	<-ran
-	<-replayed
 	out := opts.IO.Out
 	if rep != nil {
 		for i := range rep.Steps {
