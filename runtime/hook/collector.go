@@ -262,6 +262,9 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 			return nil
 		default:
 		}
+		// Counted and registered together, under c.mu: Stats sees
+		// Connections, Open and Conns as one snapshot.
+		c.connections.Add(1)
 		c.open[cn] = struct{}{}
 		c.mu.Unlock()
 		wg.Add(1)
@@ -287,7 +290,6 @@ type conn struct {
 }
 
 func (c *Collector) newConn(nc net.Conn) *conn {
-	c.connections.Add(1)
 	cn := &conn{nc: nc, id: c.nextID.Add(1)}
 	cn.src.Node = c.node
 	if c.ep.network == "unix" {
@@ -464,7 +466,6 @@ func reasonMap(counts *[reasonLimit]atomic.Uint64) map[string]uint64 {
 // Stats returns a snapshot of the counters. Safe to call at any time.
 func (c *Collector) Stats() Stats {
 	st := Stats{
-		Connections: c.connections.Load(),
 		Events:      c.events.Load(),
 		Bytes:       c.bytes.Load(),
 		Rejected:    c.rejected.Load(),
@@ -480,6 +481,7 @@ func (c *Collector) Stats() Stats {
 		}
 	}
 	c.mu.Lock()
+	st.Connections = c.connections.Load()
 	st.Open = len(c.open)
 	for cn := range c.open {
 		s := cn.stats()
