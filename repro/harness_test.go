@@ -241,7 +241,13 @@ func TestHarnessBadServers(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := HarnessOptions{URL: tc.url, Sessions: 3, Rounds: 2, Model: "m", Stream: tc.stream, Timeout: 300 * time.Millisecond}
+			// Only the hung cases need a short timeout; the others get
+			// one a loaded machine cannot hit by accident.
+			timeout := 30 * time.Second
+			if tc.outcome == hook.OutcomeTimeout {
+				timeout = 300 * time.Millisecond
+			}
+			opts := HarnessOptions{URL: tc.url, Sessions: 3, Rounds: 2, Model: "m", Stream: tc.stream, Timeout: timeout}
 			var res *HarnessResult
 			if tc.h != nil {
 				res = runFake(t, tc.h, opts)

@@ -25,7 +25,7 @@ func manyFrames(t *testing.T) *frameLog {
 // waitGoroutines waits until the goroutine count drops to at most n.
 func waitGoroutines(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
 	for runtime.NumGoroutine() > n {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d goroutines, want at most %d: the decode-ahead goroutine leaked", runtime.NumGoroutine(), n)

@@ -270,7 +270,7 @@ func TestWriterFlushesOnTimer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
 	for {
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -281,7 +281,7 @@ func TestWriterFlushesOnTimer(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10s only %d of %d events on disk", len(got), len(evs))
+			t.Fatalf("after 30s only %d of %d events on disk", len(got), len(evs))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -125,7 +125,7 @@ func TestCollectRecordsTwoProducers(t *testing.T) {
 		nc.Write([]byte(`{"v":1,"kind":"sched","ts_ns":1,"body":{"token_usage":NaN}}` + "\n"))
 	}()
 	wg.Wait()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
 	for c.Stats().Events < nGo+nJSON+1 || c.Stats().Rejected < 1 {
 		if time.Now().After(deadline) {
 			t.Fatalf("collector stats %+v", c.Stats())
@@ -190,8 +190,10 @@ func TestCollectTextReport(t *testing.T) {
 	frame, _ := hook.AppendFrame(nil, hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Mode: "graph"}})
 	nc.Write(frame)
 	nc.Write([]byte{0, 0, 0, 0x40}) // a 1 GB length prefix: framing lost
-	for c.Stats().LostFraming == 0 {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(30 * time.Second); c.Stats().LostFraming == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the collector never reported the lost framing")
+		}
 	}
 	nc.Close()
 	if err := stop(); err != nil {
@@ -245,7 +247,7 @@ func TestCollectProgressOnTTY(t *testing.T) {
 		em.Emit(hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Step: uint64(i), Mode: hook.ModeGraph}})
 	}
 	em.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
 	for !strings.Contains(errOut.String(), "\r\x1b[Kcollect: 50 events (") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no progress line on a TTY: %q", errOut.String())
