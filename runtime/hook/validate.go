@@ -93,9 +93,9 @@ const (
 	ModeEager = "eager" // the step ran eagerly (no graph, or bs above cuda-graph-max-bs)
 )
 
-// validOutcome reports whether s is one of Outcomes (a switch, not a search
+// ValidOutcome reports whether s is one of Outcomes (a switch, not a search
 // of the exported slice: callers cannot change what is valid).
-func validOutcome(s string) bool {
+func ValidOutcome(s string) bool {
 	switch s {
 	case OutcomeDone, OutcomeMaxRounds, OutcomeLeak, OutcomeNoTool, OutcomeError, OutcomeTimeout:
 		return true
@@ -104,7 +104,7 @@ func validOutcome(s string) bool {
 }
 
 func (b *Session) validate() error {
-	if !validOutcome(b.Outcome) {
+	if !ValidOutcome(b.Outcome) {
 		return notOneOf(KindSession, "outcome", b.Outcome,
 			[]string{OutcomeDone, OutcomeMaxRounds, OutcomeLeak, OutcomeNoTool, OutcomeError, OutcomeTimeout})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -196,7 +197,11 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 				// What a client sees: the server's tool-call parser splits
 				// the text into content and tool calls.
 				p := ParseDSML(c.Text)
-				outcome = w.Judge(s.round, s.toolRounds, p.Content, len(p.ToolCalls), c.FinishReason)
+				outcome = w.Judge(s.round, s.toolRounds, p.Content, len(p.ToolCalls), WireFinish(c.FinishReason, len(p.ToolCalls)))
+				if outcome != "" && !hook.ValidOutcome(outcome) {
+					return res, fmt.Errorf("run workload: the judge returned outcome %q for session %s round %d: want \"\" or one of %s",
+						outcome, s.res.ID, s.round, strings.Join(hook.Outcomes, ", "))
+				}
 			}
 			if outcome != "" {
 				end(s, outcome)

@@ -72,7 +72,7 @@ func TestRunAsksTheJudge(t *testing.T) {
 			}
 			got, sr := calls[i], bySession[se.ID]
 			p := ParseDSML(sr.Output)
-			want := judgeCall{0, toolRounds(NewScript(cfg.Seed, idx, rounds)), p.Content, len(p.ToolCalls), sr.Finish[0]}
+			want := judgeCall{0, toolRounds(NewScript(cfg.Seed, idx, rounds)), p.Content, len(p.ToolCalls), WireFinish(sr.Finish[0], len(p.ToolCalls))}
 			if got != want {
 				t.Errorf("session %s: judge saw %+v, want %+v", se.ID, got, want)
 			}
@@ -127,5 +127,54 @@ func TestToolRounds(t *testing.T) {
 	}
 	if n := toolRounds(Script{}); n != 0 {
 		t.Fatalf("empty script: %d tool rounds", n)
+	}
+}
+
+// TestRunJudgeSeesWireFinishAndMustAnswerInContract: the judge sees the
+// finish reason a client would ("tool_calls" after tool calls, as sim serve
+// says), and a verdict outside hook.Outcomes stops the run with an error
+// naming it rather than turning into events the event model refuses.
+func TestRunJudgeSeesWireFinishAndMustAnswerInContract(t *testing.T) {
+	w := DefaultWorkload()
+	w.Sessions, w.Rounds = 4, 2
+	var calls []judgeCall
+	w.Judge = func(round, toolRounds int, content string, toolCalls int, finish string) string {
+		calls = append(calls, judgeCall{round, toolRounds, content, toolCalls, finish})
+		return ""
+	}
+	if _, err := Run(context.Background(), quietConfig(5), w, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range calls {
+		if want := WireFinish("stop", c.toolCalls); c.toolCalls > 0 && c.finish != want || c.finish == "" {
+			t.Fatalf("judge saw finish %q with %d tool calls", c.finish, c.toolCalls)
+		}
+	}
+	if len(calls) == 0 || calls[0].toolCalls == 0 || calls[0].finish != "tool_calls" {
+		t.Fatalf("first reply judged as %+v, want a tool call with finish tool_calls", calls)
+	}
+
+	w.Judge = func(int, int, string, int, string) string { return "lek" }
+	var c collect
+	_, err := Run(context.Background(), quietConfig(5), w, &c)
+	if err == nil || !strings.Contains(err.Error(), `outcome "lek"`) || !strings.Contains(err.Error(), "no_tool") {
+		t.Fatalf("a judge answering %q: err %v, want one naming the outcome and the allowed ones", "lek", err)
+	}
+	for _, ev := range c.evs {
+		if err := ev.Validate(); err != nil {
+			t.Fatalf("published an invalid event: %v", err)
+		}
+	}
+}
+
+func TestWireFinish(t *testing.T) {
+	for _, tc := range []struct {
+		engine string
+		calls  int
+		want   string
+	}{{"stop", 1, "tool_calls"}, {"stop", 0, "stop"}, {"length", 2, "length"}, {"abort", 1, "abort"}} {
+		if got := WireFinish(tc.engine, tc.calls); got != tc.want {
+			t.Errorf("WireFinish(%q, %d) = %q, want %q", tc.engine, tc.calls, got, tc.want)
+		}
 	}
 }

@@ -203,3 +203,14 @@ func RenderDSML(calls []ToolCall) string {
 	b.WriteString(TagCallsClose)
 	return b.String()
 }
+
+// WireFinish is the finish reason a client sees for an engine finish reason
+// and the number of tool calls the parser took from the text: "tool_calls"
+// where the engine stopped after tool calls, as OpenAI-compatible servers
+// say; otherwise the engine's own ("stop", "length", "abort").
+func WireFinish(engine string, toolCalls int) string {
+	if engine == "stop" && toolCalls > 0 {
+		return "tool_calls"
+	}
+	return engine
+}

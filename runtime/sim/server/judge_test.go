@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -110,5 +111,48 @@ func TestSessionOutcomesComeFromTheJudge(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A judge that answers outside hook.Outcomes cannot make the server publish
+// a session event the event model refuses: the record says what the judge
+// returned and the session counts as an error.
+func TestBadVerdictIsRecordedNotPublished(t *testing.T) {
+	cfg := sim.DefaultConfig()
+	cfg.Instruments = sim.Instruments{}
+	cfg.MultiStreamOverlap = false
+	var evs []hook.Event
+	var mu sync.Mutex
+	s, err := New(Options{Config: cfg, Judge: func(int, int, string, int, string) string { return "lek" },
+		Publisher: hook.PublishFunc(func(ev hook.Event) {
+			mu.Lock()
+			evs = append(evs, ev)
+			mu.Unlock()
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.Run(ctx)
+	hs := httptest.NewServer(s.Handler())
+	post(t, hs.URL, `{"model":"m","messages":[{"role":"user","content":"task C"}]}`)
+	hs.Close()
+	cancel()
+	s.Close()
+	recs := s.Records()
+	if len(recs) != 1 || recs[0].Outcome != hook.OutcomeError || !strings.Contains(recs[0].JudgeError, `"lek"`) {
+		t.Fatalf("records %+v, want outcome error with the judge's answer recorded", recs)
+	}
+	var sessions int
+	for _, ev := range evs {
+		if err := ev.Validate(); err != nil {
+			t.Fatalf("published an invalid event: %v", err)
+		}
+		if ev.Kind == hook.KindSession {
+			sessions++
+		}
+	}
+	if sessions != 1 {
+		t.Fatalf("%d session events, want 1", sessions)
 	}
 }

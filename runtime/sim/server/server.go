@@ -83,7 +83,8 @@ type RequestRecord struct {
 	Reused           int    `json:"reused_turns"` // earlier turns matched to this server's own output
 	// Outcome is Options.Judge's verdict on this reply: an outcome that
 	// ends the session, or "" when it goes on (or there is no judge).
-	Outcome string `json:"outcome,omitempty"`
+	Outcome    string `json:"outcome,omitempty"`
+	JudgeError string `json:"judge_error,omitempty"` // the judge returned an outcome outside hook.Outcomes (then Outcome is error)
 }
 
 // Server is the twin behind an OpenAI-compatible HTTP API. Run drives its
@@ -516,16 +517,20 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		Leak: parsed.Leak, ToolCalls: len(parsed.ToolCalls), FinishReason: c.FinishReason, Stream: req.Stream,
 		PromptTokens: len(prompt), CompletionTokens: len(c.Tokens), Retractions: c.Retractions, Step: c.Step, Reused: reused}
 	rec.Broken = c.FinishReason == "abort" || parsed.Leak || (sr.ToolCall && len(parsed.ToolCalls) == 0)
-	finish := c.FinishReason
-	if finish == "stop" && len(parsed.ToolCalls) > 0 {
-		finish = "tool_calls"
-	}
+	finish := sim.WireFinish(c.FinishReason, len(parsed.ToolCalls))
 	if j := s.opts.Judge; j != nil && c.FinishReason != "abort" {
 		mustCall := toolRounds
 		if !offered {
 			mustCall = 0
 		}
 		rec.Outcome = j(round, mustCall, parsed.Content, len(parsed.ToolCalls), finish)
+		if rec.Outcome != "" && !hook.ValidOutcome(rec.Outcome) {
+			// A judge's bug must not turn into session events the
+			// event model refuses: the record keeps what it said, the
+			// session counts it as an error.
+			rec.JudgeError = fmt.Sprintf("judge returned outcome %q", rec.Outcome)
+			rec.Outcome = hook.OutcomeError
+		}
 	}
 	calls := make([]wireToolCall, len(parsed.ToolCalls))
 	for i, tc := range parsed.ToolCalls {
