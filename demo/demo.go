@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +28,6 @@ const (
 	StepCompute   = "compute"
 	StepVerdict   = "verdict"
 	stepABPrefix  = "ab:"
-	warmupSeqLen  = 4 // checksum: rooms at or below this length are warmups (as sim run)
 	defaultRounds = 4
 )
 
@@ -186,6 +186,11 @@ func (o *Options) defaults() error {
 	}
 	if o.Publish == nil {
 		o.Publish = func(Update) {}
+	}
+	if o.Analyzers != nil {
+		if miss := missingInstruments(o.Analyzers); len(miss) > 0 {
+			return fmt.Errorf("demo: the analyzers given lack %s: the layer tests read their summaries", strings.Join(miss, ", "))
+		}
 	}
 	if o.Out == "" {
 		d, err := os.MkdirTemp("", "kvcanary-demo-")
@@ -374,7 +379,7 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 	if baseline {
 		as, tap = o.Analyzers, o.Events
 		if as == nil {
-			as = analyzers.All(analyzers.Options{WarmupMaxSeqLen: warmupSeqLen})
+			as = analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
 		}
 	}
 	stats := r.stats
@@ -426,6 +431,32 @@ func sanitize(c sim.Config) string {
 		return fmt.Sprintf("multi-stream-overlap-%v", c.MultiStreamOverlap)
 	}
 	return "variant"
+}
+
+// missingInstruments names the instruments whose analyzer as lacks, by the
+// summary types fillEvidence reads.
+func missingInstruments(as []hook.Analyzer) []string {
+	var ck, ca, gd bool
+	for _, a := range as {
+		switch a.Summary().(type) {
+		case checksum.Summary:
+			ck = true
+		case canary.Summary:
+			ca = true
+		case graphdiff.Summary:
+			gd = true
+		}
+	}
+	var miss []string
+	for _, m := range []struct {
+		name string
+		ok   bool
+	}{{"checksum", ck}, {"canary", ca}, {"graphdiff", gd}} {
+		if !m.ok {
+			miss = append(miss, m.name)
+		}
+	}
+	return miss
 }
 
 // fillEvidence reads the analyzers' summaries of the baseline.

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
@@ -265,7 +266,7 @@ func TestRunTapsBaselineEventsLive(t *testing.T) {
 	tg := DefaultToggles()[3:]
 	_, err := Run(context.Background(), Options{Sessions: 3, Rounds: 1, Seed: 2, Out: t.TempDir(), Toggles: tg, Parallel: 1,
 		Base:      func(c *sim.Config) { c.PoolTokens = 16384 },
-		Analyzers: []hook.Analyzer{an},
+		Analyzers: append(analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen}), an),
 		Events: hook.PublishFunc(func(ev hook.Event) {
 			mu.Lock()
 			evs = append(evs, ev)
@@ -299,7 +300,18 @@ func TestRunTapsBaselineEventsLive(t *testing.T) {
 	if runs != 1 || sessions != 3 {
 		t.Fatalf("tapped %d runs and %d sessions, want the baseline's 1 and 3 (no A/B arm)", runs, sessions)
 	}
-	if got := an.n.Load(); got != int64(len(evs)) {
-		t.Fatalf("the caller's analyzer observed %d events, the tap saw %d", got, len(evs))
+	var findings int
+	for _, ev := range evs {
+		if ev.Kind == hook.KindFinding {
+			findings++
+		}
+	}
+	if got := an.n.Load(); got != int64(len(evs)-findings) {
+		t.Fatalf("the caller's analyzer observed %d events, the tap saw %d besides %d findings", got, len(evs)-findings, findings)
+	}
+	// A caller's list must hold the three instruments the layer tests read.
+	_, err = Run(context.Background(), Options{Sessions: 3, Rounds: 1, Out: t.TempDir(), Analyzers: []hook.Analyzer{an}})
+	if err == nil || !strings.Contains(err.Error(), "checksum, canary, graphdiff") {
+		t.Fatalf("analyzers without the instruments: err %v", err)
 	}
 }

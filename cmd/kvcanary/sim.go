@@ -200,7 +200,7 @@ func simRunRun(opts *SimRunOptions) error {
 		return err
 	}
 	defer closeLog()
-	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: 4})
+	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
 	var sink hook.Publisher = hook.PublishFunc(func(hook.Event) {})
 	var rec *traces.Recording
 	if opts.Record != "" {

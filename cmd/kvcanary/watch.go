@@ -368,7 +368,7 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 	bus := hook.NewBus()
 	view := bus.Live("tui", tui.DefaultLiveCapacity)
 	steps := make(chan tui.Step, 256)
-	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: 4})
+	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
 
 	var (
 		rep     *demo.Report

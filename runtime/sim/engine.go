@@ -305,8 +305,12 @@ func (e *Engine) reqID(idx int32) string {
 	return ""
 }
 
-// warmup runs SGLang's fake-bootstrap warmup: room 0, seq_len 4, no real
-// transfer, so its decode-side checksum is 0.
+// WarmupSeqLen is the seq_len of the warmup request the engine runs at
+// start-up (room 0); the checksum analyzer treats rooms this short as warmups.
+const WarmupSeqLen = 4
+
+// warmup runs SGLang's fake-bootstrap warmup: room 0, seq_len WarmupSeqLen,
+// no real transfer, so its decode-side checksum is 0.
 func (e *Engine) warmup() {
 	toks := []Token{TokBOS, TokUser, TokHint, TokAssistant}
 	if e.pre != nil && e.cfg.Instruments.Checksum {
@@ -316,8 +320,8 @@ func (e *Engine) warmup() {
 			e.pre.Store(int(pages[0])*PageTokens+i, e.keyBuf)
 		}
 		d := checksum.Room(e.pre.L, e.pre.Buf, pages, len(toks))
-		e.publish(&hook.RoomChecksum{Room: 0, Side: hook.SidePrefill, SeqLen: 4, Pages: 1, Bsum: hook.Hex64(d.Bsum), XXH3: hook.Hex64(d.XXH3), Dtype: e.cfg.IndexKDtype, Request: "warmup"})
-		e.publish(&hook.RoomChecksum{Room: 0, Side: hook.SideDecode, SeqLen: 4, Pages: 1, Dtype: e.cfg.IndexKDtype, Request: "warmup"})
+		e.publish(&hook.RoomChecksum{Room: 0, Side: hook.SidePrefill, SeqLen: len(toks), Pages: 1, Bsum: hook.Hex64(d.Bsum), XXH3: hook.Hex64(d.XXH3), Dtype: e.cfg.IndexKDtype, Request: "warmup"})
+		e.publish(&hook.RoomChecksum{Room: 0, Side: hook.SideDecode, SeqLen: len(toks), Pages: 1, Dtype: e.cfg.IndexKDtype, Request: "warmup"})
 		e.preAlloc.Free(pages)
 	}
 }
