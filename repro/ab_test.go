@@ -171,6 +171,33 @@ func TestOtherConfounds(t *testing.T) {
 	}
 }
 
+// Tool time and step pacing are workload, not engine flags: a difference is
+// a confound with a note, and an unknown value ("", an older bundle or a
+// real engine) is not a difference.
+func TestToolTimeAndStepTimeConfounds(t *testing.T) {
+	a, b := abBaseCfg(), abBaseCfg()
+	a.ToolTime, b.ToolTime = "0s", "1.5s-6s"
+	a.StepTime, b.StepTime = "0s", "25ms"
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	rep := Compare(A, B, CompareOptions{})
+	if rep.FlagUnderTest != nil || len(rep.DifferingFlags) != 0 {
+		t.Errorf("workload settings taken for engine flags: %+v %+v", rep.FlagUnderTest, rep.DifferingFlags)
+	}
+	tt, ok := abFindConfound(rep.Confounds, "tool_time")
+	if !ok || tt.A != "0s" || tt.B != "1.5s-6s" || !strings.Contains(tt.Note, "cuda-graph-max-bs") {
+		t.Errorf("tool_time confound %+v in %v", tt, abConfoundNames(rep.Confounds))
+	}
+	if st, ok := abFindConfound(rep.Confounds, "step_time"); !ok || st.A != "0s" || st.B != "25ms" {
+		t.Errorf("step_time confound %+v in %v", st, abConfoundNames(rep.Confounds))
+	}
+	a.ToolTime, a.StepTime = "", ""
+	A = statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
+	if got := abConfoundNames(Compare(A, B, CompareOptions{}).Confounds); len(got) != 0 {
+		t.Errorf("unknown tool and step time compared as different: %v", got)
+	}
+}
+
 // The seeds' red herring: 3 retractions matched 3 no_tool sessions, yet the
 // PD decode node corrupted 15% with zero retractions.
 func TestRetractionCorrelationNotes(t *testing.T) {

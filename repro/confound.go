@@ -148,6 +148,16 @@ func Confounds(a, b *RunStats, flag string) (diffs []FlagDiff, underTest *FlagDi
 		cs = append(cs, Confound{Name: "concurrency", A: a.Config.Concurrency, B: b.Config.Concurrency,
 			Note: "different offered concurrency: batch size drives this bug class"})
 	}
+	// Tool time and step pacing: "" is unknown (an older bundle, a real
+	// engine), not a difference.
+	if ta, tb := a.Config.ToolTime, b.Config.ToolTime; ta != "" && tb != "" && ta != tb {
+		cs = append(cs, Confound{Name: "tool_time", A: ta, B: tb,
+			Note: "different client tool time between rounds: it sets how far sessions drift apart, so batch sizes and how many decode steps replay a captured graph (at or below cuda-graph-max-bs) differ"})
+	}
+	if sa, sb := a.Config.StepTime, b.Config.StepTime; sa != "" && sb != "" && sa != sb {
+		cs = append(cs, Confound{Name: "step_time", A: sa, B: sb,
+			Note: "the twin's engine step took different wall times, so the same tool time spans a different number of engine steps"})
+	}
 	if a.Config.Model != b.Config.Model {
 		cs = append(cs, Confound{Name: "model", A: a.Config.Model, B: b.Config.Model, Note: "different models"})
 	}

@@ -273,7 +273,7 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Src: hook.Source{Proc: "repro"},
 		Body: &hook.RunStart{Tool: opts.Tool, Host: opts.Host, Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model,
 			Sessions: opts.Sessions, Rounds: opts.Rounds, Concurrency: opts.Concurrency, Seed: opts.Seed,
-			Extra: map[string]string{"tool_time": opts.ToolTime.String()}}}})
+			ToolTime: opts.ToolTime.String()}}})
 
 	d := &driver{opts: &opts, endpoint: endpoint, tools: toolsJSON()}
 	res := &HarnessResult{URL: opts.URL, Model: opts.Model, Concurrency: opts.Concurrency, ToolTime: opts.ToolTime.String(), FinishReasons: map[string]int{},

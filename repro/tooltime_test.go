@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
 )
 
 func TestParseToolTime(t *testing.T) {
@@ -144,8 +145,8 @@ func TestHarnessWaitsToolTime(t *testing.T) {
 	if res.Outcomes.Corrupted() != 0 || res.ToolTime != "20ms-80ms" {
 		t.Fatalf("outcomes %+v, tool time %q", res.Outcomes, res.ToolTime)
 	}
-	if start == nil || start.Config.Extra["tool_time"] != "20ms-80ms" {
-		t.Fatalf("run.start %+v: want extra.tool_time 20ms-80ms (ab lists a differing tool time as a confound)", start)
+	if start == nil || start.Config.ToolTime != "20ms-80ms" {
+		t.Fatalf("run.start %+v: want tool_time 20ms-80ms (ab lists a differing tool time as a confound)", start)
 	}
 	checked := 0
 	for i, s := range res.PerSession {
@@ -207,5 +208,14 @@ func TestHarnessRejectsBadToolTime(t *testing.T) {
 	_, err := RunHarness(context.Background(), HarnessOptions{URL: "http://h", ToolTime: ToolTime{Min: 2 * time.Second, Max: time.Second}})
 	if err == nil || !strings.Contains(err.Error(), "tool time") {
 		t.Fatalf("err %v, want one naming the tool time", err)
+	}
+}
+
+// repro's default tool time is sim run's think time on the twin's clock:
+// both record the same tool_time, so an A/B between a sim run bundle and a
+// repro run against sim serve shows no tool-time confound.
+func TestDefaultToolTimeIsSimRunsThinkTime(t *testing.T) {
+	if got, want := sim.DefaultWorkload().ToolTime(), DefaultToolTime.String(); got != want {
+		t.Fatalf("sim run's think time is %s, repro's default tool time %s", got, want)
 	}
 }

@@ -183,7 +183,7 @@ func reproRun(opts *ReproOptions) error {
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
 			Run: fmt.Sprintf("repro-seed%d", opts.Seed),
 			Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-				Concurrency: opts.Concurrency, Seed: opts.Seed, Extra: map[string]string{"tool_time": opts.ToolTime.String()}}})
+				Concurrency: opts.Concurrency, Seed: opts.Seed, ToolTime: opts.ToolTime.String()}})
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}

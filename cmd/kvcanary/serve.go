@@ -148,10 +148,7 @@ func simServeRun(opts *SimServeOptions) error {
 		rc := cfg.RunConfig()
 		rc.URL = "http://" + ln.Addr().String()
 		rc.Rounds = opts.Rounds
-		if rc.Extra == nil {
-			rc.Extra = map[string]string{}
-		}
-		rc.Extra["step_time"] = opts.StepTime.String()
+		rc.StepTime = opts.StepTime.String()
 		var err error
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
 			Config: rc, Run: fmt.Sprintf("serve-seed%d", opts.Seed), Command: "sim serve"})

@@ -111,7 +111,7 @@ func TestSimServeRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs.Outcomes.Total() != 3 || rs.Config.Engine != "sim" || !strings.HasPrefix(rs.Config.URL, "http://127.0.0.1:") || rs.Config.Extra["step_time"] != "1ms" {
+	if rs.Outcomes.Total() != 3 || rs.Config.Engine != "sim" || !strings.HasPrefix(rs.Config.URL, "http://127.0.0.1:") || rs.Config.StepTime != "1ms" {
 		t.Fatalf("bundle %+v config %+v", rs.Outcomes, rs.Config)
 	}
 	// The server's session events are judged by the same classifier as the

@@ -290,22 +290,29 @@ func (f *Float32s) UnmarshalJSON(b []byte) error {
 // RunConfig is the configuration of one run: the engine flags under test and
 // the workload. A/B confound checks compare these field by field.
 type RunConfig struct {
-	Engine             string            `json:"engine,omitempty"` // "sim", "sglang", "vllm"
-	Model              string            `json:"model,omitempty"`
-	URL                string            `json:"url,omitempty"`
-	IndexKDtype        string            `json:"index_k_dtype,omitempty"` // "bf16" | "fp8"
-	CUDAGraph          bool              `json:"cuda_graph"`
-	CUDAGraphMaxBS     int               `json:"cuda_graph_max_bs,omitempty"`
-	MultiStreamOverlap bool              `json:"multi_stream_overlap"`
-	Disaggregation     string            `json:"disaggregation,omitempty"` // "pd" | "none"
-	MaxRunningRequests int               `json:"max_running_requests,omitempty"`
-	PoolTokens         int               `json:"pool_tokens,omitempty"`
-	Sessions           int               `json:"sessions,omitempty"`
-	Rounds             int               `json:"rounds,omitempty"`
-	Concurrency        int               `json:"concurrency,omitempty"`
-	Seed               uint64            `json:"seed"`
-	Inject             []string          `json:"inject,omitempty"`
-	Extra              map[string]string `json:"extra,omitempty"` // engine flags without a field
+	Engine             string `json:"engine,omitempty"` // "sim", "sglang", "vllm"
+	Model              string `json:"model,omitempty"`
+	URL                string `json:"url,omitempty"`
+	IndexKDtype        string `json:"index_k_dtype,omitempty"` // "bf16" | "fp8"
+	CUDAGraph          bool   `json:"cuda_graph"`
+	CUDAGraphMaxBS     int    `json:"cuda_graph_max_bs,omitempty"`
+	MultiStreamOverlap bool   `json:"multi_stream_overlap"`
+	Disaggregation     string `json:"disaggregation,omitempty"` // "pd" | "none"
+	MaxRunningRequests int    `json:"max_running_requests,omitempty"`
+	PoolTokens         int    `json:"pool_tokens,omitempty"`
+	Sessions           int    `json:"sessions,omitempty"`
+	Rounds             int    `json:"rounds,omitempty"`
+	Concurrency        int    `json:"concurrency,omitempty"`
+	Seed               uint64 `json:"seed"`
+	// ToolTime is the client's tool execution time between rounds, as
+	// "MIN-MAX" or one Go duration ("1.5s-6s", "0s": answered at once);
+	// "" when unknown. It sets how far sessions drift apart.
+	ToolTime string `json:"tool_time,omitempty"`
+	// StepTime is the wall time one engine step takes on the twin ("25ms";
+	// "0s": unpaced); "" for an engine that is not paced by kvcanary.
+	StepTime string            `json:"step_time,omitempty"`
+	Inject   []string          `json:"inject,omitempty"`
+	Extra    map[string]string `json:"extra,omitempty"` // engine flags without a field
 }
 
 // GPUInfo describes one device of the host.

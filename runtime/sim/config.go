@@ -145,6 +145,7 @@ func (c *Config) RunConfig() hook.RunConfig {
 		MaxRunningRequests: c.MaxRunningRequests,
 		PoolTokens:         c.PoolTokens,
 		Seed:               c.Seed,
+		StepTime:           StepTime.String(), // the engine's simulated step
 		Inject:             slices.Clone(c.Inject),
 	}
 }

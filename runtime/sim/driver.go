@@ -32,6 +32,17 @@ type Workload struct {
 	Judge Judge
 }
 
+// ToolTime is the workload's think time as the wall time of the engine's
+// simulated steps, in repro's --tool-time form ("1.5s-6s"), so a sim run and
+// an HTTP run against sim serve record the same client behaviour.
+func (w Workload) ToolTime() string {
+	lo, hi := time.Duration(w.ThinkMin)*StepTime, time.Duration(w.ThinkMax)*StepTime
+	if lo == hi {
+		return lo.String()
+	}
+	return lo.String() + "-" + hi.String()
+}
+
 // DefaultWorkload is the seeds' reproducer shape: 80 sessions × 4 rounds.
 // It has no Judge: the caller sets one.
 func DefaultWorkload() Workload {
@@ -105,6 +116,7 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 	start := time.Now()
 	rc := cfg.RunConfig()
 	rc.Sessions, rc.Rounds, rc.Concurrency = w.Sessions, w.Rounds, w.Sessions
+	rc.ToolTime = w.ToolTime()
 	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: simEpoch.UnixNano(), Src: hook.Source{Proc: "sim"},
 		Body: &hook.RunStart{Tool: w.Tool, Config: rc, Host: hook.HostInfo{OS: "sim", Arch: "twin"}}})
 	e, err := NewEngine(cfg, pub)
