@@ -217,8 +217,8 @@ func (w *Writer) submitLocked(wait bool) error {
 	return w.ioError()
 }
 
-// Write appends one event. An invalid event (no body, body of another kind)
-// is refused with an error, counted as rejected, and does not poison the
+// Write appends one event. An invalid event (no body, body of another kind,
+// a value hook.Event.Validate refuses, a line over the size limit) is refused with an error, counted as rejected, and does not poison the
 // writer; an I/O error does: it is returned by every later call.
 func (w *Writer) Write(ev hook.Event) error {
 	w.mu.Lock()

@@ -73,13 +73,13 @@ func ReplayBundle(ctx context.Context, path string, pub hook.Publisher, opts Rep
 	}
 }
 
-// pacer holds events back until their time: event time advances speed
-// times faster than wall time from the first event on.
 // paceSlack is how early an event may be passed on: a wait shorter than
 // this is not worth a timer, so a replay may end up to paceSlack before
 // its span allows.
 const paceSlack = 2 * time.Millisecond
 
+// pacer holds events back until their time: event time advances speed
+// times faster than wall time from the first event on.
 type pacer struct {
 	speed float64
 	c     *Cursor

@@ -59,7 +59,9 @@ drawn per session and round from --seed), as agentic clients do: the
 sessions drift apart, and the server sees the batch sizes of a real
 workload instead of N sessions in lock-step. "--tool-time 0" answers at
 once. Against "kvcanary sim serve" (an engine step paced to 25 ms) the
-default is the 60–240 steps of sim run's think time.
+default is the 60–240 steps of sim run's think time. A session holds its
+--concurrency slot while its tools run: with fewer slots than sessions, the
+run takes about rounds × 3.75 s × sessions/concurrency longer.
 
 Sessions are classified:
   leak      tool-call markup in content or reasoning_content (DSML, <tool_call>,

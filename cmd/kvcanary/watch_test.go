@@ -232,8 +232,8 @@ func TestWatchListen(t *testing.T) {
 }
 
 // TestDemoWithDashboard runs a small demo through the dashboard's options:
-// every step arrives (running, then its result), the baseline's bundle is
-// replayed into the view (one run.start), the panels have
+// every step arrives (running, then its result), the baseline's events reach
+// the view as it runs (one run.start: no A/B arm), the panels have
 // analyzer summaries, and the plain report follows on stdout.
 func TestDemoWithDashboard(t *testing.T) {
 	ios, _, out, errOut := cmdutil.Test()

@@ -10,7 +10,14 @@
 //
 // One goroutine drives Engine.Step; every HTTP request is submitted to the same
 // engine, so concurrent sessions batch together in its scheduler exactly as
-// sim run's sessions do.
+// sim run's sessions do. Options.StepTime paces that loop (sim serve: 25 ms, the
+// engine's simulated step), so a client's wall-clock tool time between rounds
+// spans as many steps as sim run's think time; overruns are counted (Pace).
+//
+// The server observes and never judges: Options.Judge (sim serve passes repro's
+// classifier) gives each reply an outcome, and only with a judge does Close
+// publish session events. The judge is called from the HTTP handlers'
+// goroutines, concurrently: it must be safe for that.
 //
 // # Conversations and the script
 //
