@@ -3,6 +3,8 @@ package hook
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"strings"
 	"unicode"
 )
 
@@ -107,10 +109,52 @@ func findDupKey(b []byte) (name string, at int, found bool) {
 }
 
 // isMapField reports whether a member of this name holds a map of the model
-// (Finding.Evidence, RunConfig.Extra) rather than a struct.
-func isMapField(name []byte) bool {
-	return bytes.EqualFold(name, []byte("evidence")) || bytes.EqualFold(name, []byte("extra"))
-}
+// (Finding.Evidence, RunConfig.Extra, …) rather than a struct: inside a map
+// only exact repeats are duplicates.
+func isMapField(name []byte) bool { return mapFields[strings.ToLower(string(name))] }
+
+// mapFields holds the lower-cased JSON names of every map-typed field of
+// every body, at any depth, found by reflection so a map field added to the
+// model is handled without a list to keep.
+var mapFields = func() map[string]bool {
+	m := map[string]bool{}
+	seen := map[reflect.Type]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || seen[t] {
+			return
+		}
+		seen[t] = true
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "-" || !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Map {
+				m[strings.ToLower(name)] = true
+				continue
+			}
+			walk(ft)
+		}
+	}
+	for k := KindRunStart; k < kindLimit; k++ {
+		if b, err := NewBody(k); err == nil {
+			walk(reflect.TypeOf(b))
+		}
+	}
+	return m
+}()
 
 func sameName(b []byte, x, y keySpan, exact bool) bool {
 	xb, yb := b[x.start:x.end], b[y.start:y.end]

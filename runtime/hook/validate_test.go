@@ -596,3 +596,19 @@ func TestCanonicalNameIsEqualFold(t *testing.T) {
 		}
 	}
 }
+
+// The maps of the model are found by reflection, so a map field added to a
+// body is treated as a map (case-variant keys are distinct) without a list to
+// keep; struct-valued members stay case-insensitive.
+func TestMapFieldsFoundByReflection(t *testing.T) {
+	for _, name := range []string{"evidence", "extra", "Evidence"} {
+		if !isMapField([]byte(name)) {
+			t.Errorf("%q not taken for a map field (found %v)", name, mapFields)
+		}
+	}
+	for _, name := range []string{"config", "src", "body", "host", "kind"} {
+		if isMapField([]byte(name)) {
+			t.Errorf("%q taken for a map field", name)
+		}
+	}
+}
