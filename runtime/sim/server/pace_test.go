@@ -49,14 +49,14 @@ func servePaced(t *testing.T, d time.Duration) (time.Duration, PaceStats, sim.St
 	ctx, cancel := context.WithCancel(context.Background())
 	go s.Run(ctx)
 	hs := httptest.NewServer(s.Handler())
-	defer func() {
-		hs.Close()
-		cancel()
-		s.Close()
-	}()
 	start := time.Now()
 	resp, body := post(t, hs.URL, `{"model":"m","messages":[{"role":"user","content":"Task 1: pacing. tool rounds: 1"}],"tools":`+toolsJSON+`}`)
 	took := time.Since(start)
+	// Stop the loop before reading its counters: Run may still be between
+	// the step that finished the request and the bookkeeping after it.
+	hs.Close()
+	cancel()
+	s.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
