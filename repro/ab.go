@@ -2,11 +2,11 @@ package repro
 
 import (
 	"fmt"
-	"github.com/kvcanary/kvcanary/internal/safetext"
 	"io"
 	"strconv"
 	"strings"
 
+	"github.com/kvcanary/kvcanary/internal/safetext"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
