@@ -13,6 +13,7 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/traces"
 )
 
 func seedsEvidence() Evidence {
@@ -177,12 +178,12 @@ func TestRunMechanics(t *testing.T) {
 		if s.Bundle == "" {
 			continue
 		}
-		rs, err := repro.RunStatsFromBundle(s.Bundle)
+		sum, err := traces.Inspect(s.Bundle)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rs.Outcomes.Total() != 3 || rs.Config.Sessions != 3 || rs.Truncated {
-			t.Errorf("%s: %d sessions, config %+v", s.Bundle, rs.Outcomes.Total(), rs.Config)
+		if sum.Counts["session"] != 3 || sum.Manifest.Config.Sessions != 3 || sum.Truncated {
+			t.Errorf("%s: %d sessions, config %+v", s.Bundle, sum.Counts["session"], sum.Manifest.Config)
 		}
 	}
 	if _, err := Run(context.Background(), Options{Sessions: -1}); err == nil {

@@ -10,8 +10,9 @@
 //     each side of `ab --json`; SummaryOf builds one from outcome counts and
 //     Headline prints the seeds' "CORRUPTION sessions: 14/80 = 18% (…)" line.
 //   - RunStats accumulates a run from its events (manifest config, session
-//     outcomes, scheduler observations, host and GPU facts); ReadRun and
-//     RunStatsFromBundle fill one from a trace bundle.
+//     outcomes, scheduler observations, host and GPU facts); ReadRun fills
+//     one from any event reader, e.g. a trace bundle (the CLI opens it:
+//     repro reads events, not files).
 //   - Compare turns two RunStats into an ABReport: per-class rates, Fisher's
 //     two-sided p for corrupted vs not, confounds, and honest correlation notes
 //     (retractions in a clean run are not causal evidence).
@@ -30,8 +31,8 @@
 //     cut streams are error, the per-request timeout is timeout. HasLoop flags
 //     n-gram loops as an extra signal.
 //   - The harness publishes run.start, one session event per session and
-//     run.end, so a recorded run is a bundle RunStatsFromBundle and Compare
-//     read like any other.
+//     run.end, so a recorded run is a bundle ReadRun and Compare read like
+//     any other.
 //
 // A session is corrupted when its outcome is leak, no_tool or error;
 // done, maxrounds and timeout are not corruption.

@@ -4,15 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/logscan"
-	"github.com/kvcanary/kvcanary/traces"
 )
 
 func TestHeadlineSeedsForm(t *testing.T) {
@@ -224,41 +221,6 @@ func TestReadRun(t *testing.T) {
 	r = NewRunStats("s")
 	if err := ReadRun(&eventSlice{evs: spec.events(), err: boom}, r); !errors.Is(err, boom) || r.Outcomes.Total() != 4 {
 		t.Errorf("err = %v, total = %d", err, r.Outcomes.Total())
-	}
-}
-
-func TestRunStatsFromBundle(t *testing.T) {
-	spec := statsRunSpec{
-		cfg:  hook.RunConfig{Engine: "sim", IndexKDtype: "fp8", Sessions: 80, Rounds: 4, Concurrency: 80},
-		host: hook.HostInfo{Hostname: "box", GPUs: []hook.GPUInfo{{Name: "H200"}}}, tool: "v1",
-		outcomes: Outcomes{Done: 79, NoTool: 1}, rounds: 4, running: []int{30}, usage: 0.5, wall: time.Second,
-	}
-	path := filepath.Join(t.TempDir(), "fp8.kvtrace")
-	w, err := traces.Create(path, traces.Manifest{Tool: "kvcanary test", Host: spec.host, Config: spec.cfg, Run: "r1", Created: time.Unix(1_750_000_000, 0)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ev := range spec.events() {
-		if err := w.Write(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := RunStatsFromBundle(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.Tool != "kvcanary test" || !reflect.DeepEqual(r.Config, spec.cfg) || r.Outcomes != spec.outcomes || r.Truncated || r.Sched.PeakRunningReq != 30 {
-		t.Errorf("from bundle: tool=%q cfg=%+v outcomes=%+v truncated=%v sched=%+v", r.Tool, r.Config, r.Outcomes, r.Truncated, r.Sched)
-	}
-	s, err := RunSummaryFromBundle(path)
-	if err != nil || s.Sessions != 80 || s.CorruptedSessions != 1 || s.WallSeconds != 1 {
-		t.Errorf("summary = %+v, %v", s, err)
-	}
-	if _, err := RunStatsFromBundle(filepath.Join(t.TempDir(), "missing.kvtrace")); err == nil || !strings.Contains(err.Error(), "missing.kvtrace") {
-		t.Errorf("missing bundle: err = %v", err)
 	}
 }
 

@@ -67,11 +67,11 @@ bundle cannot be read, 2 on usage errors.`,
 }
 
 func abRun(opts *ABOptions) error {
-	a, err := repro.RunStatsFromBundle(opts.PathA)
+	a, err := runStatsFromBundle(opts.PathA)
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
-	b, err := repro.RunStatsFromBundle(opts.PathB)
+	b, err := runStatsFromBundle(opts.PathB)
 	if err != nil {
 		return cmdutil.InputError(err)
 	}

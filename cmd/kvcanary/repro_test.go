@@ -176,7 +176,7 @@ func TestReproRecordsForAB(t *testing.T) {
 	if s.Sched.Observations == 0 || s.Sched.PeakRunningReq == 0 || s.Sched.Retractions != 2 {
 		t.Errorf("server log sched %+v", s.Sched)
 	}
-	rs, err := repro.RunStatsFromBundle(a)
+	rs, err := runStatsFromBundle(a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestReproDeadServerText(t *testing.T) {
 		!strings.Contains(out, "tool time 1.5s-6s") {
 		t.Fatalf("output %q", out)
 	}
-	rs, err := repro.RunStatsFromBundle(bundle)
+	rs, err := runStatsFromBundle(bundle)
 	if err != nil || rs.Outcomes.Error != 3 {
 		t.Fatalf("bundle %+v %v", rs, err)
 	}

@@ -107,7 +107,7 @@ func TestSimServeRun(t *testing.T) {
 		s.StepTime != "1ms" || s.StepOverruns > s.Steps {
 		t.Fatalf("summary %+v, harness sent %d", s, res.Requests)
 	}
-	rs, err := repro.RunStatsFromBundle(bundle)
+	rs, err := runStatsFromBundle(bundle)
 	if err != nil {
 		t.Fatal(err)
 	}
