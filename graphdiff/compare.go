@@ -554,22 +554,7 @@ func (c *Comparer) selectionDiff(want, got []int32, n int) (missing, extra []int
 	if len(a) == 0 && len(b) == 0 {
 		return nil, nil, 1
 	}
-	inter := 0
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case j == len(b) || (i < len(a) && a[i] < b[j]):
-			missing = append(missing, a[i])
-			i++
-		case i == len(a) || b[j] < a[i]:
-			extra = append(extra, b[j])
-			j++
-		default:
-			inter++
-			i++
-			j++
-		}
-	}
+	missing, extra, inter := diffSorted(a, b)
 	return missing, extra, float64(inter) / float64(len(a)+len(b)-inter)
 }
 

@@ -8,8 +8,14 @@ import "slices"
 // the graph's, missing is "missing from graph" and extra "extra in graph".
 // Neither input is modified.
 func SelectionDiff(want, got []int32) (missing, extra []int32) {
-	a := sortedSet(want)
-	b := sortedSet(got)
+	missing, extra, _ = diffSorted(sortedSet(want), sortedSet(got))
+	return missing, extra
+}
+
+// diffSorted merges two ascending, duplicate-free sets: the entries of a
+// that b lacks, the entries of b that a lacks (both ascending), and how
+// many they share.
+func diffSorted(a, b []int32) (missing, extra []int32, inter int) {
 	i, j := 0, 0
 	for i < len(a) || j < len(b) {
 		switch {
@@ -20,11 +26,12 @@ func SelectionDiff(want, got []int32) (missing, extra []int32) {
 			extra = append(extra, b[j])
 			j++
 		default:
+			inter++
 			i++
 			j++
 		}
 	}
-	return missing, extra
+	return missing, extra, inter
 }
 
 // Jaccard is |a ∩ b| / |a ∪ b| of two index selections taken as sets; two
@@ -35,20 +42,7 @@ func Jaccard(a, b []int32) float64 {
 	if len(x) == 0 && len(y) == 0 {
 		return 1
 	}
-	inter := 0
-	i, j := 0, 0
-	for i < len(x) && j < len(y) {
-		switch {
-		case x[i] < y[j]:
-			i++
-		case y[j] < x[i]:
-			j++
-		default:
-			inter++
-			i++
-			j++
-		}
-	}
+	_, _, inter := diffSorted(x, y)
 	return float64(inter) / float64(len(x)+len(y)-inter)
 }
 
