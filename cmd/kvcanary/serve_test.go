@@ -69,23 +69,7 @@ func TestSimServeRun(t *testing.T) {
 	defer cancel()
 	f := &cmdutil.Factory{IO: ios, Ctx: ctx, Now: time.Now}
 	bundle := filepath.Join(t.TempDir(), "serve.kvtrace")
-	ready := make(chan string, 1)
-	cmd := NewCmdSimServe(f, func(o *SimServeOptions) error {
-		o.Ready = func(addr string) { ready <- addr }
-		return simServeRun(o)
-	})
-	cmd.SetArgs([]string{"--addr", "127.0.0.1:0", "--record", bundle, "--json", "--no-canary", "--no-graphdiff", "--no-checksum", "--step-time", "1ms"})
-	cmd.SetErr(io.Discard)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Execute() }()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("serve exited: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("server never became ready")
-	}
+	addr, done := startSimServe(t, f, false, "--addr", "127.0.0.1:0", "--record", bundle, "--json", "--no-canary", "--no-graphdiff", "--no-checksum", "--step-time", "1ms")
 	resp, err := http.Get("http://" + addr + "/health")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("health: %v %v", resp, err)
@@ -155,24 +139,7 @@ func TestSimServeDrainsOnStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	f := &cmdutil.Factory{IO: ios, Ctx: ctx, Now: time.Now}
-	ready := make(chan string, 1)
-	cmd := NewCmdSimServe(f, func(o *SimServeOptions) error {
-		o.Ready = func(addr string) { ready <- addr }
-		return simServeRun(o)
-	})
-	cmd.SetArgs([]string{"--addr", "127.0.0.1:0", "--no-canary", "--no-graphdiff", "--no-checksum"})
-	cmd.SetErr(io.Discard)
-	cmd.SetOut(io.Discard)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Execute() }()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("serve exited: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("server never became ready")
-	}
+	addr, done := startSimServe(t, f, true, "--addr", "127.0.0.1:0", "--no-canary", "--no-graphdiff", "--no-checksum")
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"Task 1: tool rounds: 1"}],` +
 		`"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}`
 	client := &http.Client{Timeout: 20 * time.Second}
@@ -197,4 +164,32 @@ func TestSimServeDrainsOnStop(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startSimServe runs `sim serve args…` in the background until it is ready
+// and returns its address and the channel its exit arrives on. discardOut
+// drops stdout (the tests that read the summary keep it).
+func startSimServe(t *testing.T, f *cmdutil.Factory, discardOut bool, args ...string) (string, chan error) {
+	t.Helper()
+	ready := make(chan string, 1)
+	cmd := NewCmdSimServe(f, func(o *SimServeOptions) error {
+		o.Ready = func(addr string) { ready <- addr }
+		return simServeRun(o)
+	})
+	cmd.SetArgs(args)
+	cmd.SetErr(io.Discard)
+	if discardOut {
+		cmd.SetOut(io.Discard)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Execute() }()
+	select {
+	case addr := <-ready:
+		return addr, done
+	case err := <-done:
+		t.Fatalf("serve exited: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("server never became ready")
+	}
+	return "", nil
 }
