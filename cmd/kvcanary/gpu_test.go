@@ -92,8 +92,9 @@ func TestGPUJSONAndWatch(t *testing.T) {
 	ios, _, out, _ := cmdutil.Test()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// cancel once a sample shows the Xid
-	w := &gpuCancelOn{buf: out, needle: `"xid": 79`, cancel: cancel}
+	// cancel once a sample shows the Xid and at least two samples are out
+	// (the Xid may already be in the first sample on a slow machine)
+	w := &gpuCancelOn{buf: out, needle: `"xid": 79`, cancel: cancel, samples: 2}
 	ios.Out = w
 	err := gpuRun(&GPUOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: true}, Ctx: ctx, Watch: time.Millisecond,
 		Now: time.Now, Open: func() (gpu.Lib, error) { return lib, nil }})
@@ -118,14 +119,17 @@ func TestGPUJSONAndWatch(t *testing.T) {
 }
 
 type gpuCancelOn struct {
-	buf    *bytes.Buffer
-	needle string
-	cancel func()
+	buf     *bytes.Buffer
+	needle  string
+	cancel  func()
+	samples int // also wait for this many samples ("ts_ns" keys) in buf
+	seen    bool
 }
 
 func (c *gpuCancelOn) Write(p []byte) (int, error) {
 	n, err := c.buf.Write(p)
-	if strings.Contains(string(p), c.needle) {
+	c.seen = c.seen || strings.Contains(string(p), c.needle)
+	if c.seen && strings.Count(c.buf.String(), `"ts_ns"`) >= c.samples {
 		c.cancel()
 	}
 	return n, err
