@@ -368,6 +368,26 @@ type RoomChecksum struct {
 	Dtype   string  `json:"dtype,omitempty"`   // "bf16" | "fp8"
 	Request string  `json:"request,omitempty"` // engine request id
 	PageSum []Hex64 `json:"page_xxh3,omitempty"`
+	// Rank is the attention-TP rank that computed the digest. Index-K is
+	// replicated across those ranks, so every rank of both sides must agree;
+	// records of different ranks are never duplicates of each other. 0 for a
+	// single-rank producer.
+	Rank int `json:"rank,omitempty"`
+	// Stage says where on its side the digest was taken: "" (unstated),
+	// "sent" (prefill, after the last chunk was handed to the transfer),
+	// "transferred" (decode, as the bytes landed), "admitted" (decode, just
+	// before the request's first decode step). checksum/SPEC.md §9.
+	Stage string `json:"stage,omitempty"`
+	// Layers lists the layer ids digested, in the order of LayerBsum. Empty
+	// for a single index-K buffer (spec v1.0). With layers, Bsum is the bsum
+	// of the layer digests as words at positions Layers[i] (SPEC §9).
+	Layers    []int   `json:"layers,omitempty"`
+	LayerBsum []Hex64 `json:"layer_bsum,omitempty"`
+	// PageBsum is one bsum per page-table entry of the room's token-order
+	// stream (positions from the entry's start), combined over Layers like
+	// Bsum. It localizes a mismatch when PageSum (page_xxh3) is absent, as
+	// from an engine hook that computes bsum on the GPU only.
+	PageBsum []Hex64 `json:"page_bsum,omitempty"`
 }
 
 // Replay is one decode step.
@@ -427,6 +447,12 @@ type CanaryPages struct {
 	// that knows the stored bytes, like the twin, can tell). They are not
 	// missing stores.
 	Rewritten []uint32 `json:"rewritten,omitempty"`
+	// Phase is what the before/after digests bracket: "" or "replay" (one
+	// decode step, as above), or "between" (from the previous check's
+	// after-snapshot to this step's before-snapshot: writers outside a graph
+	// replay, such as speculative-decoding moves, PD transfers landing and
+	// host restores). canary/SPEC.md §7.
+	Phase string `json:"phase,omitempty"`
 }
 
 // GraphDiffSample holds what the captured replay and an eager rerun computed
@@ -451,6 +477,11 @@ type GraphDiffSample struct {
 	TopKEager []int32  `json:"topk_eager,omitempty"`
 	K         int      `json:"k,omitempty"`       // selection budget; 0: len(TopKEager), else graphdiff's default
 	SeqLen    int      `json:"seq_len,omitempty"` // cached positions of the request at this step
+	// Source names what the vectors are: "" (index logits over cached
+	// positions, as the twin emits), "next_token_logits" (vocabulary logits
+	// of the step), or "indexer_topk.L" (the sparse indexer's selections at
+	// layer id L; TopK* only).
+	Source string `json:"source,omitempty"`
 }
 
 // Session outcome classes.
