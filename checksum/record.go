@@ -2,6 +2,7 @@ package checksum
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -20,6 +21,17 @@ type Record struct {
 	PageXXH3 []uint64 // RoomPages digests, page-table order; may be empty
 	Request  string
 
+	// Spec v1.1 (SPEC.md §9). Rank and Stage say which digest this is among
+	// a room's several on one side; Node is the host the event came from
+	// (src.node; "" for log lines). Layers/LayerBsum are parallel; PageBsum
+	// has one entry per page-table entry. All may be empty.
+	Rank      int
+	Stage     string
+	Node      string
+	Layers    []int
+	LayerBsum []uint64
+	PageBsum  []uint64
+
 	// Evidence marks an engine's own mismatch report (SGLang's abort). Its
 	// digests are zero; HasRoom says whether the line named the room.
 	Evidence bool
@@ -29,7 +41,8 @@ type Record struct {
 }
 
 // RecordFromEvent converts a room.checksum event body to a Record. The
-// returned record shares rc's page digests.
+// returned record shares rc's layer ids. Node is left empty (the caller
+// knows the envelope).
 func RecordFromEvent(rc *hook.RoomChecksum) (Record, error) {
 	if rc.Side != hook.SidePrefill && rc.Side != hook.SideDecode {
 		return Record{}, fmt.Errorf("room %d: side %q is neither prefill nor decode", uint64(rc.Room), rc.Side)
@@ -37,17 +50,27 @@ func RecordFromEvent(rc *hook.RoomChecksum) (Record, error) {
 	if rc.SeqLen < 0 || rc.Pages < 0 {
 		return Record{}, fmt.Errorf("room %d: negative seq_len %d or pages %d", uint64(rc.Room), rc.SeqLen, rc.Pages)
 	}
+	if err := (&hook.Event{Kind: hook.KindRoomChecksum, Body: rc}).Validate(); err != nil {
+		return Record{}, fmt.Errorf("room %d: %w", uint64(rc.Room), err)
+	}
 	r := Record{
 		Room: uint64(rc.Room), Side: rc.Side, SeqLen: rc.SeqLen, Pages: rc.Pages,
 		Bsum: uint64(rc.Bsum), XXH3: uint64(rc.XXH3), Dtype: rc.Dtype, Request: rc.Request, HasRoom: true,
-	}
-	if len(rc.PageSum) > 0 {
-		r.PageXXH3 = make([]uint64, len(rc.PageSum))
-		for i, h := range rc.PageSum {
-			r.PageXXH3[i] = uint64(h)
-		}
+		Rank: rc.Rank, Stage: rc.Stage, Layers: rc.Layers,
+		PageXXH3: u64s(rc.PageSum), LayerBsum: u64s(rc.LayerBsum), PageBsum: u64s(rc.PageBsum),
 	}
 	return r, nil
+}
+
+func u64s(v []hook.Hex64) []uint64 {
+	if len(v) == 0 {
+		return nil
+	}
+	out := make([]uint64, len(v))
+	for i, h := range v {
+		out[i] = uint64(h)
+	}
+	return out
 }
 
 // Event returns the room.checksum event body of a digest record.
@@ -55,9 +78,8 @@ func (r *Record) Event() *hook.RoomChecksum {
 	rc := &hook.RoomChecksum{
 		Room: hook.Dec64(r.Room), Side: r.Side, SeqLen: r.SeqLen, Pages: r.Pages,
 		Bsum: hook.Hex64(r.Bsum), XXH3: hook.Hex64(r.XXH3), Dtype: r.Dtype, Request: r.Request,
-	}
-	for _, v := range r.PageXXH3 {
-		rc.PageSum = append(rc.PageSum, hook.Hex64(v))
+		Rank: r.Rank, Stage: r.Stage, Layers: slices.Clone(r.Layers),
+		PageSum: hex64s(r.PageXXH3), LayerBsum: hex64s(r.LayerBsum), PageBsum: hex64s(r.PageBsum),
 	}
 	return rc
 }
