@@ -3,6 +3,7 @@ package checksum
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -100,7 +101,8 @@ func NewRoomEvent(l Layout, arena []byte, pages []uint32, seqLen int, room uint6
 }
 
 // AppendLogLine appends the SPEC.md §6 log line of a digest record (without a
-// newline): digests in 0x-hex, page digests when present.
+// newline): digests in 0x-hex; rank, stage, layers and the page and layer
+// digests when present.
 func AppendLogLine(b []byte, r *Record) []byte {
 	b = append(b, "kvcanary room_checksum side="...)
 	b = append(b, r.Side...)
@@ -112,14 +114,38 @@ func AppendLogLine(b []byte, r *Record) []byte {
 		b = append(b, " dtype="...)
 		b = append(b, r.Dtype...)
 	}
-	if len(r.PageXXH3) > 0 {
-		b = append(b, " page_xxh3="...)
-		for i, v := range r.PageXXH3 {
+	if r.Rank != 0 {
+		b = fmt.Appendf(b, " rank=%d", r.Rank)
+	}
+	if r.Stage != "" {
+		b = append(b, " stage="...)
+		b = append(b, r.Stage...)
+	}
+	if len(r.Layers) > 0 {
+		b = append(b, " layers="...)
+		for i, l := range r.Layers {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = hook.AppendHex64(b, v)
+			b = strconv.AppendInt(b, int64(l), 10)
 		}
+	}
+	b = appendDigests(b, " page_xxh3=", r.PageXXH3)
+	b = appendDigests(b, " layer_bsum=", r.LayerBsum)
+	b = appendDigests(b, " page_bsum=", r.PageBsum)
+	return b
+}
+
+func appendDigests(b []byte, key string, v []uint64) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	b = append(b, key...)
+	for i, x := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = hook.AppendHex64(b, x)
 	}
 	return b
 }
