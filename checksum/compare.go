@@ -770,8 +770,8 @@ func pairReason(p, d *entry) string {
 }
 
 // groupReason names the disagreeing records, grouped by side, stage, node
-// and what differs: "decode ranks 1,3 admitted: bsum differs (prefill rank
-// 0 sent is the reference)".
+// and what differs: "decode ranks 1,3 admitted: bsum differs (vs prefill
+// rank 0 sent)", the reference last.
 func (c *Comparer) groupReason(pd, dd []entry, ref int, bads []badRec) string {
 	type group struct {
 		side  int
@@ -818,11 +818,11 @@ func (c *Comparer) groupReason(pd, dd []entry, ref int, bads []badRec) string {
 		}
 		parts = append(parts, who+": "+g.what+" differ"+map[bool]string{true: "s", false: ""}[!strings.Contains(g.what, ",") && g.what != "layers"])
 	}
-	out := strings.Join(parts, "; ") + " (reference " + c.id(0, &pd[ref]).String() + ")"
+	out := strings.Join(parts, "; ") + " (vs " + c.id(0, &pd[ref]).String() + ")"
 	// A decode copy that matched as it landed but not at admission was
 	// changed on the decode host in between.
 	if stageHint(pd, dd, ref) {
-		out += "; transferred matches, admitted differs: changed on the decode host after the transfer landed"
+		out += "; transferred matched: changed on the decode host after landing"
 	}
 	return out
 }

@@ -38,7 +38,7 @@ func TestCompareRanksAndStages(t *testing.T) {
 			r[3].Bsum = 9 // decode rank 1 transferred
 			r[5].Bsum = 9 // decode rank 1 admitted
 			return r
-		}(), ClassMismatch, []string{"decode rank 1 transferred: bsum differs", "decode rank 1 admitted: bsum differs", "(reference prefill rank 0 sent)"},
+		}(), ClassMismatch, []string{"decode rank 1 transferred: bsum differs", "decode rank 1 admitted: bsum differs", "(vs prefill rank 0 sent)"},
 			[]RecordID{{Side: D, Rank: 1, Stage: T}, {Side: D, Rank: 1, Stage: A}}, 0},
 		{"two decode ranks, one group", func() []Record {
 			r := append(good(), rrec(D, 2, T, 7, 6), rrec(D, 3, T, 7, 6))
@@ -48,7 +48,7 @@ func TestCompareRanksAndStages(t *testing.T) {
 			r := good()
 			r[4].Bsum, r[4].XXH3 = 9, 10 // decode rank 0 admitted
 			return r
-		}(), ClassMismatch, []string{"decode rank 0 admitted: bsum, xxh3 differ", "transferred matches, admitted differs: changed on the decode host after the transfer landed"},
+		}(), ClassMismatch, []string{"decode rank 0 admitted: bsum, xxh3 differ", "transferred matched: changed on the decode host after landing"},
 			[]RecordID{{Side: D, Rank: 0, Stage: A}}, 0},
 		{"prefill ranks disagree: the majority is the reference", func() []Record {
 			return append(good(), rrec(P, 2, S, 8, 6))
@@ -231,7 +231,7 @@ func TestCompareTwoBundles(t *testing.T) {
 	}
 	rr := r.NonMatching[0]
 	if uint64(rr.Room) != 13 || !strings.Contains(rr.Reason, "decode rank 2 admitted @decode-0: bsum differs") ||
-		!strings.Contains(rr.Reason, "reference prefill rank 0 sent @prefill-0") || !strings.Contains(rr.Reason, "changed on the decode host") {
+		!strings.Contains(rr.Reason, "(vs prefill rank 0 sent @prefill-0)") || !strings.Contains(rr.Reason, "changed on the decode host") {
 		t.Errorf("room %d reason %q", rr.Room, rr.Reason)
 	}
 	if !slices.Equal(rr.MismatchPages, []int{1}) || !slices.Equal(rr.MismatchTokens, []TokenRange{{64, 100}}) || r.PagesLocated != 1 {
