@@ -580,7 +580,7 @@ func (c *Comparer) judge(r *Report, room uint64, pg, dg []entry, ev []evidence) 
 			res.Class, res.Reason = ClassWarmup, fmt.Sprintf("seen more than once, every seq_len ≤ %d", wmax)
 		} else {
 			res.Class, res.Reason = ClassDuplicate, "seen more than once on one side with different digests"
-			if len(pd)+len(dd) > 2 || !pd0v10(pd, dd) {
+			if !pd0v10(pd, dd) {
 				res.Reason = "seen more than once by one " + dupWho(c, pd, dd) + " with different digests"
 			}
 		}
@@ -890,11 +890,13 @@ func (c *Comparer) Locate() {
 			rr.Records[at].Layers = ref.layers
 		}
 		var layers, pages []int
+		located := false
 		for _, wr := range w.recs[1:] {
 			if wr.d == nil {
 				continue
 			}
 			ls, ps, from := compareDetails(ref, wr.d)
+			located = located || from != ""
 			layers = append(layers, ls...)
 			pages = append(pages, ps...)
 			if wr.at >= 0 {
@@ -912,6 +914,8 @@ func (c *Comparer) Locate() {
 		rr.MismatchPages = slices.Compact(pages)
 		if len(rr.MismatchPages) > 0 {
 			rr.MismatchTokens = tokenRanges(rr.MismatchPages, rr.SeqLen)
+		}
+		if located {
 			c.report.PagesLocated++
 		}
 		if len(rr.MismatchLayers) == 0 {

@@ -244,3 +244,20 @@ func TestCompareTwoBundles(t *testing.T) {
 		t.Errorf("streams closed %d times, want 4 (two inputs, two passes)", closed)
 	}
 }
+
+// A plain v1.0 pair keeps its v1.0 words and its JSON shape (no records).
+func TestCompareV10ReasonsUnchanged(t *testing.T) {
+	P, D := hook.SidePrefill, hook.SideDecode
+	r := compareRecords(t, Options{}, []Record{rec(P, 1, 100, 5, 6), rec(P, 1, 100, 9, 9), rec(D, 1, 100, 5, 6)})
+	if got := r.NonMatching[0].Reason; got != "seen more than once on one side with different digests" {
+		t.Errorf("duplicate reason %q", got)
+	}
+	r = compareRecords(t, Options{}, []Record{rec(P, 1, 100, 5, 6), rec(D, 1, 100, 7, 8)})
+	if rr := r.NonMatching[0]; rr.Reason != "bsum and xxh3 differ" || rr.Records != nil {
+		t.Errorf("mismatch %+v", rr)
+	}
+	r = compareRecords(t, Options{}, []Record{rec(P, 1, 100, 5, 6), rec(D, 1, 100, 7, 0)})
+	if rr := r.NonMatching[0]; rr.Reason != "bsum differs (xxh3 not computed)" {
+		t.Errorf("mismatch %+v", rr)
+	}
+}
