@@ -84,9 +84,12 @@ func (a *Analyzer) Observe(ev hook.Event, emit func(hook.Event)) {
 	rec.Node = ev.Src.Node
 	s, _ := sideIndex(rec.Side)
 	st, _ := stageCode(rec.Stage)
+	var node uint16 // the analyzer names hosts by RecordID; the entry only says whether one is named (v10)
+	if rec.Node != "" {
+		node = 1
+	}
 	ls := &liveSide{
-		e: entry{room: rec.Room, bsum: rec.Bsum, xxh3: rec.XXH3, seqLen: uint32(min(rec.SeqLen, maxCount)), pages: uint32(min(rec.Pages, maxCount)),
-			layers: layersKey(rec.Layers), rank: uint32(min(rec.Rank, maxCount)), stage: st},
+		e:     newEntry(rec.Room, rec.Bsum, rec.XXH3, rec.SeqLen, rec.Pages, rec.Rank, st, recordFlags(&rec), layersKey(rec.Layers), node),
 		id:    RecordID{Side: rec.Side, Rank: rec.Rank, Stage: rec.Stage, Node: rec.Node},
 		pages: rec.PageXXH3, pageBsum: rec.PageBsum, layers: rec.Layers, layerSum: rec.LayerBsum,
 	}

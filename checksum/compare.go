@@ -86,19 +86,39 @@ func (c ClassCounts) Get(class string) int {
 	return 0
 }
 
-// entry is the compact per-record form compare keeps: 48 bytes.
+// entry is the compact per-record form compare keeps: 40 bytes.
 type entry struct {
 	room   uint64
 	bsum   uint64
 	xxh3   uint64
-	layers uint64 // layersKey of the record's layer ids; 0: one buffer (spec v1.0)
 	seqLen uint32
-	pages  uint32
-	rank   uint32
-	node   uint16 // index into Comparer.nodes; 0 is "" (log lines, unnamed hosts)
-	stage  uint8  // stageCode
-	flags  uint8  // hasPageXXH3 | hasPageBsum | hasLayerBsum
+	meta   uint32 // pages (low 27 bits), stage code (2 bits), flags (3 bits)
+	layers uint32 // layersKey of the record's layer ids; 0: one buffer (spec v1.0)
+	who    uint32 // node index (high 16 bits; 0 is "": log lines, unnamed hosts), rank (low 16)
 }
+
+// Limits of the packed fields: larger values are clamped (a page table of
+// 2^27 entries is 8 G tokens; TP ranks and hosts per compare stay far
+// below 2^16).
+const (
+	maxPages = 1<<27 - 1
+	maxRank  = 1<<16 - 1
+	maxNodes = 1 << 16
+)
+
+func newEntry(room, bsum, xxh3 uint64, seqLen, pages, rank int, stage uint8, flags uint8, layers uint32, node uint16) entry {
+	return entry{room: room, bsum: bsum, xxh3: xxh3, seqLen: uint32(min(max(seqLen, 0), maxCount)),
+		meta:   uint32(min(max(pages, 0), maxPages)) | uint32(stage&3)<<27 | uint32(flags&7)<<29,
+		layers: layers, who: uint32(node)<<16 | uint32(min(max(rank, 0), maxRank))}
+}
+
+func (e *entry) pages() int     { return int(e.meta & maxPages) }
+func (e *entry) stage() uint8   { return uint8(e.meta>>27) & 3 }
+func (e *entry) flags() uint8   { return uint8(e.meta >> 29) }
+func (e *entry) rank() int      { return int(e.who & maxRank) }
+func (e *entry) node() uint16   { return uint16(e.who >> 16) }
+func (e *entry) hasID() bool    { return e.who != 0 || e.stage() != 0 }
+func (e *entry) detailed() bool { return e.flags() != 0 || e.layers != 0 }
 
 // entry flags: which localization digests the record carried.
 const (
@@ -120,9 +140,10 @@ func stageCode(s string) (uint8, bool) {
 }
 
 // layersKey fingerprints a layer id list (0 for none): the bsum of the ids
-// as words, plus one so that no list maps to 0. Two lists that differ get
-// different keys but with probability 2^-64.
-func layersKey(layers []int) uint64 {
+// as words, folded to 32 bits, with the low bit set so that no list maps to
+// 0. Two lists that differ get the same key with probability 2^-31; that
+// alone changes nothing, as their bsums then still differ.
+func layersKey(layers []int) uint32 {
 	if len(layers) == 0 {
 		return 0
 	}
@@ -130,18 +151,18 @@ func layersKey(layers []int) uint64 {
 	for i, l := range layers {
 		s += Mix64(uint64(l) ^ uint64(i+1)*bsumK)
 	}
-	return s | 1
+	return uint32(s^s>>32) | 1
 }
 
 // sameDigest: exact repeat of the same record (identity compared apart).
 func (e *entry) sameDigest(o *entry) bool {
-	return e.bsum == o.bsum && e.xxh3 == o.xxh3 && e.seqLen == o.seqLen && e.pages == o.pages &&
-		e.layers == o.layers && e.flags == o.flags
+	return e.bsum == o.bsum && e.xxh3 == o.xxh3 && e.seqLen == o.seqLen && e.meta&^(3<<27) == o.meta&^(3<<27) &&
+		e.layers == o.layers
 }
 
 // sameID: the same producer: rank, stage and node (the side is the store's).
 func (e *entry) sameID(o *entry) bool {
-	return e.rank == o.rank && e.stage == o.stage && e.node == o.node
+	return e.who == o.who && e.stage() == o.stage()
 }
 
 // agrees says two records digest the same bytes: equal seq_len, layers and
@@ -152,18 +173,18 @@ func (e *entry) agrees(o *entry) bool {
 }
 
 // v10 says the record carries nothing of spec v1.1.
-func (e *entry) v10() bool { return e.rank == 0 && e.stage == 0 && e.node == 0 && e.layers == 0 }
+func (e *entry) v10() bool { return !e.hasID() && e.layers == 0 }
 
 func (e *entry) digest() SideDigest {
-	return SideDigest{SeqLen: int(e.seqLen), Pages: int(e.pages), Bsum: hook.Hex64(e.bsum), XXH3: hook.Hex64(e.xxh3)}
+	return SideDigest{SeqLen: int(e.seqLen), Pages: e.pages(), Bsum: hook.Hex64(e.bsum), XXH3: hook.Hex64(e.xxh3)}
 }
 
 func (e *entry) zero() bool { return e.bsum == 0 && e.xxh3 == 0 }
 
 func cmpEntry(a, b *entry) int {
-	return cmp.Or(cmp.Compare(a.node, b.node), cmp.Compare(a.rank, b.rank), cmp.Compare(a.stage, b.stage),
+	return cmp.Or(cmp.Compare(a.who, b.who), cmp.Compare(a.stage(), b.stage()),
 		cmp.Compare(a.seqLen, b.seqLen), cmp.Compare(a.bsum, b.bsum), cmp.Compare(a.xxh3, b.xxh3),
-		cmp.Compare(a.layers, b.layers), cmp.Compare(a.pages, b.pages), cmp.Compare(a.flags, b.flags))
+		cmp.Compare(a.layers, b.layers), cmp.Compare(a.meta, b.meta))
 }
 
 // evidence is an engine's own mismatch report (SGLang's abort line).
@@ -329,7 +350,7 @@ func (r *Report) Headline() string {
 const maxLocate = 10000
 
 // Comparer matches prefill against decode room by room. Feed it every record
-// with Add, then call Finish. Memory is 48 bytes per record (plus slice
+// with Add, then call Finish. Memory is 40 bytes per record (plus slice
 // growth), whatever the input size.
 type Comparer struct {
 	opts     Options
@@ -379,16 +400,19 @@ func sideIndex(s hook.Side) (int, bool) {
 	return 0, false
 }
 
-// node returns the index of name, adding it (at most 65535 names; later ones
-// share the last index).
+// node returns the index of name, adding it (at most maxNodes-1 names;
+// later ones share the last index).
 func (c *Comparer) node(name string, add bool) uint16 {
+	if name == "" {
+		return 0
+	}
 	if i, ok := c.nodeIdx[name]; ok {
 		return i
 	}
 	if !add {
-		return 1<<16 - 1
+		return maxNodes - 1
 	}
-	if len(c.nodes) == 1<<16-1 {
+	if len(c.nodes) == maxNodes-1 {
 		return uint16(len(c.nodes) - 1)
 	}
 	c.nodes = append(c.nodes, name)
@@ -397,28 +421,45 @@ func (c *Comparer) node(name string, add bool) uint16 {
 }
 
 // entryOf builds r's entry; ok is false for a record compare ignores (an
-// unknown side or stage).
+// unknown side or stage). add interns a new node name.
 func (c *Comparer) entryOf(r *Record, add bool) (int, entry, bool) {
 	s, ok := sideIndex(r.Side)
 	if !ok {
 		return 0, entry{}, false
 	}
-	st, ok := stageCode(r.Stage)
-	if !ok {
-		return 0, entry{}, false
+	var st uint8
+	if r.Stage != "" {
+		if st, ok = stageCode(r.Stage); !ok {
+			return 0, entry{}, false
+		}
 	}
-	e := entry{room: r.Room, bsum: r.Bsum, xxh3: r.XXH3, seqLen: uint32(min(max(r.SeqLen, 0), maxCount)), pages: uint32(min(max(r.Pages, 0), maxCount)),
-		rank: uint32(min(max(r.Rank, 0), maxCount)), stage: st, node: c.node(r.Node, add), layers: layersKey(r.Layers)}
+	var node uint16
+	if r.Node != "" {
+		node = c.node(r.Node, add)
+	}
+	var flags uint8
+	if len(r.PageXXH3)|len(r.PageBsum)|len(r.LayerBsum) != 0 {
+		flags = recordFlags(r)
+	}
+	var layers uint32
+	if len(r.Layers) > 0 {
+		layers = layersKey(r.Layers)
+	}
+	return s, newEntry(r.Room, r.Bsum, r.XXH3, r.SeqLen, r.Pages, r.Rank, st, flags, layers, node), true
+}
+
+func recordFlags(r *Record) uint8 {
+	var f uint8
 	if len(r.PageXXH3) > 0 {
-		e.flags |= hasPageXXH3
+		f |= hasPageXXH3
 	}
 	if len(r.PageBsum) > 0 {
-		e.flags |= hasPageBsum
+		f |= hasPageBsum
 	}
 	if len(r.LayerBsum) > 0 {
-		e.flags |= hasLayerBsum
+		f |= hasLayerBsum
 	}
-	return s, e, true
+	return f
 }
 
 // Add records r; where names its input for evidence ("decode.log"). r is not
@@ -521,12 +562,12 @@ func duplicated(g []entry) bool {
 }
 
 func (c *Comparer) id(side int, e *entry) RecordID {
-	id := RecordID{Side: hook.SidePrefill, Rank: int(e.rank), Stage: stageNames[e.stage]}
+	id := RecordID{Side: hook.SidePrefill, Rank: e.rank(), Stage: stageNames[e.stage()]}
 	if side == 1 {
 		id.Side = hook.SideDecode
 	}
-	if int(e.node) < len(c.nodes) {
-		id.Node = c.nodes[e.node]
+	if n := int(e.node()); n < len(c.nodes) {
+		id.Node = c.nodes[n]
 	}
 	return id
 }
@@ -715,7 +756,7 @@ func (c *Comparer) agreement(res *RoomResult, room uint64, pd, dd []entry) {
 	}
 	detailed := false
 	for _, wr := range w.recs {
-		detailed = detailed || wr.e.flags != 0 || wr.e.layers != 0
+		detailed = detailed || wr.e.detailed()
 	}
 	if detailed && len(c.want) < maxLocate {
 		if c.want == nil {
@@ -789,15 +830,15 @@ func (c *Comparer) groupReason(pd, dd []entry, ref int, bads []badRec) string {
 		w := strings.Join(b.what, ", ")
 		var g *group
 		for _, h := range groups {
-			if h.side == s && h.stage == e.stage && h.node == e.node && h.what == w {
+			if h.side == s && h.stage == e.stage() && h.node == e.node() && h.what == w {
 				g = h
 			}
 		}
 		if g == nil {
-			g = &group{side: s, stage: e.stage, node: e.node, what: w}
+			g = &group{side: s, stage: e.stage(), node: e.node(), what: w}
 			groups = append(groups, g)
 		}
-		g.ranks = append(g.ranks, int(e.rank))
+		g.ranks = append(g.ranks, e.rank())
 	}
 	var parts []string
 	for i, g := range groups {
@@ -805,7 +846,7 @@ func (c *Comparer) groupReason(pd, dd []entry, ref int, bads []badRec) string {
 			parts = append(parts, fmt.Sprintf("… (%d records disagree in all)", nbad))
 			break
 		}
-		id := c.id(g.side, &entry{stage: g.stage, node: g.node})
+		id := c.id(g.side, &entry{meta: uint32(g.stage) << 27, who: uint32(g.node) << 16})
 		who := string(id.Side) + " rank " + joinInts(g.ranks)
 		if len(g.ranks) > 1 {
 			who = string(id.Side) + " ranks " + joinInts(g.ranks)
@@ -832,11 +873,11 @@ func (c *Comparer) groupReason(pd, dd []entry, ref int, bads []badRec) string {
 func stageHint(pd, dd []entry, ref int) bool {
 	r := &pd[ref]
 	for x := range dd {
-		if stageNames[dd[x].stage] != hook.StageAdmitted || dd[x].agrees(r) {
+		if stageNames[dd[x].stage()] != hook.StageAdmitted || dd[x].agrees(r) {
 			continue
 		}
 		for y := range dd {
-			if stageNames[dd[y].stage] == hook.StageTransferred && dd[y].rank == dd[x].rank && dd[y].node == dd[x].node && dd[y].agrees(r) {
+			if stageNames[dd[y].stage()] == hook.StageTransferred && dd[y].who == dd[x].who && dd[y].agrees(r) {
 				return true
 			}
 		}

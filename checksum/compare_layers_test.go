@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -259,5 +260,22 @@ func TestCompareV10ReasonsUnchanged(t *testing.T) {
 	r = compareRecords(t, Options{}, []Record{rec(P, 1, 100, 5, 6), rec(D, 1, 100, 7, 0)})
 	if rr := r.NonMatching[0]; rr.Reason != "bsum differs (xxh3 not computed)" {
 		t.Errorf("mismatch %+v", rr)
+	}
+}
+
+func TestEntryPacking(t *testing.T) {
+	e := newEntry(1, 2, 3, 1<<40, 1<<30, 1<<20, 3, hasPageBsum|hasLayerBsum, 9, 65535)
+	if e.seqLen != maxCount || e.pages() != maxPages || e.rank() != maxRank || e.stage() != 3 || e.flags() != hasPageBsum|hasLayerBsum || e.node() != 65535 || e.layers != 9 {
+		t.Errorf("packed %+v: pages %d rank %d stage %d flags %d node %d", e, e.pages(), e.rank(), e.stage(), e.flags(), e.node())
+	}
+	e = newEntry(1, 2, 3, 100, 2, 7, 2, hasPageXXH3, 0, 4)
+	if e.pages() != 2 || e.rank() != 7 || e.stage() != 2 || e.flags() != hasPageXXH3 || e.node() != 4 || !e.hasID() || e.v10() {
+		t.Errorf("packed %+v", e)
+	}
+	if e := newEntry(1, 2, 3, 100, 2, 0, 0, 0, 0, 0); !e.v10() || e.hasID() {
+		t.Errorf("v1.0 entry %+v", e)
+	}
+	if n := unsafe.Sizeof(entry{}); n != 40 {
+		t.Errorf("entry is %d bytes, want 40", n)
 	}
 }

@@ -58,7 +58,7 @@ or text logs holding kvcanary's room_checksum lines after any prefix, in
 decimal or 0x-hex, and SGLang's "KV checksum mismatch" aborts. Give any number
 of inputs, in any order: the prefill host's and the decode host's bundles,
 one log per rank, or one bundle holding both sides. Records say their side.
-Inputs are streamed; memory is about 48 bytes per record. When mismatching
+Inputs are streamed; memory is about 40 bytes per record. When mismatching
 rooms carry layer or page digests, the inputs are read a second time to name
 the layers and pages.
 
