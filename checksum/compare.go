@@ -686,7 +686,8 @@ func (c *Comparer) agreement(res *RoomResult, room uint64, pd, dd []entry) {
 				n++
 			}
 		}
-		if n > best || n == best && pd[ref].xxh3 == 0 && pd[x].xxh3 != 0 {
+		sameGroup := pd[x].bsum == pd[ref].bsum && pd[x].seqLen == pd[ref].seqLen && pd[x].layers == pd[ref].layers
+		if n > best || n == best && sameGroup && pd[ref].xxh3 == 0 && pd[x].xxh3 != 0 {
 			ref, best = x, n
 		}
 	}

@@ -450,3 +450,24 @@ func TestChecksumCompareTwoHostBundles(t *testing.T) {
 		t.Errorf("logs + bundle: %v\n%s", err, out)
 	}
 }
+
+// A file given twice among several inputs is refused, whichever positions.
+func TestChecksumCompareRepeatedInputAmongSeveral(t *testing.T) {
+	pp, dp := seedLogs(t, 0)
+	copyD := filepath.Join(t.TempDir(), "decode-copy.log")
+	if err := os.WriteFile(copyD, []byte(mustRead(t, dp)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		paths []string
+		want  string
+	}{
+		{[]string{dp, pp, dp}, "is given twice (the same file)"},
+		{[]string{dp, pp, copyD}, "have identical content"},
+	} {
+		_, _, err := runChecksumCompare(t, false, false, c.paths...)
+		if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(fmt.Sprint(err), c.want) {
+			t.Errorf("%v: %v (exit %d), want exit 3 ~%q", c.paths, err, cmdutil.ExitCode(err), c.want)
+		}
+	}
+}
