@@ -2,6 +2,7 @@ package checksum
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,19 +25,36 @@ type Summary struct {
 }
 
 type liveSide struct {
-	e     entry
-	pages []uint64
+	e        entry
+	id       RecordID
+	pages    []uint64 // page_xxh3
+	pageBsum []uint64
+	layers   []int
+	layerSum []uint64
+}
+
+// liveRoom is one room's state: the first prefill record (the reference)
+// and the first decode record until the pair is judged, the record IDs seen
+// (a repeat of an ID is counted, not judged), and records of other ranks or
+// stages waiting for the pair.
+type liveRoom struct {
+	side       [2]*liveSide
+	ids        []RecordID
+	waiting    []*liveSide
+	judged     bool
+	mismatched bool
 }
 
 // Analyzer judges room.checksum events live: the moment both sides of a room
-// are in and disagree (outside warmups), it emits an error finding. It is
-// safe for concurrent use.
+// are in and disagree (outside warmups), it emits an error finding; a later
+// record of another rank or stage that disagrees with the room's first
+// prefill record does too. It is safe for concurrent use.
 type Analyzer struct {
 	opts Options
 
 	mu      sync.Mutex
-	pending map[uint64]*[2]*liveSide
-	judged  map[uint64]struct{}
+	rooms   map[uint64]*liveRoom // every room seen
+	pending map[uint64]*liveRoom // rooms not judged yet
 	sum     Summary
 }
 
@@ -44,7 +62,7 @@ var _ hook.Analyzer = (*Analyzer)(nil)
 
 // NewAnalyzer returns a checksum analyzer.
 func NewAnalyzer(opts Options) *Analyzer {
-	return &Analyzer{opts: opts, pending: make(map[uint64]*[2]*liveSide), judged: make(map[uint64]struct{})}
+	return &Analyzer{opts: opts, rooms: make(map[uint64]*liveRoom), pending: make(map[uint64]*liveRoom)}
 }
 
 // Name implements hook.Analyzer.
@@ -63,43 +81,81 @@ func (a *Analyzer) Observe(ev hook.Event, emit func(hook.Event)) {
 	if err != nil {
 		return
 	}
+	rec.Node = ev.Src.Node
 	s, _ := sideIndex(rec.Side)
+	st, _ := stageCode(rec.Stage)
+	var node uint16 // the analyzer names hosts by RecordID; the entry only says whether one is named (v10)
+	if rec.Node != "" {
+		node = 1
+	}
+	ls := &liveSide{
+		e:     newEntry(rec.Room, rec.Bsum, rec.XXH3, rec.SeqLen, rec.Pages, rec.Rank, st, recordFlags(&rec), layersKey(rec.Layers), node),
+		id:    RecordID{Side: rec.Side, Rank: rec.Rank, Stage: rec.Stage, Node: rec.Node},
+		pages: rec.PageXXH3, pageBsum: rec.PageBsum, layers: rec.Layers, layerSum: rec.LayerBsum,
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, done := a.judged[rec.Room]; done {
+	lr := a.rooms[rec.Room]
+	if lr == nil {
+		lr = &liveRoom{}
+		a.rooms[rec.Room] = lr
+		a.pending[rec.Room] = lr
+	}
+	if slices.Contains(lr.ids, ls.id) {
 		a.sum.Repeats++
 		return
 	}
-	p := a.pending[rec.Room]
-	if p == nil {
-		p = new([2]*liveSide)
-		a.pending[rec.Room] = p
-	}
-	if p[s] != nil {
-		a.sum.Repeats++
+	lr.ids = append(lr.ids, ls.id)
+	if lr.judged {
+		a.check(rec.Room, lr, ls, emit)
 		return
 	}
-	p[s] = &liveSide{
-		e:     entry{room: rec.Room, bsum: rec.Bsum, xxh3: rec.XXH3, seqLen: uint32(min(rec.SeqLen, maxCount)), pages: uint32(min(rec.Pages, maxCount))},
-		pages: rec.PageXXH3,
-	}
-	if p[0] == nil || p[1] == nil {
+	if lr.side[s] != nil {
+		lr.waiting = append(lr.waiting, ls)
 		return
 	}
+	lr.side[s] = ls
+	if lr.side[0] == nil || lr.side[1] == nil {
+		return
+	}
+	lr.judged = true
 	delete(a.pending, rec.Room)
-	a.judged[rec.Room] = struct{}{}
 	a.sum.Rooms++
-	pre, dec := p[0], p[1]
+	pre, dec := lr.side[0], lr.side[1]
 	wmax := a.opts.warmupMax()
 	switch {
 	case wmax >= 0 && int(pre.e.seqLen) <= wmax, dec.e.zero():
 		a.sum.Warmup++
-	case pre.e.bsum == dec.e.bsum && pre.e.xxh3 == dec.e.xxh3 && pre.e.seqLen == dec.e.seqLen:
+		lr.mismatched = true // judged for good: later records do not count
+	case pre.e.agrees(&dec.e):
 		a.sum.Matched++
 	default:
 		a.sum.Mismatched++
+		lr.mismatched = true
 		emit(hook.Event{Kind: hook.KindFinding, Body: mismatchFinding(rec.Room, pre, dec)})
 	}
+	lr.side[1] = nil // only the reference is kept
+	for _, w := range lr.waiting {
+		a.check(rec.Room, lr, w, emit)
+	}
+	lr.waiting = nil
+	if pre.e.v10() && dec.e.v10() {
+		// A v1.0 pair has no other ranks or stages to wait for: keep the
+		// digests only (a long run holds every room it judged).
+		pre.pages, pre.pageBsum, pre.layers, pre.layerSum = nil, nil, nil, nil
+	}
+}
+
+// check judges a further record of a judged room against its reference.
+func (a *Analyzer) check(room uint64, lr *liveRoom, ls *liveSide, emit func(hook.Event)) {
+	pre := lr.side[0]
+	if lr.mismatched || pre.e.agrees(&ls.e) {
+		return
+	}
+	lr.mismatched = true
+	a.sum.Matched--
+	a.sum.Mismatched++
+	emit(hook.Event{Kind: hook.KindFinding, Body: mismatchFinding(room, pre, ls)})
 }
 
 func mismatchFinding(room uint64, pre, dec *liveSide) *hook.Finding {
@@ -111,24 +167,40 @@ func mismatchFinding(room uint64, pre, dec *liveSide) *hook.Finding {
 		"decode_bsum":  hook.Hex64(dec.e.bsum).String(),
 		"decode_xxh3":  hook.Hex64(dec.e.xxh3).String(),
 	}
+	who := "prefill and decode"
+	if !pre.e.v10() || !dec.e.v10() {
+		ev["reference"] = pre.id.String()
+		ev["record"] = dec.id.String()
+		who = pre.id.String() + " and " + dec.id.String()
+		if dec.id.Side == hook.SidePrefill {
+			delete(ev, "decode_bsum")
+			delete(ev, "decode_xxh3")
+			ev["record_bsum"], ev["record_xxh3"] = hook.Hex64(dec.e.bsum).String(), hook.Hex64(dec.e.xxh3).String()
+		}
+	}
 	if dec.e.seqLen != pre.e.seqLen {
 		ev["decode_seq_len"] = strconv.Itoa(int(dec.e.seqLen))
 	}
+	ls, ps, _ := compareDetails(&detail{layers: pre.layers, layerBsum: pre.layerSum, pageXXH3: pre.pages, pageBsum: pre.pageBsum},
+		&detail{layers: dec.layers, layerBsum: dec.layerSum, pageXXH3: dec.pages, pageBsum: dec.pageBsum})
 	where := ""
-	if len(pre.pages) > 0 && len(dec.pages) > 0 {
-		pages, toks := DiffPages(pre.pages, dec.pages, int(pre.e.seqLen))
-		ev["mismatch_pages"] = joinInts(pages)
+	if len(ls) > 0 {
+		ev["mismatch_layers"] = joinInts(ls)
+		where += " on layers " + ev["mismatch_layers"]
+	}
+	if len(ps) > 0 {
+		ev["mismatch_pages"] = joinInts(ps)
 		var ts []string
-		for _, t := range toks {
+		for _, t := range tokenRanges(ps, int(pre.e.seqLen)) {
 			ts = append(ts, fmt.Sprintf("%d-%d", t.Lo, t.Hi))
 		}
 		ev["mismatch_tokens"] = strings.Join(ts, ",")
-		where = fmt.Sprintf(" in page-table entries %s (tokens %s)", ev["mismatch_pages"], ev["mismatch_tokens"])
+		where += fmt.Sprintf(" in page-table entries %s (tokens %s)", ev["mismatch_pages"], ev["mismatch_tokens"])
 	}
 	return &hook.Finding{
 		Analyzer: AnalyzerName,
 		Severity: hook.SevError,
-		Summary:  fmt.Sprintf("room %d: index-K differs between prefill and decode%s", room, where),
+		Summary:  fmt.Sprintf("room %d: index-K differs between %s%s", room, who, where),
 		Evidence: ev,
 	}
 }
@@ -153,13 +225,13 @@ func (a *Analyzer) Summary() any {
 	defer a.mu.Unlock()
 	s := a.sum
 	wmax := a.opts.warmupMax()
-	for _, p := range a.pending {
+	for _, lr := range a.pending {
 		s.Rooms++
-		side := p[0]
+		side := lr.side[0]
 		if side == nil {
-			side = p[1]
+			side = lr.side[1]
 		}
-		if wmax >= 0 && int(side.e.seqLen) <= wmax || p[0] == nil && side.e.zero() {
+		if wmax >= 0 && int(side.e.seqLen) <= wmax || lr.side[0] == nil && side.e.zero() {
 			s.Warmup++
 		} else {
 			s.Missing++

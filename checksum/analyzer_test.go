@@ -135,3 +135,43 @@ func TestAnalyzerAgreesWithCompare(t *testing.T) {
 		t.Errorf("analyzer summary %+v, compare classes %+v (want 4 warmup, 2 missing)", got, r.Classes)
 	}
 }
+
+// TestAnalyzerRanksAndStages: live, the first prefill record is the
+// reference; other ranks and stages are judged against it as they arrive
+// (before or after the pair), xxh3 0 is not computed, and a same-ID repeat
+// is only counted.
+func TestAnalyzerRanksAndStages(t *testing.T) {
+	a := NewAnalyzer(Options{})
+	var findings []*hook.Finding
+	emit := func(ev hook.Event) { findings = append(findings, ev.Body.(*hook.Finding)) }
+	ev := func(side hook.Side, room uint64, rank int, stage string, bsum, xxh3 uint64, pageBsum ...hook.Hex64) hook.Event {
+		return hook.Event{Kind: hook.KindRoomChecksum, Src: hook.Source{Node: "h"}, Body: &hook.RoomChecksum{
+			Room: hook.Dec64(room), Side: side, SeqLen: 100, Pages: 2, Bsum: hook.Hex64(bsum), XXH3: hook.Hex64(xxh3),
+			Rank: rank, Stage: stage, PageBsum: pageBsum}}
+	}
+	P, D := hook.SidePrefill, hook.SideDecode
+	for _, e := range []hook.Event{
+		ev(P, 1, 0, "sent", 5, 6, 1, 2),
+		ev(P, 1, 1, "sent", 5, 6, 1, 2), // waits for the pair
+		ev(D, 1, 0, "transferred", 5, 0, 1, 2),
+		ev(D, 1, 1, "transferred", 5, 0, 1, 2),
+		ev(D, 1, 1, "admitted", 5, 0, 1, 2),
+		ev(D, 1, 0, "admitted", 9, 0, 1, 3), // changed after landing
+		ev(D, 1, 0, "admitted", 9, 0, 1, 3), // repeat
+		ev(P, 2, 0, "sent", 5, 6),
+		ev(D, 2, 0, "transferred", 5, 6),
+	} {
+		a.Observe(e, emit)
+	}
+	if len(findings) != 1 {
+		t.Fatalf("%d findings: %+v", len(findings), findings)
+	}
+	f := findings[0]
+	if f.Evidence["record"] != "decode rank 0 admitted @h" || f.Evidence["reference"] != "prefill rank 0 sent @h" ||
+		f.Evidence["mismatch_pages"] != "1" || f.Evidence["mismatch_tokens"] != "64-100" {
+		t.Errorf("finding %q %v", f.Summary, f.Evidence)
+	}
+	if s := a.Summary().(Summary); s != (Summary{Rooms: 2, Matched: 1, Mismatched: 1, Repeats: 1}) {
+		t.Errorf("summary %+v", s)
+	}
+}

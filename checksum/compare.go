@@ -86,26 +86,106 @@ func (c ClassCounts) Get(class string) int {
 	return 0
 }
 
-// entry is the compact per-room, per-side record compare keeps: 32 bytes.
+// entry is the compact per-record form compare keeps: 40 bytes.
 type entry struct {
 	room   uint64
 	bsum   uint64
 	xxh3   uint64
 	seqLen uint32
-	pages  uint32 // top bit: the record carried page digests
+	meta   uint32 // pages (low 27 bits), stage code (2 bits), flags (3 bits)
+	layers uint32 // layersKey of the record's layer ids; 0: one buffer (spec v1.0)
+	who    uint32 // node index (high 16 bits; 0 is "": log lines, unnamed hosts), rank (low 16)
 }
 
-const hasPagesBit = 1 << 31
+// Limits of the packed fields: larger values are clamped (a page table of
+// 2^27 entries is 8 G tokens; TP ranks and hosts per compare stay far
+// below 2^16).
+const (
+	maxPages = 1<<27 - 1
+	maxRank  = 1<<16 - 1
+	maxNodes = 1 << 16
+)
 
+func newEntry(room, bsum, xxh3 uint64, seqLen, pages, rank int, stage uint8, flags uint8, layers uint32, node uint16) entry {
+	return entry{room: room, bsum: bsum, xxh3: xxh3, seqLen: uint32(min(max(seqLen, 0), maxCount)),
+		meta:   uint32(min(max(pages, 0), maxPages)) | uint32(stage&3)<<27 | uint32(flags&7)<<29,
+		layers: layers, who: uint32(node)<<16 | uint32(min(max(rank, 0), maxRank))}
+}
+
+func (e *entry) pages() int     { return int(e.meta & maxPages) }
+func (e *entry) stage() uint8   { return uint8(e.meta>>27) & 3 }
+func (e *entry) flags() uint8   { return uint8(e.meta >> 29) }
+func (e *entry) rank() int      { return int(e.who & maxRank) }
+func (e *entry) node() uint16   { return uint16(e.who >> 16) }
+func (e *entry) hasID() bool    { return e.who != 0 || e.stage() != 0 }
+func (e *entry) detailed() bool { return e.flags() != 0 || e.layers != 0 }
+
+// entry flags: which localization digests the record carried.
+const (
+	hasPageXXH3 = 1 << iota
+	hasPageBsum
+	hasLayerBsum
+)
+
+// Stages in report order (hook.Stage*); stageCode indexes it.
+var stageNames = [...]string{"", hook.StageSent, hook.StageTransferred, hook.StageAdmitted}
+
+func stageCode(s string) (uint8, bool) {
+	for i, n := range stageNames {
+		if n == s {
+			return uint8(i), true
+		}
+	}
+	return 0, false
+}
+
+// layersKey fingerprints a layer id list (0 for none): the bsum of the ids
+// as words, folded to 32 bits, with the low bit set so that no list maps to
+// 0. Two lists that differ get the same key with probability 2^-31; that
+// alone changes nothing, as their bsums then still differ.
+func layersKey(layers []int) uint32 {
+	if len(layers) == 0 {
+		return 0
+	}
+	var s uint64
+	for i, l := range layers {
+		s += Mix64(uint64(l) ^ uint64(i+1)*bsumK)
+	}
+	return uint32(s^s>>32) | 1
+}
+
+// sameDigest: exact repeat of the same record (identity compared apart).
 func (e *entry) sameDigest(o *entry) bool {
-	return e.bsum == o.bsum && e.xxh3 == o.xxh3 && e.seqLen == o.seqLen && e.pages == o.pages
+	return e.bsum == o.bsum && e.xxh3 == o.xxh3 && e.seqLen == o.seqLen && e.meta&^(3<<27) == o.meta&^(3<<27) &&
+		e.layers == o.layers
 }
+
+// sameID: the same producer: rank, stage and node (the side is the store's).
+func (e *entry) sameID(o *entry) bool {
+	return e.who == o.who && e.stage() == o.stage()
+}
+
+// agrees says two records digest the same bytes: equal seq_len, layers and
+// bsum, and equal xxh3 unless either is 0 ("not computed", SPEC.md §9.4).
+func (e *entry) agrees(o *entry) bool {
+	return e.bsum == o.bsum && e.seqLen == o.seqLen && e.layers == o.layers &&
+		(e.xxh3 == o.xxh3 || e.xxh3 == 0 || o.xxh3 == 0)
+}
+
+// v10 says the record carries nothing of spec v1.1.
+func (e *entry) v10() bool { return !e.hasID() && e.layers == 0 }
 
 func (e *entry) digest() SideDigest {
-	return SideDigest{SeqLen: int(e.seqLen), Pages: int(e.pages &^ hasPagesBit), Bsum: hook.Hex64(e.bsum), XXH3: hook.Hex64(e.xxh3)}
+	return SideDigest{SeqLen: int(e.seqLen), Pages: e.pages(), Bsum: hook.Hex64(e.bsum), XXH3: hook.Hex64(e.xxh3)}
 }
 
 func (e *entry) zero() bool { return e.bsum == 0 && e.xxh3 == 0 }
+
+func cmpEntry(a, b *entry) int {
+	return cmp.Or(cmp.Compare(a.who, b.who), cmp.Compare(a.stage(), b.stage()),
+		cmp.Compare(a.seqLen, b.seqLen), cmp.Compare(a.bsum, b.bsum), cmp.Compare(a.xxh3, b.xxh3),
+		cmp.Compare(a.layers, b.layers), cmp.Compare(a.meta, b.meta))
+}
 
 // evidence is an engine's own mismatch report (SGLang's abort line).
 type evidence struct {
@@ -123,9 +203,34 @@ type SideDigest struct {
 	XXH3   hook.Hex64 `json:"xxh3"`
 }
 
+// RecordID names one producer of a room's digest: its side, attention-TP
+// rank, stage and the node it came from (SPEC.md §9.6). Records of different
+// IDs are never duplicates of each other; they must agree.
+type RecordID struct {
+	Side  hook.Side `json:"side"`
+	Rank  int       `json:"rank"`
+	Stage string    `json:"stage,omitempty"`
+	Node  string    `json:"node,omitempty"`
+}
+
+// String is the short human form: "decode rank 3 admitted @host-b".
+func (id RecordID) String() string {
+	s := fmt.Sprintf("%s rank %d", id.Side, id.Rank)
+	if id.Stage != "" {
+		s += " " + id.Stage
+	}
+	if id.Node != "" {
+		s += " @" + id.Node
+	}
+	return s
+}
+
 // Duplicate is one of the differing records of a room seen twice on a side.
 type Duplicate struct {
-	Side hook.Side `json:"side"`
+	Side  hook.Side `json:"side"`
+	Rank  int       `json:"rank,omitempty"`
+	Stage string    `json:"stage,omitempty"`
+	Node  string    `json:"node,omitempty"`
 	SideDigest
 }
 
@@ -133,6 +238,24 @@ type Duplicate struct {
 type TokenRange struct {
 	Lo int `json:"lo"`
 	Hi int `json:"hi"`
+}
+
+// RecordResult is one distinct record of a non-matching room that holds
+// several records per side or spec v1.1 fields, and how it compares with
+// the room's reference record.
+type RecordResult struct {
+	RecordID
+	SideDigest
+	Layers    []int `json:"layers,omitempty"`    // when known (reference and disagreeing records)
+	Reference bool  `json:"reference,omitempty"` // the record the others are compared with
+	Agrees    bool  `json:"agrees"`
+	// Differs lists what disagrees with the reference: "seq_len", "layers",
+	// "bsum", "xxh3".
+	Differs        []string     `json:"differs,omitempty"`
+	MismatchLayers []int        `json:"mismatch_layers,omitempty"` // layer ids whose layer_bsum differ
+	MismatchPages  []int        `json:"mismatch_pages,omitempty"`  // page-table indices that differ
+	MismatchTokens []TokenRange `json:"mismatch_tokens,omitempty"`
+	PagesFrom      string       `json:"pages_from,omitempty"` // "page_xxh3" | "page_bsum"
 }
 
 // RoomResult is one room that did not match.
@@ -144,9 +267,13 @@ type RoomResult struct {
 	Prefill        *SideDigest  `json:"prefill,omitempty"`
 	Decode         *SideDigest  `json:"decode,omitempty"`
 	Duplicates     []Duplicate  `json:"duplicates,omitempty"`
-	MismatchPages  []int        `json:"mismatch_pages,omitempty"`  // page-table indices whose page_xxh3 differ
+	MismatchLayers []int        `json:"mismatch_layers,omitempty"` // layer ids whose layer_bsum differ (any record)
+	MismatchPages  []int        `json:"mismatch_pages,omitempty"`  // page-table indices whose page digests differ
 	MismatchTokens []TokenRange `json:"mismatch_tokens,omitempty"` // the tokens those pages hold
 	Evidence       []string     `json:"evidence,omitempty"`        // input:line of engine mismatch reports
+	// Records lists the room's distinct records (several ranks or stages per
+	// side, or v1.1 fields); absent for a plain one-prefill, one-decode room.
+	Records []RecordResult `json:"records,omitempty"`
 }
 
 // EvidenceRef is an engine mismatch report that named no room.
@@ -223,19 +350,45 @@ func (r *Report) Headline() string {
 const maxLocate = 10000
 
 // Comparer matches prefill against decode room by room. Feed it every record
-// with Add, then call Finish. Memory is 32 bytes per record and side (plus
-// slice growth), whatever the input size.
+// with Add, then call Finish. Memory is 40 bytes per record (plus slice
+// growth), whatever the input size.
 type Comparer struct {
 	opts     Options
 	sides    [2]store
 	evidence []evidence
+	nodes    []string          // node names by index; nodes[0] = ""
+	nodeIdx  map[string]uint16 // and back
 
 	report *Report
-	want   map[uint64]*[2][]uint64 // pass 2: rooms whose page digests are wanted
+	want   map[uint64]*roomWant // pass 2: rooms whose details are wanted
+}
+
+// roomWant is what pass 2 collects for one mismatching room: the details of
+// its reference record and of each disagreeing record.
+type roomWant struct {
+	recs    []wantRec // [0] is the reference
+	records bool      // the room's result lists Records
+}
+
+type wantRec struct {
+	side int
+	e    entry
+	at   int // index in RoomResult.Records, or -1
+	d    *detail
+}
+
+// detail is what pass 2 keeps of a record: its localization digests.
+type detail struct {
+	layers    []int
+	layerBsum []uint64
+	pageXXH3  []uint64
+	pageBsum  []uint64
 }
 
 // NewComparer returns an empty Comparer.
-func NewComparer(opts Options) *Comparer { return &Comparer{opts: opts} }
+func NewComparer(opts Options) *Comparer {
+	return &Comparer{opts: opts, nodes: []string{""}, nodeIdx: map[string]uint16{"": 0}}
+}
 
 func sideIndex(s hook.Side) (int, bool) {
 	switch s {
@@ -247,27 +400,83 @@ func sideIndex(s hook.Side) (int, bool) {
 	return 0, false
 }
 
+// node returns the index of name, adding it (at most maxNodes-1 names;
+// later ones share the last index).
+func (c *Comparer) node(name string, add bool) uint16 {
+	if name == "" {
+		return 0
+	}
+	if i, ok := c.nodeIdx[name]; ok {
+		return i
+	}
+	if !add {
+		return maxNodes - 1
+	}
+	if len(c.nodes) == maxNodes-1 {
+		return uint16(len(c.nodes) - 1)
+	}
+	c.nodes = append(c.nodes, name)
+	c.nodeIdx[name] = uint16(len(c.nodes) - 1)
+	return uint16(len(c.nodes) - 1)
+}
+
+// entryOf builds r's entry; ok is false for a record compare ignores (an
+// unknown side or stage). add interns a new node name.
+func (c *Comparer) entryOf(r *Record, add bool) (int, entry, bool) {
+	s, ok := sideIndex(r.Side)
+	if !ok {
+		return 0, entry{}, false
+	}
+	var st uint8
+	if r.Stage != "" {
+		if st, ok = stageCode(r.Stage); !ok {
+			return 0, entry{}, false
+		}
+	}
+	var node uint16
+	if r.Node != "" {
+		node = c.node(r.Node, add)
+	}
+	var flags uint8
+	if len(r.PageXXH3)|len(r.PageBsum)|len(r.LayerBsum) != 0 {
+		flags = recordFlags(r)
+	}
+	var layers uint32
+	if len(r.Layers) > 0 {
+		layers = layersKey(r.Layers)
+	}
+	return s, newEntry(r.Room, r.Bsum, r.XXH3, r.SeqLen, r.Pages, r.Rank, st, flags, layers, node), true
+}
+
+func recordFlags(r *Record) uint8 {
+	var f uint8
+	if len(r.PageXXH3) > 0 {
+		f |= hasPageXXH3
+	}
+	if len(r.PageBsum) > 0 {
+		f |= hasPageBsum
+	}
+	if len(r.LayerBsum) > 0 {
+		f |= hasLayerBsum
+	}
+	return f
+}
+
 // Add records r; where names its input for evidence ("decode.log"). r is not
-// retained. Records with an unknown side are ignored.
+// retained. Records with an unknown side or stage are ignored.
 func (c *Comparer) Add(r *Record, where string) {
 	if r.Evidence {
 		c.evidence = append(c.evidence, evidence{room: r.Room, hasRoom: r.HasRoom, where: fmt.Sprintf("%s:%d", where, r.Line), request: r.Request})
 		return
 	}
-	s, ok := sideIndex(r.Side)
-	if !ok {
-		return
+	if s, e, ok := c.entryOf(r, true); ok {
+		c.sides[s].add(e)
 	}
-	e := entry{room: r.Room, bsum: r.Bsum, xxh3: r.XXH3, seqLen: uint32(min(max(r.SeqLen, 0), maxCount)), pages: uint32(min(max(r.Pages, 0), maxCount))}
-	if len(r.PageXXH3) > 0 {
-		e.pages |= hasPagesBit
-	}
-	c.sides[s].add(e)
 }
 
 // Finish classifies every room and returns the report. If NeedPages then
 // reports true, feed the inputs again through AddPages and call Locate to fill
-// in the mismatching pages.
+// in the mismatching layers and pages.
 func (c *Comparer) Finish() *Report {
 	slices.SortFunc(c.evidence, func(a, b evidence) int { return cmp.Compare(a.room, b.room) })
 	r := &Report{WarmupMaxSeqLen: c.opts.warmupMax(), NonMatching: []RoomResult{}}
@@ -322,43 +531,58 @@ func (c *Comparer) Finish() *Report {
 	return r
 }
 
-// distinct returns g's first entry and the entries with other digests, and
-// how many repeated the same digest.
+// distinct sorts g by record ID and digest and drops exact repeats (same
+// ID, same digests), returning how many it dropped.
 func distinct(g []entry) (out []entry, repeats int64) {
-	for x := range g {
-		dup := false
-		for y := range out {
-			if out[y].sameDigest(&g[x]) {
-				dup = true
-				break
-			}
-		}
-		if dup {
+	if len(g) < 2 {
+		return g, 0
+	}
+	slices.SortFunc(g, func(a, b entry) int { return cmpEntry(&a, &b) })
+	out = g[:1]
+	for x := 1; x < len(g); x++ {
+		last := &out[len(out)-1]
+		if last.sameID(&g[x]) && last.sameDigest(&g[x]) {
 			repeats++
-		} else {
-			out = append(out, g[x])
+			continue
 		}
+		out = append(out, g[x])
 	}
 	return out, repeats
 }
 
+// duplicated reports whether some record ID holds different digests (g is
+// distinct's output).
+func duplicated(g []entry) bool {
+	for x := 1; x < len(g); x++ {
+		if g[x].sameID(&g[x-1]) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Comparer) id(side int, e *entry) RecordID {
+	id := RecordID{Side: hook.SidePrefill, Rank: e.rank(), Stage: stageNames[e.stage()]}
+	if side == 1 {
+		id.Side = hook.SideDecode
+	}
+	if n := int(e.node()); n < len(c.nodes) {
+		id.Node = c.nodes[n]
+	}
+	return id
+}
+
 func (c *Comparer) judge(r *Report, room uint64, pg, dg []entry, ev []evidence) {
 	wmax := c.opts.warmupMax()
-	var pd, dd []entry
-	if len(pg) > 1 || len(dg) > 1 {
-		var n1, n2 int64
-		pd, n1 = distinct(pg)
-		dd, n2 = distinct(dg)
-		r.IdenticalRepeats += n1 + n2
-	} else {
-		pd, dd = pg, dg
-	}
+	isWarmupLen := func(n uint32) bool { return wmax >= 0 && int(n) <= wmax }
 	// The common case, one record per side that matches, allocates nothing.
-	if len(pd) == 1 && len(dd) == 1 && len(ev) == 0 && pd[0].bsum == dd[0].bsum && pd[0].xxh3 == dd[0].xxh3 &&
-		pd[0].seqLen == dd[0].seqLen && !(wmax >= 0 && int(pd[0].seqLen) <= wmax) && !dd[0].zero() {
+	if len(pg) == 1 && len(dg) == 1 && len(ev) == 0 && pg[0].agrees(&dg[0]) && !isWarmupLen(pg[0].seqLen) && !dg[0].zero() {
 		r.Classes.Match++
 		return
 	}
+	pd, n1 := distinct(pg)
+	dd, n2 := distinct(dg)
+	r.IdenticalRepeats += n1 + n2
 	res := RoomResult{Room: hook.Dec64(room)}
 	if len(pd) > 0 {
 		x := pd[0].digest()
@@ -375,56 +599,44 @@ func (c *Comparer) judge(r *Report, room uint64, pg, dg []entry, ev []evidence) 
 	for _, e := range ev {
 		res.Evidence = append(res.Evidence, e.where)
 	}
-	isWarmupLen := func(n int) bool { return wmax >= 0 && n <= wmax }
+	allZero := len(dd) > 0
+	for x := range dd {
+		allZero = allZero && dd[x].zero()
+	}
 	switch {
-	case len(pd) > 1 || len(dd) > 1:
+	case duplicated(pd) || duplicated(dd):
 		all := true
 		for _, g := range [][]entry{pd, dd} {
 			for x := range g {
-				all = all && isWarmupLen(int(g[x].seqLen))
+				all = all && isWarmupLen(g[x].seqLen)
 			}
 		}
-		for _, e := range pd {
-			res.Duplicates = append(res.Duplicates, Duplicate{Side: hook.SidePrefill, SideDigest: e.digest()})
-		}
-		for _, e := range dd {
-			res.Duplicates = append(res.Duplicates, Duplicate{Side: hook.SideDecode, SideDigest: e.digest()})
+		for s, g := range [][]entry{pd, dd} {
+			for x := range g {
+				id := c.id(s, &g[x])
+				res.Duplicates = append(res.Duplicates, Duplicate{Side: id.Side, Rank: id.Rank, Stage: id.Stage, Node: id.Node, SideDigest: g[x].digest()})
+			}
 		}
 		if all {
 			res.Class, res.Reason = ClassWarmup, fmt.Sprintf("seen more than once, every seq_len ≤ %d", wmax)
 		} else {
 			res.Class, res.Reason = ClassDuplicate, "seen more than once on one side with different digests"
+			if !pd0v10(pd, dd) {
+				res.Reason = "seen more than once by one " + dupWho(c, pd, dd) + " with different digests"
+			}
 		}
 	case len(ev) > 0:
 		res.Class, res.Reason = ClassMismatch, "the engine reported a KV checksum mismatch"
-	case len(pd) == 1 && isWarmupLen(int(pd[0].seqLen)) || len(pd) == 0 && len(dd) == 1 && isWarmupLen(int(dd[0].seqLen)):
+	case len(pd) > 0 && isWarmupLen(pd[0].seqLen) || len(pd) == 0 && len(dd) > 0 && isWarmupLen(dd[0].seqLen):
 		res.Class, res.Reason = ClassWarmup, fmt.Sprintf("seq_len %d ≤ %d", res.SeqLen, wmax)
-	case len(dd) == 1 && dd[0].zero():
+	case allZero:
 		res.Class, res.Reason = ClassWarmup, "decode digest 0 (not transferred)"
 	case len(dd) == 0:
 		res.Class, res.Reason = ClassMissingDecode, "no decode record"
 	case len(pd) == 0:
 		res.Class, res.Reason = ClassMissingPrefill, "no prefill record"
-	case pd[0].bsum == dd[0].bsum && pd[0].xxh3 == dd[0].xxh3 && pd[0].seqLen == dd[0].seqLen:
-		res.Class = ClassMatch
 	default:
-		res.Class = ClassMismatch
-		switch {
-		case pd[0].seqLen != dd[0].seqLen:
-			res.Reason = fmt.Sprintf("seq_len differs: prefill %d, decode %d", pd[0].seqLen, dd[0].seqLen)
-		case pd[0].bsum != dd[0].bsum && pd[0].xxh3 != dd[0].xxh3:
-			res.Reason = "bsum and xxh3 differ"
-		case pd[0].bsum != dd[0].bsum:
-			res.Reason = "bsum differs, xxh3 equal"
-		default:
-			res.Reason = "xxh3 differs, bsum equal"
-		}
-		if pd[0].pages&dd[0].pages&hasPagesBit != 0 && len(c.want) < maxLocate {
-			if c.want == nil {
-				c.want = make(map[uint64]*[2][]uint64)
-			}
-			c.want[room] = new([2][]uint64)
-		}
+		c.agreement(&res, room, pd, dd)
 	}
 	r.Classes.add(res.Class)
 	if res.Class != ClassMatch {
@@ -432,28 +644,279 @@ func (c *Comparer) judge(r *Report, room uint64, pg, dg []entry, ev []evidence) 
 	}
 }
 
-// NeedPages reports whether some mismatching rooms carry page digests that a
-// second pass (AddPages, then Locate) can compare.
+// pd0v10 says the room is a plain v1.0 pair at most: no record carries v1.1
+// fields.
+func pd0v10(pd, dd []entry) bool {
+	for _, g := range [][]entry{pd, dd} {
+		for x := range g {
+			if !g[x].v10() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// dupWho names the record IDs that hold several digests.
+func dupWho(c *Comparer, pd, dd []entry) string {
+	var who []string
+	for s, g := range [][]entry{pd, dd} {
+		for x := 1; x < len(g); x++ {
+			if g[x].sameID(&g[x-1]) && (len(who) == 0 || who[len(who)-1] != c.id(s, &g[x]).String()) {
+				who = append(who, c.id(s, &g[x]).String())
+			}
+		}
+	}
+	return strings.Join(who, ", ")
+}
+
+// agreement judges a room every side of which is present and none
+// duplicated: every record must agree with every other (SPEC.md §9.6). The
+// reference is a record of the largest agreeing group of prefill records
+// (the bytes' origin); xxh3 is compared where both records computed it.
+func (c *Comparer) agreement(res *RoomResult, room uint64, pd, dd []entry) {
+	// Reference: the prefill record agreeing (bsum, seq_len, layers) with
+	// the most other prefill records; the first such with a non-zero xxh3.
+	ref := 0
+	best := -1
+	for x := range pd {
+		n := 0
+		for y := range pd {
+			if pd[x].bsum == pd[y].bsum && pd[x].seqLen == pd[y].seqLen && pd[x].layers == pd[y].layers {
+				n++
+			}
+		}
+		sameGroup := pd[x].bsum == pd[ref].bsum && pd[x].seqLen == pd[ref].seqLen && pd[x].layers == pd[ref].layers
+		if n > best || n == best && sameGroup && pd[ref].xxh3 == 0 && pd[x].xxh3 != 0 {
+			ref, best = x, n
+		}
+	}
+	refE := pd[ref]
+	if refE.xxh3 == 0 { // take the xxh3 of the first agreeing record that computed one
+		for _, g := range [][]entry{pd, dd} {
+			for x := range g {
+				if refE.xxh3 == 0 && g[x].agrees(&refE) && g[x].xxh3 != 0 {
+					refE.xxh3 = g[x].xxh3
+				}
+			}
+		}
+	}
+	var bads []badRec
+	for s, g := range [][]entry{pd, dd} {
+		for x := range g {
+			if g[x].agrees(&refE) {
+				continue
+			}
+			bads = append(bads, badRec{s, x, differs(&refE, &g[x])})
+		}
+	}
+	if len(bads) == 0 {
+		res.Class = ClassMatch
+		return
+	}
+	res.Class = ClassMismatch
+	p := pd[ref].digest()
+	res.Prefill = &p
+	res.SeqLen = p.SeqLen
+	first := [][]entry{pd, dd}[bads[0].side][bads[0].x]
+	fd := first.digest()
+	if bads[0].side == 1 {
+		res.Decode = &fd
+	} else if len(dd) > 0 {
+		d := dd[0].digest()
+		res.Decode = &d
+	}
+	plain := len(pd) == 1 && len(dd) == 1 && pd0v10(pd, dd)
+	if plain {
+		res.Reason = pairReason(&pd[0], &dd[0])
+	} else {
+		res.Reason = c.groupReason(pd, dd, ref, bads)
+	}
+	// Records and pass-2 wants.
+	w := &roomWant{records: !plain}
+	w.recs = append(w.recs, wantRec{side: 0, e: pd[ref], at: -1})
+	if w.records {
+		for s, g := range [][]entry{pd, dd} {
+			for x := range g {
+				rr := RecordResult{RecordID: c.id(s, &g[x]), SideDigest: g[x].digest(), Agrees: true}
+				if s == 0 && x == ref {
+					rr.Reference = true
+					w.recs[0].at = len(res.Records)
+				}
+				for _, b := range bads {
+					if b.side == s && b.x == x {
+						rr.Agrees, rr.Differs = false, b.what
+						w.recs = append(w.recs, wantRec{side: s, e: g[x], at: len(res.Records)})
+					}
+				}
+				res.Records = append(res.Records, rr)
+			}
+		}
+	} else {
+		w.recs = append(w.recs, wantRec{side: bads[0].side, e: first, at: -1})
+	}
+	detailed := false
+	for _, wr := range w.recs {
+		detailed = detailed || wr.e.detailed()
+	}
+	if detailed && len(c.want) < maxLocate {
+		if c.want == nil {
+			c.want = make(map[uint64]*roomWant)
+		}
+		c.want[room] = w
+	}
+}
+
+// badRec is a record that disagrees with the room's reference: its side,
+// its index in that side's distinct records, and what differs.
+type badRec struct {
+	side int
+	x    int
+	what []string
+}
+
+// differs lists what of e disagrees with the reference ref.
+func differs(ref, e *entry) []string {
+	var out []string
+	if e.seqLen != ref.seqLen {
+		out = append(out, "seq_len")
+	}
+	if e.layers != ref.layers {
+		out = append(out, "layers")
+	}
+	if e.bsum != ref.bsum {
+		out = append(out, "bsum")
+	}
+	if e.xxh3 != ref.xxh3 && e.xxh3 != 0 && ref.xxh3 != 0 {
+		out = append(out, "xxh3")
+	}
+	return out
+}
+
+// pairReason explains a plain prefill/decode mismatch in the v1.0 words.
+func pairReason(p, d *entry) string {
+	both := p.xxh3 != 0 && d.xxh3 != 0
+	switch {
+	case p.seqLen != d.seqLen:
+		return fmt.Sprintf("seq_len differs: prefill %d, decode %d", p.seqLen, d.seqLen)
+	case p.layers != d.layers:
+		return "layers differ"
+	case p.bsum != d.bsum && both && p.xxh3 != d.xxh3:
+		return "bsum and xxh3 differ"
+	case p.bsum != d.bsum && both:
+		return "bsum differs, xxh3 equal"
+	case p.bsum != d.bsum:
+		return "bsum differs (xxh3 not computed)"
+	}
+	return "xxh3 differs, bsum equal"
+}
+
+// groupReason names the disagreeing records, grouped by side, stage, node
+// and what differs: "decode ranks 1,3 admitted: bsum differs (vs prefill
+// rank 0 sent)", the reference last.
+func (c *Comparer) groupReason(pd, dd []entry, ref int, bads []badRec) string {
+	type group struct {
+		side  int
+		stage uint8
+		node  uint16
+		what  string
+		ranks []int
+	}
+	var groups []*group
+	nbad := 0
+	for _, b := range bads {
+		nbad++
+		s := b.side
+		e := [][]entry{pd, dd}[s][b.x]
+		w := strings.Join(b.what, ", ")
+		var g *group
+		for _, h := range groups {
+			if h.side == s && h.stage == e.stage() && h.node == e.node() && h.what == w {
+				g = h
+			}
+		}
+		if g == nil {
+			g = &group{side: s, stage: e.stage(), node: e.node(), what: w}
+			groups = append(groups, g)
+		}
+		g.ranks = append(g.ranks, e.rank())
+	}
+	var parts []string
+	for i, g := range groups {
+		if i == 3 {
+			parts = append(parts, fmt.Sprintf("… (%d records disagree in all)", nbad))
+			break
+		}
+		id := c.id(g.side, &entry{meta: uint32(g.stage) << 27, who: uint32(g.node) << 16})
+		who := string(id.Side) + " rank " + joinInts(g.ranks)
+		if len(g.ranks) > 1 {
+			who = string(id.Side) + " ranks " + joinInts(g.ranks)
+		}
+		if id.Stage != "" {
+			who += " " + id.Stage
+		}
+		if id.Node != "" {
+			who += " @" + id.Node
+		}
+		parts = append(parts, who+": "+g.what+" differ"+map[bool]string{true: "s", false: ""}[!strings.Contains(g.what, ",") && g.what != "layers"])
+	}
+	out := strings.Join(parts, "; ") + " (vs " + c.id(0, &pd[ref]).String() + ")"
+	// A decode copy that matched as it landed but not at admission was
+	// changed on the decode host in between.
+	if stageHint(pd, dd, ref) {
+		out += "; transferred matched: changed on the decode host after landing"
+	}
+	return out
+}
+
+// stageHint: some decode record of a rank and node agrees at stage
+// transferred while the same rank and node disagrees at admitted.
+func stageHint(pd, dd []entry, ref int) bool {
+	r := &pd[ref]
+	for x := range dd {
+		if stageNames[dd[x].stage()] != hook.StageAdmitted || dd[x].agrees(r) {
+			continue
+		}
+		for y := range dd {
+			if stageNames[dd[y].stage()] == hook.StageTransferred && dd[y].who == dd[x].who && dd[y].agrees(r) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// NeedPages reports whether some mismatching rooms carry layer or page
+// digests that a second pass (AddPages, then Locate) can compare.
 func (c *Comparer) NeedPages() bool { return len(c.want) > 0 }
 
-// AddPages keeps r's page digests if Finish wants them. r is not retained.
+// AddPages keeps r's layer and page digests if Finish wants them. r is not
+// retained.
 func (c *Comparer) AddPages(r *Record) {
-	if r.Evidence || len(r.PageXXH3) == 0 {
+	if r.Evidence {
 		return
 	}
 	w, ok := c.want[r.Room]
 	if !ok {
 		return
 	}
-	s, ok := sideIndex(r.Side)
-	if !ok || w[s] != nil {
+	s, e, ok := c.entryOf(r, false)
+	if !ok {
 		return
 	}
-	w[s] = slices.Clone(r.PageXXH3)
+	for i := range w.recs {
+		wr := &w.recs[i]
+		if wr.d == nil && wr.side == s && wr.e.sameID(&e) && wr.e.sameDigest(&e) {
+			wr.d = &detail{layers: slices.Clone(r.Layers), layerBsum: slices.Clone(r.LayerBsum),
+				pageXXH3: slices.Clone(r.PageXXH3), pageBsum: slices.Clone(r.PageBsum)}
+			return
+		}
+	}
 }
 
-// Locate fills MismatchPages and MismatchTokens of the mismatching rooms whose
-// page digests AddPages collected.
+// Locate fills the mismatching layers, pages and tokens of the mismatching
+// rooms whose details AddPages collected: layers from layer_bsum, pages from
+// page_xxh3 when both records carry it, else from page_bsum (SPEC.md §9.6).
 func (c *Comparer) Locate() {
 	if c.report == nil {
 		return
@@ -461,26 +924,108 @@ func (c *Comparer) Locate() {
 	for i := range c.report.NonMatching {
 		rr := &c.report.NonMatching[i]
 		w, ok := c.want[uint64(rr.Room)]
-		if !ok || w[0] == nil || w[1] == nil {
+		if !ok || w.recs[0].d == nil {
 			continue
 		}
-		rr.MismatchPages, rr.MismatchTokens = DiffPages(w[0], w[1], rr.SeqLen)
-		c.report.PagesLocated++
+		ref := w.recs[0].d
+		if at := w.recs[0].at; at >= 0 {
+			rr.Records[at].Layers = ref.layers
+		}
+		var layers, pages []int
+		located := false
+		for _, wr := range w.recs[1:] {
+			if wr.d == nil {
+				continue
+			}
+			ls, ps, from := compareDetails(ref, wr.d)
+			located = located || from != ""
+			layers = append(layers, ls...)
+			pages = append(pages, ps...)
+			if wr.at >= 0 {
+				rec := &rr.Records[wr.at]
+				rec.Layers = wr.d.layers
+				rec.MismatchLayers, rec.MismatchPages, rec.PagesFrom = ls, ps, from
+				if len(ps) > 0 {
+					rec.MismatchTokens = tokenRanges(ps, rec.SeqLen)
+				}
+			}
+		}
+		slices.Sort(layers)
+		rr.MismatchLayers = slices.Compact(layers)
+		slices.Sort(pages)
+		rr.MismatchPages = slices.Compact(pages)
+		if len(rr.MismatchPages) > 0 {
+			rr.MismatchTokens = tokenRanges(rr.MismatchPages, rr.SeqLen)
+		}
+		if located {
+			c.report.PagesLocated++
+		}
+		if len(rr.MismatchLayers) == 0 {
+			rr.MismatchLayers = nil
+		}
+		if len(rr.MismatchPages) == 0 {
+			rr.MismatchPages = nil
+		}
 	}
 	c.want = nil
 }
 
-// DiffPages compares two sides' RoomPages digests of a room of seqLen tokens
-// and returns the differing page-table indices and the token ranges they hold
-// (adjacent ranges merged). An index present on one side only differs.
+// compareDetails compares a record's digests with the reference's: the layer
+// ids whose layer_bsum differ (or that one record digested and the other did
+// not) and the page-table indices whose page digests differ, from
+// page_xxh3 when both carry it, else page_bsum (only over the same layers:
+// page_bsum combines the layers).
+func compareDetails(ref, d *detail) (layers, pages []int, from string) {
+	sameLayers := slices.Equal(ref.layers, d.layers)
+	if sameLayers && len(ref.layerBsum) == len(ref.layers) && len(d.layerBsum) == len(d.layers) {
+		for j, l := range ref.layers {
+			if ref.layerBsum[j] != d.layerBsum[j] {
+				layers = append(layers, l)
+			}
+		}
+	} else if !sameLayers {
+		for _, l := range ref.layers {
+			if !slices.Contains(d.layers, l) {
+				layers = append(layers, l)
+			}
+		}
+		for _, l := range d.layers {
+			if !slices.Contains(ref.layers, l) {
+				layers = append(layers, l)
+			}
+		}
+	}
+	switch {
+	case sameLayers && len(ref.pageXXH3) > 0 && len(d.pageXXH3) > 0:
+		pages, _ = DiffPages(ref.pageXXH3, d.pageXXH3, 0)
+		from = "page_xxh3"
+	case sameLayers && len(ref.pageBsum) > 0 && len(d.pageBsum) > 0:
+		pages, _ = DiffPages(ref.pageBsum, d.pageBsum, 0)
+		from = "page_bsum"
+	}
+	return layers, pages, from
+}
+
+// DiffPages compares two sides' per-page digests (RoomPages, or page_bsum)
+// of a room of seqLen tokens and returns the differing page-table indices
+// and the token ranges they hold (adjacent ranges merged). An index present
+// on one side only differs.
 func DiffPages(prefill, decode []uint64, seqLen int) ([]int, []TokenRange) {
 	var pages []int
-	var toks []TokenRange
 	for i := 0; i < max(len(prefill), len(decode)); i++ {
 		if i < len(prefill) && i < len(decode) && prefill[i] == decode[i] {
 			continue
 		}
 		pages = append(pages, i)
+	}
+	return pages, tokenRanges(pages, seqLen)
+}
+
+// tokenRanges returns the tokens that page-table entries pages (ascending)
+// hold in a room of seqLen tokens, adjacent ranges merged.
+func tokenRanges(pages []int, seqLen int) []TokenRange {
+	var toks []TokenRange
+	for _, i := range pages {
 		lo := i * PageTokens
 		hi := min(lo+PageTokens, seqLen)
 		if hi <= lo { // a page past seq_len: name its slots anyway
@@ -492,5 +1037,5 @@ func DiffPages(prefill, decode []uint64, seqLen int) ([]int, []TokenRange) {
 			toks = append(toks, TokenRange{Lo: lo, Hi: hi})
 		}
 	}
-	return pages, toks
+	return toks
 }

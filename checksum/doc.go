@@ -6,11 +6,15 @@
 // reduction, and xxh3, XXH3-64 of the room's token-order bytes, both over the
 // bf16 and fp8 index-K layouts, plus per-page digests that locate a mismatch
 // to pages and tokens. Sources (the twin, engine hooks) call Room, RoomPages
-// and Pages exactly as a real engine hook would.
+// and Pages exactly as a real engine hook would. Spec v1.1 (SPEC.md §9) adds
+// digests over several layers' buffers (RoomLayers, CombineLayers), per-page
+// bsums (RoomPageBsums) and the rank and stage of a digest.
 //
 // It reads room records from bundle events, kvcanary's own room_checksum log
 // line and SGLang's "KV checksum mismatch" aborts, compares prefill against
-// decode room by room (Compare), and runs live on the event bus (Analyzer).
+// decode room by room (Compare) — several inputs, hosts, ranks and stages
+// per side, every record of a room required to agree — and runs live on the
+// event bus (Analyzer).
 //
 // Error contract: digest functions take arguments that pass Layout.Check and
 // panic otherwise (a caller bug, never input). Readers never panic on input:

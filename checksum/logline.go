@@ -36,7 +36,7 @@ func (k LineKind) String() string {
 
 // DigestError is a malformed digest on an otherwise valid room_checksum line.
 type DigestError struct {
-	Field string // "bsum", "xxh3" or "page_xxh3"
+	Field string // "bsum", "xxh3", "page_xxh3", "layer_bsum" or "page_bsum"
 	Value string // the offending value, truncated
 }
 
@@ -65,6 +65,11 @@ const (
 	fDtype
 	fPageXXH3
 	fRequest
+	fRank
+	fStage
+	fLayers
+	fLayerBsum
+	fPageBsum
 	fRequired = fSide | fRoom | fSeqLen | fPages | fBsum | fXXH3
 )
 
@@ -74,11 +79,15 @@ const maxCount = 1<<31 - 1
 // LineParser parses log lines. It reuses one page-digest buffer, so a
 // Record's PageXXH3 is valid only until the next Parse. The zero value is ready.
 type LineParser struct {
-	pages  []uint64
-	Reason string // why the last LineMalformed line was rejected
+	pages     []uint64
+	layers    []int
+	layerBsum []uint64
+	pageBsum  []uint64
+	Reason    string // why the last LineMalformed line was rejected
 }
 
-// Parse reads one log line (without its newline) into rec. It returns
+// Parse reads one log line (without its newline) into rec. Its PageXXH3,
+// Layers, LayerBsum and PageBsum are valid until the next Parse. It returns
 // LineOther for lines without a marker, LineMalformed (with p.Reason) for a
 // room_checksum line missing a required field or holding a bad side, room,
 // seq_len or pages, and a *DigestError for a malformed digest. Parse never
@@ -116,7 +125,7 @@ func isBlank(c byte) bool { return c == ' ' || c == '\t' }
 
 func (p *LineParser) parseRecord(rest []byte, rec *Record) (LineKind, error) {
 	*rec = Record{HasRoom: true}
-	p.pages = p.pages[:0]
+	p.pages, p.layers, p.layerBsum, p.pageBsum = p.pages[:0], p.layers[:0], p.layerBsum[:0], p.pageBsum[:0]
 	var seen uint
 	for len(rest) > 0 {
 		for len(rest) > 0 && isBlank(rest[0]) {
@@ -195,25 +204,52 @@ func (p *LineParser) parseRecord(rest []byte, rec *Record) (LineKind, error) {
 			rec.Request = string(val)
 		case "page_xxh3":
 			bit = fPageXXH3
-			for len(val) > 0 {
-				c := bytes.IndexByte(val, ',')
-				if c < 0 {
-					c = len(val)
-				}
-				v, ok := parseU64(val[:c])
-				if !ok {
-					return LineMalformed, &DigestError{Field: "page_xxh3", Value: trunc(val[:c])}
-				}
-				p.pages = append(p.pages, v)
-				if c == len(val) {
-					break
-				}
-				val = val[c+1:]
-				if len(val) == 0 {
-					return LineMalformed, &DigestError{Field: "page_xxh3", Value: "(trailing comma)"}
-				}
+			var err error
+			if p.pages, err = digestList(val, "page_xxh3", p.pages); err != nil {
+				return LineMalformed, err
 			}
 			rec.PageXXH3 = p.pages
+		case "layer_bsum":
+			bit = fLayerBsum
+			var err error
+			if p.layerBsum, err = digestList(val, "layer_bsum", p.layerBsum); err != nil {
+				return LineMalformed, err
+			}
+			rec.LayerBsum = p.layerBsum
+		case "page_bsum":
+			bit = fPageBsum
+			var err error
+			if p.pageBsum, err = digestList(val, "page_bsum", p.pageBsum); err != nil {
+				return LineMalformed, err
+			}
+			rec.PageBsum = p.pageBsum
+		case "rank":
+			bit = fRank
+			v, ok := parseU64(val)
+			if !ok || v > maxCount {
+				return p.malformed("rank %q is not a number below 2^31", trunc(val))
+			}
+			rec.Rank = int(v)
+		case "stage":
+			bit = fStage
+			st, ok := stageCode(string(val))
+			if !ok || st == 0 {
+				return p.malformed("stage %q is not one of sent|transferred|admitted", trunc(val))
+			}
+			rec.Stage = stageNames[st]
+		case "layers":
+			bit = fLayers
+			for f := range bytes.SplitSeq(val, []byte{','}) {
+				v, ok := parseU64(f)
+				if !ok || v > maxCount {
+					return p.malformed("layers entry %q is not a layer id", trunc(f))
+				}
+				if n := len(p.layers); n > 0 && int(v) <= p.layers[n-1] {
+					return p.malformed("layers %q are not strictly ascending", trunc(val))
+				}
+				p.layers = append(p.layers, int(v))
+			}
+			rec.Layers = p.layers
 		default:
 			continue
 		}
@@ -234,7 +270,33 @@ func (p *LineParser) parseRecord(rest []byte, rec *Record) (LineKind, error) {
 		}
 		return p.malformed("missing %v", missing)
 	}
+	if len(rec.LayerBsum) != len(rec.Layers) {
+		return p.malformed("layer_bsum has %d digests for %d layers", len(rec.LayerBsum), len(rec.Layers))
+	}
 	return LineRecord, nil
+}
+
+// digestList parses comma-separated digests into dst[:0].
+func digestList(val []byte, field string, dst []uint64) ([]uint64, error) {
+	for len(val) > 0 {
+		c := bytes.IndexByte(val, ',')
+		if c < 0 {
+			c = len(val)
+		}
+		v, ok := parseU64(val[:c])
+		if !ok {
+			return dst, &DigestError{Field: field, Value: trunc(val[:c])}
+		}
+		dst = append(dst, v)
+		if c == len(val) {
+			break
+		}
+		val = val[c+1:]
+		if len(val) == 0 {
+			return dst, &DigestError{Field: field, Value: "(trailing comma)"}
+		}
+	}
+	return dst, nil
 }
 
 // parseEvidence fills rec from an SGLang "KV checksum mismatch" line: the room

@@ -254,3 +254,61 @@ func TestScanLogReadErrorNamesPosition(t *testing.T) {
 		t.Errorf("records before the error: delivered %d, counted %d; want 1", n, st.Records)
 	}
 }
+
+// TestLogLineV11Keys: rank, stage, layers, layer_bsum and page_bsum (SPEC
+// §6, §9) parse, round-trip through AppendLogLine, and bad values are
+// malformed lines or digest errors.
+func TestLogLineV11Keys(t *testing.T) {
+	in := Record{Room: 5, Side: hook.SidePrefill, SeqLen: 129, Pages: 3, Bsum: 7, XXH3: 0, Dtype: "fp8", HasRoom: true,
+		Rank: 3, Stage: hook.StageSent, Layers: []int{0, 2, 60}, LayerBsum: []uint64{1, 1<<64 - 1, 3}, PageBsum: []uint64{4, 5, 6}}
+	line := AppendLogLine([]byte("[TP3] "), &in)
+	if !strings.Contains(string(line), " rank=3 stage=sent layers=0,2,60 layer_bsum=0x0000000000000001,0xffffffffffffffff,") {
+		t.Errorf("line %s", line)
+	}
+	var p LineParser
+	var out Record
+	if kind, err := p.Parse(line, &out); kind != LineRecord || err != nil {
+		t.Fatalf("parse %q: %v %v (%s)", line, kind, err, p.Reason)
+	}
+	if out.Rank != 3 || out.Stage != "sent" || !slices.Equal(out.Layers, in.Layers) || !slices.Equal(out.LayerBsum, in.LayerBsum) ||
+		!slices.Equal(out.PageBsum, in.PageBsum) || out.Bsum != 7 {
+		t.Fatalf("round trip %q:\n got %+v\nwant %+v", line, out, in)
+	}
+	// A v1.0 record's line is unchanged: no new keys.
+	plain := AppendLogLine(nil, &Record{Room: 1, Side: hook.SideDecode, SeqLen: 1, Pages: 1, Bsum: 2, XXH3: 3})
+	if string(plain) != "kvcanary room_checksum side=decode room=1 seq_len=1 pages=1 bsum=0x0000000000000002 xxh3=0x0000000000000003" {
+		t.Errorf("v1.0 line %q", plain)
+	}
+	const base = "kvcanary room_checksum side=decode room=1 seq_len=100 pages=2 bsum=1 xxh3=0 "
+	for _, c := range []struct {
+		tail   string
+		reason string // malformed reason, or
+		digest string // DigestError field
+	}{
+		{"rank=-1", "rank", ""},
+		{"rank=one", "rank", ""},
+		{"stage=landed", `stage "landed" is not one of sent|transferred|admitted`, ""},
+		{"stage=", "stage", ""},
+		{"layers=0,2,1 layer_bsum=1,2,3", "not strictly ascending", ""},
+		{"layers=0,x layer_bsum=1,2", "layers entry", ""},
+		{"layers=", "layers entry", ""},
+		{"layers=0,1 layer_bsum=1", "layer_bsum has 1 digests for 2 layers", ""},
+		{"layer_bsum=1", "layer_bsum has 1 digests for 0 layers", ""},
+		{"rank=1 rank=2", "rank given twice", ""},
+		{"layers=0 layer_bsum=0xzz", "", "layer_bsum"},
+		{"page_bsum=1,", "", "page_bsum"},
+	} {
+		var rec Record
+		kind, err := p.Parse([]byte(base+c.tail), &rec)
+		if c.digest != "" {
+			var de *DigestError
+			if !errors.As(err, &de) || de.Field != c.digest {
+				t.Errorf("%s: %v %v, want a %s DigestError", c.tail, kind, err, c.digest)
+			}
+			continue
+		}
+		if kind != LineMalformed || err != nil || !strings.Contains(p.Reason, c.reason) {
+			t.Errorf("%s: %v %v reason %q, want malformed ~%q", c.tail, kind, err, p.Reason, c.reason)
+		}
+	}
+}

@@ -90,6 +90,7 @@ func (s eventSource) Each(fn func(*Record) error) (InputStats, error) {
 		}
 		st.Records++
 		rec.Line = st.Events
+		rec.Node = ev.Src.Node
 		if err := fn(&rec); err != nil {
 			return st, err
 		}

@@ -21,7 +21,7 @@ import (
 type ChecksumCompareOptions struct {
 	IO              *cmdutil.IOStreams
 	JSON            *cmdutil.JSONFlags
-	Paths           []string // PREFILL DECODE, or one input holding both sides
+	Paths           []string // inputs: bundles and/or logs, any mix of sides, hosts and ranks
 	WarmupMaxSeqLen int
 	Limit           int // rows of the non-matching table (text only)
 }
@@ -34,7 +34,8 @@ func NewCmdChecksum(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error
 		Long: `Per-room (bootstrap_room) index-K checksums, taken on the prefill side after the
 store and on the decode side after the transfer, tell whether a PD transfer
 corrupts the KV. The digests (bsum and xxh3 over the room's tokens in token
-order, plus per-page digests) are defined in checksum/SPEC.md.`,
+order, plus per-page digests; per layer and per TP rank for real engines)
+are defined in checksum/SPEC.md.`,
 		Args: usageArgs(cobra.NoArgs),
 	}
 	cmd.AddCommand(NewCmdChecksumCompare(f, runF))
@@ -45,24 +46,49 @@ order, plus per-page digests) are defined in checksum/SPEC.md.`,
 func NewCmdChecksumCompare(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error) *cobra.Command {
 	opts := &ChecksumCompareOptions{IO: f.IO}
 	cmd := &cobra.Command{
-		Use:   "compare PREFILL DECODE | compare BUNDLE",
+		Use:   "compare INPUT...",
 		Short: "Match prefill and decode room checksums and classify every room",
 		Long: `Match room checksums by room and classify every room: match, mismatch,
-warmup (seq_len at or below --warmup-max-seqlen, or a decode digest of 0,
-meaning not transferred), missing-decode, missing-prefill, or duplicate (a room
-seen twice on one side with different digests).
+warmup (seq_len at or below --warmup-max-seqlen, or every decode digest 0,
+meaning not transferred), missing-decode, missing-prefill, or duplicate (one
+producer reported the room twice with different digests).
 
 Inputs are trace bundles (recognized by the zstd magic; room.checksum events)
 or text logs holding kvcanary's room_checksum lines after any prefix, in
-decimal or 0x-hex, and SGLang's "KV checksum mismatch" aborts. Give the
-prefill and the decode input, or one input that holds both sides. Inputs are
-streamed; memory is about 32 bytes per room and side. When mismatching rooms
-carry per-page digests, the inputs are read a second time to name the pages.
+decimal or 0x-hex, and SGLang's "KV checksum mismatch" aborts. Give any number
+of inputs, in any order: the prefill host's and the decode host's bundles,
+one log per rank, or one bundle holding both sides. Records say their side.
+Inputs are streamed; memory is about 40 bytes per record. When mismatching
+rooms carry layer or page digests, the inputs are read a second time to name
+the layers and pages.
+
+Several records per side (checksum/SPEC.md §9): a record is identified by its
+side, attention-TP rank, stage (sent on prefill; transferred and admitted on
+decode) and host. Index-K is replicated across ranks, so every record of a
+room must agree: any prefill rank must match every decode rank, and ranks are
+never duplicates of each other. A mismatch names the disagreeing records
+against a reference (the prefill record most other prefill records agree
+with), the layers whose digests differ, and the page-table entries with the
+tokens they hold — from page_xxh3 when both records carry it, else from
+page_bsum. An xxh3 of 0 means "not computed" (GPU hooks compute bsum only)
+and is compared with nothing. A decode copy that matches when it landed
+(transferred) but not when admitted was changed on the decode host.
 
 Exit codes: 0 every room outside warmups matches, 1 a mismatch, a missing side
 or a duplicate, 2 usage, 3 unreadable, empty or malformed input (a bad digest
 names file:line).`,
-		Args: usageArgs(cobra.RangeArgs(1, 2)),
+		Example: `  # The seeds' case: one prefill log, one decode log
+  kvcanary checksum compare prefill.log decode.log
+
+  # Two hosts, each recorded with kvcanary wrap (several TP ranks per host)
+  kvcanary checksum compare prefill-host.kvtrace decode-host.kvtrace
+
+  # One log per rank; lines carry rank= and stage=
+  kvcanary checksum compare prefill-tp*.log decode-tp*.log
+
+  # Which ranks, layers and pages disagree, for scripts
+  kvcanary checksum compare p.kvtrace d.kvtrace --json | jq '.non_matching[] | {room, mismatch_layers, mismatch_pages, bad: [.records[]? | select(.agrees|not) | {side, rank, stage, node}]}'`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Paths = args
 			if opts.WarmupMaxSeqLen < 0 {
@@ -101,10 +127,8 @@ func (b bundleStream) Close() error {
 }
 
 func checksumCompareRun(opts *ChecksumCompareOptions) error {
-	if len(opts.Paths) == 2 {
-		if err := checkDistinctInputs(opts.Paths[0], opts.Paths[1]); err != nil {
-			return cmdutil.InputError(err)
-		}
+	if err := checkDistinctInputs(opts.Paths); err != nil {
+		return cmdutil.InputError(err)
 	}
 	var srcs []checksum.Source
 	bundles := map[string]*bundleInfo{}
@@ -152,37 +176,54 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	return nil
 }
 
-// checkDistinctInputs rejects the same file passed as both sides: the same
-// path, the same inode (hard link, symlink) or the same content.
-func checkDistinctInputs(a, b string) error {
-	aa, _ := filepath.Abs(a)
-	ab, _ := filepath.Abs(b)
-	if aa == ab {
-		return fmt.Errorf("prefill and decode are the same file %s: pass the other side's input", cmdutil.Quote(a))
+// checkDistinctInputs rejects a file passed twice: the same path, the same
+// inode (hard link, symlink) or the same content. Its records would count
+// twice (identical repeats are counted once, but nothing would say one side
+// is missing).
+func checkDistinctInputs(paths []string) error {
+	type input struct {
+		path string
+		abs  string
+		fi   os.FileInfo
+		hash uint64
 	}
-	sa, err := os.Stat(a)
-	if err != nil {
-		return fmt.Errorf("open input: %w", err)
-	}
-	sb, err := os.Stat(b)
-	if err != nil {
-		return fmt.Errorf("open input: %w", err)
-	}
-	if os.SameFile(sa, sb) {
-		return fmt.Errorf("prefill %s and decode %s are the same file", cmdutil.Quote(a), cmdutil.Quote(b))
-	}
-	if sa.Size() == sb.Size() && sa.Size() > 0 && sa.Mode().IsRegular() && sb.Mode().IsRegular() {
-		ha, err := hashFile(a)
+	var seen []input
+	for _, p := range paths {
+		in := input{path: p}
+		in.abs, _ = filepath.Abs(p)
+		for _, o := range seen {
+			if o.abs == in.abs {
+				return fmt.Errorf("input %s is given twice (the same file): pass each host's or side's input once", cmdutil.Quote(p))
+			}
+		}
+		fi, err := os.Stat(p)
 		if err != nil {
-			return err
+			return fmt.Errorf("open input: %w", err)
 		}
-		hb, err := hashFile(b)
-		if err != nil {
-			return err
+		in.fi = fi
+		for i := range seen {
+			o := &seen[i]
+			if os.SameFile(o.fi, fi) {
+				return fmt.Errorf("inputs %s and %s are the same file", cmdutil.Quote(o.path), cmdutil.Quote(p))
+			}
+			if o.fi.Size() != fi.Size() || fi.Size() == 0 || !o.fi.Mode().IsRegular() || !fi.Mode().IsRegular() {
+				continue
+			}
+			if o.hash == 0 {
+				if o.hash, err = hashFile(o.path); err != nil {
+					return err
+				}
+			}
+			if in.hash == 0 {
+				if in.hash, err = hashFile(p); err != nil {
+					return err
+				}
+			}
+			if o.hash == in.hash {
+				return fmt.Errorf("inputs %s and %s have identical content: one file was passed twice", cmdutil.Quote(o.path), cmdutil.Quote(p))
+			}
 		}
-		if ha == hb {
-			return fmt.Errorf("prefill %s and decode %s have identical content: one file was passed twice", cmdutil.Quote(a), cmdutil.Quote(b))
-		}
+		seen = append(seen, in)
 	}
 	return nil
 }
@@ -209,6 +250,8 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 		return nil
 	}
 	fmt.Fprintln(out)
+	// With several records per room, PREFILL is the reference record and
+	// DECODE the first disagreeing decode record; REASON names them all.
 	rows := [][]string{{"ROOM", "CLASS", "SEQ_LEN", "PREFILL BSUM", "PREFILL XXH3", "DECODE BSUM", "DECODE XXH3", "PAGES", "REASON"}}
 	limit := opts.Limit
 	if limit <= 0 {
@@ -235,7 +278,11 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 				} else {
 					db, dx = d.Bsum.String(), d.XXH3.String()
 				}
-				rows = append(rows, []string{room, fmt.Sprintf("%s (%s)", rr.Class, d.Side), strconv.Itoa(d.SeqLen), pb, px, db, dx, "-", reason})
+				who := string(d.Side)
+				if d.Rank != 0 || d.Stage != "" || d.Node != "" {
+					who = checksum.RecordID{Side: d.Side, Rank: d.Rank, Stage: d.Stage, Node: d.Node}.String()
+				}
+				rows = append(rows, []string{room, fmt.Sprintf("%s (%s)", rr.Class, cmdutil.Quote(who)), strconv.Itoa(d.SeqLen), pb, px, db, dx, "-", reason})
 			}
 			continue
 		}
@@ -253,6 +300,17 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 				ts = append(ts, fmt.Sprintf("%d-%d", t.Lo, t.Hi))
 			}
 			pages = intRanges(rr.MismatchPages) + " (tokens " + strings.Join(ts, ",") + ")"
+		}
+		if len(rr.MismatchLayers) > 0 {
+			on := "layer " + intRanges(rr.MismatchLayers)
+			if len(rr.MismatchLayers) > 1 {
+				on = "layers " + intRanges(rr.MismatchLayers)
+			}
+			if pages == "-" {
+				pages = on
+			} else {
+				pages += " on " + on
+			}
 		}
 		rows = append(rows, []string{room, rr.Class, seq, pb, px, db, dx, pages, reason})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,7 +35,13 @@ func TestChecksumCompareFlags(t *testing.T) {
 	if err := cmd.Execute(); err != nil || got.WarmupMaxSeqLen != 16 {
 		t.Fatalf("defaults: %v %+v", err, got)
 	}
-	for _, args := range [][]string{{"compare"}, {"compare", "a", "b", "c"}, {"compare", "a", "--warmup-max-seqlen", "-1"}} {
+	// Several inputs (hosts, ranks) are one compare.
+	cmd = NewCmdChecksum(f, func(o *ChecksumCompareOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"compare", "p0.log", "p1.log", "decode.kvtrace"})
+	if err := cmd.Execute(); err != nil || strings.Join(got.Paths, ",") != "p0.log,p1.log,decode.kvtrace" {
+		t.Fatalf("three inputs: %v %+v", err, got)
+	}
+	for _, args := range [][]string{{"compare"}, {"compare", "a", "--warmup-max-seqlen", "-1"}} {
 		cmd = NewCmdChecksum(f, func(*ChecksumCompareOptions) error { t.Fatal("ran"); return nil })
 		cmd.SetArgs(args)
 		cmd.SetErr(&strings.Builder{})
@@ -305,6 +312,162 @@ func TestIntRanges(t *testing.T) {
 	}{{nil, ""}, {[]int{4}, "4"}, {[]int{1, 2, 3, 7}, "1-3,7"}, {[]int{0, 2, 3}, "0,2-3"}} {
 		if got := intRanges(c.in); got != c.want {
 			t.Errorf("intRanges(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// hostBundle writes room.checksum events as a bundle recorded on node.
+func hostBundle(t *testing.T, dir, name, node string, rcs []*hook.RoomChecksum) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	w, err := traces.Create(path, traces.Manifest{Run: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, rc := range rcs {
+		if err := w.Write(hook.Event{Kind: hook.KindRoomChecksum, TS: int64(i + 1), Src: hook.Source{Node: node, Proc: "sglang"}, Body: rc}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestChecksumCompareTwoHostBundles: the prefill host's bundle and the
+// decode host's, two TP ranks each, multi-layer digests as the GPU hook
+// sends them (xxh3 0, page_bsum). On the decode host, rank 1's copy of room
+// 9 has one byte flipped on layer 2 in page-table entry 1 between landing
+// and admission. Compare exits 1 and names the record, layer, page and
+// tokens, in text and JSON; the prefill ranks may also come as per-rank logs.
+func TestChecksumCompareTwoHostBundles(t *testing.T) {
+	l, _ := checksum.NewLayout("fp8")
+	srcPages, dstPages := []uint32{3, 0, 2}, []uint32{1, 4, 0}
+	const seqLen = 150
+	var pre, dec, bad []checksum.LayerArena
+	for _, id := range []int{0, 1, 2} {
+		a := checksum.GenArena(l, 40+uint64(id), 4)
+		pre = append(pre, checksum.LayerArena{Layer: id, Arena: a})
+		d := make([]byte, 5*l.PageBytes())
+		for i := range srcPages {
+			copy(d[int(dstPages[i])*l.PageBytes():][:l.PageBytes()], a[int(srcPages[i])*l.PageBytes():][:l.PageBytes()])
+		}
+		dec = append(dec, checksum.LayerArena{Layer: id, Arena: d})
+		bad = append(bad, checksum.LayerArena{Layer: id, Arena: slices.Clone(d)})
+	}
+	bad[2].Arena[int(dstPages[1])*l.PageBytes()+3*128] ^= 1 // token 67, layer 2
+	ev := func(layers []checksum.LayerArena, pages []uint32, room uint64, side hook.Side, rank int, stage string) *hook.RoomChecksum {
+		rc := checksum.NewLayersRoomEvent(l, layers, pages, seqLen, room, side)
+		rc.Rank, rc.Stage, rc.XXH3 = rank, stage, 0
+		return rc
+	}
+	var prcs, drcs []*hook.RoomChecksum
+	for _, room := range []uint64{7, 8, 9} {
+		for rank := range 2 {
+			prcs = append(prcs, ev(pre, srcPages, room, hook.SidePrefill, rank, hook.StageSent))
+			drcs = append(drcs, ev(dec, dstPages, room, hook.SideDecode, rank, hook.StageTransferred))
+			admitted := dec
+			if room == 9 && rank == 1 {
+				admitted = bad
+			}
+			drcs = append(drcs, ev(admitted, dstPages, room, hook.SideDecode, rank, hook.StageAdmitted))
+		}
+	}
+	dir := t.TempDir()
+	pb := hostBundle(t, dir, "prefill-host.kvtrace", "prefill-host", prcs)
+	db := hostBundle(t, dir, "decode-host.kvtrace", "decode-host", drcs)
+
+	out, errOut, err := runChecksumCompare(t, true, false, pb, db)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("err %v, want exit 1\n%s%s", err, out, errOut)
+	}
+	if !strings.HasPrefix(out, "2/3 rooms match; 1 mismatch (room 9, seq_len 150)\n") {
+		t.Errorf("headline:\n%s", out)
+	}
+	for _, want := range []string{"1 (tokens 64-128) on layer 2", "decode rank 1 admitted @decode-host: bsum differs",
+		"(vs prefill rank 0 sent @prefill-host)", "changed on the decode host after landing"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\t") {
+		t.Errorf("TTY output is not an aligned table:\n%s", out)
+	}
+
+	out, _, err = runChecksumCompare(t, false, true, db, pb) // order does not matter
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("json: err %v", err)
+	}
+	var rep checksum.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Rooms != 3 || rep.Classes.Mismatch != 1 || rep.PagesLocated != 1 || len(rep.Inputs) != 2 {
+		t.Fatalf("%s", rep.Headline())
+	}
+	rr := rep.NonMatching[0]
+	if !slices.Equal(rr.MismatchLayers, []int{2}) || !slices.Equal(rr.MismatchPages, []int{1}) || len(rr.Records) != 6 {
+		t.Fatalf("room %+v", rr)
+	}
+	var disagree []checksum.RecordID
+	for _, r := range rr.Records {
+		if !r.Agrees {
+			disagree = append(disagree, r.RecordID)
+			if r.PagesFrom != "page_bsum" || !slices.Equal(r.MismatchTokens, []checksum.TokenRange{{Lo: 64, Hi: 128}}) {
+				t.Errorf("record %+v", r)
+			}
+		}
+	}
+	if want := []checksum.RecordID{{Side: hook.SideDecode, Rank: 1, Stage: hook.StageAdmitted, Node: "decode-host"}}; !slices.Equal(disagree, want) {
+		t.Errorf("disagreeing %v, want %v", disagree, want)
+	}
+
+	// The prefill ranks as one log per rank, mixed with the decode bundle.
+	var logs []string
+	for rank := range 2 {
+		var b []byte
+		for _, rc := range prcs {
+			if rc.Rank != rank {
+				continue
+			}
+			rec, err := checksum.RecordFromEvent(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = checksum.AppendLogLine(append(b, fmt.Sprintf("[TP%d] ", rank)...), &rec)
+			b = append(b, '\n')
+		}
+		p := filepath.Join(dir, fmt.Sprintf("prefill-tp%d.log", rank))
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		logs = append(logs, p)
+	}
+	out, _, err = runChecksumCompare(t, false, false, logs[0], logs[1], db)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding || !strings.HasPrefix(out, "2/3 rooms match; 1 mismatch (room 9, seq_len 150)") ||
+		!strings.Contains(out, "(vs prefill rank 0 sent)") || !strings.Contains(out, "on layer 2") {
+		t.Errorf("logs + bundle: %v\n%s", err, out)
+	}
+}
+
+// A file given twice among several inputs is refused, whichever positions.
+func TestChecksumCompareRepeatedInputAmongSeveral(t *testing.T) {
+	pp, dp := seedLogs(t, 0)
+	copyD := filepath.Join(t.TempDir(), "decode-copy.log")
+	if err := os.WriteFile(copyD, []byte(mustRead(t, dp)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		paths []string
+		want  string
+	}{
+		{[]string{dp, pp, dp}, "is given twice (the same file)"},
+		{[]string{dp, pp, copyD}, "have identical content"},
+	} {
+		_, _, err := runChecksumCompare(t, false, false, c.paths...)
+		if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(fmt.Sprint(err), c.want) {
+			t.Errorf("%v: %v (exit %d), want exit 3 ~%q", c.paths, err, cmdutil.ExitCode(err), c.want)
 		}
 	}
 }

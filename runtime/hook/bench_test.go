@@ -201,3 +201,59 @@ func BenchmarkEmitterToCollectorUnix(b *testing.B) {
 	report(b, int(st.Sent), cpu0)
 	b.ReportMetric(100*float64(st.Dropped)/float64(b.N), "drop%")
 }
+
+// roomLayersEvent is a room.checksum as an SGLang decode hook sends it for
+// DeepSeek-V3.2: 61 layer digests, a 4k-token room's 64 page digests.
+func roomLayersEvent(room uint64) Event {
+	rc := &RoomChecksum{Room: Dec64(room), Side: SideDecode, SeqLen: 4096, Pages: 64, Bsum: Hex64(room * 0x9E3779B97F4A7C15),
+		Dtype: "fp8", Rank: 3, Stage: StageAdmitted}
+	for l := range 61 {
+		rc.Layers = append(rc.Layers, l)
+		rc.LayerBsum = append(rc.LayerBsum, Hex64(uint64(l+1)*0x9E3779B97F4A7C15))
+	}
+	for p := range 64 {
+		rc.PageBsum = append(rc.PageBsum, Hex64(uint64(p+7)*0xBF58476D1CE4E5B9))
+	}
+	return Event{Kind: KindRoomChecksum, TS: 1_700_000_000_000_000_000, Body: rc}
+}
+
+// BenchmarkFrameDecodeRoomLayers decodes multi-layer room checksums (one
+// per request and stage: far below the replay/sched rate).
+func BenchmarkFrameDecodeRoomLayers(b *testing.B) {
+	var stream []byte
+	for i := range 64 {
+		stream, _ = AppendFrame(stream, roomLayersEvent(uint64(i)))
+	}
+	d := NewFrameDecoder(&loopReader{b: stream})
+	b.SetBytes(int64(len(stream) / 64))
+	b.ReportAllocs()
+	cpu0 := processCPUSeconds()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := d.Decode(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, b.N, cpu0)
+}
+
+// BenchmarkJSONLinesDecodeRoomLayers is the same events as JSON lines (the
+// Python hook's encoding).
+func BenchmarkJSONLinesDecodeRoomLayers(b *testing.B) {
+	var stream []byte
+	for i := range 64 {
+		line, _ := json.Marshal(roomLayersEvent(uint64(i)))
+		stream = append(append(stream, line...), '\n')
+	}
+	d := NewJSONLinesDecoder(&loopReader{b: stream})
+	b.SetBytes(int64(len(stream) / 64))
+	b.ReportAllocs()
+	cpu0 := processCPUSeconds()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := d.Decode(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report(b, b.N, cpu0)
+}

@@ -28,11 +28,11 @@ import (
 // and TestBinaryLayoutsCoverEveryField fails until binary.go catches up.
 var binaryFieldCount = map[reflect.Type]int{
 	reflect.TypeFor[RunEnd]():          4,
-	reflect.TypeFor[RoomChecksum]():    9,
+	reflect.TypeFor[RoomChecksum]():    14,
 	reflect.TypeFor[Replay]():          5,
 	reflect.TypeFor[PageChange]():      4,
-	reflect.TypeFor[CanaryPages]():     15,
-	reflect.TypeFor[GraphDiffSample](): 11,
+	reflect.TypeFor[CanaryPages]():     16,
+	reflect.TypeFor[GraphDiffSample](): 12,
 	reflect.TypeFor[Session]():         8,
 	reflect.TypeFor[Sched]():           9,
 	reflect.TypeFor[CUDA]():            10,
@@ -183,6 +183,20 @@ func (e *enc) pageChanges(v []PageChange) {
 	}
 }
 
+func (e *enc) hex64s(v []Hex64) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
+	for _, h := range v {
+		e.b = appendU64(e.b, uint64(h))
+	}
+}
+
+func (e *enc) ints(v []int) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
+	for _, x := range v {
+		e.b = appendInt(e.b, x)
+	}
+}
+
 func (e *enc) i32s(v []int32) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
 	for _, x := range v {
@@ -208,10 +222,13 @@ func appendBinaryBody(dst []byte, body Body) ([]byte, error) {
 		e.b = appendU64(e.b, uint64(v.XXH3))
 		e.str("dtype", v.Dtype)
 		e.str("request", v.Request)
-		e.b = binary.AppendUvarint(e.b, uint64(len(v.PageSum)))
-		for _, h := range v.PageSum {
-			e.b = appendU64(e.b, uint64(h))
-		}
+		e.hex64s(v.PageSum)
+		// Appended in checksum spec v1.1 (multi-layer, multi-rank).
+		e.b = appendInt(e.b, v.Rank)
+		e.str("stage", v.Stage)
+		e.ints(v.Layers)
+		e.hex64s(v.LayerBsum)
+		e.hex64s(v.PageBsum)
 	case *Replay:
 		e.b = binary.AppendUvarint(e.b, v.Step)
 		e.b = appendInt(e.b, v.BatchSize)
@@ -234,6 +251,7 @@ func appendBinaryBody(dst []byte, body Body) ([]byte, error) {
 		e.pageChanges(v.Collateral)
 		e.u32s(v.Rewritten)
 		e.b = appendBool(e.b, v.SlotChecked)
+		e.str("phase", v.Phase)
 	case *GraphDiffSample:
 		e.b = binary.AppendUvarint(e.b, v.Step)
 		e.str("request", v.Request)
@@ -246,6 +264,7 @@ func appendBinaryBody(dst []byte, body Body) ([]byte, error) {
 		e.i32s(v.TopKEager)
 		e.b = appendInt(e.b, v.K)
 		e.b = appendInt(e.b, v.SeqLen)
+		e.str("source", v.Source)
 	case *Session:
 		e.str("id", v.ID)
 		e.str("outcome", v.Outcome)
@@ -487,6 +506,8 @@ func intern(b []byte) string {
 			return "warn"
 		case "info":
 			return "info"
+		case "sent":
+			return "sent"
 		}
 	case 5:
 		switch string(b) {
@@ -510,6 +531,16 @@ func intern(b []byte) string {
 			return "prefill"
 		case "retract":
 			return "retract"
+		case "between":
+			return "between"
+		}
+	case 8:
+		if string(b) == "admitted" {
+			return "admitted"
+		}
+	case 11:
+		if string(b) == "transferred" {
+			return "transferred"
 		}
 	}
 	return string(b)
@@ -564,6 +595,35 @@ func (r *reader) pageChanges(field string) []PageChange {
 		c.Owner = r.str()
 		c.Before = Hex64(r.u64())
 		c.After = Hex64(r.u64())
+	}
+	return out
+}
+
+// end reports whether the body has been consumed exactly. A layout's
+// appended fields are read only when bytes are left, so a frame from a
+// producer built before they existed still decodes (they are absent).
+func (r *reader) end() bool { return r.err == nil && r.off == len(r.b) }
+
+func (r *reader) hex64s(field string) []Hex64 {
+	n := r.count(field, 8)
+	if n == 0 {
+		return nil
+	}
+	out := make([]Hex64, n)
+	for i := range out {
+		out[i] = Hex64(r.u64())
+	}
+	return out
+}
+
+func (r *reader) intList(field string) []int {
+	n := r.count(field, 1)
+	if n == 0 {
+		return nil
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = r.int()
 	}
 	return out
 }
@@ -649,12 +709,15 @@ func decodeBinaryBody(k Kind, r *reader, sl *slabs) Body {
 		v.XXH3 = Hex64(r.u64())
 		v.Dtype = r.str()
 		v.Request = r.str()
-		if n := r.count("page_xxh3", 8); n > 0 {
-			v.PageSum = make([]Hex64, n)
-			for i := range v.PageSum {
-				v.PageSum[i] = Hex64(r.u64())
-			}
+		v.PageSum = r.hex64s("page_xxh3")
+		if r.end() {
+			return v // a producer from before checksum spec v1.1
 		}
+		v.Rank = r.int()
+		v.Stage = r.str()
+		v.Layers = r.intList("layers")
+		v.LayerBsum = r.hex64s("layer_bsum")
+		v.PageBsum = r.hex64s("page_bsum")
 		return v
 	case KindReplay:
 		v := sl.newReplay()
@@ -681,6 +744,10 @@ func decodeBinaryBody(k Kind, r *reader, sl *slabs) Body {
 		v.Collateral = r.pageChanges("collateral")
 		v.Rewritten = r.u32list("rewritten")
 		v.SlotChecked = r.bool("slot_checked")
+		if r.end() {
+			return v // a producer from before phase
+		}
+		v.Phase = r.str()
 		return v
 	case KindGraphDiffSample:
 		v := &GraphDiffSample{}
@@ -695,6 +762,10 @@ func decodeBinaryBody(k Kind, r *reader, sl *slabs) Body {
 		v.TopKEager = r.i32list("topk_eager")
 		v.K = r.int()
 		v.SeqLen = r.int()
+		if r.end() {
+			return v // a producer from before source
+		}
+		v.Source = r.str()
 		return v
 	case KindSession:
 		v := &Session{}

@@ -341,6 +341,15 @@ func (s *jscan) strList() []string {
 	return out
 }
 
+// hex64List reads an array of Hex64 strings (a number gives up, as in u64v).
+func (s *jscan) hex64List() []Hex64 {
+	sums := []Hex64{}
+	for e := s.elems(); e.next(); {
+		sums = append(sums, Hex64(s.u64v()))
+	}
+	return sums
+}
+
 // skip passes over any JSON value, checking its syntax.
 func (s *jscan) skip() {
 	switch s.peek() {
@@ -373,7 +382,7 @@ func (s *jscan) skip() {
 var fastBodies = map[Kind][]string{
 	KindReplay:       {"step", "bs", "bucket", "mode", "dur_ns"},
 	KindSched:        {"phase", "running_req", "queue_req", "tokens", "token_usage", "retracted", "new_token_ratio", "cuda_graph", "gen_throughput"},
-	KindRoomChecksum: {"room", "side", "seq_len", "pages", "bsum", "xxh3", "dtype", "request", "page_xxh3"},
+	KindRoomChecksum: {"room", "side", "seq_len", "pages", "bsum", "xxh3", "dtype", "request", "page_xxh3", "rank", "stage", "layers", "layer_bsum", "page_bsum"},
 	KindSession:      {"id", "outcome", "rounds", "error", "finish_reasons", "loop", "deviated", "requests"},
 	KindCUDA:         {"call", "pid", "tid", "stream", "graph_exec", "arg", "start_ns", "end_ns", "ret", "bytes"},
 }
@@ -574,11 +583,26 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 				v.Request = s.str()
 			case "page_xxh3":
 				m.once(8)
-				sums := []Hex64{}
+				v.PageSum = s.hex64List()
+			case "rank":
+				m.once(9)
+				v.Rank = s.intv()
+			case "stage":
+				m.once(10)
+				v.Stage = s.str()
+			case "layers":
+				m.once(11)
+				ls := []int{}
 				for e := s.elems(); e.next(); {
-					sums = append(sums, Hex64(s.u64v()))
+					ls = append(ls, s.intv())
 				}
-				v.PageSum = sums
+				v.Layers = ls
+			case "layer_bsum":
+				m.once(12)
+				v.LayerBsum = s.hex64List()
+			case "page_bsum":
+				m.once(13)
+				v.PageBsum = s.hex64List()
 			default:
 				s.give()
 			}

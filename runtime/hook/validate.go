@@ -85,7 +85,55 @@ var (
 	sides      = []string{string(SidePrefill), string(SideDecode)}
 	modes      = []string{ModeGraph, ModeEager}
 	severities = []string{string(SevInfo), string(SevWarn), string(SevError)}
+	stages     = []string{`""`, StageSent, StageTransferred, StageAdmitted}
+	phases     = []string{`""`, PhaseReplay, PhaseBetween}
 )
+
+// Checksum stages: where on its side a room digest was taken
+// (checksum/SPEC.md §9). "" is unstated.
+const (
+	StageSent        = "sent"        // prefill, after the last chunk was handed to the transfer
+	StageTransferred = "transferred" // decode, as the transferred bytes landed
+	StageAdmitted    = "admitted"    // decode, just before the first decode step
+)
+
+// Canary phases: what a canary.pages event's before/after digests bracket
+// (canary/SPEC.md §7). "" means PhaseReplay.
+const (
+	PhaseReplay  = "replay"  // one decode step
+	PhaseBetween = "between" // from the previous check's after-snapshot to this step's before-snapshot
+)
+
+// Graphdiff sources: what a graphdiff.sample's vectors are. "" is the index
+// logits over cached positions; SourceIndexerTopK followed by a layer id
+// ("indexer_topk.12") is the sparse indexer's selections at that layer.
+const (
+	SourceNextTokenLogits = "next_token_logits"
+	SourceIndexerTopK     = "indexer_topk."
+)
+
+// ParseGraphDiffSource splits a graphdiff.sample source into its name and,
+// for "indexer_topk.L", the layer id L (-1 otherwise). It refuses anything
+// else: the names above, and a layer id in canonical decimal (no sign, no
+// leading zero) below 2^31.
+func ParseGraphDiffSource(s string) (name string, layer int, err error) {
+	switch {
+	case s == "" || s == SourceNextTokenLogits:
+		return s, -1, nil
+	case strings.HasPrefix(s, SourceIndexerTopK):
+		d := s[len(SourceIndexerTopK):]
+		ok := len(d) > 0 && len(d) <= 10 && (d[0] != '0' || len(d) == 1)
+		for i := 0; ok && i < len(d); i++ {
+			ok = d[i] >= '0' && d[i] <= '9'
+		}
+		if ok {
+			if v, perr := strconv.ParseInt(d, 10, 32); perr == nil {
+				return SourceIndexerTopK[:len(SourceIndexerTopK)-1], int(v), nil
+			}
+		}
+	}
+	return "", -1, fmt.Errorf("%s is not one of \"\"|%s|%sL (L a layer id)", quoteValue(s), SourceNextTokenLogits, SourceIndexerTopK)
+}
 
 // Replay modes.
 const (
@@ -123,6 +171,33 @@ func (b *RoomChecksum) validate() error {
 	}
 	if b.Pages < 0 {
 		return negative(KindRoomChecksum, "pages", int64(b.Pages))
+	}
+	if b.Rank < 0 {
+		return negative(KindRoomChecksum, "rank", int64(b.Rank))
+	}
+	switch b.Stage {
+	case "", StageSent, StageTransferred, StageAdmitted:
+	default:
+		return notOneOf(KindRoomChecksum, "stage", b.Stage, stages)
+	}
+	for i, l := range b.Layers {
+		if l < 0 {
+			return &valueError{KindRoomChecksum, "layers", fmt.Sprintf("entry %d is %d; layer ids are 0 or more", i, l)}
+		}
+		if i > 0 && l <= b.Layers[i-1] {
+			return &valueError{KindRoomChecksum, "layers", fmt.Sprintf(
+				"entry %d is %d after %d; layer ids must be strictly ascending", i, l, b.Layers[i-1])}
+		}
+	}
+	if len(b.LayerBsum) != len(b.Layers) {
+		return &valueError{KindRoomChecksum, "layer_bsum", fmt.Sprintf(
+			"has %d entries and layers %d; it is parallel to layers", len(b.LayerBsum), len(b.Layers))}
+	}
+	if n := len(b.PageBsum); n > 0 {
+		if want := (b.SeqLen + 63) / 64; n != want {
+			return &valueError{KindRoomChecksum, "page_bsum", fmt.Sprintf(
+				"has %d entries; seq_len %d occupies %d page-table entries (64 tokens each), one digest per entry", n, b.SeqLen, want)}
+		}
 	}
 	return nil
 }
@@ -167,6 +242,11 @@ func (b *CanaryPages) validate() error {
 		return &valueError{KindCanaryPages, "expected_owner", fmt.Sprintf(
 			"has %d entries and expected %d; it must be empty or parallel to expected", len(b.ExpectedOwner), len(b.Expected))}
 	}
+	switch b.Phase {
+	case "", PhaseReplay, PhaseBetween:
+	default:
+		return notOneOf(KindCanaryPages, "phase", b.Phase, phases)
+	}
 	return nil
 }
 
@@ -176,6 +256,11 @@ func (b *GraphDiffSample) validate() error {
 		return negative(KindGraphDiffSample, "k", int64(b.K))
 	case b.SeqLen < 0:
 		return negative(KindGraphDiffSample, "seq_len", int64(b.SeqLen))
+	}
+	if b.Source != "" && b.Source != SourceNextTokenLogits {
+		if _, _, err := ParseGraphDiffSource(b.Source); err != nil {
+			return &valueError{KindGraphDiffSample, "source", err.Error()}
+		}
 	}
 	return nil
 }

@@ -33,6 +33,23 @@ func conform(b Body) {
 		v.Side = SideDecode
 		abs(&v.SeqLen)
 		abs(&v.Pages)
+		abs(&v.Rank)
+		if v.Stage != "" {
+			v.Stage = StageAdmitted
+		}
+		// Keep the filled values (large varints) but make them ascending.
+		prev := -1
+		for i := range v.Layers {
+			abs(&v.Layers[i])
+			v.Layers[i] += prev + 1
+			prev = v.Layers[i]
+		}
+		if len(v.LayerBsum) != len(v.Layers) {
+			v.LayerBsum = make([]Hex64, len(v.Layers))
+		}
+		if n := len(v.PageBsum); n > 0 {
+			v.SeqLen = 64*(n-1) + 1 + v.SeqLen%64
+		}
 	case *Replay:
 		v.Mode = ModeGraph
 		abs(&v.BatchSize)
@@ -46,9 +63,15 @@ func conform(b Body) {
 		if len(v.ExpectedOwner) > 0 && len(v.ExpectedOwner) != len(v.Expected) {
 			v.ExpectedOwner = make([]string, len(v.Expected))
 		}
+		if v.Phase != "" {
+			v.Phase = PhaseBetween
+		}
 	case *GraphDiffSample:
 		abs(&v.K)
 		abs(&v.SeqLen)
+		if v.Source != "" {
+			v.Source = SourceIndexerTopK + "12"
+		}
 	case *Session:
 		v.Outcome = OutcomeLeak
 		abs(&v.Rounds)
@@ -94,6 +117,41 @@ func valueCases() []valueCase {
 		{"room side empty", KindRoomChecksum, func(b Body) { b.(*RoomChecksum).Side = "" }, `room.checksum side "" is not one of prefill|decode`},
 		{"room seq_len", KindRoomChecksum, func(b Body) { b.(*RoomChecksum).SeqLen = -4096 }, "room.checksum seq_len -4096 is negative"},
 		{"room pages", KindRoomChecksum, func(b Body) { b.(*RoomChecksum).Pages = -1 }, "room.checksum pages -1 is negative"},
+		{"room rank", KindRoomChecksum, func(b Body) { b.(*RoomChecksum).Rank = -1 }, "room.checksum rank -1 is negative"},
+		{"room stage", KindRoomChecksum, func(b Body) { b.(*RoomChecksum).Stage = "landed" }, `room.checksum stage "landed" is not one of ""|sent|transferred|admitted`},
+		{"room stage case", KindRoomChecksum, func(b Body) { b.(*RoomChecksum).Stage = "Sent" }, `room.checksum stage "Sent" is not one of`},
+		{"room layers negative", KindRoomChecksum, func(b Body) {
+			rc := b.(*RoomChecksum)
+			rc.Layers, rc.LayerBsum = []int{-1, 2}, []Hex64{1, 2}
+		}, "room.checksum layers entry 0 is -1; layer ids are 0 or more"},
+		{"room layers descending", KindRoomChecksum, func(b Body) {
+			rc := b.(*RoomChecksum)
+			rc.Layers, rc.LayerBsum = []int{0, 5, 3}, []Hex64{1, 2, 3}
+		}, "room.checksum layers entry 2 is 3 after 5; layer ids must be strictly ascending"},
+		{"room layers repeated", KindRoomChecksum, func(b Body) {
+			rc := b.(*RoomChecksum)
+			rc.Layers, rc.LayerBsum = []int{4, 4}, []Hex64{1, 2}
+		}, "room.checksum layers entry 1 is 4 after 4"},
+		{"room layer_bsum short", KindRoomChecksum, func(b Body) {
+			rc := b.(*RoomChecksum)
+			rc.Layers, rc.LayerBsum = []int{0, 1, 2}, []Hex64{1, 2}
+		}, "room.checksum layer_bsum has 2 entries and layers 3; it is parallel to layers"},
+		{"room layer_bsum without layers", KindRoomChecksum, func(b Body) {
+			rc := b.(*RoomChecksum)
+			rc.Layers, rc.LayerBsum = nil, []Hex64{1}
+		}, "room.checksum layer_bsum has 1 entries and layers 0"},
+		{"room layers without layer_bsum", KindRoomChecksum, func(b Body) {
+			rc := b.(*RoomChecksum)
+			rc.Layers, rc.LayerBsum = []int{7}, nil
+		}, "room.checksum layer_bsum has 0 entries and layers 1"},
+		{"room page_bsum length", KindRoomChecksum, func(b Body) {
+			rc := b.(*RoomChecksum)
+			rc.SeqLen, rc.PageBsum = 129, []Hex64{1, 2}
+		}, "room.checksum page_bsum has 2 entries; seq_len 129 occupies 3 page-table entries (64 tokens each), one digest per entry"},
+		{"room page_bsum empty room", KindRoomChecksum, func(b Body) {
+			rc := b.(*RoomChecksum)
+			rc.SeqLen, rc.PageBsum = 0, []Hex64{1}
+		}, "room.checksum page_bsum has 1 entries; seq_len 0 occupies 0 page-table entries"},
 		{"replay mode", KindReplay, func(b Body) { b.(*Replay).Mode = "cuda" }, `replay mode "cuda" is not one of graph|eager`},
 		{"replay mode empty", KindReplay, func(b Body) { b.(*Replay).Mode = "" }, `replay mode "" is not one of graph|eager`},
 		{"replay bs", KindReplay, func(b Body) { b.(*Replay).BatchSize = -2 }, "replay bs -2 is negative"},
@@ -109,6 +167,12 @@ func valueCases() []valueCase {
 			cp := b.(*CanaryPages)
 			cp.Expected, cp.ExpectedOwner = []uint32{1, 2, 3}, []string{"a", "b"}
 		}, "canary.pages expected_owner has 2 entries and expected 3; it must be empty or parallel to expected"},
+		{"canary phase", KindCanaryPages, func(b Body) { b.(*CanaryPages).Phase = "after" }, `canary.pages phase "after" is not one of ""|replay|between`},
+		{"graphdiff source", KindGraphDiffSample, func(b Body) { b.(*GraphDiffSample).Source = "logits" }, `graphdiff.sample source "logits" is not one of ""|next_token_logits|indexer_topk.L (L a layer id)`},
+		{"graphdiff source no layer", KindGraphDiffSample, func(b Body) { b.(*GraphDiffSample).Source = "indexer_topk." }, `graphdiff.sample source "indexer_topk." is not one of`},
+		{"graphdiff source negative layer", KindGraphDiffSample, func(b Body) { b.(*GraphDiffSample).Source = "indexer_topk.-1" }, `graphdiff.sample source "indexer_topk.-1" is not one of`},
+		{"graphdiff source leading zero", KindGraphDiffSample, func(b Body) { b.(*GraphDiffSample).Source = "indexer_topk.07" }, `graphdiff.sample source "indexer_topk.07" is not one of`},
+		{"graphdiff source huge layer", KindGraphDiffSample, func(b Body) { b.(*GraphDiffSample).Source = "indexer_topk.9999999999" }, `graphdiff.sample source "indexer_topk.9999999999" is not one of`},
 		{"graphdiff k", KindGraphDiffSample, func(b Body) { b.(*GraphDiffSample).K = -1 }, "graphdiff.sample k -1 is negative"},
 		{"graphdiff seq_len", KindGraphDiffSample, func(b Body) { b.(*GraphDiffSample).SeqLen = -7 }, "graphdiff.sample seq_len -7 is negative"},
 		{"sched running_req", KindSched, func(b Body) { b.(*Sched).RunningReq = -1 }, "sched running_req -1 is negative"},
@@ -243,6 +307,21 @@ func TestValidateAcceptsEveryAllowedValue(t *testing.T) {
 	}
 	for _, s := range []Side{SidePrefill, SideDecode} {
 		bodies = append(bodies, &RoomChecksum{Side: s})
+	}
+	for _, st := range []string{"", StageSent, StageTransferred, StageAdmitted} {
+		bodies = append(bodies, &RoomChecksum{Side: SideDecode, Stage: st, Rank: 7})
+	}
+	bodies = append(bodies,
+		&RoomChecksum{Side: SidePrefill, SeqLen: 129, Layers: []int{0, 3, 60}, LayerBsum: []Hex64{1, 2, 3}, PageBsum: []Hex64{4, 5, 6}},
+		&RoomChecksum{Side: SidePrefill, SeqLen: 64, PageBsum: []Hex64{4}},
+		&RoomChecksum{Side: SidePrefill, SeqLen: 0, Layers: []int{0}, LayerBsum: []Hex64{0}},
+		// page_xxh3 keeps v1's rule: not checked against seq_len or pages.
+		&RoomChecksum{Side: SidePrefill, SeqLen: 64, Pages: 9, PageSum: []Hex64{1, 2, 3}})
+	for _, ph := range []string{"", PhaseReplay, PhaseBetween} {
+		bodies = append(bodies, &CanaryPages{Phase: ph})
+	}
+	for _, src := range []string{"", SourceNextTokenLogits, "indexer_topk.0", "indexer_topk.60", "indexer_topk.2147483647"} {
+		bodies = append(bodies, &GraphDiffSample{Source: src, TopKGraph: []int32{1}, TopKEager: []int32{2}})
 	}
 	for _, m := range []string{ModeGraph, ModeEager} {
 		bodies = append(bodies, &Replay{Mode: m})

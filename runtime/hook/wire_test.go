@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -464,5 +466,123 @@ func TestDecodersSurviveReadersWithoutProgress(t *testing.T) {
 	}
 	if _, err := NewJSONLinesDecoder(zeroReader{}).Decode(); !errors.Is(err, io.ErrNoProgress) {
 		t.Errorf("json lines: %v", err)
+	}
+}
+
+// v11Events are the fields checksum spec v1.1 and the between-step canary
+// added, with values that exercise every encoding (64-bit digests with the
+// top bit set, layer ids needing several varint bytes, non-ASCII-free enums).
+func v11Events() []Event {
+	return []Event{
+		{Kind: KindRoomChecksum, TS: 9, Src: Source{Node: "decode-host", Proc: "sglang-decode", PID: 7}, Body: &RoomChecksum{
+			Room: 1<<63 + 11, Side: SideDecode, SeqLen: 129, Pages: 3, Bsum: 1<<64 - 1, XXH3: 0, Dtype: "fp8",
+			Rank: 5, Stage: StageAdmitted, Layers: []int{0, 2, 60, 1000}, LayerBsum: []Hex64{1, 1<<64 - 2, 0, 0x8000000000000000},
+			PageBsum: []Hex64{0xdeadbeef, 1 << 63, 3}}},
+		{Kind: KindRoomChecksum, Body: &RoomChecksum{Side: SidePrefill, SeqLen: 64, Stage: StageSent, PageBsum: []Hex64{42}}},
+		{Kind: KindRoomChecksum, Body: &RoomChecksum{Side: SideDecode, Stage: StageTransferred, Rank: 1 << 20, Layers: []int{3}, LayerBsum: []Hex64{9}}},
+		{Kind: KindCanaryPages, Body: &CanaryPages{Step: 4, Phase: PhaseBetween, Changed: []PageChange{{Page: 3, Before: 1, After: 2}}, Expected: []uint32{3}}},
+		{Kind: KindCanaryPages, Body: &CanaryPages{Step: 5, Phase: PhaseReplay}},
+		{Kind: KindGraphDiffSample, Body: &GraphDiffSample{Step: 6, Request: "r", Source: "indexer_topk.17", TopKGraph: []int32{1, 2}, TopKEager: []int32{2, 1}, K: 2}},
+		{Kind: KindGraphDiffSample, Body: &GraphDiffSample{Step: 7, Request: "r", Source: SourceNextTokenLogits, Graph: Float32s{1}, Eager: Float32s{1}}},
+	}
+}
+
+// TestV11FieldsRoundTrip: the new fields survive the binary layout, JSON
+// frame bodies and JSON lines (fast and slow paths), and the binary form is
+// really used for them.
+func TestV11FieldsRoundTrip(t *testing.T) {
+	for i, in := range v11Events() {
+		if !binaryBody[in.Kind] {
+			t.Fatalf("%s travels as JSON: its binary layout is behind event.go", in.Kind)
+		}
+		bin := mustFrame(t, in)
+		if bin[4+2]&FlagJSON != 0 {
+			t.Errorf("#%d %s: AppendFrame set the JSON flag", i, in.Kind)
+		}
+		js, err := AppendFrameJSON(nil, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, ok := fastLine(line)
+		if fastBody[in.Kind] && !ok {
+			t.Errorf("#%d %s: fast path gave up on %s", i, in.Kind, line)
+		}
+		slow, _, err := slowDecodeLine(line)
+		if err != nil {
+			t.Fatalf("#%d: slow path: %v", i, err)
+		}
+		var outs []Event
+		for _, f := range [][]byte{bin, js} {
+			ev, n, err := DecodeFrame(f)
+			if err != nil || n != len(f) {
+				t.Fatalf("#%d %s: decode frame: %v", i, in.Kind, err)
+			}
+			outs = append(outs, ev)
+		}
+		outs = append(outs, slow)
+		if ok {
+			outs = append(outs, fast)
+		}
+		for j, out := range outs {
+			if !reflect.DeepEqual(in, out) {
+				t.Errorf("#%d %s: codec %d round trip differs:\n in %+v\nout %+v", i, in.Kind, j, in.Body, out.Body)
+			}
+		}
+	}
+	// 64-bit digests in the new lists are strings, never numbers.
+	line, _ := json.Marshal(v11Events()[0])
+	for _, key := range []string{`"layer_bsum":["0x0000000000000001",`, `"page_bsum":["0x00000000deadbeef",`, `"layers":[0,2,60,1000]`, `"rank":5`, `"stage":"admitted"`} {
+		if !bytes.Contains(line, []byte(key)) {
+			t.Errorf("JSON line lacks %s: %s", key, line)
+		}
+	}
+	for _, body := range []string{
+		`{"room":"1","side":"decode","seq_len":64,"page_bsum":[12]}`,
+		`{"room":"1","side":"decode","layers":[0],"layer_bsum":[3735928559]}`,
+	} {
+		l := fmt.Appendf(nil, `{"v":1,"kind":"room.checksum","ts_ns":1,"body":%s}`, body)
+		if _, ok := fastLine(l); ok {
+			t.Errorf("fast path accepted %s", l)
+		}
+		if _, r, err := DecodeJSONLine(l); r != ReasonBadValue || !strings.Contains(fmt.Sprint(err), "is the JSON number") {
+			t.Errorf("%s: %s %v, want bad_value naming the JSON number", l, r, err)
+		}
+	}
+}
+
+// TestBinaryBodiesFromOlderProducers: a frame that ends where the fields
+// appended for v1.1 begin (written by a producer built before them) decodes
+// with those fields absent; one that ends inside the appended group is
+// bad_body.
+func TestBinaryBodiesFromOlderProducers(t *testing.T) {
+	for _, tc := range []struct {
+		ev       Event
+		appended int // bytes the zero-valued appended fields take
+	}{
+		{Event{Kind: KindRoomChecksum, TS: 1, Body: &RoomChecksum{Room: 3, Side: SidePrefill, SeqLen: 100, Pages: 2, Bsum: 5, XXH3: 6, PageSum: []Hex64{1, 2}}}, 5},
+		{Event{Kind: KindCanaryPages, TS: 1, Body: &CanaryPages{Step: 2, PagesTotal: 9, SlotChecked: true}}, 1},
+		{Event{Kind: KindGraphDiffSample, TS: 1, Body: &GraphDiffSample{Step: 3, Request: "r", K: 4}}, 1},
+	} {
+		full := mustFrame(t, tc.ev)
+		old := slices.Clone(full[:len(full)-tc.appended])
+		binary.LittleEndian.PutUint32(old, uint32(len(old)-4))
+		ev, n, err := DecodeFrame(old)
+		if err != nil || n != len(old) {
+			t.Fatalf("%s: older frame: %v", tc.ev.Kind, err)
+		}
+		if !reflect.DeepEqual(ev, tc.ev) {
+			t.Errorf("%s: older frame decoded as %+v, want %+v", tc.ev.Kind, ev.Body, tc.ev.Body)
+		}
+		if tc.appended > 1 {
+			part := slices.Clone(full[:len(full)-tc.appended+1])
+			binary.LittleEndian.PutUint32(part, uint32(len(part)-4))
+			if _, _, err := DecodeFrame(part); ReasonOf(err) != ReasonBadBody {
+				t.Errorf("%s: frame ending inside the appended fields: %v, want bad_body", tc.ev.Kind, err)
+			}
+		}
 	}
 }
