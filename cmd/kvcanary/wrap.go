@@ -358,22 +358,13 @@ func wrapEnv(base []string, pyDir, addr, run string, settings []WrapSetting) []s
 	for _, s := range settings {
 		set[s.Env] = s.Value
 	}
-	pp := pyDir
 	env := make([]string, 0, len(base)+len(set)+1)
-	for _, kv := range base {
-		k, v, _ := strings.Cut(kv, "=")
-		if k == "PYTHONPATH" {
-			if v != "" {
-				pp = pyDir + string(os.PathListSeparator) + v
-			}
-			continue
+	for _, kv := range prependPythonPath(base, pyDir) {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, over := set[k]; !over {
+			env = append(env, kv)
 		}
-		if _, over := set[k]; over {
-			continue
-		}
-		env = append(env, kv)
 	}
-	env = append(env, "PYTHONPATH="+pp)
 	keys := make([]string, 0, len(set))
 	for k := range set {
 		keys = append(keys, k)
