@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -100,8 +99,11 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     package's default, shown in brackets);
   - runs COMMAND in its own process group: Ctrl-C or SIGTERM is forwarded to
     the whole group, a second one kills it (SIGKILL);
-  - records every event to --record (losslessly; the run's settings go to the
-    bundle; the engine's flags are "unknown" unless stated with --config);
+  - records every event to --record, losslessly, with the settings given and
+    the run's configuration: engine sglang (--engine), and the engine flags
+    stated with --config; cuda_graph and multi_stream_overlap stay "unknown"
+    unless stated, and until both are the bundle carries no run.start event
+    (analyzers would read an unstated flag as off);
   - shows the live dashboard with --watch (a terminal; the command's output
     then goes to --log), else prints progress lines to stderr;
   - at the end prints each layer's verdict — transfer (room checksums),
@@ -470,6 +472,9 @@ func wrapRun(opts *WrapOptions) error {
 	if opts.Run == "" {
 		opts.Run = "wrap-" + start.UTC().Format("20060102T150405Z")
 	}
+	if err := wrapSupported(); err != nil {
+		return cmdutil.InputError(err)
+	}
 	if opts.Watch && !opts.IO.IsStdoutTTY() {
 		return cmdutil.UsageError("wrap: --watch needs a terminal on stdout; without it wrap prints progress lines")
 	}
@@ -495,6 +500,11 @@ func wrapRun(opts *WrapOptions) error {
 	// The collector's socket lives in a private directory: 0700 from
 	// MkdirTemp, and hook.Listen makes the socket itself 0600.
 	sockDir, err := os.MkdirTemp("", "kvcanary-wrap-")
+	if err == nil && len(sockDir) > 80 {
+		// A Unix socket path holds at most 107 bytes: a long TMPDIR gives way to /tmp.
+		os.Remove(sockDir)
+		sockDir, err = os.MkdirTemp("/tmp", "kvcanary-wrap-")
+	}
 	if err != nil {
 		return cmdutil.InputError(fmt.Errorf("wrap: private socket directory: %w", err))
 	}
@@ -560,7 +570,7 @@ func wrapRun(opts *WrapOptions) error {
 		base = os.Environ()
 	}
 	child.Env = wrapEnv(base, pyDir, c.Addr(), opts.Run, opts.Settings)
-	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownProcessGroup(child)
 	child.WaitDelay = 2 * time.Second // a grandchild holding our output pipes open must not hang the exit
 	var logFile *os.File
 	switch {
@@ -585,7 +595,7 @@ func wrapRun(opts *WrapOptions) error {
 	sigs := opts.signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 4)
-		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		signal.Notify(ch, wrapSignals...)
 		defer signal.Stop(ch)
 		sigs = ch
 	}
@@ -640,20 +650,14 @@ func wrapRun(opts *WrapOptions) error {
 		for {
 			select {
 			case s := <-sigs:
-				sig, _ := s.(syscall.Signal)
-				if sig == 0 {
-					sig = syscall.SIGTERM
-				}
-				if len(info.forwarded) > 0 {
-					sig = syscall.SIGKILL
-				}
-				info.forwarded = append(info.forwarded, signalName(sig))
-				_ = syscall.Kill(-pgid, sig)
+				kill := len(info.forwarded) > 0
+				name := signalGroup(pgid, s, kill)
+				info.forwarded = append(info.forwarded, name)
 				if !opts.JSON.JSON {
-					if sig == syscall.SIGKILL {
-						fmt.Fprintf(errOut, "wrap: killed the command's process group %d (SIGKILL)\n", pgid)
+					if kill {
+						fmt.Fprintf(errOut, "wrap: killed the command's process group %d (%s)\n", pgid, name)
 					} else {
-						fmt.Fprintf(errOut, "wrap: forwarded %s to the command's process group %d; again to kill it\n", signalName(sig), pgid)
+						fmt.Fprintf(errOut, "wrap: forwarded %s to the command's process group %d; again to kill it\n", name, pgid)
 					}
 				}
 			case <-ticker.C:
@@ -672,7 +676,7 @@ func wrapRun(opts *WrapOptions) error {
 				break loop
 			}
 		}
-		if syscall.Kill(-pgid, 0) == nil && !opts.JSON.JSON {
+		if groupAlive(pgid) && !opts.JSON.JSON {
 			fmt.Fprintf(errOut, "wrap: the command exited; processes of its group %d still run\n", pgid)
 		}
 		quiet := opts.quiet
@@ -781,36 +785,6 @@ func wrapStopRecording(bus *hook.Bus, recErr chan error) {
 	if recErr != nil {
 		<-recErr
 	}
-}
-
-// exitStatus turns a finished command into wrap's exit code: its own code,
-// or 128+N when signal N ended it.
-func exitStatus(ps *os.ProcessState) (code int, sig string) {
-	if ps == nil {
-		return cmdutil.ExitInput, ""
-	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal()), signalName(ws.Signal())
-	}
-	if c := ps.ExitCode(); c >= 0 {
-		return c, ""
-	}
-	return cmdutil.ExitInput, ""
-}
-
-// signalNames spell the signals people send and engines die of.
-var signalNames = map[syscall.Signal]string{
-	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
-	syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
-	syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2", syscall.SIGPIPE: "SIGPIPE",
-	syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
-}
-
-func signalName(s syscall.Signal) string {
-	if n, ok := signalNames[s]; ok {
-		return n
-	}
-	return fmt.Sprintf("signal %d", int(s))
 }
 
 // drainProducers waits, at most max, until no producer is connected and no

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -388,10 +390,15 @@ func TestWrapRecordsChildAndPropagatesExit(t *testing.T) {
 
 func TestWrapForwardsSIGINT(t *testing.T) {
 	w := newWrapTest(t)
+	w.setup = func(o *WrapOptions) { o.progressEvery = 10 * time.Millisecond }
 	done := make(chan error, 1)
 	args := append([]string{"--"}, w.childArgs("0", "trap")...)
 	go func() { done <- w.run(args...) }()
 	waitUntil(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	// Plain progress lines on stderr while the command runs.
+	waitUntil(t, "a progress line", func() bool {
+		return strings.Contains(w.errOut.String(), "wrap: 2 events (room.checksum 2); 0 producers connected, 1 connection in all; 0 rejected\n")
+	})
 	w.sigs <- syscall.SIGINT
 	var err error
 	select {
