@@ -104,8 +104,8 @@ func NewCmdDoctor(f *cmdutil.Factory, runF func(*DoctorOptions) error) *cobra.Co
 Each line is ok, warn, fail or skip, with what to do when it is not ok.
 
 Exit status: 0 unless a check you asked for fails — the socket check when
---socket is given, and every group named in --require (a warn counts as a
-failure there) — then 1.`,
+--socket is given, and every group named in --require (a warn or a skip
+counts as a failure there) — then 1.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, g := range opts.Require {
@@ -180,7 +180,8 @@ func doctorRun(opts *DoctorOptions) error {
 	rep.Required = required
 	for _, g := range required {
 		for _, c := range rep.Checks {
-			if c.Group == g && (c.Status == statusFail || c.Status == statusWarn) {
+			// A required check that could not run (skip) did not pass either.
+			if c.Group == g && c.Status != statusOK {
 				rep.Failed = append(rep.Failed, g)
 				break
 			}

@@ -137,6 +137,11 @@ func TestDoctorBareHost(t *testing.T) {
 	if err != cmdutil.FindingError || !strings.HasSuffix(out, "required checks failed: ebpf, engine\n") {
 		t.Fatalf("required: %v\n%s", err, out)
 	}
+	// Required but skipped (no python3 to ask) is no pass.
+	out, err = runDoctor(t, env, "", false, "sglang")
+	if err != cmdutil.FindingError || !strings.HasSuffix(out, "required checks failed: sglang\n") {
+		t.Fatalf("required sglang without python: %v\n%s", err, out)
+	}
 }
 
 func TestDoctorSocketAndJSON(t *testing.T) {

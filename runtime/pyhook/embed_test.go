@@ -304,3 +304,32 @@ func TestExtractedPackageImports(t *testing.T) {
 		t.Fatalf("python imported %q, want %q", lines, want)
 	}
 }
+
+// BenchmarkExtractIntact is what every wrap and pyhook path pays once the
+// package is extracted: the byte-for-byte check of the cached copy.
+func BenchmarkExtractIntact(b *testing.B) {
+	root := b.TempDir()
+	if _, err := Extract(root); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Extract(root); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkExtractFresh is the first run of a new version: write the files
+// into a temporary directory and rename it into place.
+func BenchmarkExtractFresh(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		root := b.TempDir()
+		b.StartTimer()
+		if _, err := Extract(root); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
