@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/checksum"
@@ -98,7 +99,8 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     (a setting not given keeps its value from your environment, else the
     package's default, shown in brackets);
   - runs COMMAND in its own process group: Ctrl-C or SIGTERM is forwarded to
-    the whole group, a second one kills it (SIGKILL);
+    the whole group, a second one kills it (SIGKILL); its stdin is wrap's,
+    unless that is a terminal (then /dev/null);
   - records every event to --record, losslessly, with the settings given and
     the run's configuration: engine sglang (--engine), and the engine flags
     stated with --config; cuda_graph and multi_stream_overlap stay "unknown"
@@ -587,9 +589,9 @@ func wrapRun(opts *WrapOptions) error {
 		defer logFile.Close()
 		child.Stdout, child.Stderr = logFile, logFile
 	case opts.JSON.JSON:
-		child.Stdin, child.Stdout, child.Stderr = opts.IO.In, opts.IO.ErrOut, opts.IO.ErrOut
+		child.Stdin, child.Stdout, child.Stderr = childStdin(opts.IO.In), opts.IO.ErrOut, opts.IO.ErrOut
 	default:
-		child.Stdin, child.Stdout, child.Stderr = opts.IO.In, opts.IO.Out, opts.IO.ErrOut
+		child.Stdin, child.Stdout, child.Stderr = childStdin(opts.IO.In), opts.IO.Out, opts.IO.ErrOut
 	}
 
 	sigs := opts.signals
@@ -622,9 +624,8 @@ func wrapRun(opts *WrapOptions) error {
 	}
 
 	// The supervisor waits for the command, forwards signals, and once it
-	// exited lets the producers finish before the collector stops.
-	// The dashboard's context only: the command lives by signals (forwarded
-	// below), not by this process's context.
+	// exited lets the producers finish before the collector stops. The
+	// command lives by signals, not by the Factory's context.
 	type exitInfo struct {
 		code      int
 		signal    string
@@ -683,7 +684,10 @@ func wrapRun(opts *WrapOptions) error {
 		if quiet <= 0 {
 			quiet = 250 * time.Millisecond
 		}
-		drainProducers(c, opts.Drain, quiet)
+		if open := drainProducers(c, opts.Drain, quiet); open > 0 && !opts.JSON.JSON {
+			fmt.Fprintf(errOut, "wrap: %s still connected %s after the command exited; closing (what they send later is lost; --drain waits longer)\n",
+				plural(int64(open), "producer"), opts.Drain)
+		}
 		stopServe()
 		info.serveErr = <-serveDone
 		bus.Close() // the dashboard sees "source finished"; the recorder drains
@@ -698,7 +702,7 @@ func wrapRun(opts *WrapOptions) error {
 		if run == nil {
 			run = tui.Run
 		}
-		ctx := opts.Factory.Ctx
+		ctx := opts.Factory.Ctx // the dashboard's only
 		if ctx == nil {
 			ctx = context.Background()
 		}
@@ -778,6 +782,16 @@ func wrapRun(opts *WrapOptions) error {
 	return nil
 }
 
+// childStdin is what the command reads: wrap's stdin, except a terminal —
+// outside the terminal's foreground process group the command would be
+// stopped (SIGTTIN) the moment it read it — which gives way to /dev/null.
+func childStdin(in io.Reader) io.Reader {
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return in
+}
+
 // wrapStopRecording closes the bus and waits for the bundle writer, on the
 // paths that end before the command ran.
 func wrapStopRecording(bus *hook.Bus, recErr chan error) {
@@ -788,9 +802,10 @@ func wrapStopRecording(bus *hook.Bus, recErr chan error) {
 }
 
 // drainProducers waits, at most max, until no producer is connected and no
-// new connection arrived for quiet: a producer's last connection may still
-// sit in the listen queue when the command exits.
-func drainProducers(c *hook.Collector, max, quiet time.Duration) {
+// new connection arrived for quiet (a producer's last connection may still
+// sit in the listen queue when the command exits). It returns how many
+// producers are still connected.
+func drainProducers(c *hook.Collector, max, quiet time.Duration) int {
 	deadline := time.Now().Add(max)
 	st := c.Stats()
 	conns, since := st.Connections, time.Now()
@@ -799,10 +814,11 @@ func drainProducers(c *hook.Collector, max, quiet time.Duration) {
 		if st.Connections != conns || st.Open > 0 {
 			conns, since = st.Connections, time.Now()
 		} else if time.Since(since) >= quiet {
-			return
+			return 0
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return c.Stats().Open
 }
 
 // wrapProgressLine is one progress line: events by kind and producers.

@@ -541,3 +541,41 @@ func TestWrapWatch(t *testing.T) {
 		t.Fatalf("--watch without a terminal: %v", err)
 	}
 }
+
+// A producer outliving the command (a scheduler process left behind) is
+// waited for up to --drain, then reported, never waited for forever.
+func TestWrapReportsLingeringProducer(t *testing.T) {
+	w := newWrapTest(t)
+	py := w.python()
+	holder := filepath.Join(w.dir, "holder.py")
+	if err := os.WriteFile(holder, []byte(`import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(os.environ["KVCANARY_ADDR"][len("unix://"):])
+print("connected", flush=True)
+time.sleep(120)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Join(w.dir, "parent.py")
+	if err := os.WriteFile(parent, []byte(`import subprocess, sys
+p = subprocess.Popen([sys.executable, "-S", sys.argv[1]], stdout=subprocess.PIPE)
+p.stdout.readline()
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var pgid int
+	w.setup = func(o *WrapOptions) { o.started = func(pid int) { pgid = pid } }
+	t.Cleanup(func() {
+		if pgid > 0 {
+			syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	})
+	if err := w.run("--drain", "300ms", "--", py, "-S", parent, holder); err != nil {
+		t.Fatalf("%v\n%s", err, w.errOut)
+	}
+	for _, want := range []string{"processes of its group", "still run", "1 producer still connected 300ms after the command exited"} {
+		if !strings.Contains(w.errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, w.errOut)
+		}
+	}
+}
