@@ -591,6 +591,9 @@ func sglangChecks(ctx context.Context, env DoctorEnv, python string) []DoctorChe
 		t := res.Targets[i]
 		line := DoctorCheck{Name: "sglang target", Status: statusOK, Target: &t,
 			Detail: fmt.Sprintf("%s %s → %s", cmdutil.Quote(t.Target), cmdutil.Quote(t.Hook), cmdutil.Quote(strings.Join(t.Instruments, ",")))}
+		if len(t.Instruments) == 0 {
+			line.Detail = cmdutil.Quote(t.Target) + " (read, not hooked)"
+		}
 		if t.OK {
 			ok++
 		} else {

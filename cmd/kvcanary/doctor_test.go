@@ -247,7 +247,8 @@ exit 99
 const sglangCheckJSON = `{"sglang_version": "0.5.4", "targets": [
  {"target": "sglang.srt.disaggregation.decode.DecodeTransferQueue.pop_transferred", "hook": "AFTER", "instruments": ["checksum"], "ok": true, "error": ""},
  {"target": "sglang.srt.mem_cache.index_key_cache.IndexKeyCache.move", "hook": "BEFORE", "instruments": ["canary"], "ok": false,
-  "error": "module 'sglang.srt.mem_cache.index_key_cache' has no attribute 'IndexKeyCache'"}]}`
+  "error": "module 'sglang.srt.mem_cache.index_key_cache' has no attribute 'IndexKeyCache'"},
+ {"target": "sglang.srt.model_executor.model_runner.ModelRunner._forward_raw", "hook": "none", "instruments": [], "ok": true, "error": ""}]}`
 
 func TestDoctorSGLangCheck(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
@@ -266,8 +267,9 @@ func TestDoctorSGLangCheck(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, want := range []string{
-		`warn  sglang         SGLang 0.5.4 in ` + py + `: 1 of 2 hook targets resolve; instruments that need a missing one stay off: canary` + "\n",
+		`warn  sglang         SGLang 0.5.4 in ` + py + `: 2 of 3 hook targets resolve; instruments that need a missing one stay off: canary` + "\n",
 		"→ this SGLang moved a hook target",
+		"ok    sglang target  sglang.srt.model_executor.model_runner.ModelRunner._forward_raw (read, not hooked)\n",
 		"ok    sglang target  sglang.srt.disaggregation.decode.DecodeTransferQueue.pop_transferred AFTER → checksum\n",
 		"warn  sglang target  sglang.srt.mem_cache.index_key_cache.IndexKeyCache.move BEFORE → canary: missing: " +
 			"module 'sglang.srt.mem_cache.index_key_cache' has no attribute 'IndexKeyCache'\n",
@@ -296,7 +298,7 @@ func TestDoctorSGLangCheck(t *testing.T) {
 			targets = append(targets, *c.Target)
 		}
 	}
-	if len(targets) != 2 || !targets[0].OK || targets[1].OK || targets[1].Instruments[0] != "canary" || !strings.Contains(targets[1].Error, "no attribute") {
+	if len(targets) != 3 || !targets[0].OK || targets[1].OK || targets[1].Instruments[0] != "canary" || !strings.Contains(targets[1].Error, "no attribute") {
 		t.Fatalf("targets %+v", targets)
 	}
 
@@ -311,7 +313,7 @@ func TestDoctorSGLangCheck(t *testing.T) {
 	}
 	ios, _, out, _ = cmdutil.Test()
 	err = doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: context.Background(), Env: env, Require: []string{"sglang"}})
-	if err != nil || !strings.Contains(out.String(), "ok    sglang         SGLang 0.5.4 in "+py2+": 2 of 2 hook targets resolve\n") {
+	if err != nil || !strings.Contains(out.String(), "ok    sglang         SGLang 0.5.4 in "+py2+": 3 of 3 hook targets resolve\n") {
 		t.Fatalf("all ok via KVCANARY_PYTHON: %v\n%s", err, out)
 	}
 }

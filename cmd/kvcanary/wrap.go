@@ -677,9 +677,6 @@ func wrapRun(opts *WrapOptions) error {
 				break loop
 			}
 		}
-		if groupAlive(pgid) && !opts.JSON.JSON {
-			fmt.Fprintf(errOut, "wrap: the command exited; processes of its group %d still run\n", pgid)
-		}
 		quiet := opts.quiet
 		if quiet <= 0 {
 			quiet = 250 * time.Millisecond
@@ -687,6 +684,11 @@ func wrapRun(opts *WrapOptions) error {
 		if open := drainProducers(c, opts.Drain, quiet); open > 0 && !opts.JSON.JSON {
 			fmt.Fprintf(errOut, "wrap: %s still connected %s after the command exited; closing (what they send later is lost; --drain waits longer)\n",
 				plural(int64(open), "producer"), opts.Drain)
+		}
+		// Checked after the drain: an engine's children take a moment to
+		// follow their parent out.
+		if groupAlive(pgid) && !opts.JSON.JSON {
+			fmt.Fprintf(errOut, "wrap: the command exited; processes of its group %d still run (kill -- -%d stops them)\n", pgid, pgid)
 		}
 		stopServe()
 		info.serveErr = <-serveDone
