@@ -579,3 +579,54 @@ p.stdout.readline()
 		}
 	}
 }
+
+// End to end on the stand-in of SGLang (runtime/pyhook/tests/standin): the
+// embedded package hooks the engine's processes through sitecustomize,
+// wrap judges what they send, and checksum compare agrees on the bundle.
+func TestWrapStandInEngine(t *testing.T) {
+	engine, err := filepath.Abs("../../runtime/pyhook/tests/standin/engine.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(engine); err != nil {
+		t.Skipf("the stand-in engine is not in this tree: %v", err)
+	}
+	const py = "/usr/bin/python3"
+	if out, err := exec.Command(py, "-c", "import torch").CombinedOutput(); err != nil {
+		t.Skipf("%s cannot import torch (Debian's python3-torch): %v %s", py, err, out)
+	}
+	for _, tc := range []struct {
+		fault    string
+		transfer string
+		compare  int
+	}{
+		{"none", "transfer=ok buffer=ok compute=ok", cmdutil.ExitOK},
+		{"transfer-corrupt", "transfer=finding buffer=ok compute=ok", cmdutil.ExitFinding},
+	} {
+		w := newWrapTest(t)
+		w.environ = []string{"PATH=" + os.Getenv("PATH"), "PYTHONPATH=" + filepath.Dir(engine), "PYTHONDONTWRITEBYTECODE=1"}
+		bundle := filepath.Join(w.dir, tc.fault+".kvtrace")
+		err := w.run("--json", "--record", bundle, "--canary-every", "1", "--graphdiff-every", "2", "--",
+			py, engine, "--quiet", "--fault", tc.fault)
+		if err != nil {
+			t.Fatalf("%s: %v\nstderr:\n%s", tc.fault, err, w.errOut)
+		}
+		var sum WrapSummary
+		if err := json.Unmarshal([]byte(w.out.String()), &sum); err != nil {
+			t.Fatalf("%s: %v\n%s", tc.fault, err, w.out)
+		}
+		var layers []string
+		for _, l := range sum.Layers {
+			layers = append(layers, l.Layer+"="+l.Status)
+		}
+		if got := strings.Join(layers, " "); got != tc.transfer || sum.Dropped != 0 || sum.Rejected != 0 {
+			t.Errorf("%s: layers %s, dropped %d, rejected %d; want %s, nothing lost\nstderr:\n%s", tc.fault, got, sum.Dropped, sum.Rejected, tc.transfer, w.errOut)
+		}
+		ios, _, _, _ := cmdutil.Test()
+		root := NewCmdRoot(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now})
+		root.SetArgs([]string{"checksum", "compare", bundle})
+		if code := cmdutil.ExitCode(root.Execute()); code != tc.compare {
+			t.Errorf("%s: checksum compare of the bundle exits %d, want %d", tc.fault, code, tc.compare)
+		}
+	}
+}
