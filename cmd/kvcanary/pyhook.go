@@ -46,17 +46,18 @@ func NewCmdPyhookPath(f *cmdutil.Factory, runF func(*PyhookPathOptions) error) *
 		Use:   "path [--cache-dir DIR] [--json]",
 		Short: "Extract the Python package (once per version) and print the PYTHONPATH entry",
 		Long: `Extract the embedded Python package, once per content version, into the user
-cache directory ($XDG_CACHE_HOME/kvcanary or ~/.cache/kvcanary; --cache-dir
+cache directory ($XDG_CACHE_HOME/kvcanary or ~/.cache/kvcanary on Linux; --cache-dir
 names another) and print the directory to put first on PYTHONPATH. It holds the
 kvcanary package and a sitecustomize.py that, in every interpreter started
 with it on PYTHONPATH and KVCANARY_ADDR set, hooks SGLang as its modules load.
+Its pyproject.toml declares the SGLang plugin entry point, for installing the
+package into the engine's environment instead (SGLANG_PLUGINS=kvcanary).
 
 An intact copy is reused; a damaged one (a file edited or missing) is
 replaced. Exit status: 0, or 3 when the directory cannot be written.`,
 		Example: `  export PYTHONPATH="$(kvcanary pyhook path)${PYTHONPATH:+:$PYTHONPATH}"
   KVCANARY_ADDR=unix:///run/kvcanary.sock python3 -m sglang.launch_server ...
-  kvcanary pyhook path --cache-dir /opt/kvcanary   # bake it into an image
-  pip install "$(kvcanary pyhook path)"            # the plugin route (SGLANG_PLUGINS=kvcanary)`,
+  kvcanary pyhook path --cache-dir /opt/kvcanary   # bake it into an image`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runF != nil {

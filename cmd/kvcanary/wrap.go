@@ -72,12 +72,12 @@ var wrapSettingFlags = []struct {
 	flag, env, def, usage string
 	check                 func(string) error
 }{
-	{"instruments", "KVCANARY_INSTRUMENTS", "checksum,canary,graphdiff", "comma list of instruments to enable: checksum, canary, graphdiff", checkInstruments},
-	{"canary-policy", "KVCANARY_CANARY_POLICY", "live", "pages the canary digests around a replay: live, all or sweep:N (canary/SPEC.md §4)", checkCanaryPolicy},
-	{"canary-every", "KVCANARY_CANARY_EVERY", "1", "check one decode step in N (forward_pass_id % N == 0 on every rank)", checkEvery},
-	{"graphdiff-every", "KVCANARY_GRAPHDIFF_EVERY", "256", "rerun one graph step in N eagerly (forward_pass_id % N == 0 on every rank)", checkEvery},
-	{"graphdiff-layers", "KVCANARY_GRAPHDIFF_LAYERS", "", "indexer layer ids whose top-k selections are compared: comma ids or all (Python default: none)", checkLayers},
-	{"graphdiff-logits", "KVCANARY_GRAPHDIFF_LOGITS", "topk:20", "what of next_token_logits a sample carries: full, topk:N or none", checkLogits},
+	{"instruments", "KVCANARY_INSTRUMENTS", "checksum,canary,graphdiff", "`LIST` of instruments to enable, comma-separated: checksum, canary, graphdiff", checkInstruments},
+	{"canary-policy", "KVCANARY_CANARY_POLICY", "live", "`POLICY` of the pages the canary digests around a replay: live, all or sweep:N (canary/SPEC.md §4)", checkCanaryPolicy},
+	{"canary-every", "KVCANARY_CANARY_EVERY", "1", "check one decode step in `N` (forward_pass_id % N == 0 on every rank)", checkEvery},
+	{"graphdiff-every", "KVCANARY_GRAPHDIFF_EVERY", "256", "rerun one graph step in `N` eagerly (forward_pass_id % N == 0 on every rank)", checkEvery},
+	{"graphdiff-layers", "KVCANARY_GRAPHDIFF_LAYERS", "", "indexer layer `IDS` whose top-k selections are compared: comma-separated ids or all (package default: none)", checkLayers},
+	{"graphdiff-logits", "KVCANARY_GRAPHDIFF_LOGITS", "topk:20", "`WHAT` of next_token_logits a sample carries: full, topk:N or none", checkLogits},
 }
 
 // NewCmdWrap builds `kvcanary wrap`.
@@ -97,7 +97,7 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     its sitecustomize hooks SGLang in every process the engine spawns;
   - sets KVCANARY_ADDR, KVCANARY_RUN and the settings given as flags below
     (a setting not given keeps its value from your environment, else the
-    package's default, shown in brackets);
+    package's default, shown as the flag's default below);
   - runs COMMAND in its own process group: Ctrl-C or SIGTERM is forwarded to
     the whole group, a second one kills it (SIGKILL); its stdin is wrap's,
     unless that is a terminal (then /dev/null);
@@ -169,12 +169,12 @@ checksum compare, canary report or graphdiff report for a check's exit code.`,
 	}
 	fl := cmd.Flags()
 	fl.SetInterspersed(false) // everything after COMMAND is COMMAND's
-	fl.StringVar(&opts.Record, "record", "", "record every event to this trace bundle (.kvtrace)")
+	fl.StringVar(&opts.Record, "record", "", "record every event to this trace bundle `FILE` (.kvtrace)")
 	fl.BoolVar(&opts.Watch, "watch", false, "show the live dashboard (needs a terminal)")
 	fl.StringVar(&opts.Log, "log", "", "with --watch: write the command's stdout and stderr to `FILE` (default <run>.log)")
-	fl.StringVar(&opts.Engine, "engine", "sglang", "engine named in the run's configuration")
-	fl.StringVar(&opts.Run, "run", "", "run id put on every event (default wrap-<UTC time>)")
-	fl.StringArrayVar(&opts.Config, "config", nil, "state an engine setting, KEY=VALUE (cuda_graph=on, multi_stream_overlap=off, index_k_dtype=fp8, cuda_graph_max_bs=N, disaggregation=pd, max_running_requests=N, pool_tokens=N, model=NAME, other keys kept as given); repeatable")
+	fl.StringVar(&opts.Engine, "engine", "sglang", "`NAME` of the engine in the run's configuration")
+	fl.StringVar(&opts.Run, "run", "", "run `ID` put on every event (default wrap-<UTC time>)")
+	fl.StringArrayVar(&opts.Config, "config", nil, "state an engine setting, `KEY=VALUE` (cuda_graph=on, multi_stream_overlap=off, index_k_dtype=fp8, cuda_graph_max_bs=N, disaggregation=pd, max_running_requests=N, pool_tokens=N, model=NAME, other keys kept as given); repeatable")
 	fl.StringVar(&opts.CacheDir, "cache-dir", "", "extract the Python package under `DIR` (default: the user cache directory)")
 	fl.DurationVar(&opts.Drain, "drain", 5*time.Second, "after the command exits, how long to wait for its producers' last events")
 	for i, s := range wrapSettingFlags {
