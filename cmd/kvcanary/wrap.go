@@ -402,9 +402,12 @@ type WrapSummary struct {
 	Dropped         uint64            `json:"dropped"`
 	DroppedRecorder uint64            `json:"dropped_recorder"`
 	DroppedProducer uint64            `json:"dropped_producers"`
-	Record          string            `json:"record,omitempty"`
-	Recorded        uint64            `json:"recorded"`
-	Log             string            `json:"log,omitempty"`
+	// CutOff counts producers still connected when --drain ran out: what
+	// they sent afterwards is lost, uncounted.
+	CutOff   int    `json:"producers_cut_off,omitempty"`
+	Record   string `json:"record,omitempty"`
+	Recorded uint64 `json:"recorded"`
+	Log      string `json:"log,omitempty"`
 
 	Layers []WrapLayer `json:"layers"`
 }
@@ -631,6 +634,7 @@ func wrapRun(opts *WrapOptions) error {
 		signal    string
 		forwarded []string
 		serveErr  error
+		cutOff    int
 	}
 	var info exitInfo
 	finished := make(chan struct{}) // closed once info is final
@@ -681,7 +685,8 @@ func wrapRun(opts *WrapOptions) error {
 		if quiet <= 0 {
 			quiet = 250 * time.Millisecond
 		}
-		if open := drainProducers(c, opts.Drain, quiet); open > 0 && !opts.JSON.JSON {
+		info.cutOff = drainProducers(c, opts.Drain, quiet)
+		if open := info.cutOff; open > 0 && !opts.JSON.JSON {
 			fmt.Fprintf(errOut, "wrap: %s still connected %s after the command exited; closing (what they send later is lost; --drain waits longer)\n",
 				plural(int64(open), "producer"), opts.Drain)
 		}
@@ -734,7 +739,7 @@ func wrapRun(opts *WrapOptions) error {
 		ExitCode: info.code, Signal: info.signal, Forwarded: info.forwarded, DurationNS: int64(now().Sub(start)),
 		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections,
 		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), DroppedProducer: tally.producerDropped,
-		Record: opts.Record, Log: opts.Log,
+		CutOff: info.cutOff, Record: opts.Record, Log: opts.Log,
 		Layers: wrapLayers(as, st.ByKind, tally.findings),
 	}
 	tally.mu.Unlock()
@@ -920,7 +925,11 @@ func writeWrapSummary(w io.Writer, s WrapSummary) error {
 	}
 	fmt.Fprintf(&b, "wrap: the command %s after %s\n", end, time.Duration(s.DurationNS).Round(time.Millisecond))
 	fmt.Fprintf(&b, "wrap: %s\n", wrapProgressLine(hook.Stats{Events: s.Events, ByKind: s.ByKind, Connections: s.Connections, Rejected: s.Rejected}))
-	fmt.Fprintf(&b, "wrap: dropped %d (recorder %d, reported by producers %d)\n", s.Dropped, s.DroppedRecorder, s.DroppedProducer)
+	fmt.Fprintf(&b, "wrap: dropped %d (recorder %d, reported by producers %d)", s.Dropped, s.DroppedRecorder, s.DroppedProducer)
+	if s.CutOff > 0 {
+		fmt.Fprintf(&b, "; %s cut off by --drain, what they sent later is not counted", plural(int64(s.CutOff), "producer"))
+	}
+	b.WriteString("\n")
 	if s.Record != "" {
 		fmt.Fprintf(&b, "wrap: recorded %d events to %s\n", s.Recorded, cmdutil.Quote(s.Record))
 	}

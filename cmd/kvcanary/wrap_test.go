@@ -563,11 +563,11 @@ p.stdout.readline()
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var pgid int
-	w.setup = func(o *WrapOptions) { o.started = func(pid int) { pgid = pid } }
+	var pgids []int
+	w.setup = func(o *WrapOptions) { o.started = func(pid int) { pgids = append(pgids, pid) } }
 	t.Cleanup(func() {
-		if pgid > 0 {
-			syscall.Kill(-pgid, syscall.SIGKILL)
+		for _, g := range pgids {
+			syscall.Kill(-g, syscall.SIGKILL)
 		}
 	})
 	if err := w.run("--drain", "300ms", "--", py, "-S", parent, holder); err != nil {
@@ -577,6 +577,15 @@ p.stdout.readline()
 		if !strings.Contains(w.errOut.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, w.errOut)
 		}
+	}
+	// --json counts them in the summary.
+	w.out.b.Reset()
+	if err := w.run("--json", "--drain", "300ms", "--", py, "-S", parent, holder); err != nil {
+		t.Fatalf("%v\n%s", err, w.errOut)
+	}
+	var sum WrapSummary
+	if err := json.Unmarshal([]byte(w.out.String()), &sum); err != nil || sum.CutOff != 1 {
+		t.Fatalf("summary %+v (%v), want producers_cut_off 1:\n%s", sum, err, w.out)
 	}
 }
 
