@@ -1,10 +1,14 @@
 # kvcanary — the two set-up commands are `make run` and `make test`.
 GO      ?= go
+# The interpreter of the Python package's tests: Debian's python3-torch and
+# python3-pytest are installed for /usr/bin/python3 (the python3 first on
+# PATH may be another one without them). Override with PYTHON=...
+PYTHON  ?= /usr/bin/python3
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/kvcanary/kvcanary/internal/buildinfo.Version=$(VERSION)
 BIN     := bin/kvcanary
 
-.PHONY: all build run test vet fmt-check bench clean
+.PHONY: all build run test vet fmt-check pytest bench clean
 
 all: build
 
@@ -15,12 +19,19 @@ build:
 run: build
 	./$(BIN) demo
 
-# Every test: vet, formatting, the suite at full speed (the twin's acceptance
-# tests run their real sizes), then again under the race detector (where the
-# heaviest twin runs scale down or skip, as they say).
-test: vet fmt-check
+# Every test: vet, formatting, the Python package's tests, the suite at full
+# speed (the twin's acceptance tests run their real sizes), then again under
+# the race detector (where the heaviest twin runs scale down or skip, as they
+# say).
+test: vet fmt-check pytest
 	$(GO) test -count=1 ./...
 	$(GO) test -race -count=1 ./...
+
+# The in-engine Python package (runtime/pyhook): torch on the CPU, a stand-in
+# of SGLang's interfaces. No byte code is written into the tree the binary
+# embeds.
+pytest:
+	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider runtime/pyhook/tests
 
 vet:
 	$(GO) vet ./...

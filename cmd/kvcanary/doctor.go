@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/cudaprobe"
 	"github.com/kvcanary/kvcanary/runtime/gpu"
+	"github.com/kvcanary/kvcanary/runtime/pyhook"
 )
 
 // Doctor check statuses.
@@ -30,7 +32,7 @@ const (
 )
 
 // Doctor check groups, the names --require takes.
-var doctorGroups = []string{"gpu", "ebpf", "libcuda", "socket", "engine"}
+var doctorGroups = []string{"gpu", "ebpf", "libcuda", "socket", "engine", "sglang"}
 
 // DoctorCheck is one line of `kvcanary doctor`.
 type DoctorCheck struct {
@@ -39,6 +41,9 @@ type DoctorCheck struct {
 	Status string `json:"status"`          // ok | warn | fail | skip
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"` // what to do when not ok
+	// Target is the hook target of a "sglang target" line, as
+	// kvcanary.sglang check reported it.
+	Target *SGLangTarget `json:"target,omitempty"`
 }
 
 // DoctorReport is the --json shape of `kvcanary doctor`.
@@ -58,6 +63,12 @@ type DoctorEnv struct {
 	Exists         func(path string) bool
 	ProbeSupported func() error // loads test programs; called only with privileges
 	Dial           func(ctx context.Context, addr string) error
+	// Python and SGLang: the interpreter is --python, else
+	// $KVCANARY_PYTHON, else python3 on PATH.
+	Getenv     func(string) string
+	LookPath   func(string) (string, error)
+	Environ    func() []string
+	PyhookPath func() (string, error) // the extracted package (pyhook.Extract)
 }
 
 // DoctorOptions are the inputs of `kvcanary doctor`.
@@ -66,6 +77,7 @@ type DoctorOptions struct {
 	JSON    *cmdutil.JSONFlags
 	Ctx     context.Context
 	Socket  string
+	Python  string // --python: the engine's interpreter
 	Require []string
 	Env     DoctorEnv
 }
@@ -84,12 +96,16 @@ func NewCmdDoctor(f *cmdutil.Factory, runF func(*DoctorOptions) error) *cobra.Co
   libcuda  where libcuda.so.1 is (linker cache, common paths)
   socket   the collector socket given with --socket is reachable
   engine   SGLang / vLLM processes running, and whether they map libcuda
+  sglang   the engine's Python imports sglang, and kvcanary's hook targets
+           resolve in it (python3 -m kvcanary.sglang check, with the package
+           this binary carries on PYTHONPATH); the interpreter is --python,
+           else $KVCANARY_PYTHON, else python3 on PATH
 
 Each line is ok, warn, fail or skip, with what to do when it is not ok.
 
 Exit status: 0 unless a check you asked for fails — the socket check when
---socket is given, and every group named in --require (a warn counts as a
-failure there) — then 1.`,
+--socket is given, and every group named in --require (a warn or a skip
+counts as a failure there) — then 1.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, g := range opts.Require {
@@ -104,6 +120,7 @@ failure there) — then 1.`,
 		},
 	}
 	cmd.Flags().StringVar(&opts.Socket, "socket", "", "check the collector at `ADDR` (unix:///path.sock, a socket path, or tcp://host:port)")
+	cmd.Flags().StringVar(&opts.Python, "python", "", "the engine's Python `interpreter` for the sglang checks (default $KVCANARY_PYTHON, else python3 on PATH)")
 	cmd.Flags().StringSliceVar(&opts.Require, "require", nil, "exit 1 unless these `groups` pass: "+strings.Join(doctorGroups, ","))
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
@@ -142,6 +159,10 @@ func systemDoctorEnv() DoctorEnv {
 			}
 			return c.Close()
 		},
+		Getenv:     os.Getenv,
+		LookPath:   exec.LookPath,
+		Environ:    os.Environ,
+		PyhookPath: func() (string, error) { return pyhook.Extract("") },
 	}
 }
 
@@ -150,7 +171,7 @@ func doctorRun(opts *DoctorOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	rep := DoctorReport{Checks: doctorChecks(ctx, opts.Env, opts.Socket)}
+	rep := DoctorReport{Checks: doctorChecks(ctx, opts.Env, opts.Socket, opts.Python)}
 	required := append([]string(nil), opts.Require...)
 	if opts.Socket != "" && !doctorHas(required, "socket") {
 		required = append(required, "socket")
@@ -159,7 +180,8 @@ func doctorRun(opts *DoctorOptions) error {
 	rep.Required = required
 	for _, g := range required {
 		for _, c := range rep.Checks {
-			if c.Group == g && (c.Status == statusFail || c.Status == statusWarn) {
+			// A required check that could not run (skip) did not pass either.
+			if c.Group == g && c.Status != statusOK {
 				rep.Failed = append(rep.Failed, g)
 				break
 			}
@@ -196,13 +218,14 @@ func printDoctor(w io.Writer, rep DoctorReport) error {
 	return nil
 }
 
-func doctorChecks(ctx context.Context, env DoctorEnv, socket string) []DoctorCheck {
+func doctorChecks(ctx context.Context, env DoctorEnv, socket, python string) []DoctorCheck {
 	var cs []DoctorCheck
 	cs = append(cs, gpuChecks(env)...)
 	cs = append(cs, ebpfChecks(env)...)
 	cs = append(cs, libcudaCheck(env))
 	cs = append(cs, socketCheck(ctx, env, socket))
 	cs = append(cs, engineCheck(env))
+	cs = append(cs, sglangChecks(ctx, env, python)...)
 	return cs
 }
 
@@ -484,4 +507,184 @@ func scanEngines(env DoctorEnv) ([]engineProc, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].pid < out[j].pid })
 	return out, nil
+}
+
+// SGLangCheck is what `python3 -m kvcanary.sglang check --json` prints.
+type SGLangCheck struct {
+	SGLangVersion string         `json:"sglang_version"`
+	Targets       []SGLangTarget `json:"targets"`
+}
+
+// SGLangTarget is one hook target of the binding's table, resolved against
+// the installed SGLang.
+type SGLangTarget struct {
+	Target      string   `json:"target"`
+	Hook        string   `json:"hook"`
+	Instruments []string `json:"instruments"`
+	OK          bool     `json:"ok"`
+	Error       string   `json:"error,omitempty"`
+}
+
+// sglangCheckTimeout bounds both Python runs: importing SGLang imports torch.
+const sglangCheckTimeout = 2 * time.Minute
+
+// sglangChecks is the sglang section: one summary line, then one line per
+// hook target. The check itself is the Python binding's; doctor runs it with
+// the embedded package on PYTHONPATH and shows its answer.
+func sglangChecks(ctx context.Context, env DoctorEnv, python string) []DoctorCheck {
+	head := DoctorCheck{Name: "sglang", Group: "sglang"}
+	from := "--python"
+	if python == "" {
+		python, from = env.Getenv("KVCANARY_PYTHON"), "KVCANARY_PYTHON"
+	}
+	if python == "" {
+		python, from = "python3", "PATH"
+	}
+	py, err := env.LookPath(python)
+	if err != nil {
+		if from == "PATH" {
+			head.Status, head.Detail = statusSkip, "no python3 on PATH (name the engine's with --python or KVCANARY_PYTHON)"
+			return []DoctorCheck{head}
+		}
+		head.Status, head.Detail = statusWarn, fmt.Sprintf("%s %s: %v", from, cmdutil.Quote(python), err)
+		head.Fix = "name the Python interpreter SGLang runs in"
+		return []DoctorCheck{head}
+	}
+	ctx, cancel := context.WithTimeout(ctx, sglangCheckTimeout)
+	defer cancel()
+	// find_spec locates the package without importing it (and torch).
+	_, stderr, code, err := runPython(ctx, py, env.Environ(), "-c",
+		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 4)")
+	if err != nil || code != 0 {
+		head.Status, head.Detail = statusWarn, fmt.Sprintf("sglang is not importable by %s%s", cmdutil.Quote(py), pythonWhy(err, code, stderr, 4))
+		head.Fix = "install SGLang in this interpreter, or name the engine's with --python or KVCANARY_PYTHON"
+		return []DoctorCheck{head}
+	}
+	dir, err := env.PyhookPath()
+	if err != nil {
+		head.Status, head.Detail = statusWarn, err.Error()
+		head.Fix = "kvcanary extracts its Python package into the user cache: set XDG_CACHE_HOME to a writable directory"
+		return []DoctorCheck{head}
+	}
+	stdout, stderr, code, err := runPython(ctx, py, prependPythonPath(env.Environ(), dir), "-m", "kvcanary.sglang", "check", "--json")
+	var res SGLangCheck
+	if err == nil && code == 3 {
+		head.Status, head.Detail = statusWarn, fmt.Sprintf("sglang is found by %s but does not import%s", cmdutil.Quote(py), pythonWhy(nil, code, stderr, -1))
+		head.Fix = "run python3 -c 'import sglang' in the engine's environment to see why"
+		return []DoctorCheck{head}
+	}
+	if jerr := json.Unmarshal(stdout, &res); err != nil || jerr != nil || len(res.Targets) == 0 {
+		why := pythonWhy(err, code, stderr, -1)
+		if err == nil && jerr != nil {
+			why = fmt.Sprintf(" (exit %d; output is not the check's JSON: %v)%s", code, jerr, lastLine(stderr))
+		} else if err == nil {
+			why = fmt.Sprintf(" (exit %d; no targets in its JSON)", code)
+		}
+		head.Status, head.Detail = statusWarn, "kvcanary.sglang check failed"+why
+		head.Fix = "run " + cmdutil.Quote(py) + " -m kvcanary.sglang check with PYTHONPATH=$(kvcanary pyhook path) to see why"
+		return []DoctorCheck{head}
+	}
+	ok := 0
+	off := map[string]bool{}
+	lines := make([]DoctorCheck, 0, len(res.Targets))
+	for i := range res.Targets {
+		t := res.Targets[i]
+		line := DoctorCheck{Name: "sglang target", Status: statusOK, Target: &t,
+			Detail: fmt.Sprintf("%s %s → %s", cmdutil.Quote(t.Target), cmdutil.Quote(t.Hook), cmdutil.Quote(strings.Join(t.Instruments, ",")))}
+		if len(t.Instruments) == 0 {
+			line.Detail = cmdutil.Quote(t.Target) + " (read, not hooked)"
+		}
+		if t.OK {
+			ok++
+		} else {
+			line.Status = statusWarn
+			line.Detail += ": missing"
+			if t.Error != "" {
+				line.Detail += ": " + cmdutil.Quote(t.Error)
+			}
+			for _, in := range t.Instruments {
+				off[in] = true
+			}
+		}
+		lines = append(lines, line)
+	}
+	version := res.SGLangVersion
+	if version == "" {
+		version = "version unknown"
+	}
+	head.Status = statusOK
+	head.Detail = fmt.Sprintf("SGLang %s in %s: %d of %d hook targets resolve", cmdutil.Quote(version), cmdutil.Quote(py), ok, len(res.Targets))
+	if len(off) > 0 {
+		names := make([]string, 0, len(off))
+		for in := range off {
+			names = append(names, cmdutil.Quote(in))
+		}
+		sort.Strings(names)
+		head.Status = statusWarn
+		head.Detail += "; instruments that need a missing one stay off: " + strings.Join(names, ", ")
+		head.Fix = "this SGLang moved a hook target kvcanary knows: the other instruments still work; report the version with this output"
+	}
+	return append([]DoctorCheck{head}, lines...)
+}
+
+// runPython runs py with args and env; code is the exit code (-1 when it
+// did not exit normally), err a failure to run it at all or the timeout.
+func runPython(ctx context.Context, py string, env []string, args ...string) (stdout, stderr []byte, code int, err error) {
+	var out, errb strings.Builder
+	cmd := exec.CommandContext(ctx, py, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.WaitDelay = time.Second
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		err = nil
+	}
+	if ctx.Err() != nil {
+		err = fmt.Errorf("no answer within %s", sglangCheckTimeout)
+	}
+	code = -1
+	if cmd.ProcessState != nil {
+		code = cmd.ProcessState.ExitCode()
+	}
+	return []byte(out.String()), []byte(errb.String()), code, err
+}
+
+// pythonWhy says why a Python run did not give the answer wanted: the
+// failure to run it, or its exit code and last stderr line (quiet is an
+// exit code that needs no explanation).
+func pythonWhy(err error, code int, stderr []byte, quiet int) string {
+	switch {
+	case err != nil:
+		return ": " + cmdutil.Quote(err.Error())
+	case code == quiet:
+		return ""
+	}
+	return fmt.Sprintf(" (exit %d)%s", code, lastLine(stderr))
+}
+
+// lastLine is ": <the last non-empty line>" of b, quoted, or "".
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if l := strings.TrimSpace(lines[len(lines)-1]); l != "" {
+		return ": " + cmdutil.Quote(l)
+	}
+	return ""
+}
+
+// prependPythonPath puts dir first on env's PYTHONPATH, keeping the entries
+// already there after it.
+func prependPythonPath(env []string, dir string) []string {
+	out := make([]string, 0, len(env)+1)
+	pp := dir
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PYTHONPATH="); ok {
+			if v != "" {
+				pp = dir + string(os.PathListSeparator) + v
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "PYTHONPATH="+pp)
 }

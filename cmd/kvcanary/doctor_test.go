@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,6 +53,10 @@ func fakeDoctorEnv(t *testing.T) (DoctorEnv, string) {
 		Exists:         func(p string) bool { return have[p] },
 		ProbeSupported: func() error { return nil },
 		Dial:           func(context.Context, string) error { return nil },
+		Getenv:         func(string) string { return "" },
+		LookPath:       func(f string) (string, error) { return "", &exec.Error{Name: f, Err: exec.ErrNotFound} },
+		Environ:        func() []string { return nil },
+		PyhookPath:     func() (string, error) { t.Fatal("extracted without python"); return "", nil },
 	}
 	return env, proc
 }
@@ -120,6 +126,7 @@ func TestDoctorBareHost(t *testing.T) {
 		"warn  libcuda     libcuda.so.1 not in the linker cache or the usual paths\n",
 		"skip  collector   no --socket given\n",
 		"warn  engines     no SGLang or vLLM process found\n",
+		"skip  sglang      no python3 on PATH (name the engine's with --python or KVCANARY_PYTHON)\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -129,6 +136,11 @@ func TestDoctorBareHost(t *testing.T) {
 	out, err = runDoctor(t, env, "", false, "engine", "ebpf")
 	if err != cmdutil.FindingError || !strings.HasSuffix(out, "required checks failed: ebpf, engine\n") {
 		t.Fatalf("required: %v\n%s", err, out)
+	}
+	// Required but skipped (no python3 to ask) is no pass.
+	out, err = runDoctor(t, env, "", false, "sglang")
+	if err != cmdutil.FindingError || !strings.HasSuffix(out, "required checks failed: sglang\n") {
+		t.Fatalf("required sglang without python: %v\n%s", err, out)
 	}
 }
 
@@ -148,7 +160,7 @@ func TestDoctorSocketAndJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Failed) != 1 || rep.Failed[0] != "socket" || len(rep.Required) != 1 || len(rep.Checks) != 9 {
+	if len(rep.Failed) != 1 || rep.Failed[0] != "socket" || len(rep.Required) != 1 || len(rep.Checks) != 10 {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, c := range rep.Checks {
@@ -200,5 +212,157 @@ func TestKernelVersion(t *testing.T) {
 	}
 	if _, _, ok := kernelVersion("garbage"); ok {
 		t.Error("parsed garbage")
+	}
+}
+
+// fakePython writes an interpreter that answers doctor's two questions:
+// find_spec('sglang') exits findSpec; `-m kvcanary.sglang check --json`
+// prints check and exits checkExit, and saves the PYTHONPATH it ran with.
+func fakePython(t *testing.T, findSpec int, check string, checkExit int) (py, ppFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	ppFile = filepath.Join(dir, "pythonpath")
+	if err := os.WriteFile(filepath.Join(dir, "check.out"), []byte(check), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf(`#!/bin/sh
+case "$*" in
+*find_spec*) exit %d ;;
+"-m kvcanary.sglang check --json")
+	printf '%%s' "$PYTHONPATH" > %q
+	cat %q
+	echo "a warning on stderr" >&2
+	exit %d ;;
+esac
+echo "unexpected arguments: $*" >&2
+exit 99
+`, findSpec, ppFile, filepath.Join(dir, "check.out"), checkExit)
+	py = filepath.Join(dir, "python3")
+	if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return py, ppFile
+}
+
+const sglangCheckJSON = `{"sglang_version": "0.5.4", "targets": [
+ {"target": "sglang.srt.disaggregation.decode.DecodeTransferQueue.pop_transferred", "hook": "AFTER", "instruments": ["checksum"], "ok": true, "error": ""},
+ {"target": "sglang.srt.mem_cache.index_key_cache.IndexKeyCache.move", "hook": "BEFORE", "instruments": ["canary"], "ok": false,
+  "error": "module 'sglang.srt.mem_cache.index_key_cache' has no attribute 'IndexKeyCache'"},
+ {"target": "sglang.srt.model_executor.model_runner.ModelRunner._forward_raw", "hook": "none", "instruments": [], "ok": true, "error": ""}]}`
+
+func TestDoctorSGLangCheck(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh for the fake interpreter")
+	}
+	env, _ := fakeDoctorEnv(t)
+	pkg := t.TempDir()
+	env.PyhookPath = func() (string, error) { return pkg, nil }
+	env.Environ = func() []string { return []string{"PATH=" + os.Getenv("PATH"), "PYTHONPATH=/user/site"} }
+	env.LookPath = exec.LookPath
+
+	py, ppFile := fakePython(t, 0, sglangCheckJSON, 1)
+	ios, _, out, _ := cmdutil.Test()
+	err := doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: context.Background(), Python: py, Env: env})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`warn  sglang         SGLang 0.5.4 in ` + py + `: 2 of 3 hook targets resolve; instruments that need a missing one stay off: canary` + "\n",
+		"→ this SGLang moved a hook target",
+		"ok    sglang target  sglang.srt.model_executor.model_runner.ModelRunner._forward_raw (read, not hooked)\n",
+		"ok    sglang target  sglang.srt.disaggregation.decode.DecodeTransferQueue.pop_transferred AFTER → checksum\n",
+		"warn  sglang target  sglang.srt.mem_cache.index_key_cache.IndexKeyCache.move BEFORE → canary: missing: " +
+			"module 'sglang.srt.mem_cache.index_key_cache' has no attribute 'IndexKeyCache'\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if pp, _ := os.ReadFile(ppFile); string(pp) != pkg+":/user/site" {
+		t.Errorf("check ran with PYTHONPATH %q, want the package first, then the user's", pp)
+	}
+
+	// JSON carries each target as the check reported it; --require sglang fails on a warn.
+	ios, _, out, _ = cmdutil.Test()
+	err = doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: true}, Ctx: context.Background(), Python: py, Env: env, Require: []string{"sglang"}})
+	if err != cmdutil.FindingError {
+		t.Fatalf("--require sglang with a missing target: %v", err)
+	}
+	var rep DoctorReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var targets []SGLangTarget
+	for _, c := range rep.Checks {
+		if c.Target != nil {
+			targets = append(targets, *c.Target)
+		}
+	}
+	if len(targets) != 3 || !targets[0].OK || targets[1].OK || targets[1].Instruments[0] != "canary" || !strings.Contains(targets[1].Error, "no attribute") {
+		t.Fatalf("targets %+v", targets)
+	}
+
+	// All resolve: ok. The interpreter comes from KVCANARY_PYTHON when --python is not given.
+	allOK := strings.Replace(sglangCheckJSON, `"ok": false`, `"ok": true`, 1)
+	py2, _ := fakePython(t, 0, allOK, 0)
+	env.Getenv = func(k string) string {
+		if k == "KVCANARY_PYTHON" {
+			return py2
+		}
+		return ""
+	}
+	ios, _, out, _ = cmdutil.Test()
+	err = doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: context.Background(), Env: env, Require: []string{"sglang"}})
+	if err != nil || !strings.Contains(out.String(), "ok    sglang         SGLang 0.5.4 in "+py2+": 3 of 3 hook targets resolve\n") {
+		t.Fatalf("all ok via KVCANARY_PYTHON: %v\n%s", err, out)
+	}
+}
+
+func TestDoctorSGLangNotImportable(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh for the fake interpreter")
+	}
+	env, _ := fakeDoctorEnv(t)
+	env.LookPath = exec.LookPath
+	env.PyhookPath = func() (string, error) { return t.TempDir(), nil }
+	for _, tc := range []struct {
+		name            string
+		findSpec        int
+		check           string
+		checkExit       int
+		want, wantNotIn string
+	}{
+		{"not installed", 4, "", 0, "warn  sglang      sglang is not importable by PY\n", "sglang target"},
+		{"broken install", 0, "", 3, `warn  sglang      sglang is found by PY but does not import (exit 3): a warning on stderr` + "\n", "sglang target"},
+		{"check missing", 0, "Traceback ...", 1, `warn  sglang      kvcanary.sglang check failed (exit 1; output is not the check's JSON: invalid character 'T'`, "sglang target"},
+		{"no targets", 0, `{"sglang_version": "0.5.4", "targets": []}`, 0, "kvcanary.sglang check failed (exit 0; no targets in its JSON)", "sglang target"},
+	} {
+		py, _ := fakePython(t, tc.findSpec, tc.check, tc.checkExit)
+		ios, _, out, _ := cmdutil.Test()
+		err := doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: context.Background(), Python: py, Env: env})
+		want := strings.ReplaceAll(tc.want, "PY", py)
+		if err != nil || !strings.Contains(out.String(), want) || strings.Contains(out.String(), tc.wantNotIn) {
+			t.Errorf("%s: %v, want a warn line %q (and no %q):\n%s", tc.name, err, want, tc.wantNotIn, out)
+		}
+	}
+
+	// A named interpreter that is not there is a warning naming it.
+	ios, _, out, _ := cmdutil.Test()
+	err := doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: context.Background(), Python: "/no/such/python", Env: env})
+	if err != nil || !strings.Contains(out.String(), `warn  sglang      --python /no/such/python: exec: "/no/such/python"`) {
+		t.Fatalf("missing --python: %v\n%s", err, out)
+	}
+}
+
+func TestDoctorPythonFlag(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	var got *DoctorOptions
+	cmd := NewCmdDoctor(&cmdutil.Factory{IO: ios}, func(o *DoctorOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--python", "/opt/venv/bin/python", "--require", "sglang"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.Python != "/opt/venv/bin/python" || got.Require[0] != "sglang" || got.Env.PyhookPath == nil {
+		t.Fatalf("options %+v", got)
 	}
 }

@@ -48,6 +48,7 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
 		NewCmdRepro(f, nil),
 		NewCmdDemo(f, nil),
 		NewCmdWatch(f, nil),
+		NewCmdPyhook(f), NewCmdWrap(f, nil),
 		// Commands register here, one line each.
 	)
 	groupsRejectArgs(root)

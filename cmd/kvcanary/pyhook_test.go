@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/pyhook"
+)
+
+func TestPyhookPathFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	var got *PyhookPathOptions
+	cmd := NewCmdPyhookPath(&cmdutil.Factory{IO: ios}, func(o *PyhookPathOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--cache-dir", "/x", "--json"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.CacheDir != "/x" || !got.JSON.JSON {
+		t.Fatalf("options %+v", got)
+	}
+}
+
+func TestPyhookPathPrintsExtractedDir(t *testing.T) {
+	cache := t.TempDir()
+	ios, _, out, _ := cmdutil.Test()
+	root := NewCmdRoot(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now})
+	root.SetArgs([]string{"pyhook", "path", "--cache-dir", cache})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	dir := strings.TrimSuffix(out.String(), "\n")
+	if filepath.Dir(dir) != cache || strings.Contains(dir, "\n") {
+		t.Fatalf("printed %q, want one line: a directory in %s", out.String(), cache)
+	}
+	for _, f := range []string{"kvcanary/__init__.py", "sitecustomize.py"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("extracted dir lacks %s: %v", f, err)
+		}
+	}
+
+	ios, _, out, _ = cmdutil.Test()
+	if err := pyhookPathRun(&PyhookPathOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: true}, CacheDir: cache}); err != nil {
+		t.Fatal(err)
+	}
+	var j PyhookPathJSON
+	if err := json.Unmarshal(out.Bytes(), &j); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	v, _ := pyhook.Version()
+	pv, _ := pyhook.PackageVersion()
+	if j.Path != dir || j.Version != v || j.PackageVersion != pv || pv == "" || j.Files < 3 {
+		t.Fatalf("json %+v, want path %s version %s package %s", j, dir, v, pv)
+	}
+}
+
+func TestPyhookPathUnwritable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ios, _, _, _ := cmdutil.Test()
+	err := pyhookPathRun(&PyhookPathOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, CacheDir: filepath.Join(file, "c")})
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), file) {
+		t.Fatalf("err %v (exit %d), want exit 3 naming %s", err, cmdutil.ExitCode(err), file)
+	}
+}

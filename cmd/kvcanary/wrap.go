@@ -1,0 +1,950 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
+	"github.com/kvcanary/kvcanary/internal/buildinfo"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/pyhook"
+	"github.com/kvcanary/kvcanary/traces"
+	"github.com/kvcanary/kvcanary/tui"
+)
+
+// WrapOptions are the inputs of `kvcanary wrap`.
+type WrapOptions struct {
+	IO      *cmdutil.IOStreams
+	Factory *cmdutil.Factory
+	JSON    *cmdutil.JSONFlags
+
+	Command  []string // COMMAND and its arguments, after --
+	Record   string
+	Watch    bool
+	Log      string // with --watch: where the command's output goes
+	Engine   string
+	Run      string
+	Config   []string // KEY=VALUE engine settings the user states
+	CacheDir string
+	Drain    time.Duration
+
+	// Settings are the KVCANARY_* variables set from flags the user gave,
+	// in flag order; settings not given are left to the Python defaults.
+	Settings []WrapSetting
+
+	// Tests replace these.
+	environ       []string                                              // the command's base environment (default os.Environ())
+	signals       <-chan os.Signal                                      // default: SIGINT and SIGTERM of this process
+	started       func(pid int)                                         // called once the command runs
+	runTUI        func(context.Context, tui.Options) (tui.Stats, error) // default tui.Run
+	progressEvery time.Duration                                         // default 10s
+	quiet         time.Duration                                         // see drainProducers; default 250ms
+	extract       func(cacheDir string) (string, error)                 // default pyhook.Extract
+}
+
+// WrapSetting is one KVCANARY_* variable wrap sets for the command.
+type WrapSetting struct {
+	Flag  string `json:"flag"`
+	Env   string `json:"env"`
+	Value string `json:"value"`
+}
+
+// wrapSettingFlags are the instrument settings of CONTRACT.md's table that
+// wrap exposes as flags; def is the Python default, shown in --help.
+var wrapSettingFlags = []struct {
+	flag, env, def, usage string
+	check                 func(string) error
+}{
+	{"instruments", "KVCANARY_INSTRUMENTS", "checksum,canary,graphdiff", "`LIST` of instruments to enable, comma-separated: checksum, canary, graphdiff", checkInstruments},
+	{"canary-policy", "KVCANARY_CANARY_POLICY", "live", "`POLICY` of the pages the canary digests around a replay: live, all or sweep:N (canary/SPEC.md §4)", checkCanaryPolicy},
+	{"canary-every", "KVCANARY_CANARY_EVERY", "1", "check one decode step in `N` (forward_pass_id % N == 0 on every rank)", checkEvery},
+	{"graphdiff-every", "KVCANARY_GRAPHDIFF_EVERY", "256", "rerun one graph step in `N` eagerly (forward_pass_id % N == 0 on every rank)", checkEvery},
+	{"graphdiff-layers", "KVCANARY_GRAPHDIFF_LAYERS", "", "indexer layer `IDS` whose top-k selections are compared: comma-separated ids or all (package default: none)", checkLayers},
+	{"graphdiff-logits", "KVCANARY_GRAPHDIFF_LOGITS", "topk:20", "`WHAT` of next_token_logits a sample carries: full, topk:N or none", checkLogits},
+}
+
+// NewCmdWrap builds `kvcanary wrap`.
+func NewCmdWrap(f *cmdutil.Factory, runF func(*WrapOptions) error) *cobra.Command {
+	opts := &WrapOptions{IO: f.IO, Factory: f}
+	values := make([]string, len(wrapSettingFlags))
+	cmd := &cobra.Command{
+		Use:   "wrap [flags] -- COMMAND [ARG...]",
+		Short: "Run an engine with kvcanary's hooks inside, collect and judge their events",
+		Long: `Run COMMAND (an SGLang server, a benchmark, any Python program) with kvcanary's
+in-engine hooks: room checksums after PD transfers, canaries around decode graph
+replays, graph-vs-eager reruns of sampled steps. wrap
+
+  - starts a collector on a private socket (mode 0600, in a 0700 directory);
+  - extracts the Python package this binary carries (once per version, see
+    "kvcanary pyhook path") and puts it first on PYTHONPATH, ahead of yours:
+    its sitecustomize hooks SGLang in every process the engine spawns;
+  - sets KVCANARY_ADDR, KVCANARY_RUN and the settings given as flags below
+    (a setting not given keeps its value from your environment, else the
+    package's default, shown as the flag's default below);
+  - runs COMMAND in its own process group: Ctrl-C or SIGTERM is forwarded to
+    the whole group, a second one kills it (SIGKILL); its stdin is wrap's,
+    unless that is a terminal (then /dev/null);
+  - records every event to --record, losslessly, with the settings given and
+    the run's configuration: engine sglang (--engine), and the engine flags
+    stated with --config; cuda_graph and multi_stream_overlap stay "unknown"
+    unless stated, and until both are the bundle carries no run.start event
+    (analyzers would read an unstated flag as off);
+  - shows the live dashboard with --watch (a terminal; the command's output
+    then goes to --log), else prints progress lines to stderr;
+  - at the end prints each layer's verdict — transfer (room checksums),
+    buffer (replay canaries), compute (graph vs eager) — or "not measured"
+    where no events came. On one PD host the checksum layer sees one side
+    only: compare both hosts' bundles with "kvcanary checksum compare".
+
+With --json the summary is one JSON object on stdout, and the command's
+stdout goes to stderr.
+
+Exit status: the command's own exit status; 128+N when a signal N killed it
+(130 for SIGINT, 137 for SIGKILL); 2 for a usage error; 3 when the command
+could not be started or kvcanary failed (socket, package, bundle) while the
+command itself succeeded. Findings do not change it: judge the bundle with
+checksum compare, canary report or graphdiff report for a check's exit code.`,
+		Example: `  # decode host of a PD pair, recording for an offline compare
+  kvcanary wrap --record decode.kvtrace -- python3 -m sglang.launch_server --disaggregation-mode decode ...
+  kvcanary wrap --record prefill.kvtrace -- python3 -m sglang.launch_server --disaggregation-mode prefill ...
+  kvcanary checksum compare prefill.kvtrace decode.kvtrace
+
+  # watch it live, canary on every page, graph-vs-eager on one step in 64
+  kvcanary wrap --watch --canary-policy all --graphdiff-every 64 --log server.log -- python3 -m sglang.launch_server ...
+
+  # state the engine flags under test, so "kvcanary ab" can name them
+  kvcanary wrap --record a.kvtrace --config cuda_graph=on --config multi_stream_overlap=off -- python3 -m sglang.launch_server ...`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				cmd.PrintErrln(cmd.UsageString())
+				return cmdutil.UsageError("wrap: give the command after --: kvcanary wrap [flags] -- COMMAND [ARG...]")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Command = args
+			for i, s := range wrapSettingFlags {
+				if !cmd.Flags().Changed(s.flag) {
+					continue
+				}
+				if err := s.check(values[i]); err != nil {
+					return cmdutil.UsageError("wrap: --%s %s: %w", s.flag, strconv.Quote(values[i]), err)
+				}
+				opts.Settings = append(opts.Settings, WrapSetting{Flag: s.flag, Env: s.env, Value: values[i]})
+			}
+			if _, err := wrapRunConfig(opts.Engine, opts.Config); err != nil {
+				return err
+			}
+			if opts.Watch && opts.JSON.JSON {
+				return cmdutil.UsageError("wrap: --watch and --json do not go together: the dashboard owns the terminal")
+			}
+			if opts.Log != "" && !opts.Watch {
+				return cmdutil.UsageError("wrap: --log needs --watch (without it the command's output stays on this terminal)")
+			}
+			if opts.Drain < 0 {
+				return cmdutil.UsageError("wrap: --drain %s is negative", opts.Drain)
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return wrapRun(opts)
+		},
+	}
+	fl := cmd.Flags()
+	fl.SetInterspersed(false) // everything after COMMAND is COMMAND's
+	fl.StringVar(&opts.Record, "record", "", "record every event to this trace bundle `FILE` (.kvtrace)")
+	fl.BoolVar(&opts.Watch, "watch", false, "show the live dashboard (needs a terminal)")
+	fl.StringVar(&opts.Log, "log", "", "with --watch: write the command's stdout and stderr to `FILE` (default <run>.log)")
+	fl.StringVar(&opts.Engine, "engine", "sglang", "`NAME` of the engine in the run's configuration")
+	fl.StringVar(&opts.Run, "run", "", "run `ID` put on every event (default wrap-<UTC time>)")
+	fl.StringArrayVar(&opts.Config, "config", nil, "state an engine setting, `KEY=VALUE` (cuda_graph=on, multi_stream_overlap=off, index_k_dtype=fp8, cuda_graph_max_bs=N, disaggregation=pd, max_running_requests=N, pool_tokens=N, model=NAME, other keys kept as given); repeatable")
+	fl.StringVar(&opts.CacheDir, "cache-dir", "", "extract the Python package under `DIR` (default: the user cache directory)")
+	fl.DurationVar(&opts.Drain, "drain", 5*time.Second, "after the command exits, how long to wait for its producers' last events")
+	for i, s := range wrapSettingFlags {
+		usage := fmt.Sprintf("%s; sets %s", s.usage, s.env)
+		fl.StringVar(&values[i], s.flag, s.def, usage)
+	}
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+// ---------------------------------------------------------------------------
+// Settings.
+
+var wrapInstruments = []string{"checksum", "canary", "graphdiff"}
+
+func checkInstruments(v string) error {
+	seen := map[string]bool{}
+	for i, x := range strings.Split(v, ",") {
+		x = strings.TrimSpace(x)
+		switch {
+		case x == "":
+			return fmt.Errorf("item %d is empty; want a comma list of %s", i+1, strings.Join(wrapInstruments, ", "))
+		case !doctorHas(wrapInstruments, x):
+			return fmt.Errorf("item %d %q is no instrument; want %s", i+1, x, strings.Join(wrapInstruments, ", "))
+		case seen[x]:
+			return fmt.Errorf("item %d %q repeats", i+1, x)
+		}
+		seen[x] = true
+	}
+	return nil
+}
+
+// positiveInt parses a decimal integer ≥ 1.
+func positiveInt(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%q is not a whole number of at least 1", s)
+	}
+	return n, nil
+}
+
+func checkCanaryPolicy(v string) error {
+	switch {
+	case v == "live", v == "all":
+		return nil
+	case strings.HasPrefix(v, "sweep:"):
+		if _, err := positiveInt(strings.TrimPrefix(v, "sweep:")); err != nil {
+			return fmt.Errorf("sweep:N: %w", err)
+		}
+		return nil
+	}
+	return errors.New("want live, all or sweep:N")
+}
+
+func checkEvery(v string) error {
+	_, err := positiveInt(v)
+	return err
+}
+
+func checkLayers(v string) error {
+	if v == "" || v == "all" {
+		return nil
+	}
+	seen := map[int]bool{}
+	for i, x := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(x))
+		if err != nil || n < 0 {
+			return fmt.Errorf("item %d %q is not a layer id (a whole number ≥ 0); want comma ids or all", i+1, x)
+		}
+		if seen[n] {
+			return fmt.Errorf("item %d: layer %d repeats", i+1, n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+func checkLogits(v string) error {
+	switch {
+	case v == "full", v == "none":
+		return nil
+	case strings.HasPrefix(v, "topk:"):
+		if _, err := positiveInt(strings.TrimPrefix(v, "topk:")); err != nil {
+			return fmt.Errorf("topk:N: %w", err)
+		}
+		return nil
+	}
+	return errors.New("want full, topk:N or none")
+}
+
+// wrapUnknownBools are the RunConfig booleans wrap cannot observe: a bool
+// cannot say "unknown", so unless the user states them they are labelled
+// "unknown" in Extra, and no run.start event (which analyzers read as the
+// truth, graphdiff's "CUDA graphs are disabled") is published.
+var wrapUnknownBools = []string{"cuda_graph", "multi_stream_overlap"}
+
+// wrapRunConfig builds the run's configuration from --engine and --config.
+// stated reports whether every boolean setting was stated.
+func wrapRunConfig(engine string, kvs []string) (hook.RunConfig, error) {
+	rc := hook.RunConfig{Engine: engine, Extra: map[string]string{}}
+	stated := map[string]bool{}
+	for i, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		k = strings.TrimSpace(k)
+		bad := func(want string) error {
+			return cmdutil.UsageError("wrap: --config %d %q: %s", i+1, kv, want)
+		}
+		if !ok || k == "" {
+			return rc, bad("want KEY=VALUE")
+		}
+		if stated[k] {
+			return rc, bad("key " + k + " stated twice")
+		}
+		stated[k] = true
+		intVal := func(dst *int) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return bad("want a whole number ≥ 0")
+			}
+			*dst = n
+			return nil
+		}
+		boolVal := func(dst *bool) error {
+			switch strings.ToLower(v) {
+			case "on", "true", "1", "yes":
+				*dst = true
+			case "off", "false", "0", "no":
+				*dst = false
+			default:
+				return bad("want on or off")
+			}
+			return nil
+		}
+		var err error
+		switch k {
+		case "model":
+			rc.Model = v
+		case "index_k_dtype":
+			if v != "fp8" && v != "bf16" {
+				return rc, bad("want fp8 or bf16")
+			}
+			rc.IndexKDtype = v
+		case "cuda_graph":
+			err = boolVal(&rc.CUDAGraph)
+		case "multi_stream_overlap":
+			err = boolVal(&rc.MultiStreamOverlap)
+		case "cuda_graph_max_bs":
+			err = intVal(&rc.CUDAGraphMaxBS)
+		case "max_running_requests":
+			err = intVal(&rc.MaxRunningRequests)
+		case "pool_tokens":
+			err = intVal(&rc.PoolTokens)
+		case "disaggregation":
+			rc.Disaggregation = v
+		default:
+			rc.Extra[k] = v
+		}
+		if err != nil {
+			return rc, err
+		}
+	}
+	for _, k := range wrapUnknownBools {
+		if !stated[k] {
+			rc.Extra[k] = "unknown"
+		}
+	}
+	return rc, nil
+}
+
+// wrapConfigKnown reports whether rc states every boolean setting.
+func wrapConfigKnown(rc hook.RunConfig) bool {
+	for _, k := range wrapUnknownBools {
+		if rc.Extra[k] == "unknown" {
+			return false
+		}
+	}
+	return true
+}
+
+// wrapEnv is the command's environment: base, with the package first on
+// PYTHONPATH (the user's entries after it), the collector's address, the
+// run id and the settings given.
+func wrapEnv(base []string, pyDir, addr, run string, settings []WrapSetting) []string {
+	set := map[string]string{"KVCANARY_ADDR": addr, "KVCANARY_RUN": run}
+	for _, s := range settings {
+		set[s.Env] = s.Value
+	}
+	env := make([]string, 0, len(base)+len(set)+1)
+	for _, kv := range prependPythonPath(base, pyDir) {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, over := set[k]; !over {
+			env = append(env, kv)
+		}
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+set[k])
+	}
+	return env
+}
+
+// ---------------------------------------------------------------------------
+// Running.
+
+// WrapSummary is the --json shape of `kvcanary wrap`.
+type WrapSummary struct {
+	Run        string        `json:"run"`
+	Command    []string      `json:"command"`
+	PythonPath string        `json:"pythonpath"` // the extracted package directory
+	Settings   []WrapSetting `json:"settings"`   // set from flags; others are the package defaults
+	ExitCode   int           `json:"exit_code"`
+	Signal     string        `json:"signal,omitempty"`    // the signal that ended the command
+	Forwarded  []string      `json:"forwarded,omitempty"` // signals passed to its process group
+	DurationNS int64         `json:"duration_ns"`
+
+	Events          uint64            `json:"events"`
+	ByKind          map[string]uint64 `json:"by_kind"`
+	Connections     uint64            `json:"connections"`
+	Rejected        uint64            `json:"rejected"`
+	RejectedBy      map[string]uint64 `json:"rejected_by"`
+	Dropped         uint64            `json:"dropped"`
+	DroppedRecorder uint64            `json:"dropped_recorder"`
+	DroppedProducer uint64            `json:"dropped_producers"`
+	// CutOff counts producers still connected when --drain ran out: what
+	// they sent afterwards is lost, uncounted.
+	CutOff   int    `json:"producers_cut_off,omitempty"`
+	Record   string `json:"record,omitempty"`
+	Recorded uint64 `json:"recorded"`
+	Log      string `json:"log,omitempty"`
+
+	Layers []WrapLayer `json:"layers"`
+}
+
+// Layer verdicts.
+const (
+	layerOK          = "ok"
+	layerFinding     = "finding"
+	layerNotMeasured = "not measured"
+	layerOneSide     = "one side only" // checksums of one PD side: nothing to compare here
+)
+
+// WrapLayer is one layer's verdict.
+type WrapLayer struct {
+	Layer    string `json:"layer"`    // transfer | buffer | compute (or the analyzer's name)
+	Analyzer string `json:"analyzer"` // analyzers.All name
+	Status   string `json:"status"`   // ok | finding | not measured | one side only
+	Events   uint64 `json:"events"`   // events of the kind it judges
+	Findings int    `json:"findings"` // error findings it emitted
+	Detail   string `json:"detail"`
+	Summary  any    `json:"summary"` // the analyzer's own summary
+}
+
+// wrapLayerOf names the layer each analyzer judges and the event kind it reads.
+var wrapLayerOf = map[string]struct {
+	layer string
+	kind  hook.Kind
+	order int
+}{
+	checksum.AnalyzerName:  {"transfer", hook.KindRoomChecksum, 0},
+	canary.AnalyzerName:    {"buffer", hook.KindCanaryPages, 1},
+	graphdiff.AnalyzerName: {"compute", hook.KindGraphDiffSample, 2},
+}
+
+// wrapTally counts, on the way to the bus, what the final report needs
+// beyond the collector's counters: findings by analyzer and producer drops.
+type wrapTally struct {
+	next hook.Publisher
+
+	mu              sync.Mutex
+	findings        map[string]int
+	producerDropped uint64
+}
+
+func (t *wrapTally) Publish(ev hook.Event) {
+	t.mu.Lock()
+	switch b := ev.Body.(type) {
+	case *hook.Finding:
+		if b != nil && b.Severity == hook.SevError {
+			t.findings[b.Analyzer]++
+		}
+	case *hook.RunEnd:
+		if b != nil {
+			t.producerDropped += b.Dropped
+		}
+	}
+	t.mu.Unlock()
+	t.next.Publish(ev)
+}
+
+func wrapRun(opts *WrapOptions) error {
+	now := opts.Factory.Now
+	if now == nil {
+		now = time.Now
+	}
+	start := now()
+	if opts.Run == "" {
+		opts.Run = "wrap-" + start.UTC().Format("20060102T150405Z")
+	}
+	if err := wrapSupported(); err != nil {
+		return cmdutil.InputError(err)
+	}
+	if opts.Watch && !opts.IO.IsStdoutTTY() {
+		return cmdutil.UsageError("wrap: --watch needs a terminal on stdout; without it wrap prints progress lines")
+	}
+	rc, err := wrapRunConfig(opts.Engine, opts.Config)
+	if err != nil {
+		return err
+	}
+	// Not found or not executable: say so before anything is created.
+	if _, err := exec.LookPath(opts.Command[0]); err != nil {
+		return cmdutil.InputError(fmt.Errorf("wrap: cannot start the command: %w", err))
+	}
+	child := exec.Command(opts.Command[0], opts.Command[1:]...)
+	extract := opts.extract
+	if extract == nil {
+		extract = pyhook.Extract
+	}
+	pyDir, err := extract(opts.CacheDir)
+	if err != nil {
+		return cmdutil.InputError(fmt.Errorf("wrap: %w", err))
+	}
+	errOut := &lockedWriter{w: opts.IO.ErrOut}
+
+	// The collector's socket lives in a private directory: 0700 from
+	// MkdirTemp, and hook.Listen makes the socket itself 0600.
+	sockDir, err := os.MkdirTemp("", "kvcanary-wrap-")
+	if err == nil && len(sockDir) > 80 {
+		// A Unix socket path holds at most 107 bytes: a long TMPDIR gives way to /tmp.
+		os.Remove(sockDir)
+		sockDir, err = os.MkdirTemp("/tmp", "kvcanary-wrap-")
+	}
+	if err != nil {
+		return cmdutil.InputError(fmt.Errorf("wrap: private socket directory: %w", err))
+	}
+	defer os.RemoveAll(sockDir)
+	notes := 0
+	c, err := hook.Listen("unix://"+sockDir+"/collector.sock", hook.ListenOptions{
+		Run: opts.Run,
+		OnReject: func(conn uint64, err error) {
+			errOut.mu.Lock()
+			defer errOut.mu.Unlock()
+			notes++
+			switch {
+			case notes <= maxRejectNotes:
+				fmt.Fprintf(errOut.w, "wrap: connection %d: rejected %s\n", conn, cmdutil.Quote(err.Error()))
+			case notes == maxRejectNotes+1:
+				fmt.Fprintf(errOut.w, "wrap: further rejections are counted, not shown\n")
+			}
+		},
+	})
+	if err != nil {
+		return cmdutil.InputError(fmt.Errorf("wrap: %w", err))
+	}
+	defer c.Close()
+
+	// Events flow collector -> analyzers -> tally -> bus -> lossless
+	// bundle writer (and the dashboard's live view).
+	bus := hook.NewBus()
+	var (
+		writer *traces.Writer
+		recErr chan error
+	)
+	man := traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "wrap", Config: rc,
+		Labels: map[string]string{"command": strings.Join(opts.Command, " "), "pythonpath": pyDir}}
+	for _, s := range opts.Settings {
+		man.Labels[s.Env] = s.Value
+	}
+	if opts.Record != "" {
+		writer, err = traces.Create(opts.Record, man)
+		if err != nil {
+			return cmdutil.InputError(fmt.Errorf("wrap: %w", err))
+		}
+		sub := bus.Lossless("record", 8192)
+		recErr = make(chan error, 1)
+		go func() { recErr <- traces.Record(sub, writer) }()
+	}
+	var view *hook.Subscription
+	if opts.Watch {
+		view = bus.Live("tui", tui.DefaultLiveCapacity)
+	}
+	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: checksum.DefaultWarmupMaxSeqLen})
+	tally := &wrapTally{next: bus, findings: map[string]int{}}
+	pub := hook.WithAnalyzers(tally, as...)
+	if wrapConfigKnown(rc) {
+		// Published before Serve starts: the collector serialises its own
+		// Publish calls, not ours.
+		pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Run: opts.Run,
+			Src:  hook.Source{Proc: "kvcanary-wrap", PID: int32(os.Getpid())},
+			Body: &hook.RunStart{Tool: man.Tool, Config: rc, Host: man.Host}})
+	}
+
+	base := opts.environ
+	if base == nil {
+		base = os.Environ()
+	}
+	child.Env = wrapEnv(base, pyDir, c.Addr(), opts.Run, opts.Settings)
+	ownProcessGroup(child)
+	child.WaitDelay = 2 * time.Second // a grandchild holding our output pipes open must not hang the exit
+	var logFile *os.File
+	switch {
+	case opts.Watch:
+		if opts.Log == "" {
+			opts.Log = opts.Run + ".log"
+		}
+		logFile, err = os.OpenFile(opts.Log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			c.Close()
+			wrapStopRecording(bus, recErr)
+			return cmdutil.InputError(fmt.Errorf("wrap: command log: %w", err))
+		}
+		defer logFile.Close()
+		child.Stdout, child.Stderr = logFile, logFile
+	case opts.JSON.JSON:
+		child.Stdin, child.Stdout, child.Stderr = childStdin(opts.IO.In), opts.IO.ErrOut, opts.IO.ErrOut
+	default:
+		child.Stdin, child.Stdout, child.Stderr = childStdin(opts.IO.In), opts.IO.Out, opts.IO.ErrOut
+	}
+
+	sigs := opts.signals
+	if sigs == nil {
+		ch := make(chan os.Signal, 4)
+		signal.Notify(ch, wrapSignals...)
+		defer signal.Stop(ch)
+		sigs = ch
+	}
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	defer stopServe()
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- c.Serve(serveCtx, pub) }()
+
+	if err := child.Start(); err != nil {
+		stopServe()
+		<-serveDone
+		wrapStopRecording(bus, recErr)
+		return cmdutil.InputError(fmt.Errorf("wrap: cannot start the command: %w", err))
+	}
+	if !opts.JSON.JSON {
+		fmt.Fprintf(errOut, "wrap: started %s (pid %d, run %s); collector %s; package %s on PYTHONPATH%s\n",
+			cmdutil.Quote(strings.Join(opts.Command, " ")), child.Process.Pid, cmdutil.Quote(opts.Run), c.Addr(), cmdutil.Quote(pyDir), recordNote(opts.Record))
+		if opts.Watch {
+			fmt.Fprintf(errOut, "wrap: the command's output goes to %s\n", cmdutil.Quote(opts.Log))
+		}
+	}
+	if opts.started != nil {
+		opts.started(child.Process.Pid)
+	}
+
+	// The supervisor waits for the command, forwards signals, and once it
+	// exited lets the producers finish before the collector stops. The
+	// command lives by signals, not by the Factory's context.
+	type exitInfo struct {
+		code      int
+		signal    string
+		forwarded []string
+		serveErr  error
+		cutOff    int
+	}
+	var info exitInfo
+	finished := make(chan struct{}) // closed once info is final
+	srcDone := make(chan error, 1)  // the dashboard's "source finished"
+	progress := !opts.Watch && !opts.JSON.JSON
+	go func() {
+		every := opts.progressEvery
+		if every <= 0 {
+			every = 10 * time.Second
+		}
+		ticker := time.NewTicker(every)
+		defer ticker.Stop()
+		waited := make(chan error, 1)
+		go func() { waited <- child.Wait() }()
+		pgid := child.Process.Pid
+		var last hook.Stats
+	loop:
+		for {
+			select {
+			case s := <-sigs:
+				kill := len(info.forwarded) > 0
+				name := signalGroup(pgid, s, kill)
+				info.forwarded = append(info.forwarded, name)
+				if !opts.JSON.JSON {
+					if kill {
+						fmt.Fprintf(errOut, "wrap: killed the command's process group %d (%s)\n", pgid, name)
+					} else {
+						fmt.Fprintf(errOut, "wrap: forwarded %s to the command's process group %d; again to kill it\n", name, pgid)
+					}
+				}
+			case <-ticker.C:
+				if progress {
+					st := c.Stats()
+					if st.Events != last.Events || st.Open != last.Open || st.Connections != last.Connections || st.Rejected != last.Rejected {
+						fmt.Fprintf(errOut, "wrap: %s\n", wrapProgressLine(st))
+					}
+					last = st
+				}
+			case err := <-waited:
+				if err != nil && child.ProcessState == nil {
+					fmt.Fprintf(errOut, "wrap: wait for the command: %s\n", cmdutil.Quote(err.Error()))
+				}
+				info.code, info.signal = exitStatus(child.ProcessState)
+				break loop
+			}
+		}
+		quiet := opts.quiet
+		if quiet <= 0 {
+			quiet = 250 * time.Millisecond
+		}
+		info.cutOff = drainProducers(c, opts.Drain, quiet)
+		if open := info.cutOff; open > 0 && !opts.JSON.JSON {
+			fmt.Fprintf(errOut, "wrap: %s still connected %s after the command exited; closing (what they send later is lost; --drain waits longer)\n",
+				plural(int64(open), "producer"), opts.Drain)
+		}
+		// Checked after the drain: an engine's children take a moment to
+		// follow their parent out.
+		if groupAlive(pgid) && !opts.JSON.JSON {
+			fmt.Fprintf(errOut, "wrap: the command exited; processes of its group %d still run (kill -- -%d stops them)\n", pgid, pgid)
+		}
+		stopServe()
+		info.serveErr = <-serveDone
+		bus.Close() // the dashboard sees "source finished"; the recorder drains
+		close(finished)
+		srcDone <- info.serveErr
+	}()
+
+	var uiStats tui.Stats
+	var uiErr error
+	if opts.Watch {
+		run := opts.runTUI
+		if run == nil {
+			run = tui.Run
+		}
+		ctx := opts.Factory.Ctx // the dashboard's only
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		status := func() string {
+			st := c.Stats()
+			return fmt.Sprintf("%d producers connected (%d in all), %d rejected", st.Open, st.Connections, st.Rejected)
+		}
+		uiStats, uiErr = run(ctx, tui.Options{
+			Title: "kvcanary wrap", Source: "wrap " + cmdutil.Quote(strings.Join(opts.Command, " ")), Run: opts.Run,
+			Sub: view, Summaries: tui.AnalyzerSummaries(as...), Done: srcDone, SourceStatus: status,
+			SnapshotDir: ".", Manifest: man, KeepRuns: true,
+			In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
+		})
+		select {
+		case <-finished:
+		default:
+			fmt.Fprintf(errOut, "wrap: dashboard closed; waiting for the command (pid %d) to exit — Ctrl-C stops it\n", child.Process.Pid)
+		}
+	}
+	<-finished
+	serveErr := info.serveErr
+
+	st := c.Stats()
+	tally.mu.Lock()
+	sum := WrapSummary{
+		Run: opts.Run, Command: opts.Command, PythonPath: pyDir, Settings: opts.Settings,
+		ExitCode: info.code, Signal: info.signal, Forwarded: info.forwarded, DurationNS: int64(now().Sub(start)),
+		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections,
+		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), DroppedProducer: tally.producerDropped,
+		CutOff: info.cutOff, Record: opts.Record, Log: opts.Log,
+		Layers: wrapLayers(as, st.ByKind, tally.findings),
+	}
+	tally.mu.Unlock()
+	if sum.Settings == nil {
+		sum.Settings = []WrapSetting{}
+	}
+	var recordErr error
+	if recErr != nil {
+		recordErr = <-recErr
+		sum.Recorded = writer.Count()
+		// The bundle also holds wrap's run.start and the analyzers' findings.
+		if want := st.Events; want > sum.Recorded+writer.Rejected() {
+			sum.DroppedRecorder = want - sum.Recorded - writer.Rejected()
+		}
+	}
+	sum.Dropped = sum.DroppedRecorder + sum.DroppedProducer
+
+	var outErr error
+	if opts.JSON.JSON {
+		outErr = cmdutil.WriteJSON(opts.IO.Out, sum)
+	} else {
+		if opts.Watch {
+			writeWatchReport(opts.IO.ErrOut, uiStats, nil, "", st.Rejected)
+		}
+		outErr = writeWrapSummary(opts.IO.ErrOut, sum)
+	}
+	var kvErr error
+	switch {
+	case uiErr != nil:
+		kvErr = fmt.Errorf("wrap: dashboard: %w", uiErr)
+	case serveErr != nil:
+		kvErr = fmt.Errorf("wrap: collector: %w", serveErr)
+	case recordErr != nil:
+		kvErr = fmt.Errorf("wrap: %w", recordErr)
+	case outErr != nil:
+		kvErr = outErr
+	}
+	switch {
+	case info.code != 0:
+		if kvErr != nil {
+			fmt.Fprintln(opts.IO.ErrOut, "kvcanary:", kvErr)
+		}
+		return &cmdutil.ExitError{Code: info.code}
+	case kvErr != nil:
+		return cmdutil.InputError(kvErr)
+	}
+	return nil
+}
+
+// childStdin is what the command reads: wrap's stdin, except a terminal —
+// outside the terminal's foreground process group the command would be
+// stopped (SIGTTIN) the moment it read it — which gives way to /dev/null.
+func childStdin(in io.Reader) io.Reader {
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return nil
+	}
+	return in
+}
+
+// wrapStopRecording closes the bus and waits for the bundle writer, on the
+// paths that end before the command ran.
+func wrapStopRecording(bus *hook.Bus, recErr chan error) {
+	bus.Close()
+	if recErr != nil {
+		<-recErr
+	}
+}
+
+// drainProducers waits, at most max, until no producer is connected and no
+// new connection arrived for quiet (a producer's last connection may still
+// sit in the listen queue when the command exits). It returns how many
+// producers are still connected.
+func drainProducers(c *hook.Collector, max, quiet time.Duration) int {
+	deadline := time.Now().Add(max)
+	st := c.Stats()
+	conns, since := st.Connections, time.Now()
+	for time.Now().Before(deadline) {
+		st = c.Stats()
+		if st.Connections != conns || st.Open > 0 {
+			conns, since = st.Connections, time.Now()
+		} else if time.Since(since) >= quiet {
+			return 0
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return c.Stats().Open
+}
+
+// wrapProgressLine is one progress line: events by kind and producers.
+func wrapProgressLine(st hook.Stats) string {
+	var parts []string
+	for _, k := range hook.Kinds() {
+		if n := st.ByKind[k.String()]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	kinds := ""
+	if len(parts) > 0 {
+		kinds = " (" + strings.Join(parts, ", ") + ")"
+	}
+	return fmt.Sprintf("%s%s; %s connected, %s in all; %d rejected",
+		plural(int64(st.Events), "event"), kinds, plural(int64(st.Open), "producer"), plural(int64(st.Connections), "connection"), st.Rejected)
+}
+
+// wrapLayers gives each analyzer's verdict, transfer, buffer, compute first.
+func wrapLayers(as []hook.Analyzer, byKind map[string]uint64, findings map[string]int) []WrapLayer {
+	out := make([]WrapLayer, 0, len(as))
+	for _, a := range as {
+		l := WrapLayer{Layer: a.Name(), Analyzer: a.Name(), Findings: findings[a.Name()], Summary: a.Summary()}
+		info, known := wrapLayerOf[a.Name()]
+		if known {
+			l.Layer = info.layer
+			l.Events = byKind[info.kind.String()]
+		}
+		l.Status, l.Detail = layerVerdict(l, info.kind, known)
+		out = append(out, l)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		oi, ki := wrapLayerOf[out[i].Analyzer]
+		oj, kj := wrapLayerOf[out[j].Analyzer]
+		if ki != kj {
+			return ki
+		}
+		return oi.order < oj.order
+	})
+	return out
+}
+
+func layerVerdict(l WrapLayer, kind hook.Kind, known bool) (status, detail string) {
+	if known && l.Events == 0 {
+		return layerNotMeasured, "no " + kind.String() + " events"
+	}
+	status = layerOK
+	if l.Findings > 0 {
+		status = layerFinding
+	}
+	switch s := l.Summary.(type) {
+	case checksum.Summary:
+		if s.Mismatched > 0 {
+			status = layerFinding
+		} else if s.Matched == 0 && status == layerOK {
+			status = layerOneSide
+		}
+		detail = fmt.Sprintf("%s: %d matched, %d mismatched, %d one side only, %d warmup",
+			plural(int64(s.Rooms), "room"), s.Matched, s.Mismatched, s.Missing, s.Warmup)
+		if status == layerOneSide {
+			detail += `; compare with the other side's bundle: kvcanary checksum compare PREFILL DECODE`
+		}
+	case canary.Summary:
+		if s.Findings() {
+			status = layerFinding
+		}
+		detail = fmt.Sprintf("%s (policy %s): %d live-page overwrites, %d missing stores, %d benign transfer writes",
+			plural(int64(s.Replays), "replay"), cmdutil.Quote(s.Policy), s.LivePageOverwrites, s.MissingStores, s.BenignTransferWrites)
+	case graphdiff.Summary:
+		if s.Divergent > 0 {
+			status = layerFinding
+		}
+		detail = fmt.Sprintf("%s: %d divergent", plural(int64(s.Samples), "sample"), s.Divergent)
+		if s.MinTopKJaccard != nil {
+			detail += fmt.Sprintf(", min top-k Jaccard %.3f", *s.MinTopKJaccard)
+		}
+	default:
+		line, err := scalarLine(l.Summary)
+		if err != nil {
+			line = err.Error()
+		}
+		detail = line
+	}
+	if l.Findings > 0 {
+		detail += fmt.Sprintf("; %s", plural(int64(l.Findings), "finding"))
+	}
+	return status, detail
+}
+
+// writeWrapSummary prints the exit report to stderr (stdout is the
+// command's, or --json's).
+func writeWrapSummary(w io.Writer, s WrapSummary) error {
+	var b strings.Builder
+	end := fmt.Sprintf("exited with status %d", s.ExitCode)
+	if s.Signal != "" {
+		end = fmt.Sprintf("was killed by %s (exit %d)", s.Signal, s.ExitCode)
+	}
+	fmt.Fprintf(&b, "wrap: the command %s after %s\n", end, time.Duration(s.DurationNS).Round(time.Millisecond))
+	fmt.Fprintf(&b, "wrap: %s\n", wrapProgressLine(hook.Stats{Events: s.Events, ByKind: s.ByKind, Connections: s.Connections, Rejected: s.Rejected}))
+	fmt.Fprintf(&b, "wrap: dropped %d (recorder %d, reported by producers %d)", s.Dropped, s.DroppedRecorder, s.DroppedProducer)
+	if s.CutOff > 0 {
+		fmt.Fprintf(&b, "; %s cut off by --drain, what they sent later is not counted", plural(int64(s.CutOff), "producer"))
+	}
+	b.WriteString("\n")
+	if s.Record != "" {
+		fmt.Fprintf(&b, "wrap: recorded %d events to %s\n", s.Recorded, cmdutil.Quote(s.Record))
+	}
+	width, swidth := 0, 0
+	for _, l := range s.Layers {
+		width = max(width, len(l.Layer)+len(l.Analyzer)+3)
+		swidth = max(swidth, len(l.Status))
+	}
+	for _, l := range s.Layers {
+		name := l.Layer
+		if l.Analyzer != l.Layer {
+			name += " (" + l.Analyzer + ")"
+		}
+		fmt.Fprintf(&b, "%-*s  %-*s  %s\n", width, name, swidth, l.Status, l.Detail)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

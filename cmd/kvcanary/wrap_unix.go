@@ -1,0 +1,73 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+)
+
+// The process-group side of `kvcanary wrap` (wrap.go).
+
+// wrapSignals are the signals wrap forwards to the command.
+var wrapSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+
+func wrapSupported() error { return nil }
+
+// ownProcessGroup makes cmd the leader of a new process group: a terminal's
+// Ctrl-C reaches wrap alone, which forwards it to the whole group (the
+// engine and every scheduler process it spawned).
+func ownProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+}
+
+// signalGroup sends s to the process group pgid — SIGKILL instead when
+// kill — and returns the name of what it sent.
+func signalGroup(pgid int, s os.Signal, kill bool) string {
+	sig, _ := s.(syscall.Signal)
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	_ = syscall.Kill(-pgid, sig) // ESRCH: the group is already gone
+	return signalName(sig)
+}
+
+// groupAlive reports whether any process of group pgid remains.
+func groupAlive(pgid int) bool { return syscall.Kill(-pgid, 0) == nil }
+
+// exitStatus turns a finished command into wrap's exit code: its own code,
+// or 128+N when signal N ended it (the shells' convention).
+func exitStatus(ps *os.ProcessState) (code int, sig string) {
+	if ps == nil {
+		return cmdutil.ExitInput, ""
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), signalName(ws.Signal())
+	}
+	if c := ps.ExitCode(); c >= 0 {
+		return c, ""
+	}
+	return cmdutil.ExitInput, ""
+}
+
+// signalNames spell the signals people send and engines die of.
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+	syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
+	syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2", syscall.SIGPIPE: "SIGPIPE",
+	syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
+}
+
+func signalName(s syscall.Signal) string {
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d", int(s))
+}
