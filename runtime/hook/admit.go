@@ -56,12 +56,7 @@ const (
 // can reach the limit pass without work; larger ones are measured exactly,
 // without building their encoding.
 func AdmitEvent(ev Event, wireLen int, jsonBody bool) error {
-	factor := admitBinaryFactor
-	if jsonBody {
-		factor = admitJSONFactor
-	}
-	filled := 6 * (len(ev.Src.Node) + len(ev.Src.Proc) + len(ev.Run))
-	if room := MaxEventLine - admitOverhead - filled; room > 0 && wireLen <= room/factor {
+	if admitQuick(wireLen, jsonBody, len(ev.Src.Node)+len(ev.Src.Proc)+len(ev.Run)) {
 		return nil
 	}
 	n, err := EventLineLen(ev)
@@ -69,6 +64,18 @@ func AdmitEvent(ev Event, wireLen int, jsonBody bool) error {
 		return err
 	}
 	return CheckEventLine(ev.Kind, n)
+}
+
+// admitQuick reports whether an event that arrived as wireLen bytes (with
+// filled bytes of src and run strings) fits whatever its content: the
+// fast path of AdmitEvent, small enough to inline into the collector's loop.
+func admitQuick(wireLen int, jsonBody bool, filled int) bool {
+	factor := admitBinaryFactor
+	if jsonBody {
+		factor = admitJSONFactor
+	}
+	return uint(wireLen) <= MaxEventLine && uint(filled) <= MaxEventLine &&
+		wireLen*factor+6*filled <= MaxEventLine-admitOverhead
 }
 
 // EventLineLen is len(ev.MarshalJSON()) computed without encoding: the

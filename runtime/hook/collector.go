@@ -402,32 +402,45 @@ func (c *Collector) refuse(why int) {
 }
 
 // connReader reads a connection: it counts bytes and, before each read,
-// sets the deadline that applies: the stall timeout while the decoder holds
-// part of a frame or line, the idle timeout between events.
+// makes sure the deadline that applies is set: the stall timeout while the
+// decoder holds part of a frame or line, the idle timeout between events.
+// A deadline is set up to an eighth of the timeout later than needed, so a
+// busy connection moves it once per eighth, not on every read.
 type connReader struct {
-	c       *Collector
-	cn      *conn
-	partial func() int // bytes of an unfinished frame or line held; nil: none
-	stalled bool       // the deadline of the last read was the stall timeout
+	c        *Collector
+	cn       *conn
+	partial  func() int // bytes of an unfinished frame or line held; nil: none
+	stalled  bool       // the deadline in force is the stall timeout's
+	deadline time.Time  // the deadline in force; zero: none
 }
 
 func (r *connReader) Read(p []byte) (int, error) {
 	timeout := r.c.opts.IdleTimeout
-	r.stalled = r.partial != nil && r.partial() > 0
-	if r.stalled {
+	stalled := r.partial != nil && r.partial() > 0
+	if stalled {
 		timeout = r.c.opts.StallTimeout
 	}
+	set := false
 	if timeout > 0 {
-		deadline := time.Now().Add(timeout)
-		r.cn.nc.SetReadDeadline(deadline)
+		due := time.Now().Add(timeout)
+		if stalled != r.stalled || r.deadline.Before(due) || r.deadline.After(due.Add(timeout/8)) {
+			r.deadline, set = due.Add(timeout/8), true
+		}
+	} else if !r.deadline.IsZero() {
+		r.deadline, set = time.Time{}, true
+	}
+	if set {
+		r.cn.nc.SetReadDeadline(r.deadline)
 		select {
-		case <-r.c.done: // closing: the drain deadline wins over ours
-			if drain := time.Unix(0, r.c.drainAt.Load()); drain.Before(deadline) {
+		case <-r.c.done: // closing: the drain deadline Close set wins over ours
+			if drain := time.Unix(0, r.c.drainAt.Load()); r.deadline.IsZero() || drain.Before(r.deadline) {
+				r.deadline = drain
 				r.cn.nc.SetReadDeadline(drain)
 			}
 		default:
 		}
 	}
+	r.stalled = stalled
 	n, err := r.cn.nc.Read(p)
 	r.cn.bytes.Add(uint64(n))
 	r.c.bytes.Add(uint64(n))
@@ -438,7 +451,7 @@ func (r *connReader) Read(p []byte) (int, error) {
 type decoder interface {
 	Decode() (Event, error)
 	buffered() int
-	last() (off int64, line, size int, jsonBody bool)
+	lastDecoded() *decoded // updated by each Decode that returns an event
 	release()
 }
 
@@ -498,6 +511,7 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 	}
 	defer dec.release()
 	r.partial = dec.buffered
+	last := dec.lastDecoded()
 	for {
 		ev, err := dec.Decode()
 		if err != nil {
@@ -556,13 +570,13 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		// The bundle writer's rule, applied here: what a recording would
 		// refuse is refused (and counted) at ingest, never accepted and then
 		// dropped.
-		if off, line, size, jsonBody := dec.last(); size > 0 {
-			if aerr := AdmitEvent(ev, size, jsonBody); aerr != nil {
+		if !admitQuick(last.size, last.jsonBody, len(ev.Src.Node)+len(ev.Src.Proc)+len(ev.Run)) {
+			if aerr := AdmitEvent(ev, last.size, last.jsonBody); aerr != nil {
 				reason := ReasonTooLarge
 				if !errors.Is(aerr, ErrTooLarge) {
 					reason = ReasonBadValue
 				}
-				c.reject(cn, &WireError{Offset: off, Line: line, Reason: reason, Err: aerr})
+				c.reject(cn, &WireError{Offset: last.off, Line: last.line, Reason: reason, Err: aerr})
 				continue
 			}
 		}

@@ -277,3 +277,37 @@ func TestUnixPathOverSunPathRefused(t *testing.T) {
 		t.Fatalf("Dial: %v", err)
 	}
 }
+
+func TestEmitterRefusesWhatTheCollectorWouldRefuse(t *testing.T) {
+	c, rec := startCollector(t, ListenOptions{})
+	em, err := Dial(c.Addr(), DialOptions{QueueBytes: 32 << 20, FlushTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	em.Emit(Event{Kind: KindFinding, TS: 1, Body: &Finding{Severity: SevInfo, Summary: strings.Repeat("<", 3<<20)}})
+	em.Emit(replayEvent(1))
+	em.Close()
+	waitFor(t, "the replay", func() bool { return len(rec.events()) == 1 })
+	if st := em.Stats(); st.Invalid != 1 || !strings.Contains(em.LastError(), "16777216-byte limit") {
+		t.Fatalf("emitter stats %+v, last error %q", st, em.LastError())
+	}
+	if st := c.Stats(); st.Rejected != 0 {
+		t.Fatalf("collector rejected %d: the emitter sent what it refuses", st.Rejected)
+	}
+}
+
+// After a large frame or line a connection gives its buffer back: it does
+// not keep a 4 MiB slab for the rest of its life.
+func TestCollectorShrinksAfterLargeInput(t *testing.T) {
+	c, rec := startCollector(t, ListenOptions{})
+	big := Event{Kind: KindFinding, TS: 1, Body: &Finding{Severity: SevInfo, Summary: strings.Repeat("x", 4<<20)}}
+	fc := dialRaw(t, c)
+	fc.Write(append(append([]byte(FramePreamble), mustFrame(t, big)...), mustFrame(t, replayEvent(1))...))
+	jc := dialRaw(t, c)
+	jc.Write(append(jsonLine(t, big), jsonLine(t, replayEvent(2))...))
+	waitFor(t, "four events", func() bool { return len(rec.events()) == 4 })
+	waitFor(t, "buffers back to their first size", func() bool { return c.Stats().Buffered == 2*decodeBufSize })
+	if st := c.Stats(); st.BufferedPeak < 8<<20 {
+		t.Fatalf("peak %d: the large inputs never grew the buffers", st.BufferedPeak)
+	}
+}

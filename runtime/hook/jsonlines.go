@@ -27,9 +27,7 @@ type JSONLinesDecoder struct {
 	slabs slabs
 	mem   *memBudget // the collector's budget for buf; nil: unaccounted
 
-	lastOff int64 // offset, line number and size of the last line decoded
-	lastNo  int
-	lastLen int
+	last decoded // the last line Decode returned an event for
 }
 
 // NewJSONLinesDecoder returns a decoder reading JSON lines from r.
@@ -52,10 +50,7 @@ func (d *JSONLinesDecoder) Line() int { return d.line }
 // buffered is the number of bytes of the next line already read.
 func (d *JSONLinesDecoder) buffered() int { return d.end - d.start }
 
-// last describes the last line Decode returned an event for.
-func (d *JSONLinesDecoder) last() (off int64, line, size int, jsonBody bool) {
-	return d.lastOff, d.lastNo, d.lastLen, true
-}
+func (d *JSONLinesDecoder) lastDecoded() *decoded { return &d.last }
 
 // release gives the buffer back to the budget; the decoder is unusable after.
 func (d *JSONLinesDecoder) release() {
@@ -70,10 +65,6 @@ func (d *JSONLinesDecoder) release() {
 // whether it was terminated by '\n'. An unterminated last line is returned
 // only at io.EOF; any other read error ends the stream with that error.
 func (d *JSONLinesDecoder) nextLine() (line []byte, off int64, terminated bool, err error) {
-	if len(d.buf) > shrinkAbove && d.end-d.start <= decodeBufSize {
-		d.buf, d.end = d.mem.shrink(d.buf, d.start, d.end, decodeBufSize), d.end-d.start
-		d.start = 0
-	}
 	scanFrom := d.start
 	zeroReads := 0
 	for {
@@ -104,6 +95,13 @@ func (d *JSONLinesDecoder) nextLine() (line []byte, off int64, terminated bool, 
 		}
 		// Make room: slide to the front, grow when the line fills the buffer
 		// (doubling as its bytes arrive, up to the longest line plus '\n').
+		// After a long line, give its buffer back once the rest fits in a
+		// first-size one.
+		if len(d.buf) > shrinkAbove && d.end-d.start < decodeBufSize {
+			d.buf, d.end = d.mem.shrink(d.buf, d.start, d.end, decodeBufSize), d.end-d.start
+			scanFrom -= d.start
+			d.start = 0
+		}
 		if d.start > 0 {
 			copy(d.buf, d.buf[d.start:d.end])
 			d.end -= d.start
@@ -177,7 +175,7 @@ func (d *JSONLinesDecoder) Decode() (Event, error) {
 			}
 			return Event{}, &WireError{Offset: off, Line: d.line, Reason: reason, Err: err}
 		}
-		d.lastOff, d.lastNo, d.lastLen = off, d.line, n
+		d.last = decoded{off: off, line: d.line, size: n, jsonBody: true}
 		return ev, nil
 	}
 }

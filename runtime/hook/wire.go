@@ -219,9 +219,17 @@ type FrameDecoder struct {
 	slabs slabs
 	mem   *memBudget // the collector's budget for buf; nil: unaccounted
 
-	lastOff  int64 // offset, payload size and body encoding of the last frame decoded
-	lastLen  int
-	lastJSON bool
+	last decoded // the last frame Decode returned an event for
+}
+
+// decoded describes the frame or line of the last event a decoder returned:
+// where it started, its line number (JSON lines), its size (frame payload
+// or line) and whether its body was JSON.
+type decoded struct {
+	off      int64
+	line     int
+	size     int
+	jsonBody bool
 }
 
 // decodeBufSize is a decoder's first buffer (and the size it shrinks back
@@ -260,6 +268,12 @@ func (d *FrameDecoder) fill(n int) bool {
 	if d.end-d.start >= n {
 		return true
 	}
+	if len(d.buf) > shrinkAbove && n <= decodeBufSize && d.end-d.start <= decodeBufSize {
+		// After a large frame: give its buffer back rather than keep it for
+		// the life of the connection.
+		d.buf, d.end = d.mem.shrink(d.buf, d.start, d.end, decodeBufSize), d.end-d.start
+		d.start = 0
+	}
 	if d.start > 0 {
 		copy(d.buf, d.buf[d.start:d.end])
 		d.end -= d.start
@@ -294,10 +308,7 @@ func (d *FrameDecoder) fill(n int) bool {
 // buffered is the number of bytes of the next frame already read.
 func (d *FrameDecoder) buffered() int { return d.end - d.start }
 
-// last describes the last frame Decode returned an event for.
-func (d *FrameDecoder) last() (off int64, line, size int, jsonBody bool) {
-	return d.lastOff, 0, d.lastLen, d.lastJSON
-}
+func (d *FrameDecoder) lastDecoded() *decoded { return &d.last }
 
 // release gives the buffer back to the budget; the decoder is unusable after.
 func (d *FrameDecoder) release() {
@@ -305,15 +316,6 @@ func (d *FrameDecoder) release() {
 	d.buf, d.start, d.end = nil, 0, 0
 	if d.fatal == nil {
 		d.fatal = io.EOF
-	}
-}
-
-// maybeShrink swaps a large buffer for a first-size one once the unread
-// bytes fit in it.
-func (d *FrameDecoder) maybeShrink() {
-	if len(d.buf) > shrinkAbove && d.end-d.start <= decodeBufSize {
-		d.buf, d.end = d.mem.shrink(d.buf, d.start, d.end, decodeBufSize), d.end-d.start
-		d.start = 0
 	}
 }
 
@@ -325,7 +327,6 @@ func (d *FrameDecoder) Decode() (Event, error) {
 	if d.fatal != nil {
 		return Event{}, d.fatal
 	}
-	d.maybeShrink()
 	if !d.fill(frameHeaderLen) {
 		return Event{}, d.endErr(d.end - d.start)
 	}
@@ -355,7 +356,7 @@ func (d *FrameDecoder) Decode() (Event, error) {
 		}
 		return Event{}, we
 	}
-	d.lastOff, d.lastLen, d.lastJSON = off, int(n), frame[2]&FlagJSON != 0
+	d.last = decoded{off: off, size: int(n), jsonBody: frame[2]&FlagJSON != 0}
 	return ev, nil
 }
 
