@@ -386,3 +386,27 @@ func TestWriteCollectSummaryLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestWatchListenLimitFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios}
+	var got *WatchOptions
+	cmd := NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var lo hook.ListenOptions
+	got.Limits.apply(&lo)
+	if lo.MaxConns != 5 || lo.IdleTimeout != 10*time.Second || lo.StallTimeout != 2*time.Second || lo.BufferBudget != 64<<20 {
+		t.Fatalf("watch --listen limits: %+v", lo)
+	}
+	cmd = NewCmdWatch(f, func(*WatchOptions) error { t.Fatal("ran"); return nil })
+	cmd.SetArgs([]string{"--bundle", "x.kvtrace", "--max-conns", "5"})
+	var sink strings.Builder
+	cmd.SetOut(&sink)
+	cmd.SetErr(&sink)
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--max-conns needs --listen") {
+		t.Fatalf("--max-conns with --bundle: %v", err)
+	}
+}
