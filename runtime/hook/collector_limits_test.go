@@ -181,6 +181,7 @@ func TestCollectorOneLineOverBudget(t *testing.T) {
 	if err := readUntilClosed(nc); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the connection ended", func() bool { return c.Stats().Open == 0 })
 	cs := c.Stats().Conns[0]
 	if cs.Closed != "over budget" || !strings.Contains(cs.LastError, "1048576-byte memory budget") {
 		t.Fatalf("closed %q, last error %q", cs.Closed, cs.LastError)
