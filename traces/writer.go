@@ -42,7 +42,8 @@ type Writer struct {
 	firstTS  int64
 	lastTS   int64
 	dropped  uint64
-	rejected uint64
+	rejected uint64 // refused by this writer
+	upstream uint64 // refused before reaching it (AddRejected)
 
 	now      func() time.Time
 	stop     chan struct{}
@@ -237,10 +238,12 @@ func (w *Writer) Write(ev hook.Event) error {
 		w.rejected++
 		return fmt.Errorf("write event to %s: %w", w.name, err)
 	}
-	if len(buf)-n > maxLineBytes {
+	if err := hook.CheckEventLine(ev.Kind, len(buf)-n); err != nil {
+		// The collector applies the same rule at ingest (hook.AdmitEvent),
+		// so a recorded collection never gets here.
 		w.buf = w.buf[:n]
 		w.rejected++
-		return fmt.Errorf("write event to %s: %s event is %d bytes of JSON, over the %d-byte limit", w.name, ev.Kind, len(buf)-n, maxLineBytes)
+		return fmt.Errorf("write event to %s: %w", w.name, err)
 	}
 	w.buf = append(buf, '\n')
 	w.account(ev.Kind, ev.TS)
@@ -261,9 +264,9 @@ func (w *Writer) WriteLine(kind hook.Kind, ts int64, line []byte) error {
 	if err := w.usableLocked(); err != nil {
 		return err
 	}
-	if !kind.Valid() || len(line) == 0 || len(line) > maxLineBytes || bytes.IndexByte(line, '\n') >= 0 {
+	if !kind.Valid() || len(line) == 0 || hook.CheckEventLine(kind, len(line)) != nil || bytes.IndexByte(line, '\n') >= 0 {
 		w.rejected++
-		return fmt.Errorf("write line to %s: want one non-empty line of at most %d bytes of a valid kind (kind %s, %d bytes)", w.name, maxLineBytes, kind, len(line))
+		return fmt.Errorf("write line to %s: want one non-empty line of at most %d bytes of a valid kind (kind %s, %d bytes)", w.name, hook.MaxEventLine, kind, len(line))
 	}
 	w.buf = append(append(w.buf, line...), '\n')
 	w.account(kind, ts)
@@ -313,6 +316,15 @@ func (w *Writer) SetDropped(n uint64) {
 	w.mu.Unlock()
 }
 
+// AddRejected records n events refused before they reached the writer (a
+// collector's ingest rejections); Close adds them to the footer's
+// "rejected", so the bundle says what its recording refused.
+func (w *Writer) AddRejected(n uint64) {
+	w.mu.Lock()
+	w.upstream += n
+	w.mu.Unlock()
+}
+
 // Count returns the number of events written so far.
 func (w *Writer) Count() uint64 {
 	w.mu.Lock()
@@ -320,7 +332,8 @@ func (w *Writer) Count() uint64 {
 	return w.events
 }
 
-// Rejected returns the number of events refused as invalid.
+// Rejected returns the number of events this writer refused as invalid (not
+// counting AddRejected).
 func (w *Writer) Rejected() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -335,7 +348,7 @@ func (w *Writer) Footer() Footer {
 }
 
 func (w *Writer) footerLocked() Footer {
-	f := Footer{Events: w.events, Counts: map[string]uint64{}, Dropped: w.dropped, Rejected: w.rejected}
+	f := Footer{Events: w.events, Counts: map[string]uint64{}, Dropped: w.dropped, Rejected: w.rejected + w.upstream}
 	if w.events > 0 {
 		f.FirstTS, f.LastTS = w.firstTS, w.lastTS
 	}

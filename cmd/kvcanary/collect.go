@@ -30,6 +30,7 @@ type CollectOptions struct {
 	Record      string
 	AllowRemote bool
 	Run         string
+	Limits      listenLimits
 
 	// ready, when set (tests), is called once the collector is listening.
 	ready func(*hook.Collector)
@@ -47,6 +48,14 @@ type CollectSummary struct {
 	Rejected    uint64            `json:"rejected"`
 	RejectedBy  map[string]uint64 `json:"rejected_by"`
 	LostFraming uint64            `json:"lost_framing"`
+	// Refused counts connections closed as soon as they arrived (over
+	// --max-conns, or no room in the buffer budget); ClosedBy every ended
+	// connection by why it ended.
+	Refused      uint64            `json:"refused"`
+	RefusedBy    map[string]uint64 `json:"refused_by"`
+	ClosedBy     map[string]uint64 `json:"closed_by"`
+	BufferedPeak int64             `json:"buffered_peak"`
+	BufferBudget int64             `json:"buffer_budget"`
 	// Dropped counts events lost on the way: by the recorder after an I/O
 	// error, and as reported by producers in their run.end events.
 	Dropped         uint64           `json:"dropped"`
@@ -76,12 +85,33 @@ emitter) or JSON lines, one event object per line:
 Events without src or run get them from the connection (pid of a Unix-socket
 peer, remote address over TCP) and from --run. Malformed input is rejected and
 counted per reason; a connection whose framing is lost is closed, the others
-keep going. Runs until interrupted (Ctrl-C, SIGTERM), then prints the counts.`,
+keep going. Runs until interrupted (Ctrl-C, SIGTERM), then prints the counts.
+
+Limits (runtime/hook/WIRE.md "Limits"); every refusal is counted and printed:
+  16 MiB          a frame or JSON line; longer: rejected (bad_length, too_long),
+                  the connection closed (framing lost)
+  16 MiB of JSON  an event as a bundle stores it (re-encoded: '<' becomes
+                  \u003c, float vectors base64): larger events are rejected at
+                  ingest (too_large), never accepted and then dropped
+  --buffer-budget-mib 256  bytes all connections' read buffers hold together;
+                  buffers grow as bytes arrive. A connection that would pass
+                  it is closed (over_budget); a new one without room for its
+                  first 64 KiB buffer is refused
+  --max-conns 1024         open connections; more are closed on arrival
+                  (refused: conn_limit)
+  --idle-timeout 5m        a connection silent between events is closed
+                  (closed: idle timeout; nothing is lost)
+  --stall-timeout 30s      a frame or line that gets no byte for this long is
+                  dropped and its connection closed (rejected: stalled)
+A value of 0 turns a limit off.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Listen == "" {
 				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("collect: --listen is required")
+			}
+			if err := opts.Limits.check(); err != nil {
+				return err
 			}
 			if runF != nil {
 				return runF(opts)
@@ -93,6 +123,7 @@ keep going. Runs until interrupted (Ctrl-C, SIGTERM), then prints the counts.`,
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record every accepted event to this trace bundle (.kvtrace)")
 	cmd.Flags().BoolVar(&opts.AllowRemote, "allow-remote", false, "allow a TCP address reachable from other hosts (no authentication!)")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "run id for events that carry none (default collect-<UTC time>)")
+	addListenLimitFlags(cmd, &opts.Limits, "")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -120,7 +151,7 @@ func collectRun(opts *CollectOptions) error {
 		clearLine = "\r\033[K"
 	}
 	notes := 0
-	c, err := hook.Listen(opts.Listen, hook.ListenOptions{
+	lo := hook.ListenOptions{
 		AllowRemote: opts.AllowRemote,
 		Run:         opts.Run,
 		OnReject: func(conn uint64, err error) {
@@ -134,7 +165,9 @@ func collectRun(opts *CollectOptions) error {
 				fmt.Fprintf(errOut.w, "%scollect: further rejections are counted, not shown\n", clearLine)
 			}
 		},
-	})
+	}
+	opts.Limits.apply(&lo)
+	c, err := hook.Listen(opts.Listen, lo)
 	if err != nil {
 		if errors.Is(err, hook.ErrRemoteRefused) || errors.Is(err, hook.ErrBadAddress) {
 			return cmdutil.UsageError("%w", err)
@@ -207,12 +240,19 @@ func collectRun(opts *CollectOptions) error {
 	serveErr := c.Serve(ctx, pub)
 	close(progressDone)
 	<-progressStopped
+	st := c.Stats() // final: Serve waited for every connection
+	if writer != nil {
+		// Before the bus closes (and Record closes the writer): the footer
+		// says what this recording refused at ingest.
+		writer.AddRejected(st.Rejected)
+	}
 	bus.Close()
-	st := c.Stats()
 	sum := CollectSummary{
 		Listen: c.Addr(), Run: opts.Run, DurationNS: int64(now().Sub(start)),
 		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections, Bytes: st.Bytes,
 		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), LostFraming: st.LostFraming,
+		Refused: st.Refused, RefusedBy: orEmpty(st.RefusedBy), ClosedBy: orEmpty(st.ClosedBy),
+		BufferedPeak: st.BufferedPeak, BufferBudget: st.BufferBudget,
 		DroppedProducer: producerDropped, Record: opts.Record, Conns: st.Conns,
 	}
 	var recordErr error
@@ -272,6 +312,15 @@ func writeCollectSummary(w io.Writer, s CollectSummary) error {
 		fmt.Fprintf(&b, "; %d connections closed after losing framing", s.LostFraming)
 	}
 	b.WriteString("\n")
+	if s.Refused > 0 {
+		fmt.Fprintf(&b, "  refused connections: %d (%s)\n", s.Refused, countList(s.RefusedBy))
+	}
+	if limited := limitCloses(s.ClosedBy); len(limited) > 0 {
+		fmt.Fprintf(&b, "  closed by a limit: %s\n", countList(limited))
+	}
+	if s.BufferBudget > 0 && s.BufferedPeak > s.BufferBudget/2 {
+		fmt.Fprintf(&b, "  read buffers: peak %d of the %d-byte budget\n", s.BufferedPeak, s.BufferBudget)
+	}
 	fmt.Fprintf(&b, "  dropped: %d (recorder %d, reported by producers %d)\n", s.Dropped, s.DroppedRecorder, s.DroppedProducer)
 	if s.Record != "" {
 		fmt.Fprintf(&b, "  recorded: %d events to %s\n", s.Recorded, cmdutil.Quote(s.Record))
@@ -293,6 +342,74 @@ func writeCollectSummary(w io.Writer, s CollectSummary) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// countList spells counts as "a 1, b 2" in key order.
+func countList(m map[string]uint64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// limitCloses keeps the connection endings a collector limit caused.
+func limitCloses(closedBy map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, why := range []string{"idle timeout", "stalled", "over budget"} {
+		if n := closedBy[why]; n > 0 {
+			out[why] = n
+		}
+	}
+	return out
+}
+
+// listenLimits are the collector resource flags of `collect` and
+// `watch --listen` (ListenOptions; 0 turns a limit off).
+type listenLimits struct {
+	BufferBudgetMiB int
+	MaxConns        int
+	IdleTimeout     time.Duration
+	StallTimeout    time.Duration
+}
+
+func addListenLimitFlags(cmd *cobra.Command, l *listenLimits, with string) {
+	fl := cmd.Flags()
+	fl.IntVar(&l.BufferBudgetMiB, "buffer-budget-mib", hook.DefaultBufferBudget>>20, with+"MiB all connections' read buffers may hold together (partial frames and lines); 0: no bound")
+	fl.IntVar(&l.MaxConns, "max-conns", hook.DefaultMaxConns, with+"most open producer connections; more are closed on arrival and counted; 0: no cap")
+	fl.DurationVar(&l.IdleTimeout, "idle-timeout", hook.DefaultIdleTimeout, with+"close a connection that sends nothing for this long between events; 0: never")
+	fl.DurationVar(&l.StallTimeout, "stall-timeout", hook.DefaultStallTimeout, with+"drop an unfinished frame or line that gets no byte for this long, and its connection; 0: never")
+}
+
+func (l listenLimits) check() error {
+	switch {
+	case l.BufferBudgetMiB < 0:
+		return cmdutil.UsageError("--buffer-budget-mib %d: want a size in MiB, or 0 for no bound", l.BufferBudgetMiB)
+	case l.BufferBudgetMiB > 1<<30:
+		return cmdutil.UsageError("--buffer-budget-mib %d: more than 1 PiB", l.BufferBudgetMiB)
+	case l.MaxConns < 0:
+		return cmdutil.UsageError("--max-conns %d: want a count, or 0 for no cap", l.MaxConns)
+	case l.IdleTimeout < 0:
+		return cmdutil.UsageError("--idle-timeout %v: want a duration, or 0 for never", l.IdleTimeout)
+	case l.StallTimeout < 0:
+		return cmdutil.UsageError("--stall-timeout %v: want a duration, or 0 for never", l.StallTimeout)
+	}
+	return nil
+}
+
+// apply sets o's limits (ListenOptions spells "none" as a negative value,
+// and takes 0 as "the default").
+func (l listenLimits) apply(o *hook.ListenOptions) {
+	none := func(v int64) int64 {
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	o.BufferBudget = none(int64(l.BufferBudgetMiB) << 20)
+	o.MaxConns = int(none(int64(l.MaxConns)))
+	o.IdleTimeout = time.Duration(none(int64(l.IdleTimeout)))
+	o.StallTimeout = time.Duration(none(int64(l.StallTimeout)))
 }
 
 func orEmpty(m map[string]uint64) map[string]uint64 {

@@ -287,3 +287,126 @@ func TestWriteCollectSummaryConnections(t *testing.T) {
 		t.Errorf("summary has an empty protocol slot, a raw escape, or a connection without rejections:\n%s", out)
 	}
 }
+
+func TestCollectLimitFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios}
+	var got *CollectOptions
+	cmd := NewCmdCollect(f, func(o *CollectOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var lo hook.ListenOptions
+	got.Limits.apply(&lo)
+	if lo.BufferBudget != hook.DefaultBufferBudget || lo.MaxConns != hook.DefaultMaxConns || lo.IdleTimeout != hook.DefaultIdleTimeout || lo.StallTimeout != hook.DefaultStallTimeout {
+		t.Fatalf("defaults: %+v", lo)
+	}
+	cmd = NewCmdCollect(f, func(o *CollectOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--buffer-budget-mib", "8", "--max-conns", "0", "--idle-timeout", "1m", "--stall-timeout", "0"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	got.Limits.apply(&lo)
+	if lo.BufferBudget != 8<<20 || lo.MaxConns >= 0 || lo.IdleTimeout != time.Minute || lo.StallTimeout >= 0 {
+		t.Fatalf("set: %+v (0 must mean no limit: negative in ListenOptions)", lo)
+	}
+	for _, bad := range [][]string{{"--max-conns", "-1"}, {"--buffer-budget-mib", "-5"}, {"--idle-timeout", "-1s"}} {
+		cmd = NewCmdCollect(f, func(*CollectOptions) error { t.Fatalf("ran with %v", bad); return nil })
+		cmd.SetArgs(append([]string{"--listen", "unix:///tmp/x.sock"}, bad...))
+		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+	help := cmd.Long
+	for _, want := range []string{"16 MiB", "too_large", "--buffer-budget-mib 256", "--max-conns 1024", "--idle-timeout 5m", "--stall-timeout 30s"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("collect --help lacks %q", want)
+		}
+	}
+}
+
+// The issue's reproduction: a 3 MiB line of '<' was counted as an event,
+// then refused by the bundle writer, and neither collect nor trace inspect
+// said so. Now collect refuses it at ingest (too_large, on its connection)
+// and the bundle's footer carries the refusal.
+func TestCollectRefusesAtIngestWhatTheBundleCannotHold(t *testing.T) {
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "out.kvtrace")
+	ios, _, _, errOut := cmdutil.Test()
+	opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Now: time.Now},
+		JSON: &cmdutil.JSONFlags{}, Listen: "unix://" + filepath.Join(dir, "c.sock"), Record: bundle}
+	c, stop := runCollect(t, opts)
+	nc, err := net.Dial("unix", strings.TrimPrefix(c.Addr(), "unix://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Write([]byte(`{"v":1,"kind":"finding","ts_ns":1,"body":{"severity":"info","summary":"` + strings.Repeat("<", 3<<20) + `"}}` + "\n"))
+	nc.Write([]byte(`{"v":1,"kind":"replay","ts_ns":2,"body":{"step":1,"bs":1,"mode":"graph","dur_ns":5}}` + "\n"))
+	nc.Write([]byte(`{"v":1,"kind":"replay","ts_ns":3,"body":{"step":2,`)) // cut by the close
+	nc.Close()
+	for deadline := time.Now().Add(30 * time.Second); c.Stats().Open > 0 || c.Stats().Connections == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v", c.Stats())
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"collect: 1 events from 1 connections", "rejected: 2 (too_large 1, truncated 1)",
+		"recorded: 1 events", "over the 16777216-byte limit", "2 rejected; last: "} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	s, err := traces.Inspect(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Events != 1 || !s.HasFooter || s.Footer.Rejected != 2 {
+		t.Fatalf("bundle: %d events, footer %+v: want 1 event and rejected 2", s.Events, s.Footer)
+	}
+	var b strings.Builder
+	if err := writeInspect(&b, s); err != nil || !strings.Contains(b.String(), "2 rejected") {
+		t.Fatalf("trace inspect does not show the refusals (%v):\n%s", err, b.String())
+	}
+}
+
+func TestWriteCollectSummaryLimits(t *testing.T) {
+	var b strings.Builder
+	err := writeCollectSummary(&b, CollectSummary{Refused: 5, RefusedBy: map[string]uint64{"conn_limit": 4, "over_budget": 1},
+		ClosedBy: map[string]uint64{"eof": 9, "idle timeout": 2, "stalled": 1}, BufferedPeak: 200, BufferBudget: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"refused connections: 5 (conn_limit 4, over_budget 1)", "closed by a limit: idle timeout 2, stalled 1",
+		"read buffers: peak 200 of the 256-byte budget"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestWatchListenLimitFlags(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios}
+	var got *WatchOptions
+	cmd := NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var lo hook.ListenOptions
+	got.Limits.apply(&lo)
+	if lo.MaxConns != 5 || lo.IdleTimeout != 10*time.Second || lo.StallTimeout != 2*time.Second || lo.BufferBudget != 64<<20 {
+		t.Fatalf("watch --listen limits: %+v", lo)
+	}
+	cmd = NewCmdWatch(f, func(*WatchOptions) error { t.Fatal("ran"); return nil })
+	cmd.SetArgs([]string{"--bundle", "x.kvtrace", "--max-conns", "5"})
+	var sink strings.Builder
+	cmd.SetOut(&sink)
+	cmd.SetErr(&sink)
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--max-conns needs --listen") {
+		t.Fatalf("--max-conns with --bundle: %v", err)
+	}
+}

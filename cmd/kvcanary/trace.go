@@ -123,7 +123,7 @@ func writeInspect(out io.Writer, s traces.Summary) error {
 	}
 	switch {
 	case s.HasFooter && !s.Truncated:
-		fmt.Fprintf(tw, "footer\tyes (%d events, %d dropped before the writer)\n", s.Footer.Events, s.Footer.Dropped)
+		fmt.Fprintf(tw, "footer\tyes (%d events, %d dropped before the writer, %d rejected)\n", s.Footer.Events, s.Footer.Dropped, s.Footer.Rejected)
 	case s.HasFooter:
 		fmt.Fprintf(tw, "footer\tyes\n")
 	default:

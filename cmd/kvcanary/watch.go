@@ -33,6 +33,7 @@ type WatchOptions struct {
 	Listen      string
 	AllowRemote bool
 	Run         string
+	Limits      listenLimits
 	Bundle      string
 	Speed       string
 	Sim         bool
@@ -94,6 +95,9 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 				cmd.PrintErrln(cmd.UsageString())
 				return err
 			}
+			if err := opts.Limits.check(); err != nil {
+				return err
+			}
 			if opts.Bundle != "" && opts.Record != "" {
 				return cmdutil.UsageError("watch: --record works with live sources (--listen, --sim); a bundle is already recorded")
 			}
@@ -113,6 +117,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 	fl.StringVar(&opts.Listen, "listen", "", "run a collector on unix:///path.sock or tcp://127.0.0.1:PORT")
 	fl.BoolVar(&opts.AllowRemote, "allow-remote", false, "with --listen: allow a TCP address reachable from other hosts (no authentication!)")
 	fl.StringVar(&opts.Run, "run", "", "with --listen: run id for events that carry none (default watch-<UTC time>)")
+	addListenLimitFlags(cmd, &opts.Limits, "with --listen: ")
 	fl.StringVar(&opts.Bundle, "bundle", "", "replay this trace bundle")
 	fl.StringVar(&opts.Speed, "speed", "1x", "event time per wall time (10x, 0.5x) or max: --bundle replays at it, --sim is held to it (default for --sim: max)")
 	fl.BoolVar(&opts.Sim, "sim", false, "run the twin live (engine flags below)")
@@ -132,7 +137,7 @@ func watchFlagsFitSource(cmd *cobra.Command, opts *WatchOptions) error {
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch f.Name {
 		case "listen", "bundle", "sim", "record", "snapshot-dir":
-		case "allow-remote", "run":
+		case "allow-remote", "run", "buffer-budget-mib", "max-conns", "idle-timeout", "stall-timeout":
 			if opts.Listen == "" {
 				bad = append(bad, "--"+f.Name+" needs --listen")
 			}
@@ -213,8 +218,10 @@ func watchRun(opts *WatchOptions) error {
 	var rejected atomic.Uint64
 	var collector *hook.Collector
 	if opts.Listen != "" {
-		c, err := hook.Listen(opts.Listen, hook.ListenOptions{AllowRemote: opts.AllowRemote, Run: opts.Run,
-			OnReject: func(uint64, error) { rejected.Add(1) }})
+		lo := hook.ListenOptions{AllowRemote: opts.AllowRemote, Run: opts.Run,
+			OnReject: func(uint64, error) { rejected.Add(1) }}
+		opts.Limits.apply(&lo)
+		c, err := hook.Listen(opts.Listen, lo)
 		if err != nil {
 			if errors.Is(err, hook.ErrRemoteRefused) {
 				return cmdutil.UsageError("%w", err)

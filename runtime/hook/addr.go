@@ -36,6 +36,11 @@ func parseAddr(addr string) (endpoint, error) {
 		if p == "" {
 			return endpoint{}, fmt.Errorf("address %q: empty socket path (want unix:///path.sock): %w", addr, ErrBadAddress)
 		}
+		if len(p) > maxUnixPath {
+			// The kernel would refuse it at bind or connect (or, for some
+			// callers, silently cut it): say so here, naming the path.
+			return endpoint{}, fmt.Errorf("socket path %q is %d bytes, over the %d-byte limit of a Unix socket address (sun_path); use a shorter path: %w", p, len(p), maxUnixPath, ErrBadAddress)
+		}
 		return endpoint{"unix", p}, nil
 	case strings.HasPrefix(addr, "tcp://"):
 		hp := strings.TrimPrefix(addr, "tcp://")

@@ -257,3 +257,49 @@ func BenchmarkJSONLinesDecodeRoomLayers(b *testing.B) {
 	}
 	report(b, b.N, cpu0)
 }
+
+// BenchmarkCollectorUnixJSON is BenchmarkCollectorUnix with JSON lines.
+func BenchmarkCollectorUnixJSON(b *testing.B) {
+	c, err := Listen("unix://"+filepath.Join(b.TempDir(), "c.sock"), ListenOptions{Run: "bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var got atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Serve(ctx, PublishFunc(func(Event) { got.Add(1) }))
+	nc, err := net.Dial("unix", strings.TrimPrefix(c.Addr(), "unix://"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	evs := smallEvents(1024)
+	lines := make([][]byte, len(evs))
+	for i, ev := range evs {
+		lines[i] = jsonLine(b, ev)
+	}
+	buf := make([]byte, 0, 64<<10)
+	b.ReportAllocs()
+	cpu0 := processCPUSeconds()
+	b.ResetTimer()
+	for i := range b.N {
+		buf = append(buf, lines[i%len(lines)]...)
+		if len(buf) >= 60<<10 {
+			if _, err := nc.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			buf = buf[:0]
+		}
+	}
+	if _, err := nc.Write(buf); err != nil {
+		b.Fatal(err)
+	}
+	for got.Load() < int64(b.N) {
+		time.Sleep(50 * time.Microsecond)
+	}
+	b.StopTimer()
+	report(b, b.N, cpu0)
+	if st := c.Stats(); st.Rejected != 0 {
+		b.Fatalf("rejected %d", st.Rejected)
+	}
+}

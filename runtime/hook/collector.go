@@ -35,6 +35,52 @@ type ListenOptions struct {
 	// DrainTimeout is how long Close keeps reading what open connections
 	// already sent before it closes them (default 200ms; negative: none).
 	DrainTimeout time.Duration
+	// BufferBudget bounds the bytes the read buffers of all connections
+	// hold together: partial frames and lines, and each connection's first
+	// 64 KiB buffer (default DefaultBufferBudget; negative: no bound). A
+	// buffer grows only as the bytes of a frame or line arrive; a
+	// connection whose buffer cannot grow within the budget is closed and
+	// its frame or line counted as over_budget; a connection that cannot
+	// get its first buffer is refused (Stats.Refused).
+	BufferBudget int64
+	// MaxConns bounds the open connections (default DefaultMaxConns;
+	// negative: no bound). A connection over it is closed as soon as it is
+	// accepted and counted in Stats.Refused.
+	MaxConns int
+	// IdleTimeout closes a connection that sends nothing for this long
+	// between events (default DefaultIdleTimeout; negative: never).
+	IdleTimeout time.Duration
+	// StallTimeout closes a connection whose partial frame or line gets no
+	// byte for this long, counting it as stalled (default
+	// DefaultStallTimeout; negative: never).
+	StallTimeout time.Duration
+}
+
+// Collector resource limits by default (ListenOptions; WIRE.md "Limits").
+const (
+	DefaultBufferBudget = 256 << 20
+	DefaultMaxConns     = 1024
+	DefaultIdleTimeout  = 5 * time.Minute
+	DefaultStallTimeout = 30 * time.Second
+)
+
+// withDefaults fills the zero limits with the defaults and turns negative
+// ones into "none" (0).
+func (o ListenOptions) withDefaults() ListenOptions {
+	pick := func(v, def int64) int64 {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	o.BufferBudget = pick(o.BufferBudget, DefaultBufferBudget)
+	o.MaxConns = int(pick(int64(o.MaxConns), DefaultMaxConns))
+	o.IdleTimeout = time.Duration(pick(int64(o.IdleTimeout), int64(DefaultIdleTimeout)))
+	o.StallTimeout = time.Duration(pick(int64(o.StallTimeout), int64(DefaultStallTimeout)))
+	return o
 }
 
 // Collector ingests events from many producers over one socket. Create it
@@ -49,6 +95,12 @@ type Collector struct {
 
 	closeOnce sync.Once
 	done      chan struct{}
+	drainAt   atomic.Int64 // UnixNano deadline of the drain Close started; set before done closes
+
+	mem       memBudget
+	refused   atomic.Uint64
+	refusedBy [refuseLimit]atomic.Uint64
+	closedBy  sync.Map // close reason -> *atomic.Uint64
 
 	nextID      atomic.Uint64
 	connections atomic.Uint64
@@ -79,8 +131,20 @@ type Stats struct {
 	Rejected    uint64            `json:"rejected"`
 	RejectedBy  map[string]uint64 `json:"rejected_by,omitempty"` // reason -> count
 	LostFraming uint64            `json:"lost_framing"`          // connections closed because framing was lost
-	ByKind      map[string]uint64 `json:"by_kind,omitempty"`
-	Conns       []ConnStats       `json:"conns,omitempty"` // open connections, then recently closed ones
+	// Refused counts connections closed as soon as they were accepted: over
+	// MaxConns ("conn_limit") or without room in the buffer budget for their
+	// first buffer ("over_budget").
+	Refused   uint64            `json:"refused"`
+	RefusedBy map[string]uint64 `json:"refused_by,omitempty"`
+	// ClosedBy counts ended connections by why they ended (ConnStats.Closed).
+	ClosedBy map[string]uint64 `json:"closed_by,omitempty"`
+	// Buffered is the bytes connection buffers hold now, BufferedPeak the
+	// most they held at once, BufferBudget their bound (0: none).
+	Buffered     int64             `json:"buffered"`
+	BufferedPeak int64             `json:"buffered_peak"`
+	BufferBudget int64             `json:"buffer_budget"`
+	ByKind       map[string]uint64 `json:"by_kind,omitempty"`
+	Conns        []ConnStats       `json:"conns,omitempty"` // open connections, then recently closed ones
 }
 
 // ConnStats describes one producer connection.
@@ -95,7 +159,7 @@ type ConnStats struct {
 	Rejected   uint64            `json:"rejected"`
 	RejectedBy map[string]uint64 `json:"rejected_by,omitempty"`
 	Open       bool              `json:"open"`
-	Closed     string            `json:"closed,omitempty"` // why it ended: "eof", "lost framing", "shutdown", "read error"
+	Closed     string            `json:"closed,omitempty"` // why it ended: "eof", "lost framing", "shutdown", "read error", "idle timeout", "stalled", "over budget"
 	LastError  string            `json:"last_error,omitempty"`
 }
 
@@ -107,7 +171,9 @@ func Listen(addr string, opts ListenOptions) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
+	opts = opts.withDefaults()
 	c := &Collector{ep: ep, opts: opts, done: make(chan struct{}), open: map[*conn]struct{}{}}
+	c.mem.limit = opts.BufferBudget
 	c.node = opts.Node
 	if c.node == "" {
 		c.node, _ = os.Hostname()
@@ -194,6 +260,13 @@ func (c *Collector) Addr() string { return c.ep.String() }
 func (c *Collector) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
+		grace := c.opts.DrainTimeout
+		if grace == 0 {
+			grace = 200 * time.Millisecond
+		}
+		deadline := time.Now().Add(max(grace, 0))
+		// Stored before done closes: a reader that sees done closed uses it.
+		c.drainAt.Store(deadline.UnixNano())
 		close(c.done)
 		err = c.ln.Close()
 		if c.sock != nil {
@@ -202,11 +275,6 @@ func (c *Collector) Close() error {
 			}
 		}
 		// Let each handler read what is already in flight, then end it.
-		grace := c.opts.DrainTimeout
-		if grace == 0 {
-			grace = 200 * time.Millisecond
-		}
-		deadline := time.Now().Add(max(grace, 0))
 		c.mu.Lock()
 		for cn := range c.open {
 			if grace <= 0 || cn.nc.SetReadDeadline(deadline) != nil {
@@ -253,6 +321,17 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 			return fmt.Errorf("accept on %s: %w", c.ep, err)
 		}
 		backoff = 0
+		c.mu.Lock()
+		full := c.opts.MaxConns > 0 && len(c.open) >= c.opts.MaxConns
+		c.mu.Unlock()
+		if full {
+			// Closed at once, before any per-connection work: a flood of
+			// idle connections costs a descriptor for microseconds each
+			// and never holds up the producers already connected.
+			nc.Close()
+			c.refuse(refuseConnLimit)
+			continue
+		}
 		cn := c.newConn(nc)
 		c.mu.Lock()
 		select {
@@ -308,44 +387,110 @@ func (c *Collector) newConn(nc net.Conn) *conn {
 	return cn
 }
 
-// countingReader counts bytes read from a connection.
-type countingReader struct {
-	r    io.Reader
-	conn *conn
-	all  *atomic.Uint64
+// Why connections are refused (Stats.RefusedBy keys).
+const (
+	refuseConnLimit = iota
+	refuseOverBudget
+	refuseLimit
+)
+
+var refuseNames = [refuseLimit]string{refuseConnLimit: "conn_limit", refuseOverBudget: "over_budget"}
+
+func (c *Collector) refuse(why int) {
+	c.refused.Add(1)
+	c.refusedBy[why].Add(1)
 }
 
-func (r *countingReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	r.conn.bytes.Add(uint64(n))
-	r.all.Add(uint64(n))
+// connReader reads a connection: it counts bytes and, before each read,
+// makes sure the deadline that applies is set: the stall timeout while the
+// decoder holds part of a frame or line, the idle timeout between events.
+// A deadline is set up to an eighth of the timeout later than needed, so a
+// busy connection moves it once per eighth, not on every read.
+type connReader struct {
+	c        *Collector
+	cn       *conn
+	partial  func() int // bytes of an unfinished frame or line held; nil: none
+	stalled  bool       // the deadline in force is the stall timeout's
+	deadline time.Time  // the deadline in force; zero: none
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
+	timeout := r.c.opts.IdleTimeout
+	stalled := r.partial != nil && r.partial() > 0
+	if stalled {
+		timeout = r.c.opts.StallTimeout
+	}
+	set := false
+	if timeout > 0 {
+		due := time.Now().Add(timeout)
+		if stalled != r.stalled || r.deadline.Before(due) || r.deadline.After(due.Add(timeout/8)) {
+			r.deadline, set = due.Add(timeout/8), true
+		}
+	} else if !r.deadline.IsZero() {
+		r.deadline, set = time.Time{}, true
+	}
+	if set {
+		r.cn.nc.SetReadDeadline(r.deadline)
+		select {
+		case <-r.c.done: // closing: the drain deadline Close set wins over ours
+			if drain := time.Unix(0, r.c.drainAt.Load()); r.deadline.IsZero() || drain.Before(r.deadline) {
+				r.deadline = drain
+				r.cn.nc.SetReadDeadline(drain)
+			}
+		default:
+		}
+	}
+	r.stalled = stalled
+	n, err := r.cn.nc.Read(p)
+	r.cn.bytes.Add(uint64(n))
+	r.c.bytes.Add(uint64(n))
 	return n, err
 }
 
+// decoder is a FrameDecoder or a JSONLinesDecoder.
 type decoder interface {
 	Decode() (Event, error)
+	buffered() int
+	lastDecoded() *decoded // updated by each Decode that returns an event
+	release()
 }
 
 // handle reads one connection until it ends and says why it ended.
 func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
-	r := &countingReader{r: cn.nc, conn: cn, all: &c.bytes}
+	r := &connReader{c: c, cn: cn}
 	var first [1]byte
 	if _, err := io.ReadFull(r, first[:]); err != nil {
 		select {
 		case <-c.done:
 			return "shutdown" // an idle connection ended by Close
 		default:
-			return "eof"
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return "idle timeout"
+		}
+		return "eof"
 	}
 	var dec decoder
 	switch first[0] {
 	case '{', ' ', '\t', '\r', '\n':
 		cn.protocol.Store("jsonl")
-		dec = NewJSONLinesDecoder(io.MultiReader(bytes.NewReader(first[:]), r))
+		if d := newBudgetJSONLinesDecoder(io.MultiReader(bytes.NewReader(first[:]), r), &c.mem); d != nil {
+			dec = d
+		}
 	default:
 		var rest [len(FramePreamble) - 1]byte
+		r.partial = func() int { return 1 } // inside the preamble
 		n, err := io.ReadFull(r, rest[:])
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			select {
+			case <-c.done:
+				return "shutdown"
+			default:
+			}
+			c.reject(cn, &WireError{Reason: ReasonStalled, Fatal: true,
+				Err: fmt.Errorf("no byte of the preamble for %v after %q (--stall-timeout): %w", c.opts.StallTimeout, append(first[:], rest[:n]...), os.ErrDeadlineExceeded)})
+			return "stalled"
+		}
 		if err != nil || first[0] != FramePreamble[0] || string(rest[:]) != FramePreamble[1:] {
 			got := append(first[:], rest[:n]...) // only what arrived: no NUL padding
 			c.reject(cn, &WireError{Reason: ReasonBadPreamble, Fatal: true,
@@ -354,10 +499,19 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 			return "lost framing"
 		}
 		cn.protocol.Store("frames")
-		fd := NewFrameDecoder(r)
-		fd.SetOffset(int64(len(FramePreamble)))
-		dec = fd
+		if fd := newBudgetFrameDecoder(r, &c.mem); fd != nil {
+			fd.SetOffset(int64(len(FramePreamble)))
+			dec = fd
+		}
 	}
+	if dec == nil {
+		c.refuse(refuseOverBudget)
+		cn.lastErr.Store((&budgetError{limit: c.mem.limit}).Error())
+		return "over budget"
+	}
+	defer dec.release()
+	r.partial = dec.buffered
+	last := dec.lastDecoded()
 	for {
 		ev, err := dec.Decode()
 		if err != nil {
@@ -371,7 +525,20 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 			}
 			var we *WireError
 			if !errors.As(err, &we) {
+				cn.lastErr.Store(err.Error())
 				return "read error"
+			}
+			if errors.Is(we.Err, os.ErrDeadlineExceeded) {
+				if !r.stalled {
+					return "idle timeout"
+				}
+				c.reject(cn, &WireError{Offset: we.Offset, Line: we.Line, Reason: ReasonStalled, Fatal: true,
+					Err: fmt.Errorf("no byte of the unfinished frame or line for %v (--stall-timeout): %w", c.opts.StallTimeout, os.ErrDeadlineExceeded)})
+				return "stalled"
+			}
+			if we.Reason == ReasonOverBudget {
+				c.reject(cn, we)
+				return "over budget"
 			}
 			if we.Reason == ReasonTruncated && !errors.Is(we.Err, io.ErrUnexpectedEOF) {
 				// A read error (reset by peer), not a cut frame.
@@ -399,6 +566,19 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		}
 		if ev.TS == 0 {
 			ev.TS = time.Now().UnixNano() // arrival time for producers without a clock
+		}
+		// The bundle writer's rule, applied here: what a recording would
+		// refuse is refused (and counted) at ingest, never accepted and then
+		// dropped.
+		if !admitQuick(last.size, last.jsonBody, len(ev.Src.Node)+len(ev.Src.Proc)+len(ev.Run)) {
+			if aerr := AdmitEvent(ev, last.size, last.jsonBody); aerr != nil {
+				reason := ReasonTooLarge
+				if !errors.Is(aerr, ErrTooLarge) {
+					reason = ReasonBadValue
+				}
+				c.reject(cn, &WireError{Offset: last.off, Line: last.line, Reason: reason, Err: aerr})
+				continue
+			}
 		}
 		c.pubMu.Lock()
 		pub.Publish(ev)
@@ -428,6 +608,8 @@ func (c *Collector) finish(cn *conn, closed string) {
 	cn.nc.Close()
 	st := cn.stats()
 	st.Closed = closed
+	n, _ := c.closedBy.LoadOrStore(closed, new(atomic.Uint64))
+	n.(*atomic.Uint64).Add(1)
 	c.mu.Lock()
 	delete(c.open, cn)
 	c.closed = append(c.closed, st)
@@ -466,12 +648,31 @@ func reasonMap(counts *[reasonLimit]atomic.Uint64) map[string]uint64 {
 // Stats returns a snapshot of the counters. Safe to call at any time.
 func (c *Collector) Stats() Stats {
 	st := Stats{
-		Events:      c.events.Load(),
-		Bytes:       c.bytes.Load(),
-		Rejected:    c.rejected.Load(),
-		LostFraming: c.lostFraming.Load(),
-		RejectedBy:  reasonMap(&c.byReason),
+		Events:       c.events.Load(),
+		Bytes:        c.bytes.Load(),
+		Rejected:     c.rejected.Load(),
+		LostFraming:  c.lostFraming.Load(),
+		RejectedBy:   reasonMap(&c.byReason),
+		Refused:      c.refused.Load(),
+		Buffered:     c.mem.used.Load(),
+		BufferedPeak: c.mem.peak.Load(),
+		BufferBudget: c.mem.limit,
 	}
+	for i, name := range refuseNames {
+		if n := c.refusedBy[i].Load(); n > 0 {
+			if st.RefusedBy == nil {
+				st.RefusedBy = map[string]uint64{}
+			}
+			st.RefusedBy[name] = n
+		}
+	}
+	c.closedBy.Range(func(k, v any) bool {
+		if st.ClosedBy == nil {
+			st.ClosedBy = map[string]uint64{}
+		}
+		st.ClosedBy[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
 	for k := KindRunStart; k < kindLimit; k++ {
 		if n := c.byKind[k].Load(); n > 0 {
 			if st.ByKind == nil {
@@ -492,4 +693,68 @@ func (c *Collector) Stats() Stats {
 	st.Conns = append(st.Conns, c.closed...)
 	c.mu.Unlock()
 	return st
+}
+
+// memBudget accounts the read buffers of a collector's connections against
+// one limit. A nil *memBudget accounts nothing and refuses nothing.
+type memBudget struct {
+	limit int64 // ≤ 0: count, never refuse
+	used  atomic.Int64
+	peak  atomic.Int64
+}
+
+// budgetError is a buffer growth the budget refused.
+type budgetError struct {
+	need, have int // bytes the frame or line needs buffered, bytes it has
+	limit      int64
+}
+
+func (e *budgetError) Error() string {
+	return fmt.Sprintf("the collector's %d-byte memory budget for connection buffers (--buffer-budget-mib) is used up", e.limit)
+}
+
+func (m *memBudget) reserve(n int) bool {
+	if m == nil {
+		return true
+	}
+	for {
+		u := m.used.Load()
+		if m.limit > 0 && u+int64(n) > m.limit {
+			return false
+		}
+		if m.used.CompareAndSwap(u, u+int64(n)) {
+			for p := m.peak.Load(); u+int64(n) > p && !m.peak.CompareAndSwap(p, u+int64(n)); p = m.peak.Load() {
+			}
+			return true
+		}
+	}
+}
+
+func (m *memBudget) release(n int) {
+	if m != nil {
+		m.used.Add(-int64(n))
+	}
+}
+
+// grow returns a buffer of size want holding buf[:keep], with the growth
+// reserved; false when the budget cannot hold it (buf is then unchanged).
+func (m *memBudget) grow(buf []byte, keep, want int) ([]byte, bool) {
+	if want <= len(buf) {
+		return buf, true
+	}
+	if !m.reserve(want - len(buf)) {
+		return buf, false
+	}
+	nb := make([]byte, want)
+	copy(nb, buf[:keep])
+	return nb, true
+}
+
+// shrink returns a buffer of size want holding buf[start:end] at its front
+// and gives the difference back.
+func (m *memBudget) shrink(buf []byte, start, end, want int) []byte {
+	nb := make([]byte, want)
+	copy(nb, buf[start:end])
+	m.release(len(buf) - want)
+	return nb
 }

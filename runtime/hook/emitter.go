@@ -111,7 +111,16 @@ func (e *Emitter) Emit(ev Event) {
 		return
 	}
 	wasEmpty := len(e.buf) == 0
+	start := len(e.buf)
 	b, err := AppendFrame(e.buf, ev)
+	if err == nil {
+		// The collector's size rule (a bundle line of at most
+		// MaxEventLine bytes), so Emit never sends what it would refuse.
+		if err = AdmitEvent(ev, len(b)-start-frameHeaderLen, b[start+6]&FlagJSON != 0); err != nil {
+			b = b[:start]
+			err = fmt.Errorf("encode %s frame: %w", ev.Kind, err)
+		}
+	}
 	e.buf = b
 	if err != nil {
 		e.mu.Unlock()

@@ -154,8 +154,13 @@ func FuzzFrameDecoder(f *testing.F) {
 			if !bytes.Equal(b1, b2) {
 				t.Fatalf("unstable encoding:\n%x\n%x", b1, b2)
 			}
-			if _, err := json.Marshal(ev); err != nil {
+			j, err := json.Marshal(ev)
+			if err != nil {
 				t.Fatalf("decoded event cannot be written as JSON (bundles need that): %v", err)
+			}
+			// The collector's size rule measures exactly what a bundle writes.
+			if n, err := EventLineLen(ev); err != nil || n != len(j) {
+				t.Fatalf("EventLineLen = %d, %v; the JSON line is %d bytes: %s", n, err, len(j), j)
 			}
 		}
 	})
@@ -200,6 +205,9 @@ func FuzzJSONLines(f *testing.F) {
 			b, err := json.Marshal(ev)
 			if err != nil {
 				t.Fatalf("decoded event does not re-marshal: %v", err)
+			}
+			if n, err := EventLineLen(ev); err != nil || n != len(b) {
+				t.Fatalf("EventLineLen = %d, %v; the JSON line is %d bytes: %s", n, err, len(b), b)
 			}
 			if _, err := AppendFrame(nil, ev); err != nil {
 				t.Fatalf("decoded event does not encode as a frame: %v", err)

@@ -25,18 +25,45 @@ type JSONLinesDecoder struct {
 	rerr  error
 	fatal error
 	slabs slabs
+	mem   *memBudget // the collector's budget for buf; nil: unaccounted
+
+	last decoded // the last line Decode returned an event for
 }
 
 // NewJSONLinesDecoder returns a decoder reading JSON lines from r.
 func NewJSONLinesDecoder(r io.Reader) *JSONLinesDecoder {
-	return &JSONLinesDecoder{r: r, buf: make([]byte, 64<<10)}
+	return &JSONLinesDecoder{r: r, buf: make([]byte, decodeBufSize)}
+}
+
+// newBudgetJSONLinesDecoder is NewJSONLinesDecoder with its buffer
+// accounted in mem; nil when mem cannot hold the first buffer.
+func newBudgetJSONLinesDecoder(r io.Reader, mem *memBudget) *JSONLinesDecoder {
+	if !mem.reserve(decodeBufSize) {
+		return nil
+	}
+	return &JSONLinesDecoder{r: r, buf: make([]byte, decodeBufSize), mem: mem}
 }
 
 // Line is the number of lines consumed so far.
 func (d *JSONLinesDecoder) Line() int { return d.line }
 
+// buffered is the number of bytes of the next line already read.
+func (d *JSONLinesDecoder) buffered() int { return d.end - d.start }
+
+func (d *JSONLinesDecoder) lastDecoded() *decoded { return &d.last }
+
+// release gives the buffer back to the budget; the decoder is unusable after.
+func (d *JSONLinesDecoder) release() {
+	d.mem.release(len(d.buf))
+	d.buf, d.start, d.end = nil, 0, 0
+	if d.fatal == nil {
+		d.fatal = io.EOF
+	}
+}
+
 // nextLine returns the next line without its terminator, its offset, and
-// whether it was terminated by '\n'.
+// whether it was terminated by '\n'. An unterminated last line is returned
+// only at io.EOF; any other read error ends the stream with that error.
 func (d *JSONLinesDecoder) nextLine() (line []byte, off int64, terminated bool, err error) {
 	scanFrom := d.start
 	zeroReads := 0
@@ -57,7 +84,7 @@ func (d *JSONLinesDecoder) nextLine() (line []byte, off int64, terminated bool, 
 			return nil, d.off, false, errLineTooLong
 		}
 		if d.rerr != nil {
-			if d.end == d.start {
+			if d.end == d.start || d.rerr != io.EOF {
 				return nil, d.off, false, d.rerr
 			}
 			line = d.buf[d.start:d.end]
@@ -66,7 +93,15 @@ func (d *JSONLinesDecoder) nextLine() (line []byte, off int64, terminated bool, 
 			d.start = d.end
 			return line, off, false, nil
 		}
-		// Make room: slide to the front, grow when the line fills the buffer.
+		// Make room: slide to the front, grow when the line fills the buffer
+		// (doubling as its bytes arrive, up to the longest line plus '\n').
+		// After a long line, give its buffer back once the rest fits in a
+		// first-size one.
+		if len(d.buf) > shrinkAbove && d.end-d.start < decodeBufSize {
+			d.buf, d.end = d.mem.shrink(d.buf, d.start, d.end, decodeBufSize), d.end-d.start
+			scanFrom -= d.start
+			d.start = 0
+		}
 		if d.start > 0 {
 			copy(d.buf, d.buf[d.start:d.end])
 			d.end -= d.start
@@ -74,8 +109,11 @@ func (d *JSONLinesDecoder) nextLine() (line []byte, off int64, terminated bool, 
 			d.start = 0
 		}
 		if d.end == len(d.buf) {
-			nb := make([]byte, 2*len(d.buf))
-			copy(nb, d.buf[:d.end])
+			nb, ok := d.mem.grow(d.buf, d.end, min(max(2*len(d.buf), decodeBufSize), MaxFrameSize+1))
+			if !ok {
+				d.rerr = &budgetError{need: 2 * len(d.buf), have: d.end, limit: d.mem.limit}
+				continue
+			}
 			d.buf = nb
 		}
 		n, err := d.r.Read(d.buf[d.end:])
@@ -102,19 +140,25 @@ func (d *JSONLinesDecoder) Decode() (Event, error) {
 		}
 		line, off, terminated, err := d.nextLine()
 		if err != nil {
-			if err == errLineTooLong {
+			var be *budgetError
+			switch {
+			case err == errLineTooLong:
 				d.fatal = &WireError{Offset: off, Line: d.line + 1, Reason: ReasonTooLong, Fatal: true,
 					Err: fmt.Errorf("line exceeds the %d-byte limit: framing lost", MaxFrameSize)}
-			} else if err == io.EOF {
+			case err == io.EOF:
 				d.fatal = io.EOF
-			} else {
+			case errors.As(err, &be):
+				d.fatal = &WireError{Offset: off, Line: d.line + 1, Reason: ReasonOverBudget, Fatal: true,
+					Err: fmt.Errorf("line of more than %d bytes: %w", be.have, be)}
+			default:
 				d.fatal = &WireError{Offset: off, Line: d.line + 1, Reason: ReasonTruncated, Fatal: true,
 					Err: fmt.Errorf("read line: %w", err)}
 			}
 			return Event{}, d.fatal
 		}
 		d.line++
-		if n := len(line); n > 0 && line[n-1] == '\r' {
+		n := len(line)
+		if n > 0 && line[n-1] == '\r' {
 			line = line[:n-1]
 		}
 		if isBlank(line) {
@@ -123,10 +167,15 @@ func (d *JSONLinesDecoder) Decode() (Event, error) {
 		ev, reason, err := decodeJSONLine(line, &d.slabs)
 		if err != nil {
 			if !terminated && reason == ReasonBadJSON && !json.Valid(line) {
-				reason = ReasonTruncated // cut inside the line, not a complete line with a repeated name
+				// The stream ended inside the line: cut, like a frame cut
+				// short, not a complete line with a syntax error.
+				// The next Decode returns io.EOF.
+				return Event{}, &WireError{Offset: off, Line: d.line, Reason: ReasonTruncated,
+					Err: fmt.Errorf("stream ends inside the line (%d bytes of it present, no newline; %v): %w", n, err, io.ErrUnexpectedEOF)}
 			}
 			return Event{}, &WireError{Offset: off, Line: d.line, Reason: reason, Err: err}
 		}
+		d.last = decoded{off: off, line: d.line, size: n, jsonBody: true}
 		return ev, nil
 	}
 }

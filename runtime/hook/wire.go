@@ -52,6 +52,9 @@ const (
 	ReasonTooLong            // JSON line longer than MaxFrameSize: framing lost
 	ReasonBadPreamble        // first bytes are neither JSON nor the frame preamble
 	ReasonBadValue           // a body value the event model forbids (outcome, side, mode, a negative count, a 64-bit id as a JSON number)
+	ReasonTooLarge           // the event's JSON-lines form (what a bundle stores) is over MaxEventLine
+	ReasonOverBudget         // the collector's memory budget could not hold the rest of the frame or line: connection closed
+	ReasonStalled            // a partial frame or line made no progress for the stall timeout: connection closed
 	reasonLimit
 )
 
@@ -69,6 +72,9 @@ var reasonNames = [reasonLimit]string{
 	ReasonTooLong:     "too_long",
 	ReasonBadPreamble: "bad_preamble",
 	ReasonBadValue:    "bad_value",
+	ReasonTooLarge:    "too_large",
+	ReasonOverBudget:  "over_budget",
+	ReasonStalled:     "stalled",
 }
 
 func (r Reason) String() string {
@@ -199,7 +205,9 @@ func appendFrameUnchecked(dst []byte, ev Event, forceJSON bool) ([]byte, error) 
 
 // FrameDecoder reads binary frames from a stream (without the preamble; a
 // collector consumes that). It never panics and never allocates more than
-// MaxFrameSize for a frame, whatever the input.
+// MaxFrameSize for a frame, whatever the input; its buffer grows as the
+// bytes of a frame arrive (at most twice what is buffered), not when a
+// length prefix announces them.
 type FrameDecoder struct {
 	r     io.Reader
 	buf   []byte
@@ -209,11 +217,42 @@ type FrameDecoder struct {
 	fatal error
 	rerr  error // read error seen while filling
 	slabs slabs
+	mem   *memBudget // the collector's budget for buf; nil: unaccounted
+
+	last decoded // the last frame Decode returned an event for
 }
+
+// decoded describes the frame or line of the last event a decoder returned:
+// where it started, its line number (JSON lines), its size (frame payload
+// or line) and whether its body was JSON.
+type decoded struct {
+	off      int64
+	line     int
+	size     int
+	jsonBody bool
+}
+
+// decodeBufSize is a decoder's first buffer (and the size it shrinks back
+// to after a large frame or line).
+const decodeBufSize = 64 << 10
+
+// shrinkAbove is the buffer size above which a decoder gives its buffer
+// back once what it holds fits in a first-size buffer: one large frame does
+// not pin its memory for the rest of the connection.
+const shrinkAbove = 1 << 20
 
 // NewFrameDecoder returns a decoder reading frames from r.
 func NewFrameDecoder(r io.Reader) *FrameDecoder {
-	return &FrameDecoder{r: r, buf: make([]byte, 64<<10)}
+	return &FrameDecoder{r: r, buf: make([]byte, decodeBufSize)}
+}
+
+// newBudgetFrameDecoder is NewFrameDecoder with its buffer accounted in mem;
+// nil when mem cannot hold the first buffer.
+func newBudgetFrameDecoder(r io.Reader, mem *memBudget) *FrameDecoder {
+	if !mem.reserve(decodeBufSize) {
+		return nil
+	}
+	return &FrameDecoder{r: r, buf: make([]byte, decodeBufSize), mem: mem}
 }
 
 // SetOffset sets the stream offset reported for the next frame (use it when
@@ -224,25 +263,34 @@ func (d *FrameDecoder) SetOffset(off int64) { d.off = off }
 func (d *FrameDecoder) Offset() int64 { return d.off }
 
 // fill ensures at least n unread bytes are buffered; it returns false when the
-// stream ended (or failed) first.
+// stream ended (or failed, or the budget refused the room) first.
 func (d *FrameDecoder) fill(n int) bool {
 	if d.end-d.start >= n {
 		return true
+	}
+	if len(d.buf) > shrinkAbove && n <= decodeBufSize && d.end-d.start <= decodeBufSize {
+		// After a large frame: give its buffer back rather than keep it for
+		// the life of the connection.
+		d.buf, d.end = d.mem.shrink(d.buf, d.start, d.end, decodeBufSize), d.end-d.start
+		d.start = 0
 	}
 	if d.start > 0 {
 		copy(d.buf, d.buf[d.start:d.end])
 		d.end -= d.start
 		d.start = 0
 	}
-	if n > len(d.buf) {
-		nb := make([]byte, max(n, 2*len(d.buf)))
-		copy(nb, d.buf[:d.end])
-		d.buf = nb
-	}
 	zeroReads := 0
 	for d.end < n {
 		if d.rerr != nil {
 			return false
+		}
+		if d.end == len(d.buf) {
+			nb, ok := d.mem.grow(d.buf, d.end, min(n, max(2*len(d.buf), decodeBufSize)))
+			if !ok {
+				d.rerr = &budgetError{need: n, have: d.end, limit: d.mem.limit}
+				return false
+			}
+			d.buf = nb
 		}
 		m, err := d.r.Read(d.buf[d.end:])
 		d.end += m
@@ -255,6 +303,20 @@ func (d *FrameDecoder) fill(n int) bool {
 		}
 	}
 	return true
+}
+
+// buffered is the number of bytes of the next frame already read.
+func (d *FrameDecoder) buffered() int { return d.end - d.start }
+
+func (d *FrameDecoder) lastDecoded() *decoded { return &d.last }
+
+// release gives the buffer back to the budget; the decoder is unusable after.
+func (d *FrameDecoder) release() {
+	d.mem.release(len(d.buf))
+	d.buf, d.start, d.end = nil, 0, 0
+	if d.fatal == nil {
+		d.fatal = io.EOF
+	}
 }
 
 // Decode returns the next event. At a clean end of stream it returns io.EOF.
@@ -294,6 +356,7 @@ func (d *FrameDecoder) Decode() (Event, error) {
 		}
 		return Event{}, we
 	}
+	d.last = decoded{off: off, size: int(n), jsonBody: frame[2]&FlagJSON != 0}
 	return ev, nil
 }
 
@@ -301,6 +364,12 @@ func (d *FrameDecoder) endErr(have int) error {
 	if have == 0 && (d.rerr == nil || d.rerr == io.EOF) {
 		d.fatal = io.EOF
 		return io.EOF
+	}
+	var be *budgetError
+	if errors.As(d.rerr, &be) {
+		d.fatal = &WireError{Offset: d.off, Reason: ReasonOverBudget, Fatal: true,
+			Err: fmt.Errorf("frame of %d bytes (%d of them read): %w", be.need-frameHeaderLen, be.have-frameHeaderLen, be)}
+		return d.fatal
 	}
 	if d.rerr != nil && d.rerr != io.EOF {
 		d.fatal = &WireError{Offset: d.off, Reason: ReasonTruncated, Fatal: true,
