@@ -3,6 +3,7 @@ package hook
 import (
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -25,7 +26,7 @@ func lineLenCases(t *testing.T) []Event {
 		Event{Kind: KindGPU, Body: &GPU{Devices: []GPUDevice{{}, {Procs: []GPUProc{}}, {Procs: []GPUProc{{}}}}}},
 		Event{Kind: KindCanaryPages, Body: &CanaryPages{Changed: []PageChange{{Owner: odd}}, Running: []string{"", odd}}},
 		Event{Kind: KindRunStart, Body: &RunStart{Config: RunConfig{Extra: map[string]string{"a": odd}, Inject: []string{}}, Host: HostInfo{GPUs: []GPUInfo{{}}}}},
-		Event{Kind: KindRoomChecksum, Body: &RoomChecksum{Side: SidePrefill, Room: math.MaxUint64, PageSum: []Hex64{}, Layers: []int{0, -1}}},
+		Event{Kind: KindRoomChecksum, Body: &RoomChecksum{Side: SidePrefill, Room: math.MaxUint64, PageSum: []Hex64{}, Layers: []int{0, 7}, LayerBsum: []Hex64{0, math.MaxUint64}}},
 	)
 	return evs
 }
@@ -74,7 +75,7 @@ func TestAdmitFactorsHold(t *testing.T) {
 		{KindGPU, `{"devices":[{"procs":[` + rep(`{}`) + `]}]}`},
 		{KindCanaryPages, `{"changed":[` + rep(`{}`) + `]}`},
 		{KindCanaryPages, `{"collateral":[` + rep(`{}`) + `],"expected":[` + rep(`0`) + `]}`},
-		{KindRoomChecksum, `{"room":"1","side":"decode","page_bsum":[` + rep(`null`) + `]}`},
+		{KindRoomChecksum, `{"room":"1","side":"decode","seq_len":` + strconv.Itoa(64*n) + `,"page_bsum":[` + rep(`null`) + `]}`},
 		{KindRunStart, `{"host":{"gpus":[` + rep(`{}`) + `]}}`},
 		{KindFinding, `{"severity":"info","summary":"` + strings.Repeat("<", n) + `"}`},
 		{KindSession, `{"id":"a","outcome":"done","requests":[` + rep(`"\u2028"`) + `]}`},
@@ -102,7 +103,7 @@ func TestAdmitFactorsHold(t *testing.T) {
 		{Kind: KindCanaryPages, Body: &CanaryPages{Running: make([]string, n), Expected: repeatU32(127, n)}},
 		{Kind: KindCanaryPages, Body: &CanaryPages{Running: repeatStr(lt, n)}},
 		{Kind: KindGraphDiffSample, Body: &GraphDiffSample{Request: "r", Graph: make(Float32s, n), TopKGraph: repeatI32(-64, n)}},
-		{Kind: KindRoomChecksum, Body: &RoomChecksum{Side: SideDecode, PageBsum: make([]Hex64, n), Layers: repeatInt(-64, n)}},
+		{Kind: KindRoomChecksum, Body: &RoomChecksum{Side: SideDecode, SeqLen: 64 * n, PageBsum: make([]Hex64, n), Layers: ascendingInts(n), LayerBsum: make([]Hex64, n)}},
 		{Kind: KindSession, Body: &Session{ID: "<", Outcome: OutcomeDone, Requests: repeatStr("\u2028", n), FinishReasons: make([]string, n)}},
 	}
 	for i, ev := range binaries {
@@ -147,10 +148,12 @@ func repeatI32(v int32, n int) []int32 {
 	return s
 }
 
-func repeatInt(v, n int) []int {
+// ascendingInts is 0, 1, …, n-1: a valid layer list (layer ids ascend from
+// 0; negative ids, which would expand most, are refused by Validate).
+func ascendingInts(n int) []int {
 	s := make([]int, n)
 	for i := range s {
-		s[i] = v
+		s[i] = i
 	}
 	return s
 }
