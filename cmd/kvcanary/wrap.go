@@ -74,7 +74,7 @@ var wrapSettingFlags = []struct {
 }{
 	{"instruments", "KVCANARY_INSTRUMENTS", "checksum,canary,graphdiff", "`LIST` of instruments to enable, comma-separated: checksum, canary, graphdiff", checkInstruments},
 	{"canary-policy", "KVCANARY_CANARY_POLICY", "live", "`POLICY` of the pages the canary digests around a replay: live, all or sweep:N (canary/SPEC.md §4)", checkCanaryPolicy},
-	{"canary-every", "KVCANARY_CANARY_EVERY", "1", "check one decode step in `N` (forward_pass_id % N == 0 on every rank)", checkEvery},
+	{"canary-every", "KVCANARY_CANARY_EVERY", "64", "check one decode step in `N` (forward_pass_id % N == 0 on every rank)", checkEvery},
 	{"graphdiff-every", "KVCANARY_GRAPHDIFF_EVERY", "256", "rerun one graph step in `N` eagerly (forward_pass_id % N == 0 on every rank)", checkEvery},
 	{"graphdiff-layers", "KVCANARY_GRAPHDIFF_LAYERS", "", "indexer layer `IDS` whose top-k selections are compared: comma-separated ids or all (package default: none)", checkLayers},
 	{"graphdiff-logits", "KVCANARY_GRAPHDIFF_LOGITS", "topk:20", "`WHAT` of next_token_logits a sample carries: full, topk:N or none", checkLogits},
