@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import types
 from dataclasses import dataclass, field
 
 log = logging.getLogger("kvcanary")
@@ -89,7 +90,7 @@ TARGETS: tuple = (
         "sglang.srt.model_executor.model_runner.ModelRunner._forward_raw",
         AROUND, (),
         "not hooked: where SGLang picks graph (can_run_graph) or eager_runner.execute",
-        ("self",), hooked=False),
+        ("self", "forward_batch"), hooked=False),
 )
 
 # The module that provides the indexer capturer's getter and setter.
@@ -177,7 +178,7 @@ def _raw_attr(owner, name):
     return getattr(owner, name)
 
 
-def check_params(func, params: tuple) -> str:
+def check_params(func, params: tuple, strict: bool = True) -> str:
     """"" when func's leading parameters are `params` (more are allowed if
     they have defaults or are *args/**kwargs), else what differs."""
     try:
@@ -193,7 +194,7 @@ def check_params(func, params: tuple) -> str:
         if have[i].name != want:
             return "signature (%s): parameter %d is %r, want %r" % (
                 ", ".join(names), i + 1, have[i].name, want)
-    for p in have[len(params):]:
+    for p in have[len(params):] if strict else ():
         if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             continue
         if p.default is inspect.Parameter.empty:
@@ -214,14 +215,15 @@ def resolve(target: Target, modules: dict | None = None) -> Resolved:
             for i, a in enumerate(rest):
                 owner = obj
                 if not hasattr(obj, a):
-                    raise AttributeError("%s has no attribute %r" % (
-                        ".".join([getattr(obj, "__module__", "") or "", getattr(obj, "__qualname__", "")]
-                                 ).strip(".") or repr(obj), a))
+                    if isinstance(obj, types.ModuleType):
+                        raise AttributeError("module %s has no attribute or submodule %r" % (obj.__name__, a))
+                    raise AttributeError("%s.%s has no attribute %r" % (
+                        getattr(obj, "__module__", "?"), getattr(obj, "__qualname__", repr(obj)), a))
                 obj = getattr(obj, a)
             func = _raw_attr(owner, rest[-1]) if rest else obj
             if not callable(func):
                 raise TypeError("%s is not callable" % dotted)
-            bad = check_params(func, target.params)
+            bad = check_params(func, target.params, strict=target.hooked)
             if bad:
                 raise TypeError(bad)
             for need in target.needs:
