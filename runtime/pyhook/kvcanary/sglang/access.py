@@ -8,7 +8,20 @@ when a thing is absent; callers skip that work (they never guess).
 
 from __future__ import annotations
 
+import torch
+
 PAGE = 64  # tokens per index-K page (fixed at 64 on CUDA)
+
+
+def host_ints(values, device) -> torch.Tensor:
+    """A host list of ints as an int64 tensor on `device`. On CUDA the copy is
+    made from pinned memory with non_blocking=True: a plain copy from
+    pageable memory would synchronize the step thread with the stream."""
+    t = torch.tensor(list(values), dtype=torch.int64)
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return t.pin_memory().to(dev, non_blocking=True)
+    return t.to(dev)
 
 
 def req_pool_idx(req):

@@ -91,7 +91,7 @@ class Canary:
             self._moves.append(torch.div(tgt.reshape(-1).long(), PAGE, rounding_mode="floor"))
         elif tgt is not None:
             self._moves.append(torch.div(torch.as_tensor(tgt, dtype=torch.int64).reshape(-1), PAGE,
-                                         rounding_mode="floor"))
+                                         rounding_mode="floor"))  # a host list: stays on the host
 
     def on_pop_transferred(self, result, queue, *args, **kwargs):
         self._queues.add(queue)
@@ -154,8 +154,8 @@ class Canary:
         treqs = self._transfer_reqs()
         if treqs:
             tl = [t[2] for t in treqs]
-            tpages = entry_pages(r2t, torch.tensor([t[1] for t in treqs], device=r2t.device),
-                                 torch.tensor(tl, device=r2t.device), max(tl))
+            tpages = entry_pages(r2t, A.host_ints([t[1] for t in treqs], r2t.device),
+                                 A.host_ints(tl, r2t.device), max(tl))
             t_total = sum((s + PAGE - 1) // PAGE for s in tl)
         else:
             tpages = torch.empty((0, 0), dtype=torch.int64, device=r2t.device)
@@ -192,7 +192,8 @@ class Canary:
         return {"step": step, "bufs": bufs, "cand": cand, "before": before, "owner": owner[cand],
                 "live": live_c, "transfer": t_c, "expected": expected, "names": names,
                 "rids": rids, "bs": bs, "num_pages": num_pages, "policy": policy,
-                "moves": torch.cat(moves).to(dev) if moves else torch.empty(0, dtype=torch.int64, device=dev)}
+                "moves": torch.cat([m.to(dev, non_blocking=True) for m in moves]) if moves
+                else torch.empty(0, dtype=torch.int64, device=dev)}
 
     def post(self, st, runner, fb, result):
         after = D.page_bsums(st["bufs"], st["cand"])

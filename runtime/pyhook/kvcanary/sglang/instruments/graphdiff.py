@@ -163,6 +163,9 @@ class GraphDiff:
         step = step_of(runner)
         if step < 0 or step % self.b.settings.graphdiff_every != 0:
             return None
+        fm = getattr(fb, "forward_mode", None)
+        if fm is not None and hasattr(fm, "is_decode") and not fm.is_decode():
+            return None  # target-verify and other multi-token modes: rows are not requests
         cap = self.capturer
         return {"step": step, "bs": int(fb.batch_size), "calls": cap.calls if cap is not None else 0}
 
