@@ -22,11 +22,13 @@ HookRegistry's wrappers do. Either way:
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import threading
 import time
 
+from .. import emitter as _emitter  # noqa: F401 - its exit handler registers first, so runs after ours
 from . import targets as T
 from .deferred import Deferred
 
@@ -77,6 +79,9 @@ class Binding:
         self.settings = settings
         self._emitter = emitter  # None: the process-wide emitter, fetched at the first event
         self.deferred = Deferred(self.emit)
+        # Events still waiting on the device at exit are built before the
+        # emitter's own exit handler flushes and closes (atexit runs LIFO).
+        atexit.register(self.deferred.flush, 2.0)
         self.disabled: dict = {}  # feature -> reason
         self.resolved: dict = {}  # target name -> targets.Resolved
         self.stats = {"errors": 0}
