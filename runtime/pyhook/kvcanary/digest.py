@@ -236,8 +236,16 @@ def combine_layers(layer_digests: torch.Tensor, layers: Sequence[int]) -> torch.
     return mix_(z).sum(0)
 
 
+# Peak temporaries of one group, in units of the group's gathered bytes: the
+# gather, the token-order copy (or the page-entry words) and one shift temporary.
+_TEMP_FACTOR = 4
+DEFAULT_MAX_BYTES = 512 << 20
+
+
 def _group(bufs: list, bytes_per_layer: int, max_bytes: int) -> list:
-    size = max(1, max_bytes // max(1, bytes_per_layer))
+    """Split layers into groups whose temporaries stay under max_bytes (at
+    least one layer per group). Fewer groups: fewer kernel launches."""
+    size = max(1, max_bytes // max(1, bytes_per_layer * _TEMP_FACTOR))
     return [bufs[i:i + size] for i in range(0, len(bufs), size)]
 
 
@@ -250,7 +258,7 @@ def _room_layers(bufs, slots, layout: Layout, page_digests: bool, max_bytes: int
     pw = layout.page_words
     dev = bufs[0].device
     lbs, parts = [], []
-    for group in _group(bufs, max(1, nbytes) * 8, max_bytes):
+    for group in _group(bufs, max(1, nbytes), max_bytes):
         st = torch.stack([token_stream(b, slots, layout).reshape(-1) for b in group])  # [G, nbytes]
         w = _words(st, owned=True)  # [G, n]
         if page_digests:
@@ -268,14 +276,14 @@ def _room_layers(bufs, slots, layout: Layout, page_digests: bool, max_bytes: int
 
 
 def room_digest(buffers: Sequence[tuple], slots: torch.Tensor, layout, page_digests: bool = True,
-                max_bytes: int = 256 << 20) -> RoomDigest:
+                max_bytes: int = DEFAULT_MAX_BYTES) -> RoomDigest:
     """Spec v1.1 room digest over layer buffers.
 
     buffers: (layer_id, buf) pairs, layer ids ascending; a 0-row buffer
     (skip_topk_layers) is skipped and not listed in `layers`. slots: the
     room's req_to_token row [seq_len] on the buffers' device. Layers are
-    processed in groups of about `max_bytes` of gathered stream (bounds the
-    temporaries; fewer groups, fewer kernel launches).
+    processed in groups whose temporaries stay near `max_bytes` (fewer
+    groups, fewer kernel launches; see README "Cost model").
     """
     layout = layout_of(layout)
     used = [(int(l), b) for l, b in buffers if b.shape[0] > 0]
@@ -313,13 +321,14 @@ def room_digest_v10(buf: torch.Tensor, slots: torch.Tensor, layout, page_digests
 # --- whole pages (the canary) ----------------------------------------------------
 
 
-def page_bsums(buffers, pages: torch.Tensor, layout=None, max_bytes: int = 256 << 20) -> torch.Tensor:
+def page_bsums(buffers, pages: torch.Tensor, layout=None, max_bytes: int = DEFAULT_MAX_BYTES) -> torch.Tensor:
     """Whole-page bsum (all 64 slots, token order, positions from 0: SPEC §4
     PageBsum) of each page in `pages`, layer-combined as in spec v1.1 →
     int64 [len(pages)] on the buffers' device. The canary's page digest.
 
     buffers: (layer_id, buf) pairs as for room_digest (0-row buffers skipped),
     or one bare buffer (then the plain v1.0 PageBsum, not combined).
+    pages: integer tensor of page indices on the buffers' device.
     layout: inferred from the page size (8448 fp8, 16384 bf16) when None.
     """
     single = isinstance(buffers, torch.Tensor)
@@ -340,7 +349,7 @@ def page_bsums(buffers, pages: torch.Tensor, layout=None, max_bytes: int = 256 <
     npg = pages.shape[0]
     pw = layout.page_words
     out = []
-    for group in _group(pairs, max(1, npg) * layout.page_bytes * 8, max_bytes):
+    for group in _group(pairs, max(1, npg) * layout.page_bytes, max_bytes):
         g = torch.empty((len(group), npg, layout.page_bytes), dtype=torch.uint8, device=dev)
         for i, (_, b) in enumerate(group):
             torch.index_select(b, 0, pages, out=g[i])  # the gather: one read of each page

@@ -47,7 +47,8 @@ KINDS = frozenset({"run.start", "run.end", "room.checksum", "replay", "canary.pa
                    "graphdiff.sample", "session", "sched", "gpu", "cuda", "finding"})
 _M64 = (1 << 64) - 1
 _BATCH = 256  # events encoded and written per send
-_CHUNK = 4096  # list elements per json.dumps call (keeps one C call, and the GIL, short)
+_CHUNK = 2048  # list elements per json.dumps call (keeps one C call, and the GIL, short)
+_YIELD_BYTES = 16 << 10  # encoded bytes between two voluntary GIL releases of the writer
 _RUN_END = object()  # queue sentinel: close() asks for run.end here
 
 
@@ -75,7 +76,10 @@ def _dumps_body(body: dict) -> str:
         if not isinstance(k, str):
             raise TypeError("body key %r is not a string" % (k,))
         if isinstance(v, (list, tuple)) and len(v) > _CHUNK:
-            items = [_dumps(list(v[i:i + _CHUNK]))[1:-1] for i in range(0, len(v), _CHUNK)]
+            items = []
+            for i in range(0, len(v), _CHUNK):
+                items.append(_dumps(list(v[i:i + _CHUNK]))[1:-1])
+                time.sleep(0)  # let a waiting step thread have the GIL between chunks
             parts.append(_dumps(k) + ":[" + ",".join(items) + "]")
         else:
             parts.append(_dumps(k) + ":" + _dumps(v))
@@ -243,6 +247,8 @@ class Emitter:
             self._wake.set()
             thread.join(timeout)
             if thread.is_alive():
+                log.warning("kvcanary: the collector at %s took no more events within %gs of close; "
+                            "dropping the %d still queued", self.addr, timeout, max(0, len(self._q) - 1))
                 self._abandon = True
                 s = self._sock
                 if s is not None:
@@ -363,7 +369,8 @@ class Emitter:
                 self._sent += whole
                 self._dropped += n - whole
             self._last_error = "write to %s: %s" % (self.addr, e)
-            self._warn_once("write", "kvcanary: lost the collector at %s (%s); reconnecting", self.addr, e)
+            if not self._abandon:  # close() gave up on a stalled collector: it said so already
+                self._warn_once("write", "kvcanary: lost the collector at %s (%s); reconnecting", self.addr, e)
             self._disconnect()
             return False
         finally:
@@ -388,7 +395,7 @@ class Emitter:
                         backoff = min(2 * backoff, self.max_backoff)
                         continue
                     backoff = self.min_backoff
-                lines, n, end = [], 0, False
+                lines, n, end, since_yield = [], 0, False, 0
                 while n < _BATCH:
                     try:
                         item = self._q.popleft()
@@ -401,6 +408,12 @@ class Emitter:
                     if line is not None:
                         lines.append(line)
                         n += 1
+                        since_yield += len(line)
+                        if since_yield > _YIELD_BYTES:
+                            # hand the GIL back now and then, so a step thread waiting
+                            # for it waits one event's encoding, not a switch interval
+                            time.sleep(0)
+                            since_yield = 0
                 if n and not self._write(b"".join(lines), n):
                     continue  # redial; the failed lines are counted dropped
                 if end:
