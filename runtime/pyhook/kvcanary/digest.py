@@ -167,6 +167,27 @@ def _token_major(pages: torch.Tensor, layout: Layout) -> torch.Tensor:
     return torch.cat((k, s), dim=-1)
 
 
+def _slot_index(slots: torch.Tensor):
+    """(slot, page, offset) as int64 tensors: computed once per room, shared by its layers."""
+    s = slots.to(torch.int64)
+    page = torch.div(s, TOKENS_PER_PAGE, rounding_mode="floor")
+    return s, page, s - page * TOKENS_PER_PAGE
+
+
+def _gather_tokens(buf: torch.Tensor, idx, layout: Layout, out: torch.Tensor) -> None:
+    """Write the room's tokens of `buf` into out [seq_len, token_bytes] in
+    position order: one gather kernel (bf16), or K, scales and their
+    interleave (fp8, three)."""
+    s, page, off = idx
+    if layout.scale_bytes == 0:
+        torch.index_select(buf.view(-1, layout.token_bytes), 0, s, out=out)
+        return
+    kb = TOKENS_PER_PAGE * layout.k_bytes
+    k = buf[:, :kb].view(buf.shape[0], TOKENS_PER_PAGE, layout.k_bytes)[page, off]
+    sc = buf[:, kb:].view(buf.shape[0], TOKENS_PER_PAGE, layout.scale_bytes)[page, off]
+    torch.cat((k, sc), dim=1, out=out)
+
+
 def token_stream(buf: torch.Tensor, slots: torch.Tensor, layout) -> torch.Tensor:
     """The room's tokens of one layer buffer in position order.
 
@@ -176,15 +197,9 @@ def token_stream(buf: torch.Tensor, slots: torch.Tensor, layout) -> torch.Tensor
     """
     layout = layout_of(layout)
     _check_buf(buf, layout)
-    s = slots.to(torch.int64)
-    page = torch.div(s, TOKENS_PER_PAGE, rounding_mode="floor")
-    off = s - page * TOKENS_PER_PAGE
-    kb = TOKENS_PER_PAGE * layout.k_bytes
-    k = buf[:, :kb].view(buf.shape[0], TOKENS_PER_PAGE, layout.k_bytes)[page, off]
-    if layout.scale_bytes == 0:
-        return k
-    sc = buf[:, kb:].view(buf.shape[0], TOKENS_PER_PAGE, layout.scale_bytes)[page, off]
-    return torch.cat((k, sc), dim=1)
+    out = torch.empty((int(slots.shape[0]), layout.token_bytes), dtype=torch.uint8, device=buf.device)
+    _gather_tokens(buf, _slot_index(slots), layout, out)
+    return out
 
 
 # --- rooms -----------------------------------------------------------------------
@@ -254,23 +269,30 @@ def _room_layers(bufs, slots, layout: Layout, page_digests: bool, max_bytes: int
     seq_len = int(slots.shape[0])
     npages = -(-seq_len // TOKENS_PER_PAGE)
     nbytes = seq_len * layout.token_bytes
-    n = -(-nbytes // 8)
+    n = -(-nbytes // 8)  # words of the stream (the last one zero-padded)
     pw = layout.page_words
+    padded = npages * TOKENS_PER_PAGE * layout.token_bytes  # whole page-table entries
     dev = bufs[0].device
+    if seq_len == 0:  # an empty room: bsum 0 on every layer (SPEC §2), no entries
+        return (torch.zeros(len(bufs), dtype=torch.int64, device=dev),
+                torch.zeros((len(bufs), 0), dtype=torch.int64, device=dev) if page_digests else None)
+    idx = _slot_index(slots)
     lbs, parts = [], []
-    for group in _group(bufs, max(1, nbytes), max_bytes):
-        st = torch.stack([token_stream(b, slots, layout).reshape(-1) for b in group])  # [G, nbytes]
-        w = _words(st, owned=True)  # [G, n]
+    for group in _group(bufs, max(1, padded), max_bytes):
+        g = len(group)
+        st = torch.empty((g, padded), dtype=torch.uint8, device=dev)
+        st[:, nbytes:].zero_()  # past seq_len: zero bytes (the last word's padding; no terms)
+        for i, b in enumerate(group):
+            _gather_tokens(b, idx, layout, st[i, :nbytes].view(seq_len, layout.token_bytes))
+        words = st.view(torch.int64)  # [g, npages·pw]
         if page_digests:
             # entry i: words [i·pw, (i+1)·pw) of the stream, positions from 0
-            wp = torch.zeros((len(group), npages * pw), dtype=torch.int64, device=dev)
-            wp[:, :n] = w
-            wp = wp.view(len(group), npages, pw)
+            wp = words.clone().view(g, npages, pw)
             wp.bitwise_xor_(_pos_consts(dev, pw))
             mix_(wp)
-            wp.view(len(group), -1)[:, n:] = 0  # words past the stream's end are not terms
+            wp.view(g, -1)[:, n:] = 0  # words past the stream's end are not terms
             parts.append(wp.sum(-1))
-        lbs.append(_terms_sum(w, _pos_consts(dev, n)))
+        lbs.append(_terms_sum(words[:, :n], _pos_consts(dev, n)))
     lb = torch.cat(lbs)
     return lb, (torch.cat(parts) if page_digests else None)
 

@@ -11,7 +11,7 @@ def test_defaults_when_unset():
     assert s == Settings()
     assert s.addr is None and not s.enabled
     assert s.instruments == frozenset({"checksum", "canary", "graphdiff"})
-    assert s.canary_policy == "live" and s.canary_every == 1
+    assert s.canary_policy == "live" and s.canary_every == 64  # README "Cost model"
     assert s.graphdiff_every == 256 and s.graphdiff_layers == ()
     assert s.graphdiff_logits == "topk:20" and s.logits_mode == "topk" and s.logits_k == 20
     assert s.checksum_pages is True and s.queue == 4096 and s.log == "warning"
