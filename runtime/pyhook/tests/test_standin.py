@@ -423,13 +423,33 @@ def test_plugin_entry_point_reaches_spawned_schedulers(tmp_path):
     assert [x["what"] for x in notes[t["prefill_pid"]]] == ["load"]
 
 
-def test_plugin_not_in_whitelist_is_skipped(tmp_path):
+LOAD_PROBE = """
+import json, os
+from sglang.srt.plugins import load_plugins
+from sglang.srt.plugins.hook_registry import HookRegistry
+load_plugins()
+load_plugins()  # idempotent per process
+import sglang.srt.disaggregation.decode as d
+print(json.dumps({"patched": sorted(HookRegistry._patched),
+                  "wrapped": hasattr(d.DecodeTransferQueue.pop_transferred, "__wrapped__")}))
+"""
+
+
+@pytest.mark.parametrize("whitelist,loaded", [("someone_else", False), ("", True), ("x, probe", True)])
+def test_sglang_plugins_whitelist(tmp_path, whitelist, loaded):
     plug, probe = tmp_path / "plug", tmp_path / "probe"
     plug.mkdir(), probe.mkdir()
     make_probe_dist(str(plug))
-    env = {"PYTHONPATH": os.pathsep.join([str(plug), STANDIN]), "SGLANG_PLUGINS": "someone_else", "PROBE_DIR": str(probe)}
-    run_engine(tmp_path, "--requests", "2", "--prompt-len", "70:90", env=env)
-    assert read_probe(str(probe)) == {}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plug), STANDIN]), SGLANG_PLUGINS=whitelist, PROBE_DIR=str(probe))
+    r = subprocess.run([sys.executable, "-c", LOAD_PROBE], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    notes = read_probe(str(probe))
+    if loaded:
+        assert list(notes.values()) == [[{"what": "load"}]], "loaded and called once"
+        assert len(out["patched"]) == 4 and out["wrapped"]
+    else:
+        assert notes == {} and out == {"patched": [], "wrapped": False}
 
 
 # --- engine runs --------------------------------------------------------------------------
