@@ -38,46 +38,53 @@ from kvcanary.digest import LAYOUTS, page_bsums, room_digest, bsum_bytes  # noqa
 from kvcanary.emitter import Emitter, hex64, dec64  # noqa: E402
 
 
+_SYNC = lambda: None  # noqa: E731 - torch.cuda.synchronize when timing a GPU
+
+
 def median_time(fn, reps):
     fn()  # warm-up (caches, allocator)
+    _SYNC()
     ts = []
     for _ in range(reps):
         t = time.perf_counter()
         fn()
+        _SYNC()
         ts.append(time.perf_counter() - t)
     return statistics.median(ts)
 
 
-def bench_digests(reps):
-    out = {}
+def bench_digests(reps, device="cpu", layers=8, arena_pages=128):
+    out = {"device": str(device)}
     g = torch.Generator().manual_seed(1)
     # flat stream, 64 MiB
     n = 64 << 20
-    stream = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
+    stream = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g).to(device)
     t = median_time(lambda: bsum_bytes(stream), reps)
     out["bsum_stream_gbs"] = n / t / 1e9
     words = stream.view(torch.int64)
     t_sum = median_time(lambda: words.sum(), reps)
     out["tensor_sum_gbs"] = n / t_sum / 1e9
 
-    # a room: 8 layers (of V3.2's 61) × 4096 tokens fp8, slots scattered over the arena
+    # a room: `layers` layers (V3.2 has 61) × 4096 tokens fp8, slots scattered over the arena
     fp8 = LAYOUTS["fp8"]
-    layers, seq_len, arena_pages = 8, 4096, 128
-    bufs = [(l, torch.randint(0, 256, (arena_pages, fp8.page_bytes), dtype=torch.uint8, generator=g))
+    seq_len = 4096
+    bufs = [(l, torch.randint(0, 256, (arena_pages, fp8.page_bytes), dtype=torch.uint8, generator=g).to(device))
             for l in range(layers)]
     pages = torch.randperm(arena_pages, generator=g)[:seq_len // 64]
-    slots = (pages[torch.arange(seq_len) // 64] * 64 + torch.arange(seq_len) % 64).to(torch.int32)
+    slots = (pages[torch.arange(seq_len) // 64] * 64 + torch.arange(seq_len) % 64).to(torch.int32).to(device)
     room_bytes = layers * seq_len * fp8.token_bytes
     t = median_time(lambda: room_digest(bufs, slots, "fp8"), reps)
     out["room_digest_gbs"] = room_bytes / t / 1e9
+    out["room_digest_ms"] = t * 1e3
     t = median_time(lambda: room_digest(bufs, slots, "fp8", page_digests=False), reps)
     out["room_digest_no_pages_gbs"] = room_bytes / t / 1e9
 
-    # canary: whole pages, 8 layers × 128 pages
-    allp = torch.arange(arena_pages)
+    # canary: one snapshot, whole pages, `layers` × `arena_pages`
+    allp = torch.arange(arena_pages, device=device)
     canary_bytes = layers * arena_pages * fp8.page_bytes
     t = median_time(lambda: page_bsums(bufs, allp), reps)
     out["page_bsums_gbs"] = canary_bytes / t / 1e9
+    out["page_bsums_ms"] = t * 1e3
     out["page_bsums_us_per_page_layer"] = t / (layers * arena_pages) * 1e6
 
     # kernel launches (profiler: ops that read or write tensor memory)
@@ -286,11 +293,22 @@ def main():
     ap.add_argument("--reps", type=int, default=7, help="repetitions per figure (median); at least 5")
     ap.add_argument("--events", type=int, default=20000, help="events per emitter throughput run")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--device", default="cpu",
+                    help="device of the digest figures: cpu (default) or cuda[:N] (the GPU self-test)")
+    ap.add_argument("--layers", type=int, default=8, help="layers of the digest figures (61 on a GPU: V3.2)")
+    ap.add_argument("--pages", type=int, default=128, help="arena pages per layer (4096 on a GPU: 64 × 4k tokens)")
     a = ap.parse_args()
     if a.reps < 5:
         ap.error("--reps %d: want at least 5 (figures are medians)" % a.reps)
+    if a.pages < 64:
+        ap.error("--pages %d: want at least 64 (a 4096-token room)" % a.pages)
+    global _SYNC
+    if a.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            ap.error("--device %s: torch sees no CUDA device" % a.device)
+        _SYNC = torch.cuda.synchronize
     res = {"torch": torch.__version__, "threads": torch.get_num_threads(), "python": sys.version.split()[0],
-           "digests": bench_digests(a.reps), "emitter": bench_emitter(a.reps, a.events)}
+           "digests": bench_digests(a.reps, a.device, a.layers, a.pages), "emitter": bench_emitter(a.reps, a.events)}
     if a.json:
         print(json.dumps(res, indent=2))
         return
@@ -298,10 +316,13 @@ def main():
     print("torch %s, %d thread(s), median of %d" % (res["torch"], res["threads"], a.reps))
     print("bsum flat stream        %8.3f GB/s   (tensor.sum on the same bytes: %.2f GB/s)"
           % (dg["bsum_stream_gbs"], dg["tensor_sum_gbs"]))
-    print("room_digest 8 layers    %8.3f GB/s   (without page_bsum: %.3f GB/s)"
-          % (dg["room_digest_gbs"], dg["room_digest_no_pages_gbs"]))
-    print("page_bsums (canary)     %8.3f GB/s   (%.1f µs per page per layer)"
-          % (dg["page_bsums_gbs"], dg["page_bsums_us_per_page_layer"]))
+    print("digests on %s" % dg["device"])
+    print("room_digest %2d layers   %8.3f GB/s   (without page_bsum: %.3f GB/s)"
+          % (a.layers, dg["room_digest_gbs"], dg["room_digest_no_pages_gbs"]))
+    print("page_bsums (canary)     %8.3f GB/s   (%.1f µs per page per layer; one snapshot of %d layers × %d pages "
+          "%.2f ms)" % (dg["page_bsums_gbs"], dg["page_bsums_us_per_page_layer"], a.layers, a.pages,
+                         dg["page_bsums_ms"]))
+    print("room_digest of 4096 tokens × %d layers: %.2f ms" % (a.layers, dg["room_digest_ms"]))
     la = dg["launches"]
     print("kernels per call (%d layers): page_bsums %d (one group), %d (a group per layer); room_digest %d, "
           "without pages %d" % (la["layers"], la["page_bsums_1_group"]["total"],

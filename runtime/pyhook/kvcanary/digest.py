@@ -225,6 +225,7 @@ class RoomDigest:
 
 
 _lc_cache: dict = {}
+_lc_pinned: dict = {}
 
 
 def _layer_consts(layers: Sequence[int], device) -> torch.Tensor:
@@ -233,9 +234,17 @@ def _layer_consts(layers: Sequence[int], device) -> torch.Tensor:
     key = (str(device), tuple(layers))
     t = _lc_cache.get(key)
     if t is None:
-        t = torch.tensor([_s64((l + 1) * 0x9E3779B97F4A7C15) for l in layers], dtype=torch.int64)
-        t = t.to(device)
+        vals = [_s64((l + 1) * 0x9E3779B97F4A7C15) for l in layers]
+        if torch.device(device).type == "cuda":
+            # pinned + non_blocking: no synchronizing pageable copy on the step thread
+            # (the pinned source must outlive the copy: kept until the cache drops it)
+            src = torch.tensor(vals, dtype=torch.int64).pin_memory()
+            t = src.to(device, non_blocking=True)
+            _lc_pinned[key] = src
+        else:
+            t = torch.tensor(vals, dtype=torch.int64, device=device)
         if len(_lc_cache) > 256:
+            _lc_pinned.clear()
             _lc_cache.clear()
         _lc_cache[key] = t
     return t

@@ -27,12 +27,14 @@ Decisions (documented in README.md, "Emitter"):
 from __future__ import annotations
 
 import atexit
+import base64
 import collections
 import json
 import logging
 import os
 import select
 import socket
+import struct
 import sys
 import threading
 import time
@@ -48,6 +50,7 @@ KINDS = frozenset({"run.start", "run.end", "room.checksum", "replay", "canary.pa
 _M64 = (1 << 64) - 1
 _BATCH = 256  # events encoded and written per send
 _CHUNK = 2048  # list elements per json.dumps call (keeps one C call, and the GIL, short)
+# (logits travel as base64 strings, see f32s; long lists are e.g. canary page lists)
 _YIELD_BYTES = 16 << 10  # encoded bytes between two voluntary GIL releases of the writer
 _RUN_END = object()  # queue sentinel: close() asks for run.end here
 
@@ -60,6 +63,25 @@ def hex64(v: int) -> str:
 def dec64(v: int) -> str:
     """Decimal string of v mod 2^64 (a 64-bit id such as `room` on the wire)."""
     return str(int(v) & _M64)
+
+
+def f32s(values) -> str:
+    """A float32 vector in its JSON form (WIRE/event.go `Float32s`): base64 of
+    the little-endian float32 bytes. NaN and ±Inf are allowed (logits).
+    `values`: a CPU torch tensor (any float dtype) or a sequence of floats."""
+    if hasattr(values, "detach"):  # a torch tensor: no per-element Python work
+        import torch  # already loaded: the caller holds a tensor
+
+        t = values.detach().reshape(-1).to("cpu", dtype=torch.float32).contiguous()
+        try:
+            raw = t.numpy().tobytes()
+        except Exception:  # noqa: BLE001 - torch without numpy
+            raw = struct.pack("<%df" % t.numel(), *t.tolist())
+        if sys.byteorder != "little":
+            raw = struct.pack("<%df" % t.numel(), *struct.unpack("=%df" % t.numel(), raw))
+    else:
+        raw = struct.pack("<%df" % len(values), *values)
+    return base64.b64encode(raw).decode("ascii")
 
 
 def _dumps(v) -> str:

@@ -351,3 +351,23 @@ def test_cuda_matches_cpu():
     assert u64(a.bsum) == u64(b.bsum) and u64s(a.page_bsum) == u64s(b.page_bsum)
     pages = torch.tensor([0, 3])
     assert u64s(page_bsums(cpu, pages)) == u64s(page_bsums(gpu, pages.cuda()))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: the no-sync check needs one")
+def test_cuda_digests_never_synchronize():
+    """torch's sync debug mode turns any synchronizing call (a .item(), a
+    pageable copy, a nonzero) inside the digests into an error."""
+    arenas = _layer_arenas("fp8", 60, 3, 4)
+    gpu = [(l, to_tensor(arenas[l], "fp8").cuda()) for l in range(3)]
+    slots = slots_of([3, 1], 100).cuda()
+    pages = torch.tensor([0, 3]).cuda()
+    room_digest(gpu, slots, "fp8")  # warm the constant caches
+    page_bsums(gpu, pages)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        d = room_digest(gpu, slots, "fp8")
+        p = page_bsums(gpu, pages)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert d.bsum.is_cuda and p.is_cuda

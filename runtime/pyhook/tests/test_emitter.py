@@ -8,10 +8,11 @@ import tempfile
 import time
 
 import pytest
+import torch
 
 from conftest import Collector, REPO
 from kvcanary import emitter as emitter_mod
-from kvcanary.emitter import Emitter, KINDS, dec64, encode_event, get_emitter, hex64
+from kvcanary.emitter import Emitter, KINDS, dec64, encode_event, f32s, get_emitter, hex64
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "python_events.jsonl")
 HANG = 30.0  # hang guard for waits on another thread; never a timing assertion
@@ -90,6 +91,18 @@ def test_invalid_bodies_counted_never_raised(unix_collector, caplog):
     assert b"NaN" not in b"".join(unix_collector.lines)
     # one warning for the encoding failures, not one per event
     assert sum("not sent" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_f32s_is_base64_of_little_endian_float32():
+    import base64
+    import struct
+    assert f32s([]) == ""
+    raw = base64.b64decode(f32s([1.0, -2.5, float("inf")]))
+    assert struct.unpack("<3f", raw) == (1.0, -2.5, float("inf"))
+    t = torch.tensor([0.1, float("nan")], dtype=torch.float16)
+    got = struct.unpack("<2f", base64.b64decode(f32s(t)))
+    assert got[0] == struct.unpack("<f", struct.pack("<f", float(t[0])))[0] and got[1] != got[1]
+    assert f32s(torch.tensor([[1.0, 2.0]])) == f32s([1.0, 2.0])
 
 
 def test_long_lists_encode_in_chunks_identically():
@@ -324,14 +337,15 @@ def golden_events():
                            "page_bsum": [hex64(0x0123456789ABCDEF), hex64(42), hex64(0xE220A8397B1DCDAF)]}),
         ("canary.pages", {"step": 17, "policy": "live", "pages_total": 4096, "pages_checked": 12,
                           "changed": [{"page": 9, "owner": "req-2", "before": hex64(1), "after": hex64(-1)}],
-                          "expected": [3, 9], "expected_owner": ["req-1", "req-2"], "transfer": [40],
-                          "running": ["req-1", "req-2"], "padding": [0], "live_pages": 10,
-                          "live_checked": 10, "phase": "between"}),
+                          "expected": [3, 9], "transfer": [40], "running": ["req-1", "req-2"], "padding": [0],
+                          "expected_owner": ["req-1", "req-2"], "live_pages": 10, "live_checked": 10,
+                          "phase": "between"}),
         ("graphdiff.sample", {"step": 256, "request": "req-1", "dtype": "bf16", "topk_graph": [5, 3, -1],
                               "topk_eager": [5, 4, -1], "k": 3, "seq_len": 130, "source": "indexer_topk.7"}),
-        ("graphdiff.sample", {"step": 256, "request": "req-1", "dtype": "fp32", "graph": [0.5, -1.25, 3e38],
-                              "eager": [0.5, -1.0, 3e38], "topk_graph": [2, 0], "topk_eager": [2, 0], "k": 2,
-                              "source": "next_token_logits"}),
+        ("graphdiff.sample", {"step": 256, "request": "req-1", "dtype": "fp32",
+                              "graph": f32s([0.5, -1.25, 3e38, float("nan")]),
+                              "eager": f32s(torch.tensor([0.5, -1.0, 3e38, float("-inf")], dtype=torch.bfloat16)),
+                              "topk_graph": [2, 0], "topk_eager": [2, 0], "k": 2, "source": "next_token_logits"}),
         ("replay", {"step": 17, "bs": 2, "bucket": 4, "mode": "graph", "dur_ns": 41000}),
         ("run.end", {"wall_ns": 123456789, "dropped": 3}),
     ]
