@@ -226,6 +226,8 @@ class Emitter:
         try:
             if ts_ns is None:
                 ts_ns = time.time_ns()
+            if self._pid != os.getpid():  # forked without Python's at-fork hooks
+                self._after_fork_child()
             with self._lock:
                 if kind not in KINDS or type(body) is not dict:
                     self._invalid += 1

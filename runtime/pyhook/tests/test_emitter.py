@@ -222,6 +222,32 @@ def test_reconnects_after_collector_drops_the_connection(unix_collector):
     assert st["sent"] + st["dropped"] == i + 2  # every event (and run.end) accounted for
 
 
+def test_concurrent_emitters_account_for_every_event(unix_collector):
+    import threading
+    em = Emitter(unix_collector.addr, queue_size=256)
+    results = [[] for _ in range(4)]
+
+    def worker(k):
+        for i in range(2000):
+            results[k].append(em.emit("replay", replay_body(k * 10_000 + i)))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(HANG)
+    em.close(timeout=HANG)
+    ok = sum(r.count(True) for r in results)
+    st = em.stats
+    assert st["dropped"] == 8000 - ok and st["sent"] == ok + 1  # + run.end
+    assert unix_collector.wait(lambda c: len(c.events) == ok + 1)
+    steps = [e["body"]["step"] for e in unix_collector.events[:-1]]
+    assert len(set(steps)) == ok
+    for k in range(4):  # each thread's events arrive in its order
+        mine = [s for s in steps if s // 10_000 == k]
+        assert mine == sorted(mine)
+
+
 def test_noop_emitter_and_close_idempotent():
     em = Emitter(None)
     assert em.emit("replay", replay_body(0)) is False
