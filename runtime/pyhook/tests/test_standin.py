@@ -359,6 +359,8 @@ def _after_pop(result, self, rids_to_check=None):
 
 def _around_exec(original, self, forward_batch, pp_proxy_tensors=None):
     raw = forward_batch.batch_size
+    if os.environ.get("PROBE_RAISE"):
+        raise RuntimeError("probe boom")
     out = original(self, forward_batch, pp_proxy_tensors)
     _note("replay", raw_bs=raw, bs=self.bs, rows=int(out.next_token_logits.shape[0]))
     return out
@@ -450,6 +452,20 @@ def test_sglang_plugins_whitelist(tmp_path, whitelist, loaded):
         assert len(out["patched"]) == 4 and out["wrapped"]
     else:
         assert notes == {} and out == {"patched": [], "wrapped": False}
+
+
+def test_a_failing_scheduler_process_fails_the_engine(tmp_path):
+    """A hook that raises inside the engine reaches the step thread (which is
+    why kvcanary's hooks must never raise); the launcher reports it, exit 1."""
+    plug, probe = tmp_path / "plug", tmp_path / "probe"
+    plug.mkdir(), probe.mkdir()
+    make_probe_dist(str(plug))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plug), STANDIN]), SGLANG_PLUGINS="probe",
+               PROBE_DIR=str(probe), PROBE_RAISE="1")
+    r = subprocess.run([sys.executable, ENGINE, "--requests", "2", "--prompt-len", "70:90", "--tp", "2", "--timeout", "100",
+                        "--log-level", "warning"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "engine: decode rank " in r.stderr and "RuntimeError: probe boom" in r.stderr
 
 
 # --- engine runs --------------------------------------------------------------------------

@@ -63,7 +63,8 @@ def parse_args(argv):
     p.add_argument("--transfer-gap-ms", type=float, default=2.0, help="pause between the late request's chunks")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before the launcher gives up on its processes")
     p.add_argument("--truth", metavar="FILE", help="write the ground-truth JSON here")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--log-level", default="info", help="scheduler processes' log level (SGLang-style lines on stderr)")
+    p.add_argument("--quiet", action="store_true", help="no summary line (scheduler logs follow --log-level)")
     a = p.parse_args(argv)
     try:
         lo, hi = (int(x) for x in a.prompt_len.split(":"))
@@ -136,7 +137,7 @@ def main(argv=None) -> int:
                       enable_return_indexer_topk=a.enable_return_indexer_topk, chunked_prefill_size=a.chunk_size,
                       max_running_requests=max(16, a.requests), context_length=max(len(s["prompt"]) + s["max_new_tokens"] + 2 for s in specs),
                       standin_fault=a.fault, standin_spec=a.spec, standin_req_kv_variant=a.req_kv_variant,
-                      standin_seed=a.seed, standin_transfer_gap_ms=a.transfer_gap_ms, standin_corrupt=corrupt)
+                      standin_seed=a.seed, standin_log_level=a.log_level, standin_transfer_gap_ms=a.transfer_gap_ms, standin_corrupt=corrupt)
     prefill_args = dataclasses.replace(base, disaggregation_mode="prefill", tp_size=1, standin_pool_pages=prefill_pages)
     decode_args = dataclasses.replace(base, disaggregation_mode="decode", standin_pool_pages=decode_pages)
 

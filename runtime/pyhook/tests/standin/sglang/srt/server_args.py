@@ -32,6 +32,7 @@ class ServerArgs:
     standin_spec: bool = False
     standin_req_kv_variant: str = "base"
     standin_seed: int = 0
+    standin_log_level: str = "info"
     standin_transfer_gap_ms: float = 2.0
     standin_corrupt: Optional[dict] = None  # {"room", "layer", "entry", "rank"} for transfer-corrupt
 

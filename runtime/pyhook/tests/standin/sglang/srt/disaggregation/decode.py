@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import List, Optional
 
@@ -30,6 +31,8 @@ from sglang.srt.disaggregation.utils import kv_to_page_indices
 from sglang.srt.managers.schedule_batch import Req, ScheduleBatch, req_pool_index, set_req_pool_index
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
 
 DRAFT_OFFSET = 2  # a speculative request's draft slot is the slot of position + 2
 
@@ -196,7 +199,14 @@ class SchedulerDisaggregationDecodeMixin:
                           seq, torch.tensor(locs, dtype=torch.int64), torch.tensor(pos, dtype=torch.int64),
                           rids=[r.rid for r in reqs], seq_lens_sum=int(seq.sum()), seq_lens_cpu=seq.clone())
         mr = self.tp_worker.model_runner
+        t0 = time.perf_counter()
         out = mr.forward(fb)
+        alloc = self.token_to_kv_pool_allocator
+        logger.info("Decode batch, #running-req: %d, #token: %d, token usage: %.2f, pre-allocated usage: 0.00, "
+                    "#prealloc-req: 0, #transfer-req: %d, #retracted-req: 0, cuda graph: %s, gen throughput (token/s): %.2f, "
+                    "#queue-req: %d", bs, int(seq.sum()), 1 - alloc.available_size() / alloc.size,
+                    len(self.disagg_decode_transfer_queue.queue), bool(out.can_run_graph),
+                    bs / max(time.perf_counter() - t0, 1e-9), len(self.waiting_queue))
         logits = out.logits_output.next_token_logits
         next_ids = [int(x) for x in logits[:bs].argmax(dim=1)]
         gr = mr.decode_cuda_graph_runner

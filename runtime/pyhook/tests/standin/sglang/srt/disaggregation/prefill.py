@@ -9,6 +9,7 @@ first output token is already in ``req.output_ids`` and travels as metadata).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Optional
 
@@ -21,6 +22,8 @@ from sglang.srt.disaggregation.utils import kv_to_page_indices
 from sglang.srt.managers.schedule_batch import Req, req_pool_index, set_req_pool_index
 from sglang.srt.model_executor.forward_batch_info import ForwardBatch, ForwardMode
 from sglang.srt.sampling.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
 
 
 class SchedulerDisaggregationPrefillMixin:
@@ -74,8 +77,13 @@ class SchedulerDisaggregationPrefillMixin:
             fb = ForwardBatch(ForwardMode.EXTEND, 1, ids[start:end], torch.tensor([rpi]), torch.tensor([end]),
                               slots[start:end], pos, rids=[req.rid], seq_lens_sum=end,
                               extend_seq_lens=torch.tensor([end - start]), extend_prefix_lens=torch.tensor([start]))
+            t0 = time.perf_counter()
             out = self.tp_worker.model_runner.forward(fb)
             req.standin_prefilled_len = end
+            alloc = self.token_to_kv_pool_allocator
+            logger.info("Prefill batch, #new-seq: 1, #new-token: %d, #cached-token: 0, token usage: %.2f, #running-req: 0, "
+                        "#queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): %.2f",
+                        end - start, 1 - alloc.available_size() / alloc.size, (end - start) / max(time.perf_counter() - t0, 1e-9))
             if end < L:
                 self.send_kv_chunk(req)
                 if gap:

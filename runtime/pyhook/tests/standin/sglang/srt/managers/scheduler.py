@@ -91,11 +91,19 @@ class Scheduler(SchedulerDisaggregationPrefillMixin, SchedulerDisaggregationDeco
         return out
 
 
+def configure_logger(server_args, tp_rank: int) -> None:
+    """SGLang's scheduler log prefix: ``[%Y-%m-%d %H:%M:%S TPn] ``."""
+    prefix = " TP%d" % tp_rank if server_args.disaggregation_mode == "decode" or server_args.tp_size > 1 else ""
+    logging.basicConfig(level=getattr(logging, server_args.standin_log_level.upper(), logging.INFO),
+                        format="[%(asctime)s" + prefix + "] %(message)s", datefmt="%Y-%m-%d %H:%M:%S", force=True)
+
+
 def run_scheduler_process(server_args, port_args, gpu_id: int, tp_rank: int, moe_ep_rank: int, pp_rank: int, dp_rank, pipe_writer=None):
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
     side = server_args.disaggregation_mode
+    configure_logger(server_args, tp_rank)
     try:
         scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)
         if pipe_writer is not None:
