@@ -483,6 +483,13 @@ def check_clean(t, tp):
         for s in steps:
             assert (s["bs"] in (1, 2, 4) and s["bs"] >= s["raw_bs"]) if s["graph"] else s["raw_bs"] > 4
         assert [s["forward_pass_id"] for s in steps] == list(range(1, len(steps) + 1))
+    for r in t["requests"]:
+        pre, dec = t["prefill_page_tables"][r["rid"]], t["ranks"][0]["page_tables"][r["rid"]]
+        assert len(pre) == (r["prompt_len"] + 63) // 64 and len(dec) == (r["prompt_len"] + r["max_new_tokens"] + 2 + 63) // 64
+        assert 0 not in pre and 0 not in dec
+    prompt_pages = lambda pt, r: pt[r["rid"]][: (r["prompt_len"] + 63) // 64]  # noqa: E731
+    assert [prompt_pages(t["prefill_page_tables"], r) for r in t["requests"]] != [
+        prompt_pages(t["ranks"][0]["page_tables"], r) for r in t["requests"]], "prefill and decode use different pages"
     late = [r["rid"] for r in t["requests"] if r["late"]]
     assert late and late[0] not in t["ranks"][0]["steps"][0]["rids"], "the late request lands while others decode"
     assert t["transfer_corrupt"] is None
@@ -505,10 +512,16 @@ def test_clean_run_new_variant_with_correct_spec_moves(tmp_path):
         assert m["written_pages"] == [{"page": m["tgt_loc"][0] // 64, "owners": [{"rid": "r0", "state": "running"}]}]
 
 
+def c_rid(t, c):
+    return next(r["rid"] for r in t["requests"] if r["room"] == str(c["room"]))
+
+
 def test_transfer_corrupt_changes_one_room_layer_on_one_rank(tmp_path):
     t = run_engine(tmp_path, "--fault", "transfer-corrupt", "--tp", "2", "--requests", "5", "--prompt-len", "200:600", "--seed", "1")
     c = t["transfer_corrupt"]
     assert c is not None and c["rank"] == 0
+    assert t["prefill_page_tables"][c_rid(t, c)][c["entry"]] == c["prefill_page"]
+    assert t["ranks"][0]["page_tables"][c_rid(t, c)][c["entry"]] == c["decode_page"]
     room, layer = str(c["room"]), str(c["layer"])
     plan = t["transfer_corrupt_planned"]
     assert (plan["room"], plan["layer"], plan["entry"]) == (c["room"], c["layer"], c["entry"])

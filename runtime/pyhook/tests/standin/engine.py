@@ -222,7 +222,8 @@ def compile_truth(a, specs, expected, results, corrupt, decode_pages, prefill_pa
         "transfer_corrupt_planned": corrupt,
         "ranks": [{"rank": d["rank"], "pid": d["pid"], "transferred": d["transferred"], "steps": d["steps"],
                    "replayed_forward_pass_ids": [s["forward_pass_id"] for s in d["steps"] if s["graph"]],
-                   "moves": d["moves"]} for d in decodes],
+                   "moves": d["moves"], "page_tables": d["page_tables"]} for d in decodes],
+        "prefill_page_tables": prefill["page_tables"],
         "prefill_pid": prefill["pid"],
         "wall_s": round(wall, 3),
     }

@@ -78,6 +78,7 @@ class DecodePreallocQueue:
             d.metadata_buffer_index = self.req_to_metadata_buffer_idx_allocator.alloc()
             req.metadata_buffer_index = d.metadata_buffer_index
             d.kv_receiver.init(kv_to_page_indices(slots[:L].tolist(), page_size), d.metadata_buffer_index)
+            self.scheduler.standin_record["page_tables"][req.rid] = kv_to_page_indices(slots.tolist(), page_size)
             out.append(d)
         self.queue = []
         return out

@@ -66,6 +66,7 @@ class SchedulerDisaggregationPrefillMixin:
             raise RuntimeError("prefill pool full for request %s (%d tokens)" % (req.rid, L))
         self.req_to_token_pool.req_to_token[rpi, :L] = slots.to(torch.int32)
         set_req_pool_index(req, rpi)
+        self.standin_record["page_tables"][req.rid] = kv_to_page_indices(slots.tolist(), self.page_size)
         req.standin_prefilled_len = 0
         req.disagg_kv_sender = StandinKVSender(self.disagg_kv_manager, "standin://prefill", req.bootstrap_room)
         req.disagg_kv_sender.init((L + self.page_size - 1) // self.page_size)

@@ -53,7 +53,8 @@ class Scheduler(SchedulerDisaggregationPrefillMixin, SchedulerDisaggregationDeco
         self.tree_cache = None
         self.waiting_queue = []
         self.running_batch = ScheduleBatch([], self.req_to_token_pool, self.token_to_kv_pool_allocator)
-        self.standin_record = {"sent": {}, "transferred": {}, "first_token": {}, "outputs": {}, "steps": [], "moves": []}
+        self.standin_record = {"sent": {}, "transferred": {}, "first_token": {}, "outputs": {}, "steps": [], "moves": [],
+                               "page_tables": {}}
         self.init_disaggregation()
 
     def init_disaggregation(self) -> None:
