@@ -39,8 +39,7 @@ class ReqToTokenPool:
     def free(self, free_index) -> None:
         if isinstance(free_index, int):
             free_index = [free_index]
-        for i in free_index:
-            self.req_to_token[i].zero_()
+        for i in free_index:  # the row keeps its stale slots, as in SGLang
             self.free_slots.append(int(i))
 
     def write(self, indices, values) -> None:
