@@ -40,17 +40,48 @@ def settings(**kw):
     return Settings(**base)
 
 
+@pytest.fixture(params=["cpu", "cuda"])
+def dev(request):
+    if request.param == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device (the GPU self-test runs these on one)")
+    return request.param
+
+
+def guard_syncs(b, dev):
+    """On CUDA: run kvcanary's step-thread parts with torch's sync debug mode
+    set to error, and record any synchronizing call (the hooks would swallow
+    the error; this list would not)."""
+    caught = []
+    if dev != "cuda":
+        return caught
+    for obj, name in ((b.canary, "pre"), (b.canary, "post"), (b.canary, "on_move"), (b.checksum, "digest")):
+        orig = getattr(obj, name)
+
+        def guarded(*a, _orig=orig, _name=name, **k):
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                return _orig(*a, **k)
+            except RuntimeError as e:
+                caught.append("%s: %s" % (_name, e))
+                raise
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+
+        setattr(obj, name, guarded)
+    return caught
+
+
 # --- fake engine ---------------------------------------------------------------------
 
 
 class Pool:
-    def __init__(self, num_pages=16, layers=3, skip=(), seed=1):
+    def __init__(self, num_pages=16, layers=3, skip=(), seed=1, dev="cpu"):
         g = torch.Generator().manual_seed(seed)
         self.index_k_with_scale_buffer = [
-            torch.zeros((0, PB), dtype=torch.uint8) if l in skip else
-            torch.randint(0, 256, (num_pages, PB), dtype=torch.uint8, generator=g)
+            (torch.zeros((0, PB), dtype=torch.uint8) if l in skip else
+             torch.randint(0, 256, (num_pages, PB), dtype=torch.uint8, generator=g)).to(dev)
             for l in range(layers)]
-        self.kv_buffer = [torch.randn((num_pages * PAGE, 1, 8), generator=g) for _ in range(layers)]
+        self.kv_buffer = [torch.randn((num_pages * PAGE, 1, 8), generator=g).to(dev) for _ in range(layers)]
         self.start_layer = 0
 
     def bufs(self):
@@ -65,14 +96,15 @@ def write_slot(pool, loc, value):
 
 
 class R2T:
-    def __init__(self, rows=8, ctx=512):
-        self.req_to_token = torch.zeros((rows, ctx), dtype=torch.int32)
+    def __init__(self, rows=8, ctx=512, dev="cpu"):
+        self.req_to_token = torch.zeros((rows, ctx), dtype=torch.int32, device=dev)
         self.size = rows
 
 
 def place(r2t, row, pages, n):
     """Row `row` holds n tokens on `pages` (64 per page, in order)."""
     slots = torch.cat([torch.arange(p * PAGE, p * PAGE + PAGE) for p in pages])[:n]
+    slots = slots.to(r2t.req_to_token.device)
     r2t.req_to_token[row, :n] = slots.to(torch.int32)
     return slots
 
@@ -132,12 +164,13 @@ def make_sched_cls():
 
 
 @pytest.mark.parametrize("new_style", [True, False])
-def test_room_checksum_prefill_and_decode_agree_across_slots(new_style):
+def test_room_checksum_prefill_and_decode_agree_across_slots(new_style, dev):
     em = ListEmitter()
     b = Binding(settings(), em)
+    syncs = guard_syncs(b, dev)
     # Prefill: room on pages 1,2,3; decode: the same bytes on pages 7,4,9.
-    ppool, dpool = Pool(seed=1), Pool(seed=2)
-    pr2t, dr2t = R2T(), R2T()
+    ppool, dpool = Pool(seed=1, dev=dev), Pool(seed=2, dev=dev)
+    pr2t, dr2t = R2T(dev=dev), R2T(dev=dev)
     n = 150
     ps = place(pr2t, 2, [1, 2, 3], n)
     ds = place(dr2t, 5, [7, 4, 9], n)
@@ -157,6 +190,8 @@ def test_room_checksum_prefill_and_decode_agree_across_slots(new_style):
     assert psched.send_kv_chunk(Req("r1", 77, n, 2, new_style), last_chunk=True) == "sent"
     dsched.waiting_queue = [Req("r1", 77, n, 5, new_style)]
     dsched.get_new_prebuilt_batch(types.SimpleNamespace(batch_size=lambda: 0))
+    b.deferred.flush(60)
+    assert syncs == []
     (sent,) = em.of("room.checksum", stage="sent")
     (adm,) = em.of("room.checksum", stage="admitted")
     assert sent["side"] == "prefill" and adm["side"] == "decode"
@@ -236,12 +271,12 @@ def test_pop_transferred_digests_returned_requests_with_queue_rank():
 
 
 class FB:
-    def __init__(self, idx, seqs, locs, rids):
+    def __init__(self, idx, seqs, locs, rids, dev="cpu"):
         self.batch_size = len(idx)
-        self.req_pool_indices = torch.tensor(idx, dtype=torch.int64)
-        self.seq_lens = torch.tensor(seqs, dtype=torch.int64)
-        self.seq_lens_cpu = self.seq_lens.clone()
-        self.out_cache_loc = torch.tensor(locs, dtype=torch.int64)
+        self.req_pool_indices = torch.tensor(idx, dtype=torch.int64, device=dev)
+        self.seq_lens = torch.tensor(seqs, dtype=torch.int64, device=dev)
+        self.seq_lens_cpu = torch.tensor(seqs, dtype=torch.int64)
+        self.out_cache_loc = torch.tensor(locs, dtype=torch.int64, device=dev)
         self.rids = list(rids)
 
 
@@ -280,7 +315,8 @@ class MR:
             write_slot(self.token_to_kv_pool, loc, val)
         if graph and self.stray is not None:
             write_slot(self.token_to_kv_pool, *self.stray)
-        logits = torch.arange(self.VOCAB, dtype=torch.float32).repeat(fb.batch_size, 1)
+        logits = torch.arange(self.VOCAB, dtype=torch.float32,
+                              device=fb.out_cache_loc.device).repeat(fb.batch_size, 1)
         if graph and self.alias:
             logits[:, :5] += 100.0
         return logits
@@ -291,7 +327,7 @@ class Runner:
 
     def __init__(self, mr):
         self.model_runner = mr
-        self.static = torch.zeros((4, MR.VOCAB))
+        self.static = torch.zeros((4, MR.VOCAB), device=mr.req_to_token_pool.req_to_token.device)
 
     def execute(self, forward_batch, pp_proxy_tensors=None):
         self.raw_bs = forward_batch.batch_size
@@ -310,12 +346,13 @@ class IKC:
                 b[t] = b[s]  # the bug: page rows indexed by token ids
 
 
-def decode_engine(b, n_reqs=3, seq=100):
-    pool, r2t = Pool(num_pages=32, seed=5), R2T()
+def decode_engine(b, n_reqs=3, seq=100, dev="cpu"):
+    pool, r2t = Pool(num_pages=32, seed=5, dev=dev), R2T(dev=dev)
     mr = MR(pool, r2t)
     R = type("R", (Runner,), {})
     hook(b, R, "execute", EXECUTE)
     runner = R(mr)
+    mr.binding = b
     pages = {}
     for i in range(n_reqs):
         pages[i] = [1 + 3 * i, 2 + 3 * i]
@@ -326,14 +363,17 @@ def decode_engine(b, n_reqs=3, seq=100):
 def step(mr, runner, idx, seqs, rids):
     mr.forward_pass_id += 1
     locs = [int(mr.req_to_token_pool.req_to_token[i, s - 1]) for i, s in zip(idx, seqs)]
-    fb = FB(idx, seqs, locs, rids)
-    return runner.execute(fb), fb
+    fb = FB(idx, seqs, locs, rids, mr.req_to_token_pool.req_to_token.device)
+    out = runner.execute(fb)
+    runner.model_runner.binding.deferred.flush(60)  # CUDA: events are built by the worker thread
+    return out, fb
 
 
-def test_canary_replay_phase_sees_stores_padding_and_a_stray_write():
+def test_canary_replay_phase_sees_stores_padding_and_a_stray_write(dev):
     em = ListEmitter()
     b = Binding(settings(instruments=frozenset({"canary"})), em)
-    pool, r2t, mr, runner, pages = decode_engine(b)
+    syncs = guard_syncs(b, dev)
+    pool, r2t, mr, runner, pages = decode_engine(b, dev=dev)
     out, fb = step(mr, runner, [0, 1, 2], [100, 100, 100], ["a", "b", "c"])
     (ev,) = em.of("canary.pages", phase="replay")
     assert ev["expected"] == [2, 5, 8]  # page of slot 99 of each row
@@ -351,19 +391,21 @@ def test_canary_replay_phase_sees_stores_padding_and_a_stray_write():
     # The replay event: one per call, graph mode, bucket 4.
     reps = em.of("replay")
     assert [r["mode"] for r in reps] == ["graph", "graph"] and reps[0]["bucket"] == 4 and reps[0]["bs"] == 3
+    assert syncs == []
 
 
-def test_canary_between_phase_sees_a_move_and_names_expected_pages():
+def test_canary_between_phase_sees_a_move_and_names_expected_pages(dev):
     em = ListEmitter()
     b = Binding(settings(instruments=frozenset({"canary"})), em)
-    pool, r2t, mr, runner, pages = decode_engine(b)
+    syncs = guard_syncs(b, dev)
+    pool, r2t, mr, runner, pages = decode_engine(b, dev=dev)
     K = type("K", (IKC,), {})
     hook(b, K, "move", MOVE)
     ikc = K(pool)
     step(mr, runner, [0, 1, 2], [100, 100, 100], ["a", "b", "c"])
     # Between the forwards: move(tgt=[4 (slot on page 0)], src=[...]) with the bug:
     # it rewrites page 4 (request b's first page) instead of the slot's page 0.
-    ikc.move(torch.tensor([4]), torch.tensor([20]))
+    ikc.move(torch.tensor([4], device=dev), torch.tensor([20], device=dev))
     step(mr, runner, [0, 1, 2], [101, 101, 101], ["a", "b", "c"])
     (bt,) = em.of("canary.pages", phase="between")
     assert bt["expected"] == [0]  # the correct target page of slot 4
@@ -372,6 +414,7 @@ def test_canary_between_phase_sees_a_move_and_names_expected_pages():
     # A clean window: no changes.
     step(mr, runner, [0, 1, 2], [102, 102, 102], ["a", "b", "c"])
     assert "changed" not in em.of("canary.pages", phase="between")[-1]
+    assert syncs == []
 
 
 def test_canary_between_is_skipped_across_unobserved_forwards_and_sampling_pairs():
@@ -399,10 +442,10 @@ def test_canary_owner_acquired_in_window_is_not_judged():
     assert "changed" not in bt
 
 
-def test_graphdiff_clean_then_alias_and_rows_restored():
+def test_graphdiff_clean_then_alias_and_rows_restored(dev):
     em = ListEmitter()
     b = Binding(settings(instruments=frozenset({"graphdiff"}), graphdiff_logits="topk:3"), em)
-    pool, r2t, mr, runner, pages = decode_engine(b)
+    pool, r2t, mr, runner, pages = decode_engine(b, dev=dev)
     mr.eager_byte = 0x5A  # the eager rerun stores other bytes: they must not stay
     out, fb = step(mr, runner, [0, 1], [100, 100], ["a", "b"])
     assert mr.eager_runner.calls == 1
