@@ -296,3 +296,55 @@ def test_plugin_not_whitelisted_is_not_loaded(tmp_path):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["route"] is None and not out["send"]
+
+
+# --- the stand-in ----------------------------------------------------------------------------
+
+
+@needs_standin
+def test_check_on_the_standin_all_ok():
+    r = check_json([PYHOOK, STANDIN])
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["sglang_version"].endswith("standin")
+    assert all(t["ok"] for t in rep["targets"]), [t for t in rep["targets"] if not t["ok"]]
+
+
+RENAME_PROBE = """
+    import importlib, json, logging, sys
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    mod, cls, meth = sys.argv[1:4]
+    C = getattr(importlib.import_module(mod), cls)
+    setattr(C, meth + "_v2", C.__dict__[meth])
+    delattr(C, meth)
+    from kvcanary.config import Settings
+    from kvcanary.sglang import targets as T
+    from kvcanary.sglang.__main__ import check, exit_code
+    from kvcanary.sglang.hooks import Binding
+    rep = check()
+    b = Binding(Settings.from_env(), emitter=object())
+    for t in T.TARGETS:
+        if t.hooked:
+            b.note_resolved(T.resolve(t))
+    print(json.dumps({"code": exit_code(rep), "version": rep["sglang_version"], "missing": [t["target"] for t in rep["targets"] if not t["ok"]],
+                      "off": sorted(f for f, on in b.features_state().items() if not on)}))
+"""
+
+
+@needs_standin
+@pytest.mark.parametrize("mod,cls,meth,off", [
+    ("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache", "move", ["canary.between"]),
+    ("sglang.srt.model_executor.runner.decode_cuda_graph_runner", "DecodeCudaGraphRunner", "execute",
+     ["canary.replay", "graphdiff.rerun", "replay.step"]),
+    ("sglang.srt.disaggregation.prefill", "SchedulerDisaggregationPrefillMixin", "send_kv_chunk", ["checksum.sent"]),
+])
+def test_standin_with_a_renamed_target_turns_off_only_its_features(mod, cls, meth, off):
+    code = "import sys; sys.argv = ['x', %r, %r, %r]\n" % (mod, cls, meth) + textwrap.dedent(RENAME_PROBE)
+    r = run_py(code, [PYHOOK, STANDIN], {"KVCANARY_ADDR": "tcp://127.0.0.1:9", "KVCANARY_GRAPHDIFF_LAYERS": "all"})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["code"] == 1
+    assert out["missing"] == ["%s.%s.%s" % (mod, cls, meth)]
+    assert out["off"] == off
+    lines = [l for l in r.stderr.splitlines() if "%s.%s" % (cls, meth) in l]
+    assert len(lines) == 1 and "SGLang %s:" % out["version"] in lines[0]
