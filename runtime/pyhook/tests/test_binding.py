@@ -348,3 +348,32 @@ def test_standin_with_a_renamed_target_turns_off_only_its_features(mod, cls, met
     assert out["off"] == off
     lines = [l for l in r.stderr.splitlines() if "%s.%s" % (cls, meth) in l]
     assert len(lines) == 1 and "SGLang %s:" % out["version"] in lines[0]
+
+
+def test_resolution_falls_back_to_an_alias_and_names_every_failure(tmp_path, monkeypatch):
+    from kvcanary.sglang import targets as T
+
+    write_pkg(tmp_path, {"altpkg/__init__.py": "", "altpkg/mod.py": """
+        class NSAPool:
+            def move(self, tgt_loc, src_loc):
+                pass
+    """})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    t = T.Target("altpkg.mod.DSAPool.move", T.BEFORE, ("canary.between",), "", ("self", "tgt_loc", "src_loc"),
+                 aliases=("altpkg.mod.NSAPool.move",))
+    r = T.resolve(t)
+    assert r.ok and r.name == "altpkg.mod.NSAPool.move" and r.attr == "move" and r.owner.__name__ == "NSAPool"
+    t2 = T.Target("altpkg.mod.DSAPool.move", T.BEFORE, (), "", ("self", "tgt_loc", "src_loc"),
+                  aliases=("altpkg.nomod.NSAPool.move",))
+    r2 = T.resolve(t2)
+    assert not r2.ok
+    assert "altpkg.mod has no attribute or submodule 'DSAPool'" in r2.error
+    assert r2.error.count(";") == 1 and "altpkg.nomod.NSAPool.move:" in r2.error
+
+
+def test_module_of_stops_at_the_class():
+    from kvcanary.sglang import targets as T
+
+    assert T.module_of("sglang.srt.disaggregation.decode.DecodeTransferQueue.pop_transferred") == \
+        "sglang.srt.disaggregation.decode"
+    assert T.module_of("a.b.func") == "a.b"

@@ -28,7 +28,22 @@ def check() -> dict:
                      "instruments": [i for i in t.instruments if i != "replay"],
                      "features": list(t.features), "ok": res.ok, "error": res.error,
                      "hooked": t.hooked, "reads": t.reads})
-    return {"sglang_version": T.sglang_version(), "targets": rows}
+    return {"sglang_version": T.sglang_version(), "targets": rows, "pool_class": pool_class()}
+
+
+def pool_class() -> str:
+    """The DSA pool class this SGLang has: DSATokenToKVPool, or its former
+    name NSATokenToKVPool (kept upstream as an alias); "" when neither."""
+    for name in T.POOL_CLASSES:
+        try:
+            mod, rest = T.split_module(name)
+            obj = mod
+            for a in rest:
+                obj = getattr(obj, a)
+            return name
+        except Exception:  # noqa: BLE001
+            continue
+    return ""
 
 
 def exit_code(report: dict) -> int:
@@ -53,7 +68,8 @@ def main(argv=None) -> int:
     if as_json:
         print(json.dumps(report, indent=2))
         return code
-    print("SGLang %s" % (report["sglang_version"] or "?"))
+    print("SGLang %s (DSA pool: %s)" % (report["sglang_version"] or "?",
+                                        report["pool_class"].rsplit(".", 1)[-1] or "none found"))
     for r in report["targets"]:
         status = "ok" if r["ok"] else "MISSING"
         if not r["hooked"]:

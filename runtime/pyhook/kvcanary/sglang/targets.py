@@ -97,8 +97,8 @@ TARGETS: tuple = (
 CAPTURER_MODULE = "sglang.srt.state_capturer.indexer_topk"
 
 # Pool class names: DSA (current) and NSA (its former name, kept as an alias
-# upstream). Only used to describe a pool in logs; pools are reached through
-# attributes, never by class.
+# upstream). Only reported by `check`; pools are reached through attributes,
+# never by class, so either name works.
 POOL_CLASSES = (
     "sglang.srt.mem_cache.memory_pool.DSATokenToKVPool",
     "sglang.srt.mem_cache.memory_pool.NSATokenToKVPool",
