@@ -105,7 +105,12 @@ def test_clean_run_every_instrument_reports_and_nothing_differs(tmp_path, unix_c
     replayed = truth["ranks"][0]["replayed_forward_pass_ids"]
     assert sorted(b["step"] for b in ev["canary.pages"] if b["phase"] == "replay") == replayed
     assert [b for b in ev["canary.pages"] if unexpected_live(b)] == []
-    assert all("changed" not in b for b in ev["canary.pages"] if b["phase"] == "between")
+    # Between forwards only PD transfers write (the late request's pages): every
+    # change there is on a page of a request still receiving, not running.
+    for b in ev["canary.pages"]:
+        if b["phase"] == "between":
+            for c in b.get("changed", []):
+                assert c["page"] in b["transfer"] and c["owner"] not in b["running"], (b["step"], c)
     # Graphdiff: samples on every replayed step, graph == eager everywhere.
     srcs = {b["source"] for b in ev["graphdiff.sample"]}
     assert "next_token_logits" in srcs and any(s.startswith("indexer_topk.") for s in srcs)

@@ -442,6 +442,25 @@ def test_canary_owner_acquired_in_window_is_not_judged():
     assert "changed" not in bt
 
 
+def test_canary_transfer_landing_between_forwards_is_reported_on_transfer_pages():
+    em = ListEmitter()
+    b = Binding(settings(instruments=frozenset({"canary"})), em)
+    pool, r2t, mr, runner, pages = decode_engine(b)
+    receiving = Req("c", 3, 100, 2)  # row 2: pages 7 and 8, still in the transfer queue
+    q = type("DecodeTransferQueue", (), {})()  # weak-referenceable, as the real queue is
+    q.queue, q.scheduler = [types.SimpleNamespace(req=receiving)], None
+    b.canary.on_pop_transferred([], q)
+    step(mr, runner, [0, 1], [100, 100], ["a", "b"])
+    for _, buf in pool.bufs():
+        buf[8, :10] ^= 1  # its transfer lands between the forwards
+    step(mr, runner, [0, 1], [101, 101], ["a", "b"])
+    (bt,) = em.of("canary.pages", phase="between")
+    assert [(c["page"], c["owner"]) for c in bt["changed"]] == [(8, "c")]
+    assert bt["transfer"] == [7, 8] and bt["running"] == ["a", "b"]
+    (r1, r2) = em.of("canary.pages", phase="replay")
+    assert r1["transfer"] == [7, 8] and "changed" in r1 and all(c["page"] in r1["expected"] for c in r1["changed"])
+
+
 def test_graphdiff_clean_then_alias_and_rows_restored(dev):
     em = ListEmitter()
     b = Binding(settings(instruments=frozenset({"graphdiff"}), graphdiff_logits="topk:3"), em)

@@ -18,9 +18,9 @@ consecutive forwards exists; the key is the same on every TP rank):
   graph copies it into its static buffer), `padding` [0] when raw_bs < bucket;
 - phase "between": this step's before-snapshot against the previous check's
   after-snapshot, when that check was the previous forward (forward_pass_id
-  one less), for pages in both sets whose owner ran at both checks (a page a
-  request acquired in the window was written legitimately by its transfer or
-  restore); `expected` = the correct target pages tgt_loc // 64 of the
+  one less), for pages in both sets except those of a running request that
+  did not own them running at the previous check (it acquired them in the
+  window, and its transfer or restore wrote them legitimately); `expected` = the correct target pages tgt_loc // 64 of the
   IndexKeyCache.move calls seen in the window; `transfer` = transfer pages at
   either check.
 
@@ -74,6 +74,7 @@ class Canary:
         self.b = b
         self._moves: list = []
         self._queues = weakref.WeakSet()
+        self._strong: list = []
         self._prev = None  # host state of the last check (touched only by build)
         self._warned = set()
         self._count = 0  # fallback step key when forward_pass_id is absent
@@ -94,12 +95,16 @@ class Canary:
                                          rounding_mode="floor"))  # a host list: stays on the host
 
     def on_pop_transferred(self, result, queue, *args, **kwargs):
-        self._queues.add(queue)
+        try:
+            self._queues.add(queue)
+        except TypeError:  # not weak-referenceable: hold it (one queue per scheduler)
+            if not any(q is queue for q in self._strong):
+                self._strong.append(queue)
 
     def _transfer_reqs(self):
         """(rid, req_pool_idx, prompt length) of requests still receiving."""
         out, seen = [], set()
-        for q in list(self._queues):
+        for q in list(self._queues) + self._strong:
             items = list(getattr(q, "queue", None) or ())
             sched = getattr(q, "scheduler", None)
             pre = getattr(sched, "disagg_decode_prealloc_queue", None) if sched is not None else None
@@ -235,11 +240,11 @@ class Canary:
                 if p not in prev["after"]:
                     continue
                 own = pages[p][2]
-                if own and not (own in running and prev["owner"].get(p) == own and own in prev["running"]):
-                    continue  # acquired in the window: written by its transfer or restore
+                if own in running and not (prev["owner"].get(p) == own and own in prev["running"]):
+                    continue  # a running request that acquired it in the window: its transfer or restore wrote it
                 checked.add(p)
                 if pages[p][0] != prev["after"][p]:
-                    changed.append({"page": p, "owner": own if own in running else own,
+                    changed.append({"page": p, "owner": own,
                                     "before": hex64(prev["after"][p]), "after": hex64(pages[p][0])})
             body = dict(base, step=step, phase="between", pages_checked=len(checked),
                         expected=sorted(set(h["moves"].tolist())),
