@@ -20,8 +20,9 @@ consecutive forwards exists; the key is the same on every TP rank):
   after-snapshot, when that check was the previous forward (forward_pass_id
   one less), for pages in both sets except those of a running request that
   did not own them running at the previous check (it acquired them in the
-  window, and its transfer or restore wrote them legitimately); `expected` = the correct target pages tgt_loc // 64 of the
-  IndexKeyCache.move calls seen in the window; `transfer` = transfer pages at
+  window, and its transfer or restore wrote them legitimately); `expected` =
+  the correct target pages tgt_loc // 64 of the IndexKeyCache.move calls seen
+  in the window, among the pages compared; `transfer` = transfer pages at
   either check.
 
 It never judges: the Go canary classifies (canary/SPEC.md §2).
@@ -247,7 +248,8 @@ class Canary:
                     changed.append({"page": p, "owner": own,
                                     "before": hex64(prev["after"][p]), "after": hex64(pages[p][0])})
             body = dict(base, step=step, phase="between", pages_checked=len(checked),
-                        expected=sorted(set(h["moves"].tolist())),
+                        # only pages compared here: an unchecked page cannot show its store
+                        expected=sorted(set(h["moves"].tolist()) & checked),
                         transfer=sorted(transfer_set | prev["transfer"]),
                         live_pages=len(live_set), live_checked=len(live_set & checked))
             if changed:
