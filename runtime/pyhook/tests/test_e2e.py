@@ -7,9 +7,11 @@ SGLANG_PLUGINS), and its events go to the test collector of conftest.py. The
 engine's --truth file says what happened; each fault test asserts the events
 show exactly that, and the clean run that they show nothing.
 
-The Go-side judging (`kvcanary wrap` + `checksum compare`, `canary report`,
-`graphdiff report`) runs when KVCANARY_BIN names a kvcanary binary that has
-`wrap`; otherwise those tests skip with the reason.
+The Go-side judging (`checksum compare`, `canary report`, `graphdiff report`
+on a recorded bundle) runs when KVCANARY_BIN names a kvcanary binary: through
+`kvcanary wrap --record` when it has `wrap`, else through `kvcanary collect
+--record` with the sitecustomize route set up by the test. Without
+KVCANARY_BIN those tests skip with the reason.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -249,22 +253,53 @@ def test_an_instrument_that_raises_does_not_disturb_the_engine(tmp_path, unix_co
 def kvcanary_bin():
     b = os.environ.get("KVCANARY_BIN")
     if not b:
-        pytest.skip("KVCANARY_BIN is not set (a kvcanary binary with `wrap` judges the bundles)")
-    r = subprocess.run([b, "wrap", "--help"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip("%s has no working `wrap` command: %s" % (b, (r.stderr or r.stdout).strip()[:200]))
+        pytest.skip("KVCANARY_BIN is not set (a kvcanary binary judges the bundles)")
+    if not os.access(b, os.X_OK):
+        pytest.skip("KVCANARY_BIN=%s is not executable" % b)
     return b
 
 
-def wrap_engine(tmp_path, args, env=None):
+def has_wrap(b):
+    # An unknown command with --help prints the root help and exits 0: look
+    # for wrap's own usage line.
+    r = subprocess.run([b, "wrap", "--help"], capture_output=True, text=True)
+    return r.returncode == 0 and "kvcanary wrap" in r.stdout
+
+
+def record_engine(tmp_path, args, env=None):
+    """Run the engine with its events recorded by kvcanary: `kvcanary wrap
+    --record` when the binary has wrap, else `kvcanary collect --record` and
+    the sitecustomize route set up here. Returns (binary, bundle)."""
     b = kvcanary_bin()
     bundle = os.path.join(str(tmp_path), "run.kvtrace")
     e = {k: v for k, v in os.environ.items() if not k.startswith(("KVCANARY_", "SGLANG_"))}
-    e["PYTHONPATH"] = STANDIN
-    e.update(env or {})
-    r = subprocess.run([b, "wrap", "--record", bundle, "--", sys.executable, ENGINE, "--quiet"] + list(args),
-                       env=e, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    e.update({"KVCANARY_CANARY_EVERY": "1", "KVCANARY_GRAPHDIFF_EVERY": "1"}, **(env or {}))
+    cmd = [sys.executable, ENGINE, "--quiet"] + list(args)
+    if has_wrap(b):
+        e["PYTHONPATH"] = STANDIN
+        r = subprocess.run([b, "wrap", "--record", bundle, "--"] + cmd, env=e, capture_output=True, text=True,
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return b, bundle
+    sock = os.path.join(str(tmp_path), "c.sock")
+    col = subprocess.Popen([b, "collect", "--listen", "unix://" + sock, "--record", bundle, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):  # hang guard: up to 60 s for the socket
+            if os.path.exists(sock) or col.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert os.path.exists(sock), "kvcanary collect did not listen: %s" % col.stderr.read()
+        e["PYTHONPATH"] = os.pathsep.join([SITE, PYHOOK, STANDIN])
+        e["KVCANARY_ADDR"] = "unix://" + sock
+        r = subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+    finally:
+        col.send_signal(signal.SIGINT)
+        out, err = col.communicate(timeout=60)
+    rep = json.loads(out)
+    assert rep["rejected"] == 0, rep["rejected_by"]  # every event the hooks sent is valid to Go
+    assert rep["recorded"] == rep["events"] > 0
     return b, bundle
 
 
@@ -273,29 +308,41 @@ def judge(b, *args):
 
 
 def test_go_clean_run_has_no_findings(tmp_path):
-    b, bundle = wrap_engine(tmp_path, ["--requests", "4", "--decode-steps", "3"],
-                            {"KVCANARY_GRAPHDIFF_EVERY": "1"})
+    b, bundle = record_engine(tmp_path, ["--requests", "4", "--decode-steps", "3"],
+                              {"KVCANARY_GRAPHDIFF_LAYERS": "all"})
     for cmd in (["checksum", "compare", bundle], ["canary", "report", bundle], ["graphdiff", "report", bundle]):
         r = judge(b, *cmd)
         assert r.returncode == 0, (cmd, r.stdout[-2000:], r.stderr[-2000:])
 
 
-def test_go_transfer_corrupt_fails_checksum_compare(tmp_path):
-    b, bundle = wrap_engine(tmp_path, ["--requests", "4", "--decode-steps", "2", "--fault", "transfer-corrupt"])
-    r = judge(b, "checksum", "compare", bundle)
-    assert r.returncode == 1, r.stdout[-2000:]
+def test_go_transfer_corrupt_fails_checksum_compare_only(tmp_path):
+    b, bundle = record_engine(tmp_path, ["--requests", "4", "--decode-steps", "2", "--fault", "transfer-corrupt"])
+    assert judge(b, "checksum", "compare", bundle).returncode == 1
+    assert judge(b, "canary", "report", bundle).returncode == 0
+    assert judge(b, "graphdiff", "report", bundle).returncode == 0
 
 
 def test_go_spec_move_is_a_live_page_overwrite(tmp_path):
-    b, bundle = wrap_engine(tmp_path, ["--requests", "8", "--decode-steps", "3", "--cuda-graph-max-bs", "8",
-                                       "--spec", "--fault", "spec-move"])
+    b, bundle = record_engine(tmp_path, ["--requests", "8", "--decode-steps", "3", "--cuda-graph-max-bs", "8",
+                                         "--spec", "--fault", "spec-move"])
     r = judge(b, "canary", "report", "--json", bundle)
     assert r.returncode == 1, r.stdout[-2000:]
-    assert json.loads(r.stdout)["live_page_overwrites"] >= 1
+    assert json.loads(r.stdout)["canary"]["live_page_overwrites"] >= 1
+    assert judge(b, "checksum", "compare", bundle).returncode == 0
+    assert judge(b, "graphdiff", "report", bundle).returncode == 0
 
 
-def test_go_replay_alias_is_a_graphdiff_divergence(tmp_path):
-    b, bundle = wrap_engine(tmp_path, ["--requests", "4", "--decode-steps", "2", "--fault", "replay-alias"],
-                            {"KVCANARY_GRAPHDIFF_EVERY": "1"})
-    r = judge(b, "graphdiff", "report", bundle)
-    assert r.returncode == 1, r.stdout[-2000:]
+def test_go_spec_without_the_bug_is_clean(tmp_path):
+    b, bundle = record_engine(tmp_path, ["--requests", "8", "--decode-steps", "3", "--cuda-graph-max-bs", "8",
+                                         "--spec"])
+    r = judge(b, "canary", "report", "--json", bundle)
+    assert r.returncode == 0, r.stdout[-2000:]
+    rep = json.loads(r.stdout)["canary"]
+    assert rep["live_page_overwrites"] == 0 and rep["missing_stores"] == 0 and rep["expected_writes"] > 0
+
+
+def test_go_replay_alias_is_a_graphdiff_divergence_only(tmp_path):
+    b, bundle = record_engine(tmp_path, ["--requests", "4", "--decode-steps", "2", "--fault", "replay-alias"])
+    assert judge(b, "graphdiff", "report", bundle).returncode == 1
+    assert judge(b, "checksum", "compare", bundle).returncode == 0
+    assert judge(b, "canary", "report", bundle).returncode == 0
