@@ -96,6 +96,8 @@ def test_clean_run_every_instrument_reports_and_nothing_differs(tmp_path, unix_c
                           ["--requests", "4", "--decode-steps", "3", "--req-kv-variant", variant], route,
                           {"KVCANARY_GRAPHDIFF_LAYERS": "all"})
     ev = events(unix_collector, 2)
+    # Every step was rerun eagerly and its rows restored: outputs are untouched.
+    assert all(r["match"] for r in truth["requests"]), [r["rid"] for r in truth["requests"] if not r["match"]]
     # Events come from the spawned scheduler processes, not the launcher.
     pids = {b["_pid"] for k in ("room.checksum", "canary.pages") for b in ev[k]}
     assert truth["prefill_pid"] in pids and truth["ranks"][0]["pid"] in pids and os.getpid() not in pids
@@ -125,13 +127,19 @@ def test_clean_run_every_instrument_reports_and_nothing_differs(tmp_path, unix_c
 
 def test_tp2_ranks_agree_and_are_told_apart(tmp_path, unix_collector):
     truth, _ = run_engine(tmp_path, unix_collector.addr, ["--requests", "3", "--decode-steps", "2", "--tp", "2"],
-                          env={"KVCANARY_INSTRUMENTS": "checksum"})
+                          env={"KVCANARY_GRAPHDIFF_EVERY": "2"})
     ev = events(unix_collector, 3)
+    assert all(r["match"] for r in truth["requests"])
     for room, recs in rooms(ev).items():
         dec = sorted((r["stage"], r["rank"]) for r in recs if r["side"] == "decode")
         assert dec == [("admitted", 0), ("admitted", 1), ("transferred", 0), ("transferred", 1)], room
         assert len({r["bsum"] for r in recs}) == 1
-    assert ev["canary.pages"] == [] and ev["graphdiff.sample"] == []
+    # Sampling is rank-synchronous: both decode ranks rerun exactly the same steps.
+    pids = [r["pid"] for r in truth["ranks"]]
+    steps = [sorted({b["step"] for b in ev["graphdiff.sample"] if b["_pid"] == p}) for p in pids]
+    assert steps[0] == steps[1] and steps[0] and all(s % 2 == 0 for s in steps[0])
+    checked = [sorted(b["step"] for b in ev["canary.pages"] if b["_pid"] == p and b["phase"] == "replay") for p in pids]
+    assert checked[0] == checked[1] == truth["ranks"][0]["replayed_forward_pass_ids"]
 
 
 # --- faults --------------------------------------------------------------------------------
