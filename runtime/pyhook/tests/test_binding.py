@@ -377,3 +377,15 @@ def test_module_of_stops_at_the_class():
     assert T.module_of("sglang.srt.disaggregation.decode.DecodeTransferQueue.pop_transferred") == \
         "sglang.srt.disaggregation.decode"
     assert T.module_of("a.b.func") == "a.b"
+
+
+def test_sitecustomize_does_not_import_torch_until_a_target_module_loads(tmp_path):
+    root = write_pkg(tmp_path, MINI)
+    r = run_py("""
+        import sys
+        before = "torch" in sys.modules
+        import sglang.srt.disaggregation.prefill
+        print(before, "torch" in sys.modules)
+    """, [SITE, PYHOOK, root], {"KVCANARY_ADDR": "tcp://127.0.0.1:9"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True"]

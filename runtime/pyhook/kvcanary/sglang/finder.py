@@ -55,8 +55,8 @@ class _Loader(importlib.abc.Loader):
 
 
 class Finder(importlib.abc.MetaPathFinder):
-    def __init__(self, binding):
-        self.b = binding
+    def __init__(self, binding=None):
+        self._binding = binding  # None: the process's Binding, made when a target module loads
         self.watch: dict = {}
         for t in T.TARGETS:
             if not t.hooked:
@@ -64,6 +64,14 @@ class Finder(importlib.abc.MetaPathFinder):
             for name in (t.name,) + t.aliases:
                 self.watch.setdefault(T.module_of(name), []).append(t)
         self._busy = threading.local()
+
+    @property
+    def b(self):
+        # Created lazily: installing the finder (every interpreter that runs
+        # sitecustomize) must not import torch; SGLang's modules do anyway.
+        if self._binding is None:
+            self._binding = hooks.get_binding()
+        return self._binding
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in self.watch or hooks.ROUTE == "plugin":
@@ -132,12 +140,17 @@ def install(binding=None):
     global _finder
     if _finder is not None:
         return _finder
-    b = binding or hooks.get_binding()
-    if not b.settings.enabled:
+    if binding is not None:
+        settings = binding.settings
+    else:
+        from ..config import Settings
+
+        settings = Settings.from_env()
+    if not settings.enabled:
         return None
-    if b.settings.instrument("graphdiff"):
+    if settings.instrument("graphdiff"):
         os.environ["SGLANG_FORCE_COARSE_WAR_BARRIER"] = "1"
-    f = Finder(b)
+    f = Finder(binding)
     sys.meta_path.insert(0, f)
     _finder = f
     for modname in list(f.watch):

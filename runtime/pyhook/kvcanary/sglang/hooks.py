@@ -30,7 +30,6 @@ import time
 
 from .. import emitter as _emitter  # noqa: F401 - its exit handler registers first, so runs after ours
 from . import targets as T
-from .deferred import Deferred
 
 log = logging.getLogger("kvcanary")
 
@@ -78,6 +77,8 @@ class Binding:
             settings = Settings.from_env()
         self.settings = settings
         self._emitter = emitter  # None: the process-wide emitter, fetched at the first event
+        from .deferred import Deferred  # torch: imported once a Binding exists, not by sitecustomize
+
         self.deferred = Deferred(self.emit)
         # Events still waiting on the device at exit are built before the
         # emitter's own exit handler flushes and closes (atexit runs LIFO).
