@@ -52,7 +52,9 @@ class Deferred:
                     host[k] = v
             ev = torch.cuda.Event()
             ev.record(torch.cuda.current_stream(cuda[0].device))
-            self._q.put_nowait((ev, host, build, site))
+            # The device tensors ride along until the event completed, so their
+            # memory is not handed to another stream while the copy is pending.
+            self._q.put_nowait((ev, host, build, site, tensors))
         except queue.Full:
             self.stats["dropped"] += 1
             return False
@@ -76,7 +78,7 @@ class Deferred:
             if item is None:
                 self._q.task_done()
                 return
-            ev, host, build, site = item
+            ev, host, build, site, _keep = item
             try:
                 ev.synchronize()  # this thread waits, the step thread does not
                 self._run(build, host, site)
