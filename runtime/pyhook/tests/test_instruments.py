@@ -595,3 +595,72 @@ def test_kvcanary_wrappers_are_recognised():
 
     registry_wrapper.__wrapped__ = f
     assert H.is_kvcanary_wrapped(registry_wrapper)
+
+
+# --- the deferred worker (the CUDA path, with a fake event) ----------------------------------
+
+
+class FakeEvent:
+    def __init__(self):
+        import threading
+
+        self.done = threading.Event()
+
+    def synchronize(self):
+        assert self.done.wait(30), "fake event never completed"
+
+
+class FakeDeviceDeferred:
+    """Deferred with the device path forced and the copy replaced: the worker
+    thread waits on events the test completes."""
+
+    @staticmethod
+    def make(emit, maxsize):
+        from kvcanary.sglang.deferred import Deferred
+
+        class D(Deferred):
+            events = []
+
+            @staticmethod
+            def _on_device(tensors):
+                return True
+
+            def _stage(self, tensors):
+                ev = FakeEvent()
+                D.events.append(ev)
+                return ev, {k: v.clone() for k, v in tensors.items()}
+
+        return D(emit, maxsize=maxsize)
+
+
+def test_deferred_builds_off_thread_in_order_drops_when_full_and_survives_a_bad_build():
+    import threading
+
+    got = []
+    d = FakeDeviceDeferred.make(lambda k, b: got.append((k, b, threading.current_thread().name)), maxsize=2)
+    step = threading.current_thread().name
+
+    def build(i):
+        def f(h):
+            if i == 1:
+                raise ValueError("bad build")
+            return [("replay", {"step": i, "v": int(h["x"])})]
+        return f
+
+    assert d.submit({"x": torch.tensor(10)}, build(0), "t")
+    assert d.submit({"x": torch.tensor(11)}, build(1), "t")
+    # The worker holds item 0 (waiting on its event) and the queue holds item 1,
+    # or the queue holds both: either way one more fits at most, then drops.
+    results = [d.submit({"x": torch.tensor(12 + i)}, build(2 + i), "t") for i in range(3)]
+    assert results.count(False) >= 2 and d.stats["dropped"] == results.count(False)
+    assert got == []  # nothing is built before its event completed
+    for ev in list(type(d).events):
+        ev.done.set()
+    d.flush(30)
+    for ev in list(type(d).events):  # events staged after the first release
+        ev.done.set()
+    d.flush(30)
+    steps = [b["step"] for _, b, _ in got]
+    assert steps[:1] == [0] and 1 not in steps and steps == sorted(steps)
+    assert all(th != step for _, _, th in got)  # built on the worker thread
+    assert d.stats["errors"] == 1

@@ -36,22 +36,15 @@ class Deferred:
         """Queue `build(host)` for when `tensors` are on the host. Never raises
         and never blocks. Returns False when the work was dropped."""
         self.stats["submitted"] += 1
-        cuda = [t for t in tensors.values() if isinstance(t, torch.Tensor) and t.is_cuda]
-        if not cuda:
+        if not self._on_device(tensors):
             host = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in tensors.items()}
             self._run(build, host, site)
             return True
+        if self._q.full():
+            self.stats["dropped"] += 1
+            return False
         try:
-            host = {}
-            for k, v in tensors.items():
-                if isinstance(v, torch.Tensor) and v.is_cuda:
-                    h = torch.empty(v.shape, dtype=v.dtype, device="cpu", pin_memory=True)
-                    h.copy_(v.detach(), non_blocking=True)
-                    host[k] = h
-                else:
-                    host[k] = v
-            ev = torch.cuda.Event()
-            ev.record(torch.cuda.current_stream(cuda[0].device))
+            ev, host = self._stage(tensors)
             # The device tensors ride along until the event completed, so their
             # memory is not handed to another stream while the copy is pending.
             self._q.put_nowait((ev, host, build, site, tensors))
@@ -63,6 +56,27 @@ class Deferred:
             return False
         self._ensure_worker()
         return True
+
+    @staticmethod
+    def _on_device(tensors) -> bool:
+        return any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors.values())
+
+    @staticmethod
+    def _stage(tensors):
+        """Enqueue the device->pinned-host copies and record an event after
+        them on the current stream; returns (event, host tensors)."""
+        host, dev = {}, None
+        for k, v in tensors.items():
+            if isinstance(v, torch.Tensor) and v.is_cuda:
+                h = torch.empty(v.shape, dtype=v.dtype, device="cpu", pin_memory=True)
+                h.copy_(v.detach(), non_blocking=True)
+                host[k] = h
+                dev = v.device
+            else:
+                host[k] = v
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(dev))
+        return ev, host
 
     def _ensure_worker(self):
         if self._thr is not None:
