@@ -664,3 +664,23 @@ def test_deferred_builds_off_thread_in_order_drops_when_full_and_survives_a_bad_
     assert steps[:1] == [0] and 1 not in steps and steps == sorted(steps)
     assert all(th != step for _, _, th in got)  # built on the worker thread
     assert d.stats["errors"] == 1
+
+
+def test_capturer_copies_only_while_a_sampled_step_runs_but_always_chains():
+    b = Binding(settings(instruments=frozenset({"graphdiff"}), graphdiff_layers=(0,)), ListEmitter())
+
+    class Prev:
+        n = 0
+
+        def capture(self, layer_id, topk_indices):
+            Prev.n += 1
+
+    cap = H_graphdiff_capturer(b, Prev())
+    sel = torch.zeros((2, 4), dtype=torch.int32)
+    cap.capture(layer_id=0, topk_indices=sel)
+    assert cap.calls == 0 and cap.bufs == {} and Prev.n == 1
+    cap.armed = True
+    cap.capture(layer_id=0, topk_indices=sel)
+    cap.capture(layer_id=1, topk_indices=sel)  # not a selected layer
+    assert cap.calls == 1 and list(cap.bufs) == [(0, (2, 4))] and Prev.n == 3
+    assert cap.on_forward_end(forward_batch=None, can_run_graph=True, cuda_graph_batch=4) is None

@@ -70,6 +70,13 @@ def logits_of(res):
     return v
 
 
+def _capturing() -> bool:
+    try:
+        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    except Exception:  # noqa: BLE001
+        return False
+
+
 class TopkCapturer:
     """An indexer capturer that records the selected layers' top-k into static
     buffers and forwards every call to the capturer it replaced."""
@@ -80,12 +87,17 @@ class TopkCapturer:
         self.bufs = {}  # (layer, shape) -> tensor
         self.last = {}  # layer -> key of the last Python-side capture
         self.calls = 0
+        self.armed = False  # a sampled step's two forwards are running
 
     def capture(self, layer_id, topk_indices):
         if self._prev is not None:
             self._prev.capture(layer_id=layer_id, topk_indices=topk_indices)
         try:
-            if self._gd.wants_layer(int(layer_id)) and isinstance(topk_indices, torch.Tensor):
+            # Copy while a sampled step runs (its Python-side forwards), and
+            # always while a CUDA graph is being captured: the copy becomes part
+            # of the graph, so every replay refreshes the buffer without Python.
+            if (self.armed or _capturing()) and self._gd.wants_layer(int(layer_id)) \
+                    and isinstance(topk_indices, torch.Tensor):
                 key = (int(layer_id), tuple(topk_indices.shape))
                 buf = self.bufs.get(key)
                 if buf is None:
@@ -161,12 +173,16 @@ class GraphDiff:
     # -- around the replay ----------------------------------------------------------------
     def pre(self, runner, fb):
         step = step_of(runner)
+        if self.capturer is not None:
+            self.capturer.armed = False  # whatever a failed step left behind
         if step < 0 or step % self.b.settings.graphdiff_every != 0:
             return None
         fm = getattr(fb, "forward_mode", None)
         if fm is not None and hasattr(fm, "is_decode") and not fm.is_decode():
             return None  # target-verify and other multi-token modes: rows are not requests
         cap = self.capturer
+        if cap is not None:
+            cap.armed = True  # cleared in post, after the eager rerun
         return {"step": step, "bs": int(fb.batch_size), "calls": cap.calls if cap is not None else 0}
 
     def post(self, st, runner, fb, pp, result):
@@ -206,6 +222,8 @@ class GraphDiff:
                     e_topk[L] = t
         finally:
             self.b.tls.busy = False
+            if cap is not None:
+                cap.armed = False
             self._restore_rows(saved)
         tensors = {}
         k = self.b.settings.logits_k
