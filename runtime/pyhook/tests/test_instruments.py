@@ -683,4 +683,9 @@ def test_capturer_copies_only_while_a_sampled_step_runs_but_always_chains():
     cap.capture(layer_id=0, topk_indices=sel)
     cap.capture(layer_id=1, topk_indices=sel)  # not a selected layer
     assert cap.calls == 1 and list(cap.bufs) == [(0, (2, 4))] and Prev.n == 3
-    assert cap.on_forward_end(forward_batch=None, can_run_graph=True, cuda_graph_batch=4) is None
+    # Without a capturer to chain to, SGLang's calls to it are no-ops.
+    from kvcanary.sglang.instruments.graphdiff import TopkCapturer
+
+    alone = TopkCapturer(b.graphdiff, None)
+    assert alone.on_forward_end(forward_batch=None, can_run_graph=True, cuda_graph_batch=4) is None
+    assert alone.get_topk(req_pool_idx=0, seqlen=1, req_to_token_pool=None) is None
