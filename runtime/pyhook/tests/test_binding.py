@@ -169,6 +169,7 @@ FINDER_PROBE = """
         "features": b.features_state(),
         "call": P().send_kv_chunk(object(), False),
         "loader": type(sys.modules["sglang.srt.disaggregation.prefill"].__loader__).__name__,
+        "war": __import__("os").environ.get("SGLANG_FORCE_COARSE_WAR_BARRIER"),
     }
     F.install()  # idempotent
     F.Finder(b).loaded("sglang.srt.disaggregation.prefill", sys.modules["sglang.srt.disaggregation.prefill"])
@@ -192,6 +193,7 @@ def test_sitecustomize_installs_the_finder_which_patches_on_import(tmp_path):
     assert out["wraps"] == 1  # never wrapped twice
     assert out["loader"] == "SourceFileLoader"  # no trace of the finder's loader
     assert all(out["features"].values())
+    assert out["war"] == "1"  # graphdiff is on by default: coarse WAR barrier
 
 
 def test_finder_disables_only_the_features_of_a_missing_target(tmp_path):
