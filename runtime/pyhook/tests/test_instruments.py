@@ -244,6 +244,22 @@ def test_admitted_digests_only_requests_about_to_be_admitted_and_once():
     assert sorted(e["request"] for e in em.of("room.checksum")) == ["q0", "q1"]
 
 
+def test_admitted_skips_requests_whose_index_k_is_still_on_the_host():
+    em = ListEmitter()
+    b = Binding(settings(), em)
+    pool, r2t = Pool(), R2T()
+    place(r2t, 0, [1], 10)
+    place(r2t, 1, [2], 10)
+    s = Sched(pool, r2t)
+    held, restoring = Req("h", 1, 10, 0), Req("r", 2, 10, 1)
+    held.kv.holds_kv = True
+    restoring.kv.holds_kv = False
+    s.waiting_queue = [held, restoring]
+    b.hook_for(T.by_name(PREBUILT))(s, types.SimpleNamespace(batch_size=lambda: 0))
+    assert [e["request"] for e in em.of("room.checksum")] == ["h"]
+    assert b.checksum.skipped_not_held == 1
+
+
 def test_pop_transferred_digests_returned_requests_with_queue_rank():
     em = ListEmitter()
     b = Binding(settings(), em)

@@ -32,6 +32,7 @@ class Checksum:
         self.b = b
         self._seen: OrderedDict = OrderedDict()
         self._warned = set()
+        self.skipped_not_held = 0  # "admitted" digests skipped: index-K still on the host
 
     # -- hooks ------------------------------------------------------------
     def on_send_kv_chunk(self, result, sched, *args, **kwargs):
@@ -66,6 +67,13 @@ class Checksum:
             pass
         rank = A.rank_of(sched)
         for req in waiting[:n]:
+            kv = getattr(req, "kv", None)
+            if kv is not None and getattr(kv, "holds_kv", True) is False:
+                # Newer SGLang restores host-received requests inside
+                # get_new_prebuilt_batch: before it their device index-K is not
+                # there yet, and a digest would be a false mismatch.
+                self.skipped_not_held += 1
+                continue
             key = (getattr(req, "bootstrap_room", None), getattr(req, "rid", None), rank)
             if key in self._seen:
                 continue
