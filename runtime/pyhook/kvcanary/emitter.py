@@ -1,0 +1,500 @@
+"""Emitter: kvcanary events as JSON lines (runtime/hook/WIRE.md) to a collector.
+
+The engine's step thread calls `emit`, which only appends to a bounded queue
+(no I/O, no encoding, no exception): a daemon writer thread encodes the events
+and writes them to the collector. When the queue is full — the collector is
+slow, stalled or absent — the event is dropped and counted, and `close()`
+reports the count in a `run.end` event, as the Go emitter's users do.
+
+Decisions (documented in README.md, "Emitter"):
+- No collector at start: one warning, then the writer keeps redialling with
+  exponential backoff (50 ms doubling to 2 s) for the life of the process, so
+  a collector started later still gets events. Meanwhile events wait in the
+  queue until it is full; after that `emit` is a cheap drop (a length check).
+- The body is encoded on the writer thread, so `emit` costs the same for a
+  4-byte and a 4-MB body. The emitter owns `body` after `emit`: the caller must
+  not mutate it. A body `json` cannot encode (NaN/Inf, a tensor, a lone
+  surrogate) is counted `invalid` by the writer and skipped: `emit` has already
+  returned True for it. An unknown kind or a non-dict body is refused at once.
+- A write blocked for `write_timeout` (5 s) on a collector that stopped reading
+  drops the connection and redials (the lines not written are dropped); a
+  broken pipe or a peer that closed does the same.
+- After `os.fork` the child starts fresh: empty queue, zero counters, its own
+  pid, no connection (the parent's socket is left to the parent) and a writer
+  thread started on the first `emit`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import collections
+import json
+import logging
+import os
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+import weakref
+
+from .config import Settings, SettingError, parse_addr
+
+log = logging.getLogger("kvcanary")
+
+VERSION = 1
+KINDS = frozenset({"run.start", "run.end", "room.checksum", "replay", "canary.pages",
+                   "graphdiff.sample", "session", "sched", "gpu", "cuda", "finding"})
+_M64 = (1 << 64) - 1
+_BATCH = 256  # events encoded and written per send
+_CHUNK = 2048  # list elements per json.dumps call (keeps one C call, and the GIL, short)
+# (logits travel as base64 strings, see f32s; long lists are e.g. canary page lists)
+_YIELD_BYTES = 16 << 10  # encoded bytes between two voluntary GIL releases of the writer
+_RUN_END = object()  # queue sentinel: close() asks for run.end here
+
+
+def hex64(v: int) -> str:
+    """`0x` + 16 hex digits of v mod 2^64 (a digest on the wire)."""
+    return "0x%016x" % (int(v) & _M64)
+
+
+def dec64(v: int) -> str:
+    """Decimal string of v mod 2^64 (a 64-bit id such as `room` on the wire)."""
+    return str(int(v) & _M64)
+
+
+def f32s(values) -> str:
+    """A float32 vector in its JSON form (WIRE/event.go `Float32s`): base64 of
+    the little-endian float32 bytes. NaN and ±Inf are allowed (logits).
+    `values`: a CPU torch tensor (any float dtype) or a sequence of floats."""
+    if hasattr(values, "detach"):  # a torch tensor: no per-element Python work
+        import torch  # already loaded: the caller holds a tensor
+
+        t = values.detach().reshape(-1).to("cpu", dtype=torch.float32).contiguous()
+        try:
+            raw = t.numpy().tobytes()
+        except Exception:  # noqa: BLE001 - torch without numpy
+            raw = struct.pack("<%df" % t.numel(), *t.tolist())
+        if sys.byteorder != "little":
+            raw = struct.pack("<%df" % t.numel(), *struct.unpack("=%df" % t.numel(), raw))
+    else:
+        raw = struct.pack("<%df" % len(values), *values)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _dumps(v) -> str:
+    return json.dumps(v, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+def _dumps_body(body: dict) -> str:
+    """JSON of a body; long top-level lists (logits) go in chunks so no single
+    C call holds the GIL for long while the step thread waits for it."""
+    if not any(isinstance(v, (list, tuple)) and len(v) > _CHUNK for v in body.values()):
+        return _dumps(body)
+    parts = []
+    for k, v in body.items():
+        if not isinstance(k, str):
+            raise TypeError("body key %r is not a string" % (k,))
+        if isinstance(v, (list, tuple)) and len(v) > _CHUNK:
+            items = []
+            for i in range(0, len(v), _CHUNK):
+                items.append(_dumps(list(v[i:i + _CHUNK]))[1:-1])
+                time.sleep(0)  # let a waiting step thread have the GIL between chunks
+            parts.append(_dumps(k) + ":[" + ",".join(items) + "]")
+        else:
+            parts.append(_dumps(k) + ":" + _dumps(v))
+    return "{" + ",".join(parts) + "}"
+
+
+def encode_event(kind: str, body: dict, ts_ns: int, proc: str = "", pid: int = 0, run: str = "") -> bytes:
+    """One JSON line (with its newline) in the form of WIRE.md:
+    {"v":1,"kind":K,"ts_ns":N,"src":{"proc":P,"pid":PID},"run":R,"body":{…}}.
+    Empty src fields and an empty run are omitted (the collector fills them).
+    Raises ValueError/TypeError for what JSON cannot carry (NaN, other types,
+    invalid UTF-8); the emitter counts those as invalid.
+    """
+    if kind not in KINDS:
+        raise ValueError("unknown kind %r" % (kind,))
+    if type(ts_ns) is not int:
+        raise TypeError("ts_ns %r is not an int" % (ts_ns,))
+    src = {}
+    if proc:
+        src["proc"] = proc
+    if pid:
+        src["pid"] = pid
+    head = '{"v":1,"kind":%s,"ts_ns":%d' % (_dumps(kind), ts_ns)
+    if src:
+        head += ',"src":' + _dumps(src)
+    if run:
+        head += ',"run":' + _dumps(run)
+    return (head + ',"body":' + _dumps_body(body) + "}\n").encode("utf-8")
+
+
+def _default_proc() -> str:
+    try:
+        with open("/proc/self/comm", "rb") as f:
+            name = f.read().decode("utf-8", "replace").strip()
+            if name:
+                return name
+    except OSError:
+        pass
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+
+
+_live: "weakref.WeakSet[Emitter]" = weakref.WeakSet()
+
+
+class Emitter:
+    """See the module doc. `addr` None (or unparsable) makes a no-op emitter
+    whose `emit` returns False; nothing here raises into the caller."""
+
+    def __init__(self, addr: str | None, run: str = "", proc: str = "", queue_size: int = 4096, *,
+                 write_timeout: float = 5.0, connect_timeout: float = 1.0,
+                 min_backoff: float = 0.05, max_backoff: float = 2.0):
+        self.run = run or ""
+        self.proc = proc or ""
+        self.queue_size = max(1, int(queue_size))
+        self.write_timeout = write_timeout
+        self.connect_timeout = connect_timeout
+        self.min_backoff = min_backoff
+        self.max_backoff = max(max_backoff, min_backoff)
+        self.addr = None
+        self.noop = addr is None
+        if addr is not None:
+            try:
+                self.addr = parse_addr(addr)
+            except SettingError as e:
+                log.warning("kvcanary: %s; events are not sent", e)
+                self.noop = True
+        self._fresh()
+        if not self.noop:
+            _live.add(self)
+
+    # --- state -----------------------------------------------------------------
+
+    def _fresh(self) -> None:
+        """(Re)initialise per-process state: at construction and in a forked child."""
+        self._pid = os.getpid()
+        self._t0 = time.monotonic_ns()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._q: collections.deque = collections.deque()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._sock: socket.socket | None = None
+        self._idle = False
+        self._sending = False  # the writer is inside a socket write (tests, bench)
+        self._abandon = False
+        self._warned: set = set()
+        self._sent = self._dropped = self._invalid = self._connects = 0
+        self._last_error = ""
+        self._run_end_sent = False
+
+    def _after_fork_child(self) -> None:
+        old = self._sock
+        self._fresh()
+        if old is not None:
+            try:
+                old.close()  # the child's copy of the parent's fd; close, never shutdown (that would cut the parent off)
+            except OSError:
+                pass
+
+    @property
+    def stats(self) -> dict:
+        """{"sent", "dropped", "invalid", "connects"} so far."""
+        with self._lock:
+            return {"sent": self._sent, "dropped": self._dropped,
+                    "invalid": self._invalid, "connects": self._connects}
+
+    @property
+    def last_error(self) -> str:
+        return self._last_error
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    # --- the step thread's side ------------------------------------------------
+
+    def emit(self, kind: str, body: dict, ts_ns: int | None = None) -> bool:
+        """Queue one event; False when it is dropped (queue full, closed, no-op
+        emitter) or refused (unknown kind, body not a dict). Never raises, never
+        does I/O. The emitter owns `body` afterwards (do not mutate it)."""
+        try:
+            if ts_ns is None:
+                ts_ns = time.time_ns()
+            if self._pid != os.getpid():  # forked without Python's at-fork hooks
+                self._after_fork_child()
+            with self._lock:
+                if kind not in KINDS or type(body) is not dict:
+                    self._invalid += 1
+                    self._last_error = "emit: kind %r with a %s body refused" % (kind, type(body).__name__)
+                    return False
+                if self._closed or self.noop or len(self._q) >= self.queue_size:
+                    self._dropped += 1
+                    return False
+                self._q.append((kind, body, ts_ns))
+                start = self._thread is None
+                if start:
+                    self._thread = threading.Thread(target=self._run, name="kvcanary-emitter", daemon=True)
+            if start:
+                self._thread.start()
+            elif self._idle:
+                self._wake.set()
+            return True
+        except Exception:  # noqa: BLE001 - never into the engine
+            return False
+
+    # --- shutdown --------------------------------------------------------------
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Write what is queued (waiting at most `timeout` seconds), then send
+        `run.end` {"wall_ns", "dropped"} and disconnect. Events still queued
+        then are counted as dropped. Idempotent; never raises."""
+        try:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+                self._q.append(_RUN_END)
+                thread = self._thread
+                if thread is None and not self.noop:
+                    thread = self._thread = threading.Thread(target=self._run, name="kvcanary-emitter",
+                                                             daemon=True)
+                    thread.start()
+            if thread is None:
+                return
+            self._stop.set()
+            self._wake.set()
+            thread.join(timeout)
+            if thread.is_alive():
+                log.warning("kvcanary: the collector at %s took no more events within %gs of close; "
+                            "dropping the %d still queued", self.addr, timeout, max(0, len(self._q) - 1))
+                self._abandon = True
+                s = self._sock
+                if s is not None:
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)  # unblocks a write stuck on a stalled collector
+                    except OSError:
+                        pass
+                thread.join(1.0)
+            self._drop_queued()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _drop_queued(self) -> None:
+        with self._lock:
+            n = sum(1 for it in self._q if it is not _RUN_END)
+            self._q.clear()
+            self._dropped += n
+
+    # --- the writer thread -----------------------------------------------------
+
+    def _warn_once(self, key: str, msg: str, *args) -> None:
+        if key in self._warned:
+            log.debug(msg, *args)
+            return
+        self._warned.add(key)
+        log.warning(msg, *args)
+
+    def _connect(self, timeout: float) -> bool:
+        a = self.addr
+        try:
+            if a.scheme == "unix":
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.settimeout(timeout)
+                    s.connect(a.path)
+                except BaseException:
+                    s.close()
+                    raise
+            else:
+                s = socket.create_connection((a.host, a.port), timeout=timeout)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.settimeout(self.write_timeout)
+        except OSError as e:
+            self._last_error = "connect %s: %s" % (a, e)
+            self._warn_once("connect", "kvcanary: no collector at %s (%s); events are dropped until one "
+                            "answers (retrying every <= %gs)", a, e, self.max_backoff)
+            return False
+        self._sock = s
+        with self._lock:
+            self._connects += 1
+        if "connect" in self._warned:
+            log.info("kvcanary: connected to %s", a)
+        return True
+
+    def _disconnect(self) -> None:
+        s, self._sock = self._sock, None
+        if s is not None:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def _peer_closed(self) -> bool:
+        """True when the collector closed its end (a write would be lost or fail)."""
+        try:
+            p = select.poll()
+            p.register(self._sock, select.POLLIN | select.POLLHUP)
+            if not p.poll(0):
+                return False  # nothing to read: the connection is alive
+            # readable: EOF (closed) or bytes a collector never sends; the socket
+            # has a timeout, but poll said readable, so this recv does not wait
+            return self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError, socket.timeout):
+            return False
+        except OSError:
+            return True
+
+    def _encode(self, kind, body, ts_ns):
+        try:
+            return encode_event(kind, body, ts_ns, self.proc, self._pid, self.run)
+        except Exception as e:  # noqa: BLE001 - NaN, a tensor, bad UTF-8: count, never raise
+            with self._lock:
+                self._invalid += 1
+            self._last_error = "encode %s: %s" % (kind, e)
+            self._warn_once("invalid", "kvcanary: %s event not sent: %s", kind, e)
+            return None
+
+    def _run_end_line(self) -> bytes:
+        with self._lock:
+            dropped = self._dropped
+        body = {"wall_ns": max(0, time.monotonic_ns() - self._t0)}
+        if dropped:
+            body["dropped"] = dropped
+        return encode_event("run.end", body, time.time_ns(), self.proc, self._pid, self.run)
+
+    def _write(self, data: bytes, n: int) -> bool:
+        """Write n encoded lines; on failure count the lines not written
+        completely as dropped and disconnect."""
+        view = memoryview(data)
+        off = 0
+        deadline = time.monotonic() + self.write_timeout
+        self._sending = True
+        try:
+            while off < len(data):
+                if self._abandon:
+                    raise OSError("close timed out")
+                try:
+                    off += self._sock.send(view[off:])
+                except socket.timeout:
+                    if time.monotonic() >= deadline:
+                        raise OSError("write blocked for %gs: collector not reading" % self.write_timeout)
+            with self._lock:
+                self._sent += n
+            return True
+        except OSError as e:
+            whole = data.count(b"\n", 0, off)
+            with self._lock:
+                self._sent += whole
+                self._dropped += n - whole
+            self._last_error = "write to %s: %s" % (self.addr, e)
+            if not self._abandon:  # close() gave up on a stalled collector: it said so already
+                self._warn_once("write", "kvcanary: lost the collector at %s (%s); reconnecting", self.addr, e)
+            self._disconnect()
+            return False
+        finally:
+            self._sending = False
+
+    def _run(self) -> None:
+        backoff = self.min_backoff
+        try:
+            while True:
+                if self._abandon:
+                    break
+                stopping = self._stop.is_set()
+                if self._sock is not None and self._peer_closed():
+                    self._warn_once("write", "kvcanary: the collector at %s closed the connection; "
+                                    "reconnecting", self.addr)
+                    self._disconnect()
+                if self._sock is None:
+                    if not self._connect(self.connect_timeout):
+                        if stopping:
+                            break
+                        self._stop.wait(backoff)  # close() cuts the wait short
+                        backoff = min(2 * backoff, self.max_backoff)
+                        continue
+                    backoff = self.min_backoff
+                lines, n, end, since_yield = [], 0, False, 0
+                while n < _BATCH:
+                    try:
+                        item = self._q.popleft()
+                    except IndexError:
+                        break
+                    if item is _RUN_END:
+                        end = True
+                        break
+                    line = self._encode(*item)
+                    if line is not None:
+                        lines.append(line)
+                        n += 1
+                        since_yield += len(line)
+                        if since_yield > _YIELD_BYTES:
+                            # hand the GIL back now and then, so a step thread waiting
+                            # for it waits one event's encoding, not a switch interval
+                            time.sleep(0)
+                            since_yield = 0
+                if n and not self._write(b"".join(lines), n):
+                    continue  # redial; the failed lines are counted dropped
+                if end:
+                    line = self._run_end_line()
+                    if self._write(line, 1):
+                        self._run_end_sent = True
+                    break
+                if n:
+                    continue
+                self._idle = True
+                if not self._q:
+                    self._wake.wait()
+                    self._wake.clear()
+                self._idle = False
+        except Exception as e:  # noqa: BLE001 - the writer dies quietly, emit keeps dropping
+            self._last_error = "writer: %s" % e
+            log.warning("kvcanary: emitter writer stopped: %s", e)
+            with self._lock:
+                self.noop = True
+        finally:
+            self._disconnect()
+
+
+def _after_fork_in_child() -> None:
+    for em in list(_live):
+        try:
+            em._after_fork_child()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _close_all_at_exit() -> None:
+    for em in list(_live):
+        em.close()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all_at_exit)
+
+_default: Emitter | None = None
+_default_lock = threading.Lock()
+
+
+def get_emitter(proc: str | None = None) -> Emitter:
+    """The process-wide emitter, built on first use from `Settings.from_env()`;
+    a no-op emitter when KVCANARY_ADDR is unset. `proc` names the process in
+    `src` (default: /proc/self/comm). A forked child gets the same object,
+    reset for the child."""
+    global _default
+    em = _default
+    if em is not None:
+        return em
+    with _default_lock:
+        if _default is None:
+            s = Settings.from_env()
+            s.apply_logging()
+            _default = Emitter(s.addr, run=s.run, proc=proc if proc is not None else _default_proc(),
+                               queue_size=s.queue)
+        return _default

@@ -1,0 +1,362 @@
+"""Hook functions for the targets table, shared by both ways in.
+
+`Binding` holds the process's instruments and builds, per target, ONE hook
+callable with SGLang's HookRegistry calling convention:
+
+    BEFORE  fn(*args, **kwargs)           -> None (arguments untouched)
+    AFTER   fn(result, *args, **kwargs)   -> None (result untouched)
+    AROUND  fn(original, *args, **kwargs) -> original(*args, **kwargs)
+
+The plugin route registers these callables with HookRegistry; the finder route
+wraps the class attribute with `wrap()`, which applies them exactly as
+HookRegistry's wrappers do. Either way:
+
+- a kvcanary exception never reaches the engine: it is caught, counted, logged
+  once per site (target × instrument), and after `MAX_ERRORS` at one site that
+  instrument's features there are disabled;
+- the original is called exactly once, with the caller's arguments, and its
+  result or exception passes through unchanged;
+- nothing waits on the device or on I/O (device work is finished off the step
+  thread by `Deferred`; events go through the emitter's bounded queue).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import threading
+import time
+
+from .. import emitter as _emitter  # noqa: F401 - its exit handler registers first, so runs after ours
+from . import targets as T
+
+log = logging.getLogger("kvcanary")
+
+MAX_ERRORS = 3  # errors at one site before its instrument is disabled there
+MARK = "__kvcanary_target__"  # attribute set on wrappers the finder installs
+
+# Which route applied the hooks in this process: None, "plugin" or "finder".
+ROUTE = None
+
+
+class Site:
+    """Error accounting of one (target, instrument) pair."""
+
+    __slots__ = ("binding", "target", "features", "errors", "logged")
+
+    def __init__(self, binding, target: str, features: tuple):
+        self.binding = binding
+        self.target = target
+        self.features = features
+        self.errors = 0
+        self.logged = False
+
+    def on(self) -> bool:
+        return any(self.binding.feature_on(f) for f in self.features)
+
+    def fail(self, exc: BaseException) -> None:
+        self.errors += 1
+        self.binding.stats["errors"] += 1
+        if not self.logged:
+            self.logged = True
+            log.warning("kvcanary: %s at %s raised %s: %s (the engine is unaffected; further "
+                        "errors here are counted)", "/".join(self.features), self.target,
+                        type(exc).__name__, exc, exc_info=exc)
+        if self.errors >= MAX_ERRORS:
+            self.binding.disable(self.features, "%d errors at %s" % (self.errors, self.target))
+
+
+class Binding:
+    """kvcanary's state in one engine process."""
+
+    def __init__(self, settings=None, emitter=None):
+        if settings is None:
+            from ..config import Settings
+
+            settings = Settings.from_env()
+        self.settings = settings
+        self._emitter = emitter  # None: the process-wide emitter, fetched at the first event
+        from .deferred import Deferred  # torch: imported once a Binding exists, not by sitecustomize
+
+        self.deferred = Deferred(self.emit)
+        # Events still waiting on the device at exit are built before the
+        # emitter's own exit handler flushes and closes (atexit runs LIFO).
+        atexit.register(self.deferred.flush, 2.0)
+        self.disabled: dict = {}  # feature -> reason
+        self.resolved: dict = {}  # target name -> targets.Resolved
+        self.stats = {"errors": 0}
+        self.tls = threading.local()  # .busy: inside kvcanary's own calls into the engine
+        self.sites: dict = {}
+        from .instruments.canary import Canary
+        from .instruments.checksum import Checksum
+        from .instruments.graphdiff import GraphDiff
+
+        self.checksum = Checksum(self)
+        self.canary = Canary(self)
+        self.graphdiff = GraphDiff(self)
+
+    # -- features -------------------------------------------------------
+    def feature_on(self, feature: str) -> bool:
+        inst = feature.split(".", 1)[0]
+        if inst == "replay":
+            on = self.settings.instrument("canary") or self.settings.instrument("graphdiff")
+        else:
+            on = self.settings.instrument(inst)
+        return on and feature not in self.disabled and inst not in self.disabled
+
+    def disable(self, features, reason: str) -> None:
+        new = [f for f in features if f not in self.disabled]
+        for f in new:
+            self.disabled[f] = reason
+        if new:
+            log.warning("kvcanary: disabled %s: %s", ",".join(new), reason)
+
+    def note_resolved(self, res: "T.Resolved", version: str | None = None) -> None:
+        """Record a resolution; a missing target disables its features with
+        ONE log line naming the target and the SGLang version."""
+        self.resolved[res.target.name] = res
+        if res.ok or not res.target.hooked:
+            return
+        wanted = [f for f in res.target.features if self.settings.instrument(f.split(".", 1)[0])
+                  or f.startswith("replay.")]
+        for f in res.target.features:
+            self.disabled.setdefault(f, "target missing: " + res.target.name)
+        if wanted:
+            log.warning("kvcanary: SGLang %s: target %s is missing or changed (%s); disabled %s",
+                        version if version is not None else T.sglang_version(), res.target.name,
+                        res.error, ",".join(res.target.features))
+
+    def features_state(self) -> dict:
+        """{feature: on?} for every feature of the table."""
+        return {f: self.feature_on(f) for t in T.TARGETS for f in t.features}
+
+    @property
+    def emitter(self):
+        if self._emitter is None:
+            from ..emitter import get_emitter
+
+            self._emitter = get_emitter()
+        return self._emitter
+
+    def emit(self, kind: str, body: dict) -> bool:
+        try:
+            return bool(self.emitter.emit(kind, body))
+        except Exception:  # noqa: BLE001 - the emitter promises not to raise; be sure
+            return False
+
+    def site(self, target: str, features: tuple) -> Site:
+        key = (target, features)
+        s = self.sites.get(key)
+        if s is None:
+            s = self.sites[key] = Site(self, target, features)
+        return s
+
+    def busy(self) -> bool:
+        return getattr(self.tls, "busy", False)
+
+    # -- hook callables per target ------------------------------------------
+    def hook_for(self, target: "T.Target"):
+        """The hook callable for `target` (HookRegistry's convention)."""
+        name = target.name
+        short = name.rsplit(".", 2)[-2:]
+        key = ".".join(short)
+        if key == "SchedulerDisaggregationPrefillMixin.send_kv_chunk":
+            return self._after(name, [(("checksum.sent",), self.checksum.on_send_kv_chunk)])
+        if key == "DecodeTransferQueue.pop_transferred":
+            return self._after(name, [(("checksum.transferred",), self.checksum.on_pop_transferred),
+                                      (("canary.transfer",), self.canary.on_pop_transferred)])
+        if key == "SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch":
+            return self._before(name, [(("checksum.admitted",), self.checksum.on_prebuilt)])
+        if key == "IndexKeyCache.move":
+            return self._before(name, [(("canary.between",), self.canary.on_move)])
+        if key == "ModelRunner.init_indexer_capturer":
+            return self._after(name, [(("graphdiff.topk",), self.graphdiff.on_init_capturer)])
+        if key == "DecodeCudaGraphRunner.execute":
+            return self._around_execute(name)
+        raise KeyError("no hook for target %s" % name)
+
+    def _before(self, target, handlers):
+        sites = [(self.site(target, feats), fn) for feats, fn in handlers]
+
+        def kvcanary_before(*args, **kwargs):
+            if self.busy():
+                return None
+            for site, fn in sites:
+                if site.on():
+                    try:
+                        fn(*args, **kwargs)
+                    except Exception as e:  # noqa: BLE001
+                        site.fail(e)
+            return None
+
+        kvcanary_before.kvcanary_target = target
+        return kvcanary_before
+
+    def _after(self, target, handlers):
+        sites = [(self.site(target, feats), fn) for feats, fn in handlers]
+
+        def kvcanary_after(result, *args, **kwargs):
+            if self.busy():
+                return None
+            for site, fn in sites:
+                if site.on():
+                    try:
+                        fn(result, *args, **kwargs)
+                    except Exception as e:  # noqa: BLE001
+                        site.fail(e)
+            return None
+
+        kvcanary_after.kvcanary_target = target
+        return kvcanary_after
+
+    def _around_execute(self, target):
+        """AROUND DecodeCudaGraphRunner.execute(self, forward_batch, pp_proxy_tensors=None).
+
+        Order: canary before-snapshot; the original (timed); canary
+        after-snapshot; graphdiff's eager rerun (it restores every row it
+        lets the rerun write, so the canary's after-snapshot is the state the
+        engine continues from); the replay event.
+        """
+        s_canary = self.site(target, ("canary.replay",))
+        s_graph = self.site(target, ("graphdiff.rerun",))
+        s_replay = self.site(target, ("replay.step",))
+
+        def kvcanary_around(original, *args, **kwargs):
+            if self.busy():
+                return original(*args, **kwargs)
+            runner = args[0] if args else kwargs.get("self")
+            fb = args[1] if len(args) > 1 else kwargs.get("forward_batch")
+            cst = gst = None
+            if s_canary.on():
+                try:
+                    cst = self.canary.pre(runner, fb)
+                except Exception as e:  # noqa: BLE001
+                    s_canary.fail(e)
+            if s_graph.on():
+                try:
+                    gst = self.graphdiff.pre(runner, fb)
+                except Exception as e:  # noqa: BLE001
+                    s_graph.fail(e)
+            t0 = time.perf_counter_ns()
+            result = original(*args, **kwargs)
+            dur = time.perf_counter_ns() - t0
+            if cst is not None:
+                try:
+                    self.canary.post(cst, runner, fb, result)
+                except Exception as e:  # noqa: BLE001
+                    s_canary.fail(e)
+            if gst is not None:
+                try:
+                    pp = args[2] if len(args) > 2 else kwargs.get("pp_proxy_tensors")
+                    self.graphdiff.post(gst, runner, fb, pp, result)
+                except Exception as e:  # noqa: BLE001
+                    s_graph.fail(e)
+            if s_replay.on():
+                try:
+                    self._replay_event(runner, fb, dur)
+                except Exception as e:  # noqa: BLE001
+                    s_replay.fail(e)
+            return result
+
+        kvcanary_around.kvcanary_target = target
+        return kvcanary_around
+
+    def _replay_event(self, runner, fb, dur_ns: int) -> None:
+        raw_bs = getattr(runner, "raw_bs", None)
+        bucket = getattr(runner, "bs", None)
+        if not isinstance(raw_bs, int):
+            raw_bs = int(getattr(fb, "batch_size", 0) or 0)
+        mode = "graph" if isinstance(bucket, int) and bucket > 0 else "eager"
+        body = {"step": step_of(runner), "bs": raw_bs, "mode": mode, "dur_ns": max(0, int(dur_ns))}
+        if mode == "graph":
+            body["bucket"] = bucket
+        self.emit("replay", body)
+
+    def apply_features(self, names=None):
+        """Iterate (target, hook callable) for every hooked target whose
+        features are wanted and that resolved (names: limit to these)."""
+        for t in T.TARGETS:
+            if not t.hooked or (names is not None and t.name not in names):
+                continue
+            res = self.resolved.get(t.name)
+            if res is None or not res.ok:
+                continue
+            if not any(self.feature_on(f) for f in t.features):
+                continue
+            yield t, res, self.hook_for(t)
+
+
+def step_of(runner) -> int:
+    """The rank-synchronous step id: model_runner.forward_pass_id (-1 if absent)."""
+    mr = getattr(runner, "model_runner", runner)
+    v = getattr(mr, "forward_pass_id", None)
+    return int(v) if isinstance(v, int) else -1
+
+
+def wrap(original, hook, hook_type: str, target: str):
+    """Apply `hook` to `original` as HookRegistry does (finder route)."""
+    if hook_type == T.BEFORE:
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            r = hook(*args, **kwargs)
+            if r is not None:
+                args, kwargs = r
+            return original(*args, **kwargs)
+    elif hook_type == T.AFTER:
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            result = original(*args, **kwargs)
+            r = hook(result, *args, **kwargs)
+            return r if r is not None else result
+    elif hook_type == T.AROUND:
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            return hook(original, *args, **kwargs)
+    else:
+        raise ValueError("hook type %r" % hook_type)
+    wrapper.__wrapped__ = original
+    setattr(wrapper, MARK, target)
+    return wrapper
+
+
+def is_kvcanary_wrapped(func) -> bool:
+    """Whether func (or anything it wraps) is a kvcanary finder wrapper, or a
+    HookRegistry wrapper around one of kvcanary's hook callables."""
+    seen = 0
+    f = func
+    while f is not None and seen < 32:
+        if getattr(f, MARK, None) or getattr(f, "kvcanary_target", None):
+            return True
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            if getattr(v, "kvcanary_target", None):
+                return True
+        f = getattr(f, "__wrapped__", None)
+        seen += 1
+    return False
+
+
+_binding = None
+_binding_lock = threading.Lock()
+
+
+def get_binding() -> Binding:
+    """The process's Binding (created on first use from the environment)."""
+    global _binding
+    if _binding is None:
+        with _binding_lock:
+            if _binding is None:
+                b = Binding()
+                b.settings.apply_logging()
+                _binding = b
+    return _binding
+
+
+def set_binding(b) -> None:
+    """Replace the process's Binding (tests)."""
+    global _binding
+    _binding = b

@@ -1,0 +1,1 @@
+"""sglang.srt (stand-in)."""

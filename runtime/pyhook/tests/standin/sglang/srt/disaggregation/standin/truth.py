@@ -1,0 +1,22 @@
+"""What the stand-in engine records for its ground truth (not SGLang API)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+
+def room_layer_digests(pool, slots: torch.Tensor) -> dict:
+    """{layer id: sha256 hex} of the token-order index-K stream (128 K bytes
+    then 4 scale bytes per token) of ``slots`` on every layer with rows."""
+    out = {}
+    ikc = pool.index_key_cache
+    for layer, buf in enumerate(pool.index_k_with_scale_buffer):
+        if buf.shape[0] == 0:
+            continue
+        flat = buf.view(-1)
+        k = flat[ikc.k_byte_index(slots)]
+        s = flat[ikc.scale_byte_index(slots)]
+        out[str(layer)] = hashlib.sha256(torch.cat([k, s], dim=1).contiguous().numpy().tobytes()).hexdigest()
+    return out

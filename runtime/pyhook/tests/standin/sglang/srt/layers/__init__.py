@@ -1,0 +1,1 @@
+"""sglang.srt.layers (stand-in)."""

@@ -1,0 +1,1 @@
+"""sglang.srt.managers (stand-in)."""

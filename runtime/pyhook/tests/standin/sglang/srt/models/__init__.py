@@ -1,0 +1,1 @@
+"""sglang.srt.models (stand-in)."""

@@ -1,0 +1,1 @@
+"""sglang.srt.state_capturer (stand-in)."""
