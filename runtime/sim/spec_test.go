@@ -1,0 +1,270 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"testing"
+
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// fillArena gives every byte of a a distinct-ish value.
+func fillArena(a *Arena) {
+	for i := range a.Buf {
+		a.Buf[i] = byte(i*7 + i/251)
+	}
+}
+
+// TestArenaMoveSlots: the correct move copies exactly the token row (key,
+// and the fp8 scale) of each source slot to its target slot, reading every
+// source before writing, and bumps the target page's generation only.
+func TestArenaMoveSlots(t *testing.T) {
+	for _, dtype := range []string{"bf16", "fp8"} {
+		a, err := NewArena(dtype, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fillArena(a)
+		orig := slices.Clone(a.Buf)
+		tgt, src := []int{2*PageTokens + 5, 3*PageTokens + 63}, []int{2*PageTokens + 9, 2*PageTokens + 5}
+		rows := [][]byte{a.appendSlot(nil, src[0]), a.appendSlot(nil, src[1])}
+		gen := slices.Clone(a.Gen)
+		a.MoveSlots(tgt, src, nil)
+		for i, s := range tgt {
+			if got := a.appendSlot(nil, s); !bytes.Equal(got, rows[i]) {
+				t.Fatalf("%s: slot %d does not hold the row of slot %d (read before any write)", dtype, s, src[i])
+			}
+		}
+		if len(rows[0]) != a.L.TokenBytes() {
+			t.Fatalf("%s: row of %d bytes, want %d", dtype, len(rows[0]), a.L.TokenBytes())
+		}
+		// Every other byte is untouched: restore the two rows and compare.
+		after := slices.Clone(a.Buf)
+		b := &Arena{L: a.L, Buf: after, Pages: a.Pages, Gen: make([]uint32, a.Pages)}
+		for _, s := range tgt {
+			b.putSlot(s, (&Arena{L: a.L, Buf: orig, Pages: a.Pages}).appendSlot(nil, s))
+		}
+		if !bytes.Equal(after, orig) {
+			t.Fatalf("%s: bytes outside the target rows changed", dtype)
+		}
+		if a.Gen[2] != gen[2]+1 || a.Gen[3] != gen[3]+1 || a.Gen[1] != gen[1] || a.Gen[4] != gen[4] {
+			t.Fatalf("%s: generations %v (were %v)", dtype, a.Gen, gen)
+		}
+	}
+}
+
+// TestArenaMovePageRows: the faulty move copies whole page rows, indexed by
+// the ids as if they were pages; an id beyond the pool fails the whole call
+// with torch's IndexError and writes nothing.
+func TestArenaMovePageRows(t *testing.T) {
+	a, err := NewArena("fp8", 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillArena(a)
+	orig := slices.Clone(a.Buf)
+	pb := a.L.PageBytes()
+	written, _, err := a.MovePageRows([]int{5, 1}, []int{1, 6}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(written, []uint32{5, 1}) {
+		t.Fatalf("written %v", written)
+	}
+	if !bytes.Equal(a.Buf[5*pb:6*pb], orig[1*pb:2*pb]) || !bytes.Equal(a.Buf[1*pb:2*pb], orig[6*pb:7*pb]) {
+		t.Fatal("page rows not copied whole (sources gathered before the writes)")
+	}
+	for _, p := range []int{0, 2, 3, 4, 6, 7} {
+		if !bytes.Equal(a.Buf[p*pb:(p+1)*pb], orig[p*pb:(p+1)*pb]) {
+			t.Fatalf("page %d changed", p)
+		}
+	}
+	before, gen := slices.Clone(a.Buf), slices.Clone(a.Gen)
+	for _, c := range []struct{ tgt, src []int }{{[]int{3}, []int{8}}, {[]int{2, 70}, []int{4, 5}}} {
+		w, _, err := a.MovePageRows(c.tgt, c.src, nil)
+		var oob *OutOfBoundsError
+		if !errors.As(err, &oob) || oob.Size != 8 || w != nil {
+			t.Fatalf("move %v←%v: err %v, written %v", c.tgt, c.src, err, w)
+		}
+		if want := fmt.Sprintf("IndexError: index %d is out of bounds for dimension 0 with size 8", oob.Index); err.Error() != want {
+			t.Fatalf("error %q", err)
+		}
+	}
+	if !bytes.Equal(a.Buf, before) || !slices.Equal(a.Gen, gen) {
+		t.Fatal("a failed call wrote something")
+	}
+}
+
+// specConfig is the spec-move test configuration: the default engine with
+// tree drafting, the canary on, nothing else.
+func specConfig(seed uint64, policy string, inject ...string) Config {
+	cfg := DefaultConfig()
+	cfg.Seed = seed
+	cfg.SpeculativeEagleTopK = 2
+	cfg.Inject = inject
+	cfg.Instruments = Instruments{Canary: true, CanaryPolicy: policy}
+	return cfg
+}
+
+// TestSpecMovesCorrectAreNeutral: correct moves leave every position the
+// indexer reads as the baseline has it, so the run's outputs are identical
+// to the run without speculative moves; the canary finds nothing in replays
+// or between them, and sees every move as an expected write between steps.
+func TestSpecMovesCorrectAreNeutral(t *testing.T) {
+	w := testWorkload()
+	w.Sessions, w.Rounds = 16, 2
+	if raceEnabled {
+		w.Sessions = 6
+	}
+	base := quietConfig(2)
+	want, err := Run(context.Background(), base, w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{2, 4} {
+		cfg := specConfig(2, "live")
+		cfg.SpeculativeEagleTopK = k
+		a := canary.NewAnalyzer(canary.Options{})
+		var findings int
+		pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
+			if ev.Kind == hook.KindFinding {
+				findings++
+			}
+		}), a)
+		got, err := Run(context.Background(), cfg, w, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Stats.SpecMoves == 0 || got.Stats.SpecMoveErrors != 0 {
+			t.Fatalf("topk %d: %d moves, %d errors", k, got.Stats.SpecMoves, got.Stats.SpecMoveErrors)
+		}
+		st := got.Stats
+		st.SpecMoves = 0
+		if !reflect.DeepEqual(got.PerSession, want.PerSession) || st != want.Stats {
+			t.Fatalf("topk %d: correct moves changed the run: stats %+v vs %+v", k, got.Stats, want.Stats)
+		}
+		s := a.Summary().(canary.Summary)
+		if findings != 0 || s.Findings() || s.Between == nil {
+			t.Fatalf("topk %d: %d findings with correct moves: %+v", k, findings, s)
+		}
+		// Every move is an expected write of the next check, except the
+		// last replay's (no replay follows them, so no check either).
+		b := s.Between
+		seen := b.ExpectedWrites + b.RewrittenStores
+		if seen > uint64(got.Stats.SpecMoves) || uint64(got.Stats.SpecMoves)-seen > uint64(cfg.MaxRunningRequests) ||
+			b.SlotCheckedChecks != s.BetweenChecks || s.BetweenChecks != s.Replays-1 {
+			t.Fatalf("topk %d: %d moves but between %+v (checks %d, replays %d)", k, got.Stats.SpecMoves, b, s.BetweenChecks, s.Replays)
+		}
+	}
+}
+
+// TestSpecMoveFaultVictimsExactly: with the spec-move fault the canary's
+// between-phase live overwrites are exactly the pages the faulty move wrote
+// (the twin's record of its own data path) that the window's page set
+// covered, whose bytes changed, and whose owner runs in the next step —
+// each finding naming that owner; replays find nothing live.
+func TestSpecMoveFaultVictimsExactly(t *testing.T) {
+	for _, policy := range []string{"live", "all"} {
+		t.Run(policy, func(t *testing.T) {
+			cfg := specConfig(1, policy, FaultSpecMove)
+			cfg.SpeculativeEagleTopK = 0 // the fault implies tree drafting
+			sessions := 24
+			if raceEnabled {
+				sessions = 8
+			}
+			var e *Engine
+			var window []uint32       // pages the faulty moves wrote since the last between check
+			truth := map[string]bool{} // "step/page/owner" of every victim the canary must name
+			var victims, uncovered int
+			a := canary.NewAnalyzer(canary.Options{})
+			found := map[string]bool{}
+			pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
+				switch b := ev.Body.(type) {
+				case *hook.CanaryPages:
+					if b.Phase != canary.PhaseBetween {
+						return
+					}
+					// The engine is paused inside its between check: judge
+					// the window's faulty writes from its own state.
+					running := map[string]bool{}
+					for _, id := range b.Running {
+						running[id] = true
+					}
+					for _, p := range window {
+						owner := e.reqID(e.decAlloc.Owner(p))
+						if !running[owner] {
+							continue
+						}
+						victims++
+						i, ok := slices.BinarySearch(e.spec.prevPages, p)
+						if !ok {
+							uncovered++
+							continue
+						}
+						if checksum.Page(e.dec.L, e.dec.Buf, p) != e.spec.prevDig[i] {
+							truth[fmt.Sprintf("%d/%d/%s", b.Step, p, owner)] = true
+						}
+					}
+					window = window[:0]
+				case *hook.Finding:
+					if b.Evidence["class"] != canary.ClassLiveOverwrite.String() {
+						return
+					}
+					if b.Evidence["phase"] != canary.PhaseBetween {
+						t.Errorf("live overwrite outside the between phase: %+v", b)
+						return
+					}
+					found[b.Evidence["step"]+"/"+b.Evidence["page"]+"/"+b.Evidence["victim"]] = true
+				}
+			}), a)
+			driveEngine(t, cfg, sessions, 2, pub, func(en *Engine) {
+				e = en
+				en.testMove = func(w []uint32) { window = append(window, w...) }
+			}, nil)
+			s := a.Summary().(canary.Summary)
+			t.Logf("moves %d (%d out of bounds); victims owned by running requests %d (%d outside the window's page set); canary: between live %d missing %d, replay live %d",
+				e.stats.SpecMoves, e.stats.SpecMoveErrors, victims, uncovered, s.Between.LivePageOverwrites, s.Between.MissingStores, s.LivePageOverwrites)
+			if len(truth) == 0 {
+				t.Fatal("the faulty move overwrote no live page: the fault is not exercised")
+			}
+			if !maps.Equal(found, truth) {
+				t.Fatalf("canary named %d victims, ground truth %d:\nfound %v\ntruth %v", len(found), len(truth), found, truth)
+			}
+			if s.LivePageOverwrites != 0 || s.Between.LivePageOverwrites != uint64(len(truth)) {
+				t.Fatalf("summary: replay live %d, between live %d, want 0 and %d", s.LivePageOverwrites, s.Between.LivePageOverwrites, len(truth))
+			}
+			// Moves that failed or went to the wrong page never wrote their
+			// target: missing stores, at most one per move.
+			if s.Between.MissingStores == 0 || s.Between.MissingStores+s.Between.RewrittenStores > uint64(e.stats.SpecMoves) {
+				t.Fatalf("between missing %d + rewritten %d for %d moves", s.Between.MissingStores, s.Between.RewrittenStores, e.stats.SpecMoves)
+			}
+			if policy == "all" && uncovered != 0 {
+				t.Fatalf("policy all left %d victims outside the compared set", uncovered)
+			}
+		})
+	}
+}
+
+// TestSpecMoveFaultOffByDefault: without the flag or the fault, no draft
+// slot is used and the run configuration does not mention speculation.
+func TestSpecMoveFaultOffByDefault(t *testing.T) {
+	cfg := DefaultConfig()
+	if cfg.specTopK() != 0 || cfg.RunConfig().Extra != nil {
+		t.Fatalf("default config speculates: topk %d, extra %v", cfg.specTopK(), cfg.RunConfig().Extra)
+	}
+	cfg.Inject = []string{FaultSpecMove}
+	if cfg.specTopK() != 2 || cfg.RunConfig().Extra["speculative_eagle_topk"] != "2" {
+		t.Fatalf("spec-move does not imply tree drafting: %d %v", cfg.specTopK(), cfg.RunConfig().Extra)
+	}
+	cfg.SpeculativeEagleTopK = 17
+	if err := cfg.Validate(); err == nil {
+		t.Fatal("topk 17 accepted")
+	}
+}
