@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
@@ -337,6 +338,17 @@ func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[s
 		}
 		if _, err := fmt.Fprintf(w, "%s: %s\n", k, line); err != nil {
 			return err
+		}
+		// The canary's between-replay verdicts are an object, which the
+		// scalar line leaves out: give them their own line.
+		if cs, ok := sections[k].(canary.Summary); ok && cs.Between != nil {
+			line, err := scalarLine(cs.Between)
+			if err != nil {
+				return fmt.Errorf("encode %s between summary: %w", k, err)
+			}
+			if _, err := fmt.Fprintf(w, "%s between replays: %s\n", k, line); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

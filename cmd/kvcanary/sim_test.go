@@ -194,6 +194,15 @@ func TestSimRunSpecMove(t *testing.T) {
 	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
 		t.Fatalf("canary report exit %d (%v), want 1\n%s", cmdutil.ExitCode(err), err, rep)
 	}
+	text, _, err := runSim(t, false, "run", "--sessions", "16", "--rounds", "2", "--seed", "1",
+		"--inject", "spec-move", "--multi-stream-overlap=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := fmt.Sprintf("live_page_overwrites=%d", m.Canary.Between.LivePageOverwrites); !strings.Contains(text, "\ncanary between replays: ") ||
+		!strings.Contains(text[strings.Index(text, "canary between replays: "):], line) || !strings.Contains(text, "speculative moves: ") {
+		t.Fatalf("sim run text lacks the between-replay verdicts (%s):\n%s", line, text)
+	}
 	want := fmt.Sprintf("between replays: LIVE-PAGE-OVERWRITE hits: %d in ", m.Canary.Between.LivePageOverwrites)
 	if !strings.HasPrefix(rep, "LIVE-PAGE-OVERWRITE hits: 0 in ") || !strings.Contains(rep, want) {
 		t.Fatalf("canary report:\n%s", rep)
