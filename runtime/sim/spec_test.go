@@ -8,6 +8,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvcanary/kvcanary/canary"
@@ -172,90 +173,155 @@ func TestSpecMovesCorrectAreNeutral(t *testing.T) {
 	}
 }
 
+// victimRun is what a spec-move run showed: the victims the twin's own
+// record says the canary must name, and what it named.
+type victimRun struct {
+	e                  *Engine
+	truth, found       map[string]bool // "step/page/owner"
+	victims, uncovered int             // faulty writes to running requests' pages; of which outside the window's page set
+	summary            canary.Summary
+}
+
+// runVictims drives an engine with cfg through drive and judges every
+// between-phase check against the twin's ground truth: the pages the faulty
+// move wrote in the window (testMove, the data path's own record) that the
+// window's page set covered, whose bytes differ from their after-snapshot,
+// and whose owner runs in the next step. drive must call setup on the
+// engine before its first step.
+func runVictims(t *testing.T, cfg Config, drive func(pub hook.Publisher, setup func(*Engine))) *victimRun {
+	t.Helper()
+	v := &victimRun{truth: map[string]bool{}, found: map[string]bool{}}
+	var window []uint32 // pages the faulty moves wrote since the last between check
+	a := canary.NewAnalyzer(canary.Options{})
+	pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
+		switch b := ev.Body.(type) {
+		case *hook.CanaryPages:
+			if b.Phase != canary.PhaseBetween {
+				return
+			}
+			// The engine is paused inside its between check: judge the
+			// window's faulty writes from its own state.
+			e := v.e
+			running := map[string]bool{}
+			for _, id := range b.Running {
+				running[id] = true
+			}
+			for _, p := range window {
+				owner := e.reqID(e.decAlloc.Owner(p))
+				if !running[owner] {
+					continue
+				}
+				v.victims++
+				i, ok := slices.BinarySearch(e.spec.prevPages, p)
+				if !ok {
+					v.uncovered++
+					continue
+				}
+				if checksum.Page(e.dec.L, e.dec.Buf, p) != e.spec.prevDig[i] {
+					v.truth[fmt.Sprintf("%d/%d/%s", b.Step, p, owner)] = true
+				}
+			}
+			window = window[:0]
+		case *hook.Finding:
+			if b.Evidence["class"] != canary.ClassLiveOverwrite.String() {
+				return
+			}
+			if b.Evidence["phase"] != canary.PhaseBetween {
+				t.Errorf("live overwrite outside the between phase: %+v", b)
+				return
+			}
+			v.found[b.Evidence["step"]+"/"+b.Evidence["page"]+"/"+b.Evidence["victim"]] = true
+		}
+	}), a)
+	drive(pub, func(en *Engine) {
+		v.e = en
+		en.testMove = func(w []uint32) { window = append(window, w...) }
+	})
+	v.summary = a.Summary().(canary.Summary)
+	s := v.summary
+	t.Logf("moves %d (%d out of bounds); victims owned by running requests %d (%d outside the window's page set); canary: between live %d missing %d, replay live %d",
+		v.e.stats.SpecMoves, v.e.stats.SpecMoveErrors, v.victims, v.uncovered, s.Between.LivePageOverwrites, s.Between.MissingStores, s.LivePageOverwrites)
+	if len(v.truth) == 0 {
+		t.Fatal("the faulty move overwrote no live page: the fault is not exercised")
+	}
+	if !maps.Equal(v.found, v.truth) {
+		t.Fatalf("canary named %d victims, ground truth %d:\nfound %v\ntruth %v", len(v.found), len(v.truth), v.found, v.truth)
+	}
+	if s.LivePageOverwrites != 0 || s.Between.LivePageOverwrites != uint64(len(v.truth)) {
+		t.Fatalf("summary: replay live %d, between live %d, want 0 and %d", s.LivePageOverwrites, s.Between.LivePageOverwrites, len(v.truth))
+	}
+	// Moves that failed or went to the wrong page never wrote their
+	// target: missing stores, at most one per move.
+	if s.Between.MissingStores == 0 || s.Between.MissingStores+s.Between.RewrittenStores > uint64(v.e.stats.SpecMoves) {
+		t.Fatalf("between missing %d + rewritten %d for %d moves", s.Between.MissingStores, s.Between.RewrittenStores, v.e.stats.SpecMoves)
+	}
+	return v
+}
+
 // TestSpecMoveFaultVictimsExactly: with the spec-move fault the canary's
-// between-phase live overwrites are exactly the pages the faulty move wrote
-// (the twin's record of its own data path) that the window's page set
-// covered, whose bytes changed, and whose owner runs in the next step —
-// each finding naming that owner; replays find nothing live.
+// between-phase live overwrites are exactly the victims of the twin's ground
+// truth (runVictims), each finding naming the page's owner; replays find
+// nothing live. Live victims need recycled low pages (second rounds), so
+// this takes 24 sessions × 2 rounds; TestSpecMoveFaultNamesVictim builds
+// the situation directly and also runs under -race.
 func TestSpecMoveFaultVictimsExactly(t *testing.T) {
+	if raceEnabled {
+		t.Skip("24×2 sessions under -race: TestSpecMoveFaultNamesVictim covers the fault there")
+	}
 	for _, policy := range []string{"live", "all"} {
 		t.Run(policy, func(t *testing.T) {
 			cfg := specConfig(1, policy, FaultSpecMove)
 			cfg.SpeculativeEagleTopK = 0 // the fault implies tree drafting
-			sessions := 24
-			if raceEnabled {
-				sessions = 8
-			}
-			var e *Engine
-			var window []uint32        // pages the faulty moves wrote since the last between check
-			truth := map[string]bool{} // "step/page/owner" of every victim the canary must name
-			var victims, uncovered int
-			a := canary.NewAnalyzer(canary.Options{})
-			found := map[string]bool{}
-			pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
-				switch b := ev.Body.(type) {
-				case *hook.CanaryPages:
-					if b.Phase != canary.PhaseBetween {
-						return
-					}
-					// The engine is paused inside its between check: judge
-					// the window's faulty writes from its own state.
-					running := map[string]bool{}
-					for _, id := range b.Running {
-						running[id] = true
-					}
-					for _, p := range window {
-						owner := e.reqID(e.decAlloc.Owner(p))
-						if !running[owner] {
-							continue
-						}
-						victims++
-						i, ok := slices.BinarySearch(e.spec.prevPages, p)
-						if !ok {
-							uncovered++
-							continue
-						}
-						if checksum.Page(e.dec.L, e.dec.Buf, p) != e.spec.prevDig[i] {
-							truth[fmt.Sprintf("%d/%d/%s", b.Step, p, owner)] = true
-						}
-					}
-					window = window[:0]
-				case *hook.Finding:
-					if b.Evidence["class"] != canary.ClassLiveOverwrite.String() {
-						return
-					}
-					if b.Evidence["phase"] != canary.PhaseBetween {
-						t.Errorf("live overwrite outside the between phase: %+v", b)
-						return
-					}
-					found[b.Evidence["step"]+"/"+b.Evidence["page"]+"/"+b.Evidence["victim"]] = true
-				}
-			}), a)
-			driveEngine(t, cfg, sessions, 2, pub, func(en *Engine) {
-				e = en
-				en.testMove = func(w []uint32) { window = append(window, w...) }
-			}, nil)
-			s := a.Summary().(canary.Summary)
-			t.Logf("moves %d (%d out of bounds); victims owned by running requests %d (%d outside the window's page set); canary: between live %d missing %d, replay live %d",
-				e.stats.SpecMoves, e.stats.SpecMoveErrors, victims, uncovered, s.Between.LivePageOverwrites, s.Between.MissingStores, s.LivePageOverwrites)
-			if len(truth) == 0 {
-				t.Fatal("the faulty move overwrote no live page: the fault is not exercised")
-			}
-			if !maps.Equal(found, truth) {
-				t.Fatalf("canary named %d victims, ground truth %d:\nfound %v\ntruth %v", len(found), len(truth), found, truth)
-			}
-			if s.LivePageOverwrites != 0 || s.Between.LivePageOverwrites != uint64(len(truth)) {
-				t.Fatalf("summary: replay live %d, between live %d, want 0 and %d", s.LivePageOverwrites, s.Between.LivePageOverwrites, len(truth))
-			}
-			// Moves that failed or went to the wrong page never wrote their
-			// target: missing stores, at most one per move.
-			if s.Between.MissingStores == 0 || s.Between.MissingStores+s.Between.RewrittenStores > uint64(e.stats.SpecMoves) {
-				t.Fatalf("between missing %d + rewritten %d for %d moves", s.Between.MissingStores, s.Between.RewrittenStores, e.stats.SpecMoves)
-			}
-			if policy == "all" && uncovered != 0 {
-				t.Fatalf("policy all left %d victims outside the compared set", uncovered)
+			v := runVictims(t, cfg, func(pub hook.Publisher, setup func(*Engine)) {
+				driveEngine(t, cfg, 24, 2, pub, setup, nil)
+			})
+			if policy == "all" && v.uncovered != 0 {
+				t.Fatalf("policy all left %d victims outside the compared set", v.uncovered)
 			}
 		})
+	}
+}
+
+// TestSpecMoveFaultNamesVictim builds the bug's victims directly: request A
+// (a one-page prompt, decode page 1) moves its accepted tokens to slots
+// 64+n, which the faulty move takes for page rows 64+n — pages of B2
+// (49..95) and B3 (96..142), decoding at the same time. The canary must name
+// them exactly where the twin's record says their pages were overwritten.
+func TestSpecMoveFaultNamesVictim(t *testing.T) {
+	cfg := specConfig(1, "live", FaultSpecMove)
+	tok := func(i int) Token { return Token(int(TokAssistant) + 1 + i%40) }
+	prompt := func(n int) []Token {
+		p := []Token{TokBOS}
+		for i := 1; i < n; i++ {
+			p = append(p, tok(i))
+		}
+		return p
+	}
+	v := runVictims(t, cfg, func(pub hook.Publisher, setup func(*Engine)) {
+		e, err := NewEngine(cfg, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		setup(e)
+		reqs := []Request{{ID: "A", Prompt: prompt(8), MaxNewTokens: 54}}
+		for i := 1; i <= 3; i++ {
+			reqs = append(reqs, Request{ID: fmt.Sprintf("B%d", i), Prompt: prompt(3000), MaxNewTokens: 60})
+		}
+		for _, r := range reqs {
+			if _, err := e.Submit(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for e.Step(); !e.Idle(); e.Step() {
+			if e.StepNumber() > 10000 {
+				t.Fatal("no progress")
+			}
+		}
+	})
+	for k := range v.found {
+		if !strings.HasSuffix(k, "/B2") && !strings.HasSuffix(k, "/B3") {
+			t.Fatalf("victim %s: want B2's or B3's pages (64..127 are theirs)", k)
+		}
 	}
 }
 
