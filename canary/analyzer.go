@@ -34,6 +34,7 @@ type Analyzer struct {
 	run        Run
 	emitted    int
 	suppressed uint64
+	unknown    uint64 // observations with an unknown phase
 }
 
 // NewAnalyzer returns a canary analyzer.
@@ -57,18 +58,33 @@ func (a *Analyzer) Observe(ev hook.Event, emit func(hook.Event)) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	switch obs.Phase {
+	case "", PhaseReplay, PhaseBetween:
+	default:
+		a.unknown++
+		return
+	}
 	a.cls.Classify(obs, &a.res)
 	a.run.Add(&a.res)
 	if !a.res.Findings() {
 		return
 	}
 	for _, p := range a.res.Pages {
-		if p.Class == ClassLiveOverwrite {
+		if p.Class != ClassLiveOverwrite {
+			continue
+		}
+		if a.res.Between {
+			a.emit(emit, BetweenLiveOverwriteFinding(a.res.Step, a.res.Policy, p.PageChange))
+		} else {
 			a.emit(emit, LiveOverwriteFinding(a.res.Step, a.res.Policy, p.PageChange))
 		}
 	}
 	for _, m := range a.res.Missing {
-		a.emit(emit, MissingStoreFinding(a.res.Step, a.res.Policy, m))
+		if a.res.Between {
+			a.emit(emit, BetweenMissingStoreFinding(a.res.Step, a.res.Policy, m))
+		} else {
+			a.emit(emit, MissingStoreFinding(a.res.Step, a.res.Policy, m))
+		}
 	}
 }
 
@@ -87,6 +103,7 @@ func (a *Analyzer) Summary() any {
 	defer a.mu.Unlock()
 	s := a.run.Summary()
 	s.FindingsSuppressed = a.suppressed
+	s.UnknownPhase = a.unknown
 	return s
 }
 
@@ -132,4 +149,30 @@ func MissingStoreFinding(step uint64, policy string, m MissingStore) *hook.Findi
 		Summary:  fmt.Sprintf("missing store: expected page %d%s did not change across step %d", m.Page, who, step),
 		Evidence: ev,
 	}
+}
+
+// BetweenLiveOverwriteFinding is the finding for a page of a running request
+// that changed between two replays (from the previous check's after-snapshot
+// to the before-snapshot of replay step) outside the window's expected
+// writes. Its evidence carries phase "between".
+func BetweenLiveOverwriteFinding(step uint64, policy string, p hook.PageChange) *hook.Finding {
+	f := LiveOverwriteFinding(step, policy, p)
+	f.Summary = fmt.Sprintf("LIVE-PAGE-OVERWRITE: page %d of running request %s changed between replays (before step %d) outside the writes expected there",
+		p.Page, strconv.Quote(p.Owner), step)
+	f.Evidence["phase"] = PhaseBetween
+	return f
+}
+
+// BetweenMissingStoreFinding is the finding for a page a known writer
+// should have changed between two replays (e.g. the target of a speculative
+// move) whose digest did not change. Its evidence carries phase "between".
+func BetweenMissingStoreFinding(step uint64, policy string, m MissingStore) *hook.Finding {
+	f := MissingStoreFinding(step, policy, m)
+	who := ""
+	if m.Owner != "" {
+		who = " of request " + strconv.Quote(m.Owner)
+	}
+	f.Summary = fmt.Sprintf("missing store: expected page %d%s did not change between replays (before step %d)", m.Page, who, step)
+	f.Evidence["phase"] = PhaseBetween
+	return f
 }

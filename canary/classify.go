@@ -78,8 +78,16 @@ type MissingStore struct {
 	Owner string `json:"owner,omitempty"` // from CanaryPages.ExpectedOwner when the source sets it
 }
 
-// ReplayResult is the classification of one replay.
+// Phases of a canary.pages observation (hook.CanaryPages.Phase).
+const (
+	PhaseReplay  = "replay"  // before/after one decode step ("" means the same)
+	PhaseBetween = "between" // the previous check's after-snapshot to this step's before-snapshot (SPEC.md §7)
+)
+
+// ReplayResult is the classification of one replay, or of one between-phase
+// check (Between true: the window before replay Step).
 type ReplayResult struct {
+	Between      bool
 	Step         uint64
 	Policy       string
 	PagesTotal   int
@@ -124,7 +132,8 @@ type Classifier struct {
 // beyond pages_total, mismatched expected_owner length) are judged as listed.
 func (c *Classifier) Classify(obs *hook.CanaryPages, r *ReplayResult) {
 	*r = ReplayResult{
-		Step: obs.Step, Policy: obs.Policy,
+		Between: obs.Phase == PhaseBetween,
+		Step:    obs.Step, Policy: obs.Policy,
 		PagesTotal: obs.PagesTotal, PagesChecked: obs.PagesChecked,
 		LivePages: obs.LivePages, LiveChecked: obs.LiveChecked, SlotChecked: obs.SlotChecked,
 		Pages: r.Pages[:0], Missing: r.Missing[:0],

@@ -1,7 +1,10 @@
 // Package canary judges what a CUDA graph replay did to the paged index-K
 // pool. A source (the twin, an engine hook) digests the pages a Policy selects
 // before and after each replay, finds the changed ones with Diff, and
-// publishes a hook.CanaryPages observation; this package classifies every
+// publishes a hook.CanaryPages observation (and, before each replay, a
+// phase "between" observation comparing the previous replay's after-snapshot
+// with the pages as they are now, for writers outside a replay such as
+// speculative-decoding moves); this package classifies every
 // changed page (expected-store, benign-transfer, free-page, held-page or
 // LIVE-PAGE-OVERWRITE) and every collateral write a source found beside an
 // expected store, counts expected stores that did not land, aggregates a run

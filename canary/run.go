@@ -42,19 +42,60 @@ type Summary struct {
 	SlotCheckedReplays   uint64   `json:"slot_checked_replays"` // replays whose expected pages were compared slot by slot
 	FindingsSuppressed   uint64   `json:"findings_suppressed,omitempty"`
 	Samples              []Sample `json:"samples"`
+	// BetweenChecks counts phase "between" observations (SPEC.md §7): checks
+	// of the window between two replays, not replays. 0 means the source
+	// sent none, so writers outside a replay were not watched; Between holds
+	// their verdicts when there were any.
+	BetweenChecks uint64          `json:"between_checks"`
+	Between       *BetweenSummary `json:"between,omitempty"`
+	// UnknownPhase counts observations with a phase this analyzer does not
+	// know; they are not judged.
+	UnknownPhase uint64 `json:"unknown_phase,omitempty"`
 }
 
-// Findings reports whether the run holds evidence of corruption.
-func (s *Summary) Findings() bool { return s.LivePageOverwrites > 0 || s.MissingStores > 0 }
+// BetweenSummary aggregates the between-phase checks (SPEC.md §7). The
+// fields mean what the Summary's do, per check instead of per replay;
+// live_coverage is the share of the running requests' pages that the
+// window's page set (the previous check's) covered.
+type BetweenSummary struct {
+	Policy               string   `json:"policy"`
+	PagesChecked         uint64   `json:"pages_checked"`
+	PagesTotal           uint64   `json:"pages_total"`
+	Coverage             float64  `json:"coverage"`
+	LiveCoverage         *float64 `json:"live_coverage,omitempty"`
+	ExpectedWrites       uint64   `json:"expected_writes"`
+	BenignTransferWrites uint64   `json:"benign_transfer_writes"`
+	FreePageWrites       uint64   `json:"free_page_writes"`
+	HeldPageWrites       uint64   `json:"held_page_writes"`
+	LivePageOverwrites   uint64   `json:"live_page_overwrites"`
+	MissingStores        uint64   `json:"missing_stores"`
+	RewrittenStores      uint64   `json:"rewritten_stores"`
+	SlotCheckedChecks    uint64   `json:"slot_checked_checks"` // checks whose expected pages were all compared slot by slot
+	Samples              []Sample `json:"samples"`
+}
 
-// Run aggregates replay results. The zero value keeps DefaultSamplesPerClass
-// samples per class; it is not safe for concurrent use.
+// Findings reports whether the run holds evidence of corruption, in replays
+// or between them.
+func (s *Summary) Findings() bool {
+	return s.LivePageOverwrites > 0 || s.MissingStores > 0 ||
+		(s.Between != nil && (s.Between.LivePageOverwrites > 0 || s.Between.MissingStores > 0))
+}
+
+// Run aggregates replay results, and separately between-phase results. The
+// zero value keeps DefaultSamplesPerClass samples per class; it is not safe
+// for concurrent use.
 type Run struct {
 	SamplesPerClass int // 0 means DefaultSamplesPerClass; negative keeps none
 
+	replays tally
+	between tally
+}
+
+// tally is the aggregate of one phase.
+type tally struct {
 	policy      string
 	mixed       bool
-	replays     uint64
+	n           uint64
 	checked     uint64
 	total       uint64
 	livePages   uint64
@@ -66,14 +107,26 @@ type Run struct {
 	samples     [classLimit + 1][]Sample // index classLimit holds missing stores
 }
 
-// Add folds one replay into the run.
+// Add folds one replay (or one between-phase check) into the run.
 func (a *Run) Add(r *ReplayResult) {
-	if a.replays == 0 {
+	limit := a.SamplesPerClass
+	if limit == 0 {
+		limit = DefaultSamplesPerClass
+	}
+	if r.Between {
+		a.between.add(r, limit)
+	} else {
+		a.replays.add(r, limit)
+	}
+}
+
+func (a *tally) add(r *ReplayResult, limit int) {
+	if a.n == 0 {
 		a.policy = r.Policy
 	} else if r.Policy != a.policy {
 		a.mixed = true
 	}
-	a.replays++
+	a.n++
 	a.checked += uint64(max(r.PagesChecked, 0))
 	a.total += uint64(max(r.PagesTotal, 0))
 	a.livePages += uint64(max(r.LivePages, 0))
@@ -85,10 +138,6 @@ func (a *Run) Add(r *ReplayResult) {
 	a.rewritten += uint64(max(r.Rewritten, 0))
 	if r.SlotChecked {
 		a.slotChecked++
-	}
-	limit := a.SamplesPerClass
-	if limit == 0 {
-		limit = DefaultSamplesPerClass
 	}
 	for _, p := range r.Pages {
 		if p.Class < classLimit && len(a.samples[p.Class]) < limit {
@@ -107,37 +156,73 @@ func (a *Run) Add(r *ReplayResult) {
 	}
 }
 
-// Summary returns the aggregate so far. Samples are ordered most severe
-// first: live overwrites, missing stores, held, free, transfer, expected.
-func (a *Run) Summary() Summary {
-	s := Summary{
-		Policy:               a.policy,
-		Replays:              a.replays,
-		PagesChecked:         a.checked,
-		PagesTotal:           a.total,
-		ExpectedWrites:       a.counts[ClassExpectedStore],
-		BenignTransferWrites: a.counts[ClassBenignTransfer],
-		FreePageWrites:       a.counts[ClassFreePage],
-		HeldPageWrites:       a.counts[ClassHeldPage],
-		LivePageOverwrites:   a.counts[ClassLiveOverwrite],
-		MissingStores:        a.missing,
-		RewrittenStores:      a.rewritten,
-		SlotCheckedReplays:   a.slotChecked,
-		Samples:              []Sample{},
-	}
+func (a *tally) policyName() string {
 	if a.mixed {
-		s.Policy = "mixed"
+		return "mixed"
 	}
+	return a.policy
+}
+
+func (a *tally) coverage() (cov float64, live *float64) {
 	if a.total > 0 {
-		s.Coverage = float64(a.checked) / float64(a.total)
+		cov = float64(a.checked) / float64(a.total)
 	}
 	if a.livePages > 0 {
 		lc := float64(a.liveChecked) / float64(a.livePages)
-		s.LiveCoverage = &lc
+		live = &lc
 	}
+	return cov, live
+}
+
+// orderedSamples lists the samples most severe first: live overwrites,
+// missing stores, held, free, transfer, expected.
+func (a *tally) orderedSamples() []Sample {
+	out := []Sample{}
 	order := []int{int(ClassLiveOverwrite), int(classLimit), int(ClassHeldPage), int(ClassFreePage), int(ClassBenignTransfer), int(ClassExpectedStore)}
 	for _, i := range order {
-		s.Samples = append(s.Samples, a.samples[i]...)
+		out = append(out, a.samples[i]...)
+	}
+	return out
+}
+
+// Summary returns the aggregate so far. Samples are ordered most severe
+// first: live overwrites, missing stores, held, free, transfer, expected.
+func (a *Run) Summary() Summary {
+	t := &a.replays
+	s := Summary{
+		Policy:               t.policyName(),
+		Replays:              t.n,
+		PagesChecked:         t.checked,
+		PagesTotal:           t.total,
+		ExpectedWrites:       t.counts[ClassExpectedStore],
+		BenignTransferWrites: t.counts[ClassBenignTransfer],
+		FreePageWrites:       t.counts[ClassFreePage],
+		HeldPageWrites:       t.counts[ClassHeldPage],
+		LivePageOverwrites:   t.counts[ClassLiveOverwrite],
+		MissingStores:        t.missing,
+		RewrittenStores:      t.rewritten,
+		SlotCheckedReplays:   t.slotChecked,
+		Samples:              t.orderedSamples(),
+		BetweenChecks:        a.between.n,
+	}
+	s.Coverage, s.LiveCoverage = t.coverage()
+	if b := &a.between; b.n > 0 {
+		bs := &BetweenSummary{
+			Policy:               b.policyName(),
+			PagesChecked:         b.checked,
+			PagesTotal:           b.total,
+			ExpectedWrites:       b.counts[ClassExpectedStore],
+			BenignTransferWrites: b.counts[ClassBenignTransfer],
+			FreePageWrites:       b.counts[ClassFreePage],
+			HeldPageWrites:       b.counts[ClassHeldPage],
+			LivePageOverwrites:   b.counts[ClassLiveOverwrite],
+			MissingStores:        b.missing,
+			RewrittenStores:      b.rewritten,
+			SlotCheckedChecks:    b.slotChecked,
+			Samples:              b.orderedSamples(),
+		}
+		bs.Coverage, bs.LiveCoverage = b.coverage()
+		s.Between = bs
 	}
 	return s
 }

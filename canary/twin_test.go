@@ -2,9 +2,12 @@ package canary_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -247,5 +250,86 @@ func TestTwinStaleSeqLenCanaryClean(t *testing.T) {
 			t.Log(f.Summary)
 		}
 		t.Fatalf("stale-seqlen: canary not clean: live overwrites %d, missing stores %d, %d findings", s.LivePageOverwrites, s.MissingStores, len(o.findings))
+	}
+}
+
+// TestTwinSpecMove: speculative moves between decode steps. Done right, the
+// canary sees every move as an expected write between replays and nothing
+// fires anywhere. With the spec-move fault (IndexKeyCache.move indexing page
+// rows with token slot ids) the canary reports live-page overwrites between
+// replays naming running victims, and nothing else fires: no live overwrite
+// in any replay, room checksums clean, graph and eager agree. The race is off
+// so that the baseline itself is clean.
+func TestTwinSpecMove(t *testing.T) {
+	w := twinWorkload()
+	w.Sessions, w.Rounds = 16, 2
+	type run struct {
+		o  *twinObs
+		gd graphdiff.Summary
+		ck checksum.Summary
+	}
+	do := func(inject ...string) run {
+		cfg := twinConfig()
+		cfg.MultiStreamOverlap = false
+		cfg.SpeculativeEagleTopK = 2
+		cfg.Inject = inject
+		cfg.Instruments.Checksum = true
+		cfg.Instruments.GraphDiff = true
+		cfg.Instruments.GraphDiffEvery = sim.AllInstruments().GraphDiffEvery
+		gd := graphdiff.NewAnalyzer(graphdiff.Options{})
+		ck := checksum.NewAnalyzer(checksum.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
+		o := twinRun(t, cfg, w, gd, ck)
+		return run{o: o, gd: gd.Result(), ck: ck.Summary().(checksum.Summary)}
+	}
+	clean, bad := do(), do(sim.FaultSpecMove)
+	for name, r := range map[string]run{"correct moves": clean, "spec-move": bad} {
+		s := r.o.summary
+		b := s.Between
+		t.Logf("%s: moves %d (%d out of bounds), corrupted %d, deviated %d; canary replays %d live %d missing %d; between checks %d expected %d live %d missing %d; graphdiff samples %d divergent %d; checksum rooms %d matched %d mismatched %d missing %d",
+			name, r.o.res.Stats.SpecMoves, r.o.res.Stats.SpecMoveErrors, corrupted(r.o.res), r.o.res.Deviated, s.Replays, s.LivePageOverwrites, s.MissingStores,
+			s.BetweenChecks, b.ExpectedWrites, b.LivePageOverwrites, b.MissingStores, r.gd.Samples, r.gd.Divergent, r.ck.Rooms, r.ck.Matched, r.ck.Mismatched, r.ck.Missing)
+		if r.o.res.Stats.SpecMoves == 0 || s.BetweenChecks == 0 {
+			t.Fatalf("%s: no moves or no between checks", name)
+		}
+		// Nothing but the canary's between phase may fire.
+		if s.LivePageOverwrites != 0 || s.MissingStores != 0 {
+			t.Fatalf("%s: replay-phase findings: live %d, missing %d", name, s.LivePageOverwrites, s.MissingStores)
+		}
+		if r.gd.Samples == 0 || r.gd.Divergent != 0 {
+			t.Fatalf("%s: graphdiff %d divergent of %d samples, want 0 (as the race-free baseline)", name, r.gd.Divergent, r.gd.Samples)
+		}
+		if r.ck.Matched == 0 || r.ck.Mismatched != 0 || r.ck.Missing != 0 {
+			t.Fatalf("%s: checksum %+v, want every room matched", name, r.ck)
+		}
+	}
+	if len(clean.o.findings) != 0 || clean.o.summary.Findings() || corrupted(clean.o.res) != 0 {
+		t.Fatalf("correct moves: %d canary findings, %d corrupted sessions", len(clean.o.findings), corrupted(clean.o.res))
+	}
+	s := bad.o.summary
+	if s.Between.LivePageOverwrites == 0 || bad.o.res.Deviated == 0 {
+		t.Fatalf("spec-move: between live overwrites %d, deviated sessions %d: the fault is not exercised", s.Between.LivePageOverwrites, bad.o.res.Deviated)
+	}
+	live := 0
+	for _, f := range bad.o.findings {
+		if f.Evidence["phase"] != canary.PhaseBetween {
+			t.Fatalf("spec-move: finding outside the between phase: %+v", f)
+		}
+		if f.Evidence["class"] != canary.ClassLiveOverwrite.String() {
+			continue
+		}
+		live++
+		// The victim runs in the step the window ends before.
+		var st uint64
+		fmt.Sscan(f.Evidence["step"], &st)
+		cp := bad.o.pages[st]
+		if cp == nil || f.Evidence["victim"] == "" || !slices.Contains(cp.Running, f.Evidence["victim"]) {
+			t.Fatalf("spec-move: victim %q not running at step %d: %+v", f.Evidence["victim"], st, f)
+		}
+		if live <= 3 {
+			t.Log(f.Summary)
+		}
+	}
+	if uint64(live) != s.Between.LivePageOverwrites {
+		t.Fatalf("spec-move: %d live findings, summary says %d", live, s.Between.LivePageOverwrites)
 	}
 }

@@ -226,3 +226,85 @@ func TestCanaryFormatting(t *testing.T) {
 		}
 	}
 }
+
+// betweenCheck is a between-phase check (canary/SPEC.md §7) before replay
+// step: req-1's move landed on its page 10; nothing else changed.
+func betweenCheck(step uint64) hook.CanaryPages {
+	return hook.CanaryPages{
+		Phase: "between", Step: step, Policy: "live", PagesTotal: 1000, PagesChecked: 40, LivePages: 36, LiveChecked: 36, SlotChecked: true,
+		Expected: []uint32{10}, ExpectedOwner: []string{"req-1"}, Running: []string{"req-1", "req-2"},
+		Changed: []hook.PageChange{{Page: 10, Owner: "req-1", Before: 4, After: 11}},
+	}
+}
+
+// TestCanaryReportBetween: between-phase checks get their own headline,
+// counters and samples; a live overwrite found between replays names its
+// victim with phase "between" and makes the report exit 1, while the replay
+// headline stays at zero.
+func TestCanaryReportBetween(t *testing.T) {
+	clean := writeCanaryBundle(t, []hook.CanaryPages{cleanReplay(1), betweenCheck(2), cleanReplay(2)})
+	out, _, err := runCanaryReport(t, clean, false, false)
+	if err != nil {
+		t.Fatalf("clean: %v\n%s", err, out)
+	}
+	if !strings.HasPrefix(out, "LIVE-PAGE-OVERWRITE hits: 0 in 2 replays") ||
+		!strings.Contains(out, "\nbetween replays: LIVE-PAGE-OVERWRITE hits: 0 in 1 checks (live coverage 100%)\n") ||
+		!strings.Contains(out, "slot by slot in every check") {
+		t.Fatalf("clean report:\n%s", out)
+	}
+
+	bad := betweenCheck(3)
+	bad.Changed = append(bad.Changed, hook.PageChange{Page: 33, Owner: "req-2", Before: 9, After: 10})
+	miss := betweenCheck(4)
+	miss.Changed = nil // req-1's move did not land
+	path := writeCanaryBundle(t, []hook.CanaryPages{cleanReplay(2), bad, cleanReplay(3), miss, cleanReplay(4)})
+	out, _, err = runCanaryReport(t, path, false, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("exit %d (%v), want 1\n%s", cmdutil.ExitCode(err), err, out)
+	}
+	if !strings.HasPrefix(out, "LIVE-PAGE-OVERWRITE hits: 0 in 3 replays") ||
+		!strings.Contains(out, "between replays: LIVE-PAGE-OVERWRITE hits: 1 in 2 checks") ||
+		!strings.Contains(out, "MISSING STORES between replays: 1") {
+		t.Fatalf("report:\n%s", out)
+	}
+	row := regexp.MustCompile(`(?m)^3\t33\tLIVE-PAGE-OVERWRITE\treq-2\t0x0000000000000009\t0x000000000000000a$`)
+	if !row.MatchString(out) {
+		t.Fatalf("between sample row (step 3, page 33, victim) missing:\n%s", out)
+	}
+	js, _, err := runCanaryReport(t, path, false, true)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("json exit %d", cmdutil.ExitCode(err))
+	}
+	var rep struct {
+		Canary struct {
+			Replays            uint64 `json:"replays"`
+			LivePageOverwrites uint64 `json:"live_page_overwrites"`
+			BetweenChecks      uint64 `json:"between_checks"`
+			Between            struct {
+				LivePageOverwrites uint64 `json:"live_page_overwrites"`
+				MissingStores      uint64 `json:"missing_stores"`
+				ExpectedWrites     uint64 `json:"expected_writes"`
+			} `json:"between"`
+		} `json:"canary"`
+		Findings []*hook.Finding `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Canary
+	if c.Replays != 3 || c.LivePageOverwrites != 0 || c.BetweenChecks != 2 || c.Between.LivePageOverwrites != 1 ||
+		c.Between.MissingStores != 1 || c.Between.ExpectedWrites != 1 {
+		t.Fatalf("json canary: %s", js)
+	}
+	if len(rep.Findings) != 2 || rep.Findings[0].Evidence["phase"] != "between" || rep.Findings[0].Evidence["victim"] != "req-2" ||
+		rep.Findings[1].Evidence["phase"] != "between" || rep.Findings[1].Evidence["class"] != "missing-store" {
+		t.Fatalf("findings: %s", js)
+	}
+
+	// A bundle without between checks says so.
+	old := writeCanaryBundle(t, []hook.CanaryPages{cleanReplay(1)})
+	out, _, _ = runCanaryReport(t, old, false, false)
+	if !strings.Contains(out, `between replays: not checked (no phase "between" events)`) {
+		t.Fatalf("no between checks:\n%s", out)
+	}
+}

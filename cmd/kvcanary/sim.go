@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
@@ -63,6 +64,7 @@ func addEngineFlags(cmd *cobra.Command) *engineFlags {
 	fl.IntVar(&c.MaxRunningRequests, "max-running-requests", c.MaxRunningRequests, "most requests decoding at once")
 	fl.IntVar(&c.PoolTokens, "pool-tokens", c.PoolTokens, "decode index-K pool capacity in tokens")
 	fl.StringArrayVar(&c.Inject, "inject", nil, "inject a fault: "+strings.Join(sim.Faults, ", ")+" (repeatable)")
+	fl.IntVar(&c.SpeculativeEagleTopK, "speculative-eagle-topk", 0, "speculative decoding draft-tree branching: 2 or more moves accepted tokens from draft slots to their final slots between decode steps (IndexKeyCache.move); 0/1 none (spec-move implies 2)")
 	fl.BoolVar(&ef.noChecksum, "no-checksum", false, "turn off per-room transfer checksums")
 	fl.BoolVar(&ef.noCanary, "no-canary", false, "turn off the replay page canary")
 	fl.BoolVar(&ef.noGraphDiff, "no-graphdiff", false, "turn off graph-vs-eager sampling")
@@ -70,6 +72,9 @@ func addEngineFlags(cmd *cobra.Command) *engineFlags {
 	fl.BoolVar(&ef.gdTopKOnly, "graphdiff-topk-only", false, "graph-vs-eager samples carry only the top-k selections")
 	fl.StringVar(&ef.canaryPolicy, "canary-policy", "live", "pages the canary digests: live, all or sweep:N")
 	fl.StringVar(&ef.logFile, "log-file", "", "write SGLang-format scheduler lines to this file")
+	_ = cmd.RegisterFlagCompletionFunc("inject", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return sim.Faults, cobra.ShellCompDirectiveNoFileComp
+	})
 	return ef
 }
 
@@ -123,6 +128,7 @@ type engineConfigJSON struct {
 	MaxRunningRequests int      `json:"max_running_requests"`
 	PoolTokens         int      `json:"pool_tokens"`
 	Inject             []string `json:"inject"`
+	SpecEagleTopK      int      `json:"speculative_eagle_topk,omitempty"`
 	Seed               uint64   `json:"seed"`
 	Checksum           bool     `json:"checksum"`
 	Canary             bool     `json:"canary"`
@@ -139,7 +145,7 @@ func configJSON(c sim.Config) engineConfigJSON {
 	}
 	return engineConfigJSON{IndexKDtype: c.IndexKDtype, DisableCUDAGraph: c.DisableCUDAGraph, CUDAGraphMaxBS: c.CUDAGraphMaxBS,
 		MultiStreamOverlap: c.MultiStreamOverlap, Disaggregation: c.Disaggregation, MaxRunningRequests: c.MaxRunningRequests,
-		PoolTokens: c.PoolTokens, Inject: inj, Seed: c.Seed, Checksum: c.Instruments.Checksum, Canary: c.Instruments.Canary,
+		PoolTokens: c.PoolTokens, Inject: inj, SpecEagleTopK: c.SpeculativeEagleTopK, Seed: c.Seed, Checksum: c.Instruments.Checksum, Canary: c.Instruments.Canary,
 		CanaryPolicy: c.Instruments.CanaryPolicy, GraphDiff: c.Instruments.GraphDiff, GraphDiffEvery: c.Instruments.GraphDiffEvery,
 		GraphDiffTopKOnly: c.Instruments.GraphDiffTopKOnly}
 }
@@ -169,7 +175,8 @@ flag to turn it off. The run is deterministic for a given seed.`,
 		Example: `  kvcanary sim run --sessions 80 --rounds 4 --seed 1
   kvcanary sim run --index-k-dtype fp8 --json
   kvcanary sim run --multi-stream-overlap=false --pool-tokens 60000
-  kvcanary sim run --inject transfer-race --record run.kvtrace`,
+  kvcanary sim run --inject transfer-race --record run.kvtrace
+  kvcanary sim run --inject spec-move --multi-stream-overlap=false --record spec.kvtrace`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Sessions < 1 || opts.Rounds < 1 {
@@ -278,6 +285,8 @@ func simRunJSON(cfg sim.Config, res sim.Result, sections map[string]any) map[str
 			"graph_replays":    res.Stats.GraphReplays,
 			"eager_steps":      res.Stats.EagerSteps,
 			"requests":         res.Stats.Requests,
+			"spec_moves":       res.Stats.SpecMoves,
+			"spec_move_errors": res.Stats.SpecMoveErrors,
 		},
 		"steps":         res.Stats.Steps,
 		"decode_tokens": res.Stats.DecodeTokens,
@@ -302,6 +311,9 @@ func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[s
 	}
 	fmt.Fprintf(w, "engine: index-K %s, cuda graph %s (max bs %d), multi-stream overlap %v, disaggregation %s, max running %d, pool %d tokens",
 		cfg.IndexKDtype, graph, cfg.CUDAGraphMaxBS, cfg.MultiStreamOverlap, cfg.Disaggregation, cfg.MaxRunningRequests, cfg.PoolTokens)
+	if cfg.SpeculativeEagleTopK > 1 {
+		fmt.Fprintf(w, ", speculative eagle topk %d", cfg.SpeculativeEagleTopK)
+	}
 	if len(cfg.Inject) > 0 {
 		fmt.Fprintf(w, ", inject %s", strings.Join(cfg.Inject, ","))
 	}
@@ -309,6 +321,9 @@ func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[s
 	s := res.Stats
 	fmt.Fprintf(w, "sched: peak running-req %d, retractions %d, peak token usage %.2f, steps %d (graph %d, eager %d), decode tokens %d\n",
 		s.PeakRunningReq, s.Retractions, s.PeakTokenUsage, s.Steps, s.GraphReplays, s.EagerSteps, s.DecodeTokens)
+	if s.SpecMoves > 0 {
+		fmt.Fprintf(w, "speculative moves: %d IndexKeyCache.move calls, %d failed out of bounds (torch would raise; on CUDA a device-side assert)\n", s.SpecMoves, s.SpecMoveErrors)
+	}
 	fmt.Fprintf(w, "wall: %.2fs (%.0f steps/s, %.0f tokens/s)\n", res.WallSeconds,
 		float64(s.Steps)/res.WallSeconds, float64(s.DecodeTokens)/res.WallSeconds)
 	names := make([]string, 0, len(sections))
@@ -323,6 +338,17 @@ func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[s
 		}
 		if _, err := fmt.Fprintf(w, "%s: %s\n", k, line); err != nil {
 			return err
+		}
+		// The canary's between-replay verdicts are an object, which the
+		// scalar line leaves out: give them their own line.
+		if cs, ok := sections[k].(canary.Summary); ok && cs.Between != nil {
+			line, err := scalarLine(cs.Between)
+			if err != nil {
+				return fmt.Errorf("encode %s between summary: %w", k, err)
+			}
+			if _, err := fmt.Fprintf(w, "%s between replays: %s\n", k, line); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,5 +142,82 @@ func TestSimRunProgressOnTTY(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "sessions finished") {
 		t.Errorf("TTY run showed no progress: %q", errOut)
+	}
+}
+
+// TestSimRunSpecMove: end to end through the CLI. The spec-move fault's
+// bundle makes canary report name live-page overwrites between replays
+// (exit 1) while its replay headline stays at zero, and sim run's own
+// sections show the room checksums clean and graph ≡ eager.
+func TestSimRunSpecMove(t *testing.T) {
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "spec.kvtrace")
+	out, _, err := runSim(t, false, "run", "--sessions", "16", "--rounds", "2", "--seed", "1", "--json",
+		"--inject", "spec-move", "--multi-stream-overlap=false", "--record", bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Config struct {
+			Inject []string `json:"inject"`
+		} `json:"config"`
+		Sched struct {
+			SpecMoves      int64 `json:"spec_moves"`
+			SpecMoveErrors int64 `json:"spec_move_errors"`
+		} `json:"sched"`
+		Canary struct {
+			LivePageOverwrites uint64 `json:"live_page_overwrites"`
+			BetweenChecks      uint64 `json:"between_checks"`
+			Between            struct {
+				LivePageOverwrites uint64 `json:"live_page_overwrites"`
+			} `json:"between"`
+		} `json:"canary"`
+		Checksum struct {
+			Matched    int `json:"matched"`
+			Mismatched int `json:"mismatched"`
+		} `json:"checksum"`
+		GraphDiff struct {
+			Samples   int `json:"samples"`
+			Divergent int `json:"divergent"`
+		} `json:"graphdiff"`
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if m.Sched.SpecMoves == 0 || m.Canary.BetweenChecks == 0 || m.Canary.Between.LivePageOverwrites == 0 || m.Canary.LivePageOverwrites != 0 {
+		t.Fatalf("spec-move run: %+v", m)
+	}
+	if m.Checksum.Matched == 0 || m.Checksum.Mismatched != 0 || m.GraphDiff.Samples == 0 || m.GraphDiff.Divergent != 0 {
+		t.Fatalf("spec-move run: something besides the canary fired: %+v", m)
+	}
+	rep, _, err := runCanaryReport(t, bundle, false, false)
+	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("canary report exit %d (%v), want 1\n%s", cmdutil.ExitCode(err), err, rep)
+	}
+	text, _, err := runSim(t, false, "run", "--sessions", "16", "--rounds", "2", "--seed", "1",
+		"--inject", "spec-move", "--multi-stream-overlap=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := fmt.Sprintf("live_page_overwrites=%d", m.Canary.Between.LivePageOverwrites); !strings.Contains(text, "\ncanary between replays: ") ||
+		!strings.Contains(text[strings.Index(text, "canary between replays: "):], line) || !strings.Contains(text, "speculative moves: ") {
+		t.Fatalf("sim run text lacks the between-replay verdicts (%s):\n%s", line, text)
+	}
+	want := fmt.Sprintf("between replays: LIVE-PAGE-OVERWRITE hits: %d in ", m.Canary.Between.LivePageOverwrites)
+	if !strings.HasPrefix(rep, "LIVE-PAGE-OVERWRITE hits: 0 in ") || !strings.Contains(rep, want) {
+		t.Fatalf("canary report:\n%s", rep)
+	}
+}
+
+// TestSimInjectCompletion: --inject completes to the fault list.
+func TestSimInjectCompletion(t *testing.T) {
+	out, _, err := runSim(t, false, "__complete", "run", "--inject", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"transfer-race", "stale-outloc", "stale-seqlen", "spec-move"} {
+		if !strings.Contains(out, f+"\n") {
+			t.Fatalf("completion lacks %s:\n%s", f, out)
+		}
 	}
 }

@@ -154,3 +154,72 @@ func (a *Allocator) Owner(p uint32) int32 {
 	}
 	return a.owner[p]
 }
+
+// MoveSlots is IndexKeyCache.move(tgt_loc, src_loc) on a paged arena, done
+// right: token slot tgt[i] (page*64 + offset) receives the bytes of token
+// slot src[i] — its key and, for fp8, its scale; 132 or 256 bytes. Like
+// torch's buf[tgt] = buf[src], every source row is read before any target
+// is written. The slots must lie inside the arena (the caller's page table
+// guarantees it); scratch is reused and returned.
+func (a *Arena) MoveSlots(tgt, src []int, scratch []byte) []byte {
+	scratch = scratch[:0]
+	for _, s := range src {
+		scratch = a.appendSlot(scratch, s)
+	}
+	tb := a.L.TokenBytes()
+	for i, t := range tgt {
+		a.putSlot(t, scratch[i*tb:(i+1)*tb])
+	}
+	return scratch
+}
+
+// putSlot writes one token row (key bytes, then the fp8 scale) into slot.
+func (a *Arena) putSlot(slot int, row []byte) {
+	page := slot / PageTokens
+	a.Gen[page]++
+	base := page * a.L.PageBytes()
+	k0, k1, s0, s1 := a.slotSpans(slot % PageTokens)
+	copy(a.Buf[base+k0:base+k1], row[:k1-k0])
+	copy(a.Buf[base+s0:base+s1], row[k1-k0:])
+}
+
+// OutOfBoundsError is what torch raises when an index is outside a tensor's
+// dimension (IndexError on CPU; on CUDA the same check is a device-side
+// assert that kills the process at the next synchronization).
+type OutOfBoundsError struct {
+	Index, Size int
+}
+
+func (e *OutOfBoundsError) Error() string {
+	return fmt.Sprintf("IndexError: index %d is out of bounds for dimension 0 with size %d", e.Index, e.Size)
+}
+
+// MovePageRows is IndexKeyCache.move as the 2026-08 source has it: the
+// token slot ids index the page-indexed (num_pages, page_bytes) buffer, so
+// page row tgt[i] receives a copy of the whole page row src[i] (correct only
+// for page size 1). Torch semantics: the right-hand side buf[src] is
+// gathered first, and any id outside [0, Pages) — source or target — fails
+// the whole statement before anything is written, returning an
+// OutOfBoundsError for the first such id. It returns the page rows written
+// (in call order, duplicates kept) and scratch for reuse.
+func (a *Arena) MovePageRows(tgt, src []int, scratch []byte) (written []uint32, _ []byte, err error) {
+	for _, ids := range [][]int{src, tgt} {
+		for _, id := range ids {
+			if id < 0 || id >= a.Pages {
+				// Negative ids would wrap in torch; slot ids never are.
+				return nil, scratch, &OutOfBoundsError{Index: id, Size: a.Pages}
+			}
+		}
+	}
+	pb := a.L.PageBytes()
+	scratch = scratch[:0]
+	for _, s := range src {
+		scratch = append(scratch, a.Buf[s*pb:(s+1)*pb]...)
+	}
+	for i, t := range tgt {
+		a.Gen[t]++
+		copy(a.Buf[t*pb:(t+1)*pb], scratch[i*pb:(i+1)*pb])
+		written = append(written, uint32(t))
+	}
+	return written, scratch, nil
+}

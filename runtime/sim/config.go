@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/kvcanary/kvcanary/canary"
@@ -15,10 +16,11 @@ const (
 	FaultTransferRace = "transfer-race" // completion signalled before the last chunk lands
 	FaultStaleOutLoc  = "stale-outloc"  // a retracted row's store lands on its freed out_loc
 	FaultStaleSeqLen  = "stale-seqlen"  // the captured graph bakes the max seq len at capture
+	FaultSpecMove     = "spec-move"     // IndexKeyCache.move indexes the page-indexed arena with token slot ids
 )
 
 // Faults lists the injectable faults.
-var Faults = []string{FaultTransferRace, FaultStaleOutLoc, FaultStaleSeqLen}
+var Faults = []string{FaultTransferRace, FaultStaleOutLoc, FaultStaleSeqLen, FaultSpecMove}
 
 // Config is the engine's configuration: SGLang-named engine flags, the
 // injected faults and which instruments publish events.
@@ -32,6 +34,13 @@ type Config struct {
 	PoolTokens         int      // --pool-tokens: decode index-K pool capacity in tokens
 	Inject             []string // --inject
 	Seed               uint64   // replay interleaving, rooms, transfer latencies
+	// SpeculativeEagleTopK (--speculative-eagle-topk) is the draft tree's
+	// branching: 0 or 1 is chain drafting (accepted tokens are already in
+	// place, no moves); k ≥ 2 is tree drafting, where a request's accepted
+	// token was verified in a draft slot with probability 1-1/k and is moved
+	// to its final slot between decode steps (IndexKeyCache.move). The
+	// spec-move fault implies 2 when it is lower.
+	SpeculativeEagleTopK int
 
 	PrefillPoolTokens    int // prefill worker pool (PD only)
 	PrefillTokensPerStep int // prefill throughput per engine step
@@ -113,6 +122,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("inject %q: unknown fault (want one of %s)", f, strings.Join(Faults, ", "))
 		}
 	}
+	if c.SpeculativeEagleTopK < 0 || c.SpeculativeEagleTopK > 16 {
+		return fmt.Errorf("speculative-eagle-topk %d: want 0..16", c.SpeculativeEagleTopK)
+	}
 	if c.PrefillTokensPerStep < 1 || c.TransferPagesPerStep < 1 || c.TransferChunkPages < 1 || c.DecodeLogInterval < 1 {
 		return fmt.Errorf("prefill/transfer/log rates must be positive")
 	}
@@ -134,7 +146,7 @@ func (c *Config) has(fault string) bool { return slices.Contains(c.Inject, fault
 
 // RunConfig maps c onto the event model's run configuration.
 func (c *Config) RunConfig() hook.RunConfig {
-	return hook.RunConfig{
+	rc := hook.RunConfig{
 		Engine:             "sim",
 		Model:              "kvcanary-twin",
 		IndexKDtype:        c.IndexKDtype,
@@ -148,6 +160,19 @@ func (c *Config) RunConfig() hook.RunConfig {
 		StepTime:           StepTime.String(), // the engine's simulated step
 		Inject:             slices.Clone(c.Inject),
 	}
+	if k := c.specTopK(); k >= 2 {
+		rc.Extra = map[string]string{"speculative_eagle_topk": strconv.Itoa(k)}
+	}
+	return rc
+}
+
+// specTopK is the draft tree's branching in effect: SpeculativeEagleTopK,
+// raised to 2 by the spec-move fault (which needs moves to exist).
+func (c *Config) specTopK() int {
+	if c.has(FaultSpecMove) && c.SpeculativeEagleTopK < 2 {
+		return 2
+	}
+	return c.SpeculativeEagleTopK
 }
 
 // buckets returns SGLang's capture batch sizes up to maxBS: 1, 2, 4, 8, then

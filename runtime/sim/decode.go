@@ -247,7 +247,7 @@ func (e *Engine) decode(batch []*request) []Completion {
 		e.graphDiff(rows)
 	}
 	// The transfer engine lands due chunks while the step runs.
-	e.landChunks()
+	e.landChunks(true)
 	// store_index_k: every row's new key at its out_loc; padded rows at slot 0.
 	for _, rw := range rows {
 		indexKey(rw.n, rw.tok, e.keyBuf)
@@ -278,6 +278,9 @@ func (e *Engine) decode(batch []*request) []Completion {
 	if e.cfg.Instruments.Replay {
 		e.publish(&hook.Replay{Step: e.replays, BatchSize: bs, Bucket: bucket, Mode: mode, DurNS: int64(StepTime)})
 	}
+	// Speculative decoding: accepted tokens verified in a draft slot move to
+	// their final slot before the next step (outside any replay).
+	e.specMoves(rows)
 
 	// Bookkeeping: append tokens, finish requests.
 	var done []Completion
@@ -452,11 +455,17 @@ func (e *Engine) graphDiff(rows []*row) {
 // policy selects.
 func (e *Engine) canaryBefore(rows []*row, bucket int) (*hook.CanaryPages, []uint32) {
 	cp := &hook.CanaryPages{Step: e.replays, Policy: e.policy.String(), PagesTotal: e.dec.Pages}
+	cp.Running = make([]string, 0, len(rows))
+	for _, rw := range rows {
+		cp.Running = append(cp.Running, rw.r.ID)
+	}
+	// Writers outside a replay: compare the last replay's after-snapshot
+	// with the pages as they are now (canary/SPEC.md §7).
+	e.canaryBetween(cp.Running, rows)
 	live := e.pgBuf[:0]
 	for _, rw := range rows {
 		live = append(live, rw.r.pages...)
 		cp.LivePages += len(rw.r.pages)
-		cp.Running = append(cp.Running, rw.r.ID)
 		cp.Expected = append(cp.Expected, uint32(rw.r.outSlot/PageTokens))
 		cp.ExpectedOwner = append(cp.ExpectedOwner, rw.r.ID)
 	}
@@ -595,4 +604,8 @@ func (e *Engine) canaryAfter(cp *hook.CanaryPages, pages []uint32, rows []*row) 
 			Before: hook.Hex64(e.digA[i]), After: hook.Hex64(e.digB[i])})
 	}
 	e.publish(cp)
+	// The after-snapshot the next between-phase check starts from.
+	e.spec.prevPages = pages
+	e.spec.prevDig = append(e.spec.prevDig[:0], e.digB...)
+	e.spec.haveAfter = true
 }

@@ -79,7 +79,8 @@ type request struct {
 	state       int
 	retractions int
 	xfer        *transfer
-	outSlot     int // this step's out_loc
+	outSlot     int // this step's out_loc (a draft slot when the token is moved after the step)
+	finalSlot   int // the slot of this step's token at its position (outSlot unless moved)
 }
 
 type chunk struct {
@@ -123,6 +124,7 @@ type Engine struct {
 	policy    canary.Policy
 	roomRng   *rand.Rand
 	xferRng   *rand.Rand
+	specRng   *rand.Rand // which accepted tokens were verified in a draft slot (tree drafting)
 
 	step         uint64
 	replays      uint64
@@ -135,6 +137,9 @@ type Engine struct {
 	testStore    func(rw *row, owner int32)  // tests observe each out_loc store and the page's owner
 	testPadStore func(slot int, owner int32) // tests observe padded-row stores outside slot 0
 	testComplete func(x *transfer)           // tests observe transfer completions
+	testMove     func(written []uint32)      // tests observe the page rows each faulty move wrote
+
+	spec specState // speculative moves and the between-phase canary (spec.go)
 
 	// scratch
 	units        []unit
@@ -167,6 +172,8 @@ type Stats struct {
 	DecodeTokens   int64   `json:"decode_tokens"`
 	PrefillTokens  int64   `json:"prefill_tokens"`
 	Requests       int     `json:"requests"`
+	SpecMoves      int64   `json:"spec_moves,omitempty"`       // IndexKeyCache.move calls (one per moved token)
+	SpecMoveErrors int64   `json:"spec_move_errors,omitempty"` // of which failed as torch would (index out of bounds)
 }
 
 // SGLang's new_token_ratio: the fraction of a running request's remaining
@@ -213,6 +220,7 @@ func NewEngine(cfg Config, pub hook.Publisher) (*Engine, error) {
 	}
 	e.roomRng = rand.New(rand.NewPCG(cfg.Seed, 0x700d))
 	e.xferRng = rand.New(rand.NewPCG(cfg.Seed, 0x7a4f))
+	e.specRng = rand.New(rand.NewPCG(cfg.Seed, 0x59ec))
 	if cfg.Instruments.Canary {
 		e.policy, _ = canary.ParsePolicy(cfg.Instruments.CanaryPolicy)
 	}
@@ -342,7 +350,7 @@ func (e *Engine) Step() []Completion {
 	if len(batch) > 0 {
 		done = e.decode(batch)
 	} else {
-		e.landChunks()
+		e.landChunks(false)
 	}
 	e.logStep(len(batch))
 	return done
@@ -417,6 +425,7 @@ func (e *Engine) prefill() {
 			r.pages, _ = e.decAlloc.Alloc(r.idx, need, r.pages[:0])
 			r.room = e.newRoom()
 			e.writeKeys(e.dec, r.pages, r.tokens)
+			e.knownWrite(r.pages, r.ID)
 			// No transfer, so no room checksums: there is nothing to compare.
 			r.state = stRunning
 			e.running = append(e.running, r)
@@ -496,8 +505,10 @@ func (e *Engine) startTransfers() {
 }
 
 // landChunks copies every chunk due at this step into the decode arena. It
-// runs while the decode step replays (the transfer engine is asynchronous).
-func (e *Engine) landChunks() {
+// runs while the decode step replays (the transfer engine is asynchronous),
+// or on its own in a step without a batch (inReplay false: a write between
+// replays, which the between-phase canary must know of).
+func (e *Engine) landChunks(inReplay bool) {
 	for _, x := range e.xfers {
 		for i := range x.chunks {
 			c := &x.chunks[i]
@@ -506,6 +517,9 @@ func (e *Engine) landChunks() {
 			}
 			for k := range c.dst {
 				e.dec.CopyPage(c.dst[k], e.pre, c.src[k])
+			}
+			if !inReplay {
+				e.knownWrite(c.dst, x.r.ID)
 			}
 			c.landed = true
 			x.nLanded++
@@ -635,6 +649,10 @@ func (e *Engine) scheduleBatch() (batch []*request) {
 	batch = e.running
 	for _, r := range batch {
 		r.outSlot = e.slotOf(r, len(r.tokens))
+		r.finalSlot = r.outSlot
+	}
+	if k := e.cfg.specTopK(); k >= 2 {
+		e.draftSlots(batch, k)
 	}
 	return batch
 }
