@@ -28,10 +28,11 @@ test: vet fmt-check pytest
 	$(GO) test -race -count=1 ./...
 
 # The in-engine Python package (runtime/pyhook): torch on the CPU, a stand-in
-# of SGLang's interfaces. No byte code is written into the tree the binary
-# embeds.
-pytest:
-	PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider runtime/pyhook/tests
+# of SGLang's interfaces, and the stand-in's bundles judged end to end by the
+# binary built here (KVCANARY_BIN). No byte code is written into the tree the
+# binary embeds.
+pytest: build
+	PYTHONDONTWRITEBYTECODE=1 KVCANARY_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m pytest -q -rs -p no:cacheprovider runtime/pyhook/tests
 
 vet:
 	$(GO) vet ./...

@@ -77,8 +77,27 @@ type BetweenSummary struct {
 // Findings reports whether the run holds evidence of corruption, in replays
 // or between them.
 func (s *Summary) Findings() bool {
-	return s.LivePageOverwrites > 0 || s.MissingStores > 0 ||
-		(s.Between != nil && (s.Between.LivePageOverwrites > 0 || s.Between.MissingStores > 0))
+	return s.AllLiveOverwrites() > 0 || s.AllMissingStores() > 0
+}
+
+// AllLiveOverwrites counts live-page overwrites in replays and between them:
+// the number a headline must quote, since a writer outside a replay (a
+// speculative move) overwrites a running request's page just the same.
+func (s *Summary) AllLiveOverwrites() uint64 {
+	n := s.LivePageOverwrites
+	if s.Between != nil {
+		n += s.Between.LivePageOverwrites
+	}
+	return n
+}
+
+// AllMissingStores counts missing stores in replays and between them.
+func (s *Summary) AllMissingStores() uint64 {
+	n := s.MissingStores
+	if s.Between != nil {
+		n += s.Between.MissingStores
+	}
+	return n
 }
 
 // Run aggregates replay results, and separately between-phase results. The

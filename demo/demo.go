@@ -466,7 +466,7 @@ func fillEvidence(ev *Evidence, sums map[string]any) {
 		case checksum.Summary:
 			ev.Rooms, ev.RoomsMatched, ev.RoomsWarmup, ev.RoomsMismatched, ev.RoomsMissing = s.Rooms, s.Matched, s.Warmup, s.Mismatched, s.Missing
 		case canary.Summary:
-			ev.Replays, ev.LivePageOverwrites = s.Replays, s.LivePageOverwrites
+			ev.Replays, ev.LivePageOverwrites = s.Replays, s.AllLiveOverwrites()
 		case graphdiff.Summary:
 			ev.GraphDiffSamples, ev.DivergentSamples, ev.DivergentSessions, ev.DivergentLeaked = s.Samples, s.Divergent, s.DivergentSessions, s.DivergentSessionsLeaked
 		}

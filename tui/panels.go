@@ -297,13 +297,15 @@ func (p *CanaryPanel) View() string {
 		if c.LiveCoverage != nil {
 			cov += "  " + p.num("live", pct1(*c.LiveCoverage))
 		}
-		lpo := st.OK.Render(fmt.Sprintf("LIVE-PAGE-OVERWRITE %d", c.LivePageOverwrites))
-		if c.LivePageOverwrites > 0 {
-			lpo = st.Overwrite.Render(fmt.Sprintf("LIVE-PAGE-OVERWRITE %d", c.LivePageOverwrites))
+		// Overwrites and missing stores between replays (speculative moves,
+		// transfers landing) count with the replays': the same corruption.
+		lpo := st.OK.Render(fmt.Sprintf("LIVE-PAGE-OVERWRITE %d", c.AllLiveOverwrites()))
+		if c.AllLiveOverwrites() > 0 {
+			lpo = st.Overwrite.Render(fmt.Sprintf("LIVE-PAGE-OVERWRITE %d", c.AllLiveOverwrites()))
 		}
-		miss := p.num("missing", c.MissingStores)
-		if c.MissingStores > 0 {
-			miss = st.Label.Render("missing") + " " + st.Mismatch.Render(fmt.Sprint(c.MissingStores))
+		miss := p.num("missing", c.AllMissingStores())
+		if c.AllMissingStores() > 0 {
+			miss = st.Label.Render("missing") + " " + st.Mismatch.Render(fmt.Sprint(c.AllMissingStores()))
 		}
 		lines = append(lines,
 			p.num("replays", human(c.Replays))+"  "+p.num("policy", quoteAll(c.Policy)),

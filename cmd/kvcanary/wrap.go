@@ -894,6 +894,12 @@ func layerVerdict(l WrapLayer, kind hook.Kind, known bool) (status, detail strin
 		}
 		detail = fmt.Sprintf("%s (policy %s): %d live-page overwrites, %d missing stores, %d benign transfer writes",
 			plural(int64(s.Replays), "replay"), cmdutil.Quote(s.Policy), s.LivePageOverwrites, s.MissingStores, s.BenignTransferWrites)
+		if b := s.Between; b != nil {
+			detail += fmt.Sprintf("; between replays (%s): %d live-page overwrites, %d missing stores",
+				plural(int64(s.BetweenChecks), "check"), b.LivePageOverwrites, b.MissingStores)
+		} else {
+			detail += "; between replays: not checked"
+		}
 	case graphdiff.Summary:
 		if s.Divergent > 0 {
 			status = layerFinding

@@ -103,9 +103,11 @@ def test_check_all_ok_on_a_complete_sglang(tmp_path):
     rep = json.loads(r.stdout)
     assert rep["sglang_version"] == "0.0.mini"
     hooked = [t for t in rep["targets"] if t["hooked"]]
-    assert len(hooked) == 6 and all(t["ok"] and t["error"] == "" for t in hooked)
+    assert len(hooked) == 7 and all(t["ok"] and t["error"] == "" for t in hooked)
     ex = next(t for t in rep["targets"] if t["target"].endswith("DecodeCudaGraphRunner.execute"))
-    assert ex["hook"] == "AROUND" and ex["instruments"] == ["canary", "graphdiff"]
+    assert ex["hook"] == "AROUND" and ex["instruments"] == ["graphdiff"]
+    fr = next(t for t in rep["targets"] if t["target"].endswith("ModelRunner._forward_raw"))
+    assert fr["hook"] == "AROUND" and fr["instruments"] == ["canary"]
 
 
 def test_check_reports_a_renamed_method_and_a_changed_signature(tmp_path):
@@ -337,7 +339,8 @@ RENAME_PROBE = """
 @pytest.mark.parametrize("mod,cls,meth,off", [
     ("sglang.srt.mem_cache.index_key_cache", "IndexKeyCache", "move", ["canary.between"]),
     ("sglang.srt.model_executor.runner.decode_cuda_graph_runner", "DecodeCudaGraphRunner", "execute",
-     ["canary.replay", "graphdiff.rerun", "replay.step"]),
+     ["graphdiff.rerun"]),
+    ("sglang.srt.model_executor.model_runner", "ModelRunner", "_forward_raw", ["canary.replay", "replay.step"]),
     ("sglang.srt.disaggregation.prefill", "SchedulerDisaggregationPrefillMixin", "send_kv_chunk", ["checksum.sent"]),
 ])
 def test_standin_with_a_renamed_target_turns_off_only_its_features(mod, cls, meth, off):

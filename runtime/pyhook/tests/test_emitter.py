@@ -413,12 +413,12 @@ def _check_strings(v, where):
 
 
 def test_go_golden_lines_parse_the_same():
-    """Go-produced JSON lines (runtime/hook/testdata/*.jsonl, written by the
-    Go encoder) read here as the Python side writes them: same envelope, 64-bit
-    values as strings, and re-encoding with the Python encoder gives the same JSON."""
-    files = sorted(glob.glob(os.path.join(REPO, "runtime", "hook", "testdata", "*.jsonl")))
-    if not files:
-        pytest.skip("no Go-produced golden lines in runtime/hook/testdata/*.jsonl yet (the lead adds them)")
+    """Go-produced JSON lines (runtime/hook/testdata/golden/go_events.jsonl,
+    written by the Go encoder, kept current by TestGoldenGoEvents) read here as
+    the Python side writes them: same envelope, 64-bit values as strings, and
+    re-encoding with the Python encoder gives the same JSON."""
+    files = sorted(glob.glob(os.path.join(REPO, "runtime", "hook", "testdata", "golden", "*.jsonl")))
+    assert files, "runtime/hook/testdata/golden/*.jsonl is missing: the Go side's half of the contract"
     n = 0
     for path in files:
         with open(path, "rb") as f:

@@ -154,6 +154,7 @@ POP = "sglang.srt.disaggregation.decode.DecodeTransferQueue.pop_transferred"
 PREBUILT = "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch"
 EXECUTE = "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.execute"
 MOVE = "sglang.srt.mem_cache.index_key_cache.IndexKeyCache.move"
+FORWARD = "sglang.srt.model_executor.model_runner.ModelRunner._forward_raw"
 
 
 # --- room checksum -----------------------------------------------------------------
@@ -286,8 +287,14 @@ def test_pop_transferred_digests_returned_requests_with_queue_rank():
 # --- canary and graphdiff: a fake decode engine -------------------------------------------
 
 
+class Decode:
+    def is_decode(self):
+        return True
+
+
 class FB:
     def __init__(self, idx, seqs, locs, rids, dev="cpu"):
+        self.forward_mode = Decode()
         self.batch_size = len(idx)
         self.req_pool_indices = torch.tensor(idx, dtype=torch.int64, device=dev)
         self.seq_lens = torch.tensor(seqs, dtype=torch.int64, device=dev)
@@ -322,6 +329,14 @@ class MR:
         self.stray = None  # (loc, value): a graph-only stray store
         self.alias = False  # graph logits differ
         self.eager_byte = None  # eager stores this byte instead (restore test)
+        self.decode_cuda_graph_runner = None  # set by decode_engine
+
+    def _forward_raw(self, forward_batch, skip_attn_backend_init=False, pp_proxy_tensors=None):
+        """Graph replay up to the bucket (4 rows), eager above, as SGLang's
+        _forward_raw returns it: (output, can_run_graph)."""
+        if forward_batch.batch_size <= 4:
+            return self.decode_cuda_graph_runner.execute(forward_batch, pp_proxy_tensors=pp_proxy_tensors), True
+        return self.eager_runner.execute(forward_batch, pp_proxy_tensors=pp_proxy_tensors), False
 
     def forward(self, fb, graph):
         val = (self.forward_pass_id * 7 + 3) % 256
@@ -364,10 +379,13 @@ class IKC:
 
 def decode_engine(b, n_reqs=3, seq=100, dev="cpu"):
     pool, r2t = Pool(num_pages=32, seed=5, dev=dev), R2T(dev=dev)
-    mr = MR(pool, r2t)
+    M = type("M", (MR,), {})
+    hook(b, M, "_forward_raw", FORWARD)
+    mr = M(pool, r2t)
     R = type("R", (Runner,), {})
     hook(b, R, "execute", EXECUTE)
     runner = R(mr)
+    mr.decode_cuda_graph_runner = runner
     mr.binding = b
     pages = {}
     for i in range(n_reqs):
@@ -380,7 +398,7 @@ def step(mr, runner, idx, seqs, rids):
     mr.forward_pass_id += 1
     locs = [int(mr.req_to_token_pool.req_to_token[i, s - 1]) for i, s in zip(idx, seqs)]
     fb = FB(idx, seqs, locs, rids, mr.req_to_token_pool.req_to_token.device)
-    out = runner.execute(fb)
+    out, _ = mr._forward_raw(fb)
     runner.model_runner.binding.deferred.flush(60)  # CUDA: events are built by the worker thread
     return out, fb
 
@@ -431,6 +449,44 @@ def test_canary_between_phase_sees_a_move_and_names_expected_pages(dev):
     step(mr, runner, [0, 1, 2], [102, 102, 102], ["a", "b", "c"])
     assert "changed" not in em.of("canary.pages", phase="between")[-1]
     assert syncs == []
+
+
+def test_canary_brackets_eager_steps_and_sees_a_move_across_them(dev):
+    """A batch above the largest bucket runs eager_runner.execute: the canary
+    and the replay event cover it as they cover a replay, so a move between
+    an eager and a graph step is seen (before this, only graph replays were
+    bracketed and every move next to an eager step went unseen)."""
+    em = ListEmitter()
+    b = Binding(settings(instruments=frozenset({"canary"})), em)
+    syncs = guard_syncs(b, dev)
+    pool, r2t, mr, runner, pages = decode_engine(b, n_reqs=5, dev=dev)
+    K = type("K", (IKC,), {})
+    hook(b, K, "move", MOVE)
+    ikc = K(pool)
+    rows, rids = [0, 1, 2, 3, 4], ["a", "b", "c", "d", "e"]
+    step(mr, runner, rows, [100] * 5, rids)  # 5 rows > bucket 4: eager
+    (ev,) = em.of("canary.pages", phase="replay")
+    assert ev["expected"] == [2, 5, 8, 11, 14] and "padding" not in ev
+    assert sorted(c["page"] for c in ev["changed"]) == [2, 5, 8, 11, 14]
+    ikc.move(torch.tensor([7], device=dev), torch.tensor([20], device=dev))  # the bug hits page 7 (c's)
+    step(mr, runner, rows[:3], [101] * 3, rids[:3])  # graph, bucket 4
+    (bt,) = em.of("canary.pages", phase="between")
+    assert [(c["page"], c["owner"]) for c in bt["changed"]] == [(7, "c")] and bt["expected"] == [0]
+    reps = em.of("replay")
+    assert [(r["mode"], r["bs"], r.get("bucket")) for r in reps] == [("eager", 5, None), ("graph", 3, 4)]
+    assert mr.eager_runner.calls == 1
+    assert syncs == []
+
+
+def test_canary_skips_forwards_that_are_not_decode():
+    em = ListEmitter()
+    b = Binding(settings(instruments=frozenset({"canary"})), em)
+    pool, r2t, mr, runner, pages = decode_engine(b)
+    fb = FB([0], [100], [99], ["a"])
+    fb.forward_mode = types.SimpleNamespace(is_decode=lambda: False)  # an extend (prefill) forward
+    mr.forward_pass_id += 1
+    mr._forward_raw(fb)
+    assert em.of("canary.pages") == [] and em.of("replay") == []
 
 
 def test_canary_between_is_skipped_across_unobserved_forwards_and_sampling_pairs():

@@ -174,6 +174,8 @@ class Binding:
             return self._after(name, [(("graphdiff.topk",), self.graphdiff.on_init_capturer)])
         if key == "DecodeCudaGraphRunner.execute":
             return self._around_execute(name)
+        if key == "ModelRunner._forward_raw":
+            return self._around_forward_raw(name)
         raise KeyError("no hook for target %s" % name)
 
     def _before(self, target, handlers):
@@ -211,50 +213,78 @@ class Binding:
         return kvcanary_after
 
     def _around_execute(self, target):
-        """AROUND DecodeCudaGraphRunner.execute(self, forward_batch, pp_proxy_tensors=None).
-
-        Order: canary before-snapshot; the original (timed); canary
-        after-snapshot; graphdiff's eager rerun (it restores every row it
-        lets the rerun write, so the canary's after-snapshot is the state the
-        engine continues from); the replay event.
-        """
-        s_canary = self.site(target, ("canary.replay",))
+        """AROUND DecodeCudaGraphRunner.execute(self, forward_batch, pp_proxy_tensors=None):
+        graphdiff's eager rerun of a sampled graph step. It restores every
+        row it lets the rerun write, so the state the engine continues from
+        (and the canary's after-snapshot, taken around _forward_raw) is the
+        graph's."""
         s_graph = self.site(target, ("graphdiff.rerun",))
-        s_replay = self.site(target, ("replay.step",))
 
         def kvcanary_around(original, *args, **kwargs):
             if self.busy():
                 return original(*args, **kwargs)
             runner = args[0] if args else kwargs.get("self")
             fb = args[1] if len(args) > 1 else kwargs.get("forward_batch")
-            cst = gst = None
-            if s_canary.on():
-                try:
-                    cst = self.canary.pre(runner, fb)
-                except Exception as e:  # noqa: BLE001
-                    s_canary.fail(e)
+            gst = None
             if s_graph.on():
                 try:
                     gst = self.graphdiff.pre(runner, fb)
                 except Exception as e:  # noqa: BLE001
                     s_graph.fail(e)
-            t0 = time.perf_counter_ns()
             result = original(*args, **kwargs)
-            dur = time.perf_counter_ns() - t0
-            if cst is not None:
-                try:
-                    self.canary.post(cst, runner, fb, result)
-                except Exception as e:  # noqa: BLE001
-                    s_canary.fail(e)
             if gst is not None:
                 try:
                     pp = args[2] if len(args) > 2 else kwargs.get("pp_proxy_tensors")
                     self.graphdiff.post(gst, runner, fb, pp, result)
                 except Exception as e:  # noqa: BLE001
                     s_graph.fail(e)
-            if s_replay.on():
+            return result
+
+        kvcanary_around.kvcanary_target = target
+        return kvcanary_around
+
+    def _around_forward_raw(self, target):
+        """AROUND ModelRunner._forward_raw(self, forward_batch, ...), decode
+        forwards only: the canary's before- and after-snapshots and the
+        replay event, for graph replays and eager steps alike (a batch above
+        the largest captured bucket runs eager_runner.execute, and the
+        engine's writes there need the same canary).
+
+        Graph or eager comes from the result, (output, can_run_graph) as
+        _forward_raw returns it; the bucket from the graph runner's bs, set by
+        its load_batch during the call. An unrecognised result leaves the mode
+        unknown: the canary still runs (no padding claimed) and no replay
+        event is sent, since a replay's mode is graph or eager, never a guess.
+        """
+        s_canary = self.site(target, ("canary.replay",))
+        s_replay = self.site(target, ("replay.step",))
+
+        def kvcanary_around(original, *args, **kwargs):
+            if self.busy():
+                return original(*args, **kwargs)
+            mr = args[0] if args else kwargs.get("self")
+            fb = args[1] if len(args) > 1 else kwargs.get("forward_batch")
+            if not is_decode(fb):
+                return original(*args, **kwargs)
+            step = StepView(mr, fb)
+            cst = None
+            if s_canary.on():
                 try:
-                    self._replay_event(runner, fb, dur)
+                    cst = self.canary.pre(step, fb)
+                except Exception as e:  # noqa: BLE001
+                    s_canary.fail(e)
+            t0 = time.perf_counter_ns()
+            result = original(*args, **kwargs)
+            dur = time.perf_counter_ns() - t0
+            step.settle(result)
+            if cst is not None:
+                try:
+                    self.canary.post(cst, step, fb, result)
+                except Exception as e:  # noqa: BLE001
+                    s_canary.fail(e)
+            if s_replay.on() and step.mode is not None:
+                try:
+                    self._replay_event(step, dur)
                 except Exception as e:  # noqa: BLE001
                     s_replay.fail(e)
             return result
@@ -262,15 +292,10 @@ class Binding:
         kvcanary_around.kvcanary_target = target
         return kvcanary_around
 
-    def _replay_event(self, runner, fb, dur_ns: int) -> None:
-        raw_bs = getattr(runner, "raw_bs", None)
-        bucket = getattr(runner, "bs", None)
-        if not isinstance(raw_bs, int):
-            raw_bs = int(getattr(fb, "batch_size", 0) or 0)
-        mode = "graph" if isinstance(bucket, int) and bucket > 0 else "eager"
-        body = {"step": step_of(runner), "bs": raw_bs, "mode": mode, "dur_ns": max(0, int(dur_ns))}
-        if mode == "graph":
-            body["bucket"] = bucket
+    def _replay_event(self, step: "StepView", dur_ns: int) -> None:
+        body = {"step": step_of(step), "bs": step.raw_bs, "mode": step.mode, "dur_ns": max(0, int(dur_ns))}
+        if step.mode == "graph" and step.bs:
+            body["bucket"] = step.bs
         self.emit("replay", body)
 
     def apply_features(self, names=None):
@@ -285,6 +310,40 @@ class Binding:
             if not any(self.feature_on(f) for f in t.features):
                 continue
             yield t, res, self.hook_for(t)
+
+
+def is_decode(fb) -> bool:
+    """forward_batch.forward_mode.is_decode(), False when it cannot tell."""
+    fm = getattr(fb, "forward_mode", None)
+    f = getattr(fm, "is_decode", None)
+    try:
+        return bool(f()) if callable(f) else False
+    except Exception:  # noqa: BLE001 - an engine's mode object we do not know
+        return False
+
+
+class StepView:
+    """One decode forward as the canary and the replay event see it: the
+    ModelRunner (model_runner), the rows it ran (raw_bs), and once the call
+    returned whether the graph replayed (mode) on which bucket (bs)."""
+
+    def __init__(self, mr, fb):
+        self.model_runner = mr
+        self.raw_bs = int(getattr(fb, "batch_size", 0) or 0)
+        self.bs = None
+        self.mode = None
+
+    def settle(self, result) -> None:
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], bool)):
+            return
+        if not result[1]:
+            self.mode, self.bs = "eager", self.raw_bs
+            return
+        self.mode = "graph"
+        g = getattr(self.model_runner, "decode_cuda_graph_runner", None)
+        raw, bs = getattr(g, "raw_bs", None), getattr(g, "bs", None)
+        if isinstance(raw, int) and isinstance(bs, int) and raw == self.raw_bs:
+            self.bs = bs
 
 
 def step_of(runner) -> int:

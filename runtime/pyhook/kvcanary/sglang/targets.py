@@ -68,7 +68,7 @@ TARGETS: tuple = (
         ("self", "running_batch")),
     Target(
         "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.execute",
-        AROUND, ("canary.replay", "graphdiff.rerun", "replay.step"),
+        AROUND, ("graphdiff.rerun",),
         "forward_batch (req_pool_indices, seq_lens[_cpu], out_cache_loc, rids, batch_size), "
         "self.model_runner (req_to_token_pool, token_to_kv_pool, eager_runner, forward_pass_id), "
         "self.raw_bs/self.bs after the call, result.next_token_logits",
@@ -88,9 +88,11 @@ TARGETS: tuple = (
                "sglang.srt.state_capturer.indexer_topk.set_global_indexer_capturer")),
     Target(
         "sglang.srt.model_executor.model_runner.ModelRunner._forward_raw",
-        AROUND, (),
-        "not hooked: where SGLang picks graph (can_run_graph) or eager_runner.execute",
-        ("self", "forward_batch"), hooked=False),
+        AROUND, ("canary.replay", "replay.step"),
+        "decode-mode forward_batch (as for execute); the result's can_run_graph (graph replay or "
+        "eager_runner.execute: the canary brackets both), self.decode_cuda_graph_runner.raw_bs/bs "
+        "after a graph step (padding)",
+        ("self", "forward_batch")),
 )
 
 # The module that provides the indexer capturer's getter and setter.

@@ -1,4 +1,6 @@
-"""The replay canary (canary/SPEC.md) around DecodeCudaGraphRunner.execute.
+"""The replay canary (canary/SPEC.md) around every decode forward
+(ModelRunner._forward_raw: a graph replay or, above the largest captured
+bucket, eager_runner.execute).
 
 On a sampled step (model_runner.forward_pass_id % KVCANARY_CANARY_EVERY == 0,
 and the step after it when N > 1, so that a "between" window of two
