@@ -70,9 +70,10 @@ type frameJob struct {
 }
 
 // Create creates (or truncates) the bundle file at path and writes the
-// manifest as its first frame. Close syncs and closes the file.
+// manifest as its first frame. Close syncs and closes the file. A new file
+// is readable by its owner only (0600): bundles may hold prompts.
 func Create(path string, m Manifest) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
 	}
