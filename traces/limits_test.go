@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"os/exec"
@@ -124,6 +125,31 @@ func bomb(t testing.TB) []byte {
 		out = append(out, frame...)
 	}
 	return out
+}
+
+var updateBomb = flag.Bool("update-bomb", false, "rewrite testdata/bomb.kvtrace")
+
+// testdata/bomb.kvtrace is the bomb as a file, for the CLI's tests.
+func TestBombFixture(t *testing.T) {
+	path := filepath.Join("testdata", "bomb.kvtrace")
+	if *updateBomb {
+		if err := os.WriteFile(path, bomb(t), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	countEvents(t, r)
+	if len(data) > 110<<10 || r.DecodedBytes() > uint64(allowance(int64(len(data)))) || r.Skipped() == 0 {
+		t.Fatalf("%s: %d bytes, decoded %d, skipped %d", path, len(data), r.DecodedBytes(), r.Skipped())
+	}
 }
 
 // A decompression bomb is cut by the budget: the reader decodes a few MB,

@@ -64,6 +64,10 @@ type Skip struct {
 
 func (s Skip) String() string { return s.Position.String() + ": " + s.Reason }
 
+// damagedHeadBytes is how far into a file that does not start with a zstd
+// magic the reader looks for a frame before refusing it.
+const damagedHeadBytes = 8 << 10
+
 // maxSkipDetails bounds the skip list kept for reports; Skipped counts all.
 const maxSkipDetails = 100
 
@@ -189,7 +193,12 @@ func (r *Reader) readManifest() (*Reader, error) {
 		}
 		return nil, fmt.Errorf("read bundle %s: empty file", name)
 	} else if src.fill(4) && !bytes.Equal(src.peek(0, 4), zstdMagicBytes) {
-		return nil, fmt.Errorf("read bundle %s: not a zstd stream: starts with % x, want % x", name, src.peek(0, 4), zstdMagicBytes)
+		// A bundle whose first bytes are damaged still holds frames: read
+		// on when one starts early on (the reader skips the damage).
+		src.fill(damagedHeadBytes)
+		if bytes.Index(src.peek(0, min(src.avail(), damagedHeadBytes)), zstdMagicBytes) < 0 {
+			return nil, fmt.Errorf("read bundle %s: not a zstd stream: starts with % x, want % x", name, src.peek(0, 4), zstdMagicBytes)
+		}
 	}
 	line, pos, err := r.nextLine()
 	if err == nil && r.skipped > 0 && r.skips[0].Offset == 0 && pos.Line == 1 {

@@ -1,8 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"os"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,13 +12,14 @@ import (
 
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/input"
 	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/traces"
 )
 
 // CanaryReportOptions are the inputs of `kvcanary canary report`.
 type CanaryReportOptions struct {
 	IO   *cmdutil.IOStreams
+	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Path string // a trace bundle or an SGLang server log
 }
@@ -66,7 +68,7 @@ An expected store that did not land is a missing store. See canary/SPEC.md.`,
 
 // NewCmdCanaryReport builds `kvcanary canary report`.
 func NewCmdCanaryReport(f *cmdutil.Factory, runF func(*CanaryReportOptions) error) *cobra.Command {
-	opts := &CanaryReportOptions{IO: f.IO}
+	opts := &CanaryReportOptions{IO: f.IO, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "report BUNDLE|LOG",
 		Short: "Report live-page overwrites and missing stores from a bundle or an SGLang log",
@@ -94,24 +96,29 @@ violation was found, 3 the input is unreadable or has malformed violation lines.
 }
 
 func canaryReportRun(opts *CanaryReportOptions) error {
-	isBundle, err := traces.IsBundle(opts.Path)
+	in, err := openInput(opts.Ctx, opts.Path, wantBundleOrLog, input.Zstd, input.Text, input.Binary)
 	if err != nil {
-		return cmdutil.InputError(err)
+		return err
 	}
-	if isBundle {
-		return canaryBundleReport(opts)
+	if in.Kind == input.Binary && !in.BundleCandidate() {
+		in.Close()
+		return cmdutil.InputError(in.Expect(wantBundleOrLog, input.Zstd, input.Text))
 	}
-	f, err := os.Open(opts.Path)
-	if err != nil {
-		return cmdutil.InputError(fmt.Errorf("open input: %w", err))
+	if in.BundleCandidate() {
+		b, err := bundleOver(opts.Ctx, in)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		return canaryBundleReport(opts, b)
 	}
-	defer f.Close()
-	return canaryLogReport(opts, f)
+	defer in.Close()
+	return canaryLogReport(opts, in)
 }
 
-func canaryBundleReport(opts *CanaryReportOptions) error {
+func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 	an := canary.NewAnalyzer(canary.Options{})
-	br, err := replayBundle(opts.Path, an, canaryMaxFindings)
+	br, err := replayBundle(b, an, canaryMaxFindings)
 	if err != nil {
 		return err
 	}
@@ -137,7 +144,7 @@ func canaryBundleReport(opts *CanaryReportOptions) error {
 	return nil
 }
 
-func canaryLogReport(opts *CanaryReportOptions, f *os.File) error {
+func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
 	scan, err := canary.ScanLog(f, opts.Path, canary.LogOptions{})
 	if err != nil {
 		return cmdutil.InputError(err)

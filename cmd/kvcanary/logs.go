@@ -1,15 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/input"
 	"github.com/kvcanary/kvcanary/runtime/logscan"
 )
 
@@ -27,6 +28,7 @@ func NewCmdLogs(f *cmdutil.Factory) *cobra.Command {
 // LogsScanOptions are the inputs of `kvcanary logs scan`.
 type LogsScanOptions struct {
 	IO   *cmdutil.IOStreams
+	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Now  func() time.Time
 
@@ -38,7 +40,7 @@ type LogsScanOptions struct {
 
 // NewCmdLogsScan builds `kvcanary logs scan FILE`.
 func NewCmdLogsScan(f *cmdutil.Factory, runF func(*LogsScanOptions) error) *cobra.Command {
-	opts := &LogsScanOptions{IO: f.IO, Now: f.Now}
+	opts := &LogsScanOptions{IO: f.IO, Now: f.Now, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "scan FILE",
 		Short: "Summarise a server log: batches, peak load, retractions, canary violations",
@@ -82,18 +84,21 @@ func logsScanRun(opts *LogsScanOptions) error {
 	if year == 0 {
 		year = opts.Now().Year()
 	}
-	var r io.Reader
+	var in *input.File
 	name := opts.Path
 	if opts.Path == "-" {
-		r, name = opts.IO.In, "stdin"
-	} else {
-		fh, err := os.Open(opts.Path)
-		if err != nil {
-			return cmdutil.InputError(fmt.Errorf("open server log: %w", err))
+		name = "stdin"
+		if in, err = input.NewFile(orBackground(opts.Ctx), opts.IO.In, name); err != nil {
+			return cmdutil.InputError(err)
 		}
-		defer fh.Close()
-		r = fh
+		if err := in.Expect(wantLog, input.Text); err != nil {
+			return cmdutil.InputError(err)
+		}
+	} else if in, err = openInput(opts.Ctx, opts.Path, wantLog, input.Text); err != nil {
+		return err
 	}
+	defer in.Close()
+	var r io.Reader = in
 	sum, err := logscan.ScanAll(r, name, logscan.Options{Year: year, Location: loc})
 	if err != nil {
 		return cmdutil.InputError(err)

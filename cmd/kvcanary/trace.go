@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -40,13 +41,14 @@ the commands warn on stderr and exit 0. A file that is not a bundle exits 3.`,
 // TraceInspectOptions are the inputs of `kvcanary trace inspect`.
 type TraceInspectOptions struct {
 	IO   *cmdutil.IOStreams
+	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Path string
 }
 
 // NewCmdTraceInspect builds `kvcanary trace inspect FILE`.
 func NewCmdTraceInspect(f *cmdutil.Factory, runF func(*TraceInspectOptions) error) *cobra.Command {
-	opts := &TraceInspectOptions{IO: f.IO}
+	opts := &TraceInspectOptions{IO: f.IO, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "inspect FILE",
 		Short: "Show a bundle's manifest, event counts, time span and truncation",
@@ -64,10 +66,16 @@ func NewCmdTraceInspect(f *cmdutil.Factory, runF func(*TraceInspectOptions) erro
 }
 
 func traceInspectRun(opts *TraceInspectOptions) error {
-	s, err := traces.Inspect(opts.Path)
+	b, err := openBundle(opts.Ctx, opts.Path)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	s, err := traces.Summarize(b.Reader)
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
+	s.File = opts.Path
 	warnBundle(opts.IO.ErrOut, opts.Path, s.Truncated, s.TruncationReason, s.Skipped, s.Skips)
 	if s.FooterMismatch != "" {
 		fmt.Fprintf(opts.IO.ErrOut, "warning: %s: %s\n", cmdutil.Quote(opts.Path), s.FooterMismatch)
@@ -83,12 +91,21 @@ func warnBundle(w io.Writer, path string, truncated bool, reason string, skipped
 	if truncated {
 		fmt.Fprintf(w, "warning: %s is truncated (%s); read up to its last complete frame\n", cmdutil.Quote(path), reason)
 	}
+	if len(skips) > 0 && strings.HasPrefix(skips[0].Reason, "manifest frame: ") {
+		fmt.Fprintf(w, "warning: %s: manifest lost (%s); its run configuration is unknown, the other frames were read\n", cmdutil.Quote(path), cmdutil.Quote(skips[0].String()))
+	}
 	if skipped > 0 {
 		first := ""
 		if len(skips) > 0 {
 			first = "; first: " + cmdutil.Quote(skips[0].String())
 		}
 		fmt.Fprintf(w, "warning: %s: skipped %d unusable frames or lines%s\n", cmdutil.Quote(path), skipped, first)
+		for _, sk := range skips {
+			if strings.Contains(sk.Reason, "decompression budget") {
+				fmt.Fprintf(w, "warning: %s: stopped decoding: %s\n", cmdutil.Quote(path), cmdutil.Quote(sk.String()))
+				break
+			}
+		}
 	}
 }
 
@@ -162,6 +179,7 @@ func hostLine(h hook.HostInfo) string {
 // TraceCatOptions are the inputs of `kvcanary trace cat`.
 type TraceCatOptions struct {
 	IO    *cmdutil.IOStreams
+	Ctx   context.Context // cancels reading (SIGINT, SIGTERM)
 	Path  string
 	Kinds []string
 	All   bool
@@ -169,7 +187,7 @@ type TraceCatOptions struct {
 
 // NewCmdTraceCat builds `kvcanary trace cat FILE [--kind K]... [--all]`.
 func NewCmdTraceCat(f *cmdutil.Factory, runF func(*TraceCatOptions) error) *cobra.Command {
-	opts := &TraceCatOptions{IO: f.IO}
+	opts := &TraceCatOptions{IO: f.IO, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "cat FILE",
 		Short: "Print a bundle's events as JSON lines",
@@ -209,9 +227,9 @@ func traceCatRun(opts *TraceCatOptions) error {
 		keep[k] = true
 	}
 	filter := len(opts.Kinds) > 0
-	r, err := traces.Open(opts.Path)
+	r, err := openBundle(opts.Ctx, opts.Path)
 	if err != nil {
-		return cmdutil.InputError(err)
+		return err
 	}
 	defer r.Close()
 	out := bufio.NewWriterSize(opts.IO.Out, 256<<10)

@@ -165,13 +165,18 @@ func (e *FormatError) Error() string {
 		return fmt.Sprintf("%s: text, not %s (bundles are zstd streams; \"kvcanary logs scan\" reads server logs)", e.Name, e.Want)
 	case Binary:
 		if e.ZstdAt > 0 {
-			return fmt.Sprintf("%s: binary data, not %s; a zstd frame starts at byte %d: a bundle whose first %d bytes are damaged? (tail -c +%d FILE skips them)",
-				e.Name, e.Want, e.ZstdAt, e.ZstdAt, e.ZstdAt+1)
+			return fmt.Sprintf("%s: binary data, not %s; a zstd frame starts at byte %d: a bundle whose first %d bytes are damaged?",
+				e.Name, e.Want, e.ZstdAt, e.ZstdAt)
 		}
 		return fmt.Sprintf("%s: binary data, not %s", e.Name, e.Want)
 	}
 	return fmt.Sprintf("%s: %s, not %s", e.Name, e.Kind, e.Want)
 }
+
+// BundleCandidate reports whether the input may be a trace bundle: a zstd
+// stream, or binary data holding a zstd frame early on (a bundle whose first
+// bytes are damaged; the bundle reader skips them and says so).
+func (f *File) BundleCandidate() bool { return f.Kind == Zstd || f.Kind == Binary && f.ZstdAt > 0 }
 
 // Expect returns nil when the input's kind is one of ok, else a *FormatError
 // saying what the input is; want names what the command reads.

@@ -99,12 +99,10 @@ func Sniff(head []byte) Kind {
 	if len(head) > SniffBytes {
 		head = head[:SniffBytes]
 	}
-	if bytes.IndexByte(head, 0) >= 0 {
-		return Binary
-	}
 	// Text: valid UTF-8 apart from a rune cut at the end of head, and few
-	// control bytes other than whitespace and ESC (colourised logs). A log in
-	// a legacy 8-bit encoding still passes when its odd bytes are rare.
+	// NUL or control bytes other than whitespace and ESC (colourised logs).
+	// A log with a stray line of garbage, or in a legacy 8-bit encoding,
+	// still passes when its odd bytes are rare (under 1 in 32).
 	bad := 0
 	for i := 0; i < len(head); {
 		c := head[i]
