@@ -105,7 +105,10 @@ func TestOfflineCommandsRefuseUnreadableInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inputs = append(inputs, struct{ name, want string; data []byte }{"log.zst", "log.zst", out})
+		inputs = append(inputs, struct {
+			name, want string
+			data       []byte
+		}{"log.zst", "log.zst", out})
 	} else {
 		t.Logf("zstd CLI not installed: the zstd-but-not-a-bundle case is not run")
 	}
