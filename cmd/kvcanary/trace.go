@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/safetext"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -233,6 +234,7 @@ func traceCatRun(opts *TraceCatOptions) error {
 	}
 	defer r.Close()
 	out := bufio.NewWriterSize(opts.IO.Out, 256<<10)
+	var esc []byte // a line with C1 or bidi controls, escaped
 	for {
 		rec, err := r.NextRecord()
 		if err == io.EOF {
@@ -249,7 +251,12 @@ func traceCatRun(opts *TraceCatOptions) error {
 		} else if !opts.All {
 			continue
 		}
-		out.Write(rec.Line)
+		line := rec.Line
+		if safetext.NeedsJSONEscape(line) {
+			esc = safetext.EscapeJSON(esc[:0], line)
+			line = esc
+		}
+		out.Write(line)
 		if err := out.WriteByte('\n'); err != nil {
 			return fmt.Errorf("write stdout: %w", err)
 		}
