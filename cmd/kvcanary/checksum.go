@@ -70,6 +70,9 @@ names file:line).`,
 			if opts.WarmupMaxSeqLen < 0 {
 				return cmdutil.UsageError("--warmup-max-seqlen %d: want 0 or more", opts.WarmupMaxSeqLen)
 			}
+			if opts.Limit < 0 {
+				return cmdutil.UsageError("--limit %d: want 0 or more (0: all rows)", opts.Limit)
+			}
 			if runF != nil {
 				return runF(opts)
 			}

@@ -91,15 +91,15 @@ func checksumInput(ctx context.Context, path string, info *bundleInfo) (checksum
 		in.Close()
 		return nil, cmdutil.InputError(in.Expect(wantChecksumFile, input.Zstd, input.Text))
 	}
-	first := &in
+	first, kind := in, in.Kind
 	reopen := func() (*input.File, error) {
-		if f := *first; f != nil {
-			*first = nil
+		if f := first; f != nil {
+			first = nil
 			return f, nil
 		}
-		return openInput(ctx, path, wantChecksumFile, in.Kind)
+		return openInput(ctx, path, wantChecksumFile, kind)
 	}
-	if in.Kind == input.Text {
+	if kind == input.Text {
 		return &checksumLog{path: path, open: reopen}, nil
 	}
 	return checksum.EventSource(path, func() (checksum.EventStream, error) {

@@ -62,6 +62,14 @@ cannot be read.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
+			if opts.Limit < 0 {
+				cmd.PrintErrln(cmd.UsageString())
+				return cmdutil.UsageError("--limit %d: want 0 or more", opts.Limit)
+			}
+			if opts.Year < 0 || opts.Year > 9999 {
+				cmd.PrintErrln(cmd.UsageString())
+				return cmdutil.UsageError("--year %d: want a year from 1 to 9999 (0: the current year)", opts.Year)
+			}
 			if runF != nil {
 				return runF(opts)
 			}
