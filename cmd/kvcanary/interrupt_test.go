@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -302,4 +303,50 @@ func TestDevZeroAndBomb(t *testing.T) {
 		t.Fatalf("trace inspect bomb: exit %d, stderr %q; want 0 and the budget damage", code, stderr)
 	}
 	t.Logf("trace inspect of the %s bomb: %v", bombPath, time.Since(t0).Round(time.Millisecond))
+}
+
+// sim run: --sessions is bounded, and Ctrl-C exits 130, not 3 (issue 19
+// item 13).
+func TestSimRunSessionsBoundAndSIGINT(t *testing.T) {
+	ios, _, _, _ := cmdutil.Test()
+	cmd := NewCmdSimRun(&cmdutil.Factory{IO: ios}, func(*SimRunOptions) error { return nil })
+	cmd.SetArgs([]string{"--sessions", strconv.Itoa(maxSimSessions + 1)})
+	cmd.SetOut(ios.Out)
+	cmd.SetErr(ios.ErrOut)
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "at most "+strconv.Itoa(maxSimSessions)) {
+		t.Errorf("--sessions %d: exit %d, %v", maxSimSessions+1, cmdutil.ExitCode(err), err)
+	}
+
+	bin := kvcanaryBinary(t)
+	bundle := filepath.Join(t.TempDir(), "run.kvtrace")
+	run := exec.Command(bin, "sim", "run", "--sessions", "2000", "--rounds", "8", "--record", bundle)
+	var stderr bytes.Buffer
+	run.Stderr = &stderr
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- run.Wait() }()
+	for started := false; !started; { // the manifest is written as the run starts
+		select {
+		case err := <-done:
+			t.Fatalf("sim run ended before the signal: %v %s", err, stderr.String())
+		case <-time.After(20 * time.Millisecond):
+			st, err := os.Stat(bundle)
+			started = err == nil && st.Size() > 0
+		}
+	}
+	t0 := time.Now()
+	run.Process.Signal(os.Interrupt)
+	select {
+	case err := <-done:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Fatalf("sim run after SIGINT: %v, want exit 130; stderr %q", err, stderr.String())
+		}
+		t.Logf("sim run exited 130 %v after SIGINT", time.Since(t0).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		run.Process.Kill()
+		t.Fatalf("sim run still running 10 s after SIGINT")
+	}
 }
