@@ -77,11 +77,14 @@ func NewCmdCanaryReport(f *cmdutil.Factory, runF func(*CanaryReportOptions) erro
 A trace bundle (.kvtrace, recognized by its zstd magic) is replayed through the
 canary analyzer: the headline counts LIVE-PAGE-OVERWRITE hits over all replays
 and states the coverage of the digest policy, followed by per-class counts and
-samples. Any other file is read as an SGLang server log, and its
-"kv_canary violation:" lines (SGLang --kv-canary log) are reported.
+samples. A text file is read as an SGLang server log, and its
+"kv_canary violation:" lines (SGLang --kv-canary log) are reported; a line over
+1 MiB is judged by its first MiB. An empty, compressed (gzip, xz, …) or binary
+file is refused: no verdict over bytes kvcanary cannot read.
 
 Exit codes: 0 clean, 1 a live-page overwrite, a missing store or an SGLang
-violation was found, 3 the input is unreadable or has malformed violation lines.`,
+violation was found, 3 the input is unreadable, not a bundle or a text log, or
+has malformed violation lines, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]

@@ -68,7 +68,8 @@ func NewCmdGraphDiffReport(f *cmdutil.Factory, runF func(*GraphDiffReportOptions
 a headline (divergent samples, requests, worst top-k Jaccard), the worst
 samples, and the histogram of top-k Jaccard similarity.
 
-Exit codes: 0 no divergence, 1 a divergent sample, 3 the bundle is unreadable.`,
+Exit codes: 0 no divergence, 1 a divergent sample, 3 the input is unreadable or
+not a bundle (the message says what it is), 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]

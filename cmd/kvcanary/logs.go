@@ -56,7 +56,9 @@ fatal. Timestamps are read in --tz (default UTC); vLLM prints no year, so
 
 This is a summary, not a check: it exits 0 whatever the log holds (use
 "kvcanary canary report LOG" to judge canary violations). It exits 3 when FILE
-cannot be read.`,
+cannot be read or is not a text log (empty, gzip- or zstd-compressed, binary:
+the message says which), and 130 when interrupted. A line longer than 1 MiB
+is parsed by its first MiB (as canary report does) and counted in long_lines.`,
 		Example: `  kvcanary logs scan decode.log
   journalctl -u sglang-decode | kvcanary logs scan - --json | jq .retraction_events`,
 		Args: usageArgs(cobra.ExactArgs(1)),

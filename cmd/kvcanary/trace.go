@@ -32,7 +32,11 @@ standard tools read too:
   duckdb -c "select kind, count(*) from read_json('run.kvtrace', format='newline_delimited', compression='zstd') group by 1"
 
 A truncated bundle (its writer was killed) is read up to its last complete frame;
-the commands warn on stderr and exit 0. A file that is not a bundle exits 3.`,
+the commands warn on stderr and exit 0; so does a bundle with damaged frames
+(skipped and counted), a lost manifest, or frames cut by the decompression
+budget (traces/FORMAT.md "Reading, truncation and damage"). A file that is not
+a bundle exits 3, naming what it is (empty, gzip, text, binary); an interrupted
+read exits 130.`,
 		Args: usageArgs(cobra.NoArgs),
 	}
 	cmd.AddCommand(NewCmdTraceInspect(f, nil), NewCmdTraceCat(f, nil))
