@@ -290,4 +290,16 @@ func TestCreateMode0600(t *testing.T) {
 	if m := st.Mode().Perm(); m != 0o600 {
 		t.Fatalf("mode %v, want 0600", m)
 	}
+	// Rewriting a bundle that was world-readable narrows it too.
+	if err := os.Chmod(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err = Create(p, testManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if st, _ = os.Stat(p); st.Mode().Perm() != 0o600 {
+		t.Fatalf("rewritten 0644 bundle: mode %v, want 0600", st.Mode().Perm())
+	}
 }
