@@ -225,7 +225,7 @@ func TestFirstSIGINTStopsOfflineCommands(t *testing.T) {
 					t.Fatal(err)
 				}
 				fed := make(chan struct{})
-				go func() {
+				go func(fed chan struct{}) {
 					defer w.Close()
 					total := 0
 					for {
@@ -244,7 +244,7 @@ func TestFirstSIGINTStopsOfflineCommands(t *testing.T) {
 							return
 						}
 					}
-				}()
+				}(fed)
 				select {
 				case <-fed:
 				case err := <-done:
