@@ -367,6 +367,13 @@ func TestLargeFrameStreamed(t *testing.T) {
 	if len(got) != 1 || r.Skipped() == 0 || !strings.Contains(r.Skips()[0].Reason, "not a zstd frame") {
 		t.Fatalf("damaged large frame: got %d events, skips %v", len(got), r.Skips())
 	}
+
+	// Cut in the middle of the large frame: truncated, the lines decoded
+	// before the cut kept (blank here), no error.
+	r, got = readAll(t, append(append([]byte(nil), head...), frame[:len(frame)/2]...))
+	if len(got) != 0 || !r.Truncated() || !strings.Contains(r.TruncationReason(), "file ends inside frame 2") {
+		t.Fatalf("cut large frame: %d events, truncated %v %q, skips %v", len(got), r.Truncated(), r.TruncationReason(), r.Skips())
+	}
 }
 
 func TestWriterRejectsHugeEvent(t *testing.T) {

@@ -303,3 +303,31 @@ func TestCreateMode0600(t *testing.T) {
 		t.Fatalf("rewritten 0644 bundle: mode %v, want 0600", st.Mode().Perm())
 	}
 }
+
+// A bomb as one large frame (RLE blocks, no content size) is streamed and
+// cut by the same budget.
+func TestStreamedBombBudget(t *testing.T) {
+	out := compress(t, `{"kvtrace":{"format_version":"1.0"}}`)
+	out = append(out, 0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x58) // no FCS, no checksum, 2 MiB window
+	bh := uint32(blockMaxSize)<<3 | 1<<1                  // RLE, not last
+	for range 8000 {                                      // 32 KB that decode to 1 GiB of "x"
+		out = append(out, byte(bh), byte(bh>>8), byte(bh>>16), 'x')
+	}
+	out = append(out, 1|1<<1|1<<3, 0, 0, '\n') // last block: one newline
+	r, err := NewReader(bytes.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	countEvents(t, r)
+	if limit := uint64(allowance(int64(len(out)))); r.DecodedBytes() > limit {
+		t.Fatalf("decoded %d bytes from %d, budget %d", r.DecodedBytes(), len(out), limit)
+	}
+	found := false
+	for _, s := range r.Skips() {
+		found = found || strings.Contains(s.Reason, "decompression budget")
+	}
+	if !found {
+		t.Fatalf("no budget damage reported: %v", r.Skips())
+	}
+}
