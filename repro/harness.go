@@ -26,6 +26,11 @@ type HarnessOptions struct {
 	Stream      bool          // ask for server-sent events
 	Seed        uint64        // picks the tasks and each session's tool rounds
 	MaxTokens   int           // max_tokens sent with every request; 0 sends none
+	// MaxResponseBytes bounds the bytes read of one response, JSON body or
+	// event stream (default DefaultMaxResponseBytes). A response over it
+	// ends its session as error, so a server streaming garbage costs each
+	// session in flight about this much memory, not unbounded amounts.
+	MaxResponseBytes int
 	// ToolTime is the client's tool execution time: after a round's tool
 	// calls, a session waits ToolTime.Delay(Seed, session, round) before
 	// sending the results. Zero answers at once.
@@ -214,6 +219,9 @@ func (o *HarnessOptions) defaults() error {
 	if o.Timeout == 0 {
 		o.Timeout = 120 * time.Second
 	}
+	if o.MaxResponseBytes == 0 {
+		o.MaxResponseBytes = DefaultMaxResponseBytes
+	}
 	switch {
 	case o.Sessions < 1:
 		return fmt.Errorf("sessions %d: want at least 1", o.Sessions)
@@ -223,6 +231,8 @@ func (o *HarnessOptions) defaults() error {
 		return fmt.Errorf("concurrency %d: want at least 1", o.Concurrency)
 	case o.Timeout < 0:
 		return fmt.Errorf("timeout %v: want a positive duration", o.Timeout)
+	case o.MaxResponseBytes < 1024:
+		return fmt.Errorf("max response bytes %d: want at least 1024", o.MaxResponseBytes)
 	}
 	if err := o.ToolTime.validate(); err != nil {
 		return err

@@ -17,8 +17,35 @@ import (
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
-// maxResponse bounds a response body the harness reads.
-const maxResponse = 64 << 20
+// DefaultMaxResponseBytes bounds the bytes read of one response (JSON body
+// or event stream) unless HarnessOptions says otherwise: far above any
+// tool-calling round (a 32k-token answer is about 130 KB of JSON), and with
+// the parse it costs at most about 3x this per session in flight.
+const DefaultMaxResponseBytes = 4 << 20
+
+// maxResponse bounds the readers' own buffers when called without a limit.
+const maxResponse = DefaultMaxResponseBytes
+
+// errResponseCap is returned by capReader past its limit.
+var errResponseCap = errors.New("response over the size limit")
+
+// capReader reads at most left bytes of r, then fails with errResponseCap.
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errResponseCap
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
 
 type driver struct {
 	opts     *HarnessOptions
@@ -284,10 +311,15 @@ func (d *driver) do(ctx context.Context, msgs [][]byte) (*response, error) {
 		return nil, fmt.Errorf("HTML response (Content-Type %s), not an OpenAI answer", ct)
 	}
 	var out *response
+	limit := d.opts.MaxResponseBytes
+	body := &capReader{r: resp.Body, left: int64(limit)}
 	if d.opts.Stream && ct == "text/event-stream" {
-		out, err = readStream(resp.Body)
+		out, err = readStreamLimit(body, limit)
 	} else {
-		out, err = readJSON(resp.Body)
+		out, err = readJSONLimit(body, limit)
+	}
+	if errors.Is(err, errResponseCap) {
+		return nil, fmt.Errorf("response larger than %d bytes (a server streaming garbage?); HarnessOptions.MaxResponseBytes raises the limit", limit)
 	}
 	if err != nil {
 		if rctx.Err() != nil {
@@ -337,13 +369,15 @@ type wireResponse struct {
 	} `json:"choices"`
 }
 
-func readJSON(r io.Reader) (*response, error) {
-	body, err := io.ReadAll(io.LimitReader(r, maxResponse+1))
+func readJSON(r io.Reader) (*response, error) { return readJSONLimit(r, maxResponse) }
+
+func readJSONLimit(r io.Reader, limit int) (*response, error) {
+	body, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read response: %w", err)
 	}
-	if len(body) > maxResponse {
-		return nil, fmt.Errorf("response larger than %d bytes", maxResponse)
+	if len(body) > limit {
+		return nil, fmt.Errorf("response larger than %d bytes", limit)
 	}
 	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '<' {
 		return nil, fmt.Errorf("HTML or XML body, not JSON: %s", strconv.Quote(clip(string(t), 80)))
@@ -432,6 +466,7 @@ func readStreamLimit(r io.Reader, limit int) (*response, error) {
 	out := &response{}
 	var content, reasoning strings.Builder
 	var calls []wireCall
+	var names, args [][]byte // calls' pieces, joined at the end (+= would copy quadratically)
 	events := 0
 	for {
 		line, err := br.ReadSlice('\n')
@@ -447,6 +482,9 @@ func readStreamLimit(r io.Reader, limit int) (*response, error) {
 			}
 			line = long
 		}
+		if errors.Is(err, errResponseCap) {
+			return nil, fmt.Errorf("stream event %d: %w", events+1, err)
+		}
 		if len(line) > 0 {
 			t := bytes.TrimRight(line, "\r\n")
 			if err != nil && !bytes.HasSuffix(line, []byte("\n")) {
@@ -456,6 +494,9 @@ func readStreamLimit(r io.Reader, limit int) (*response, error) {
 				data = bytes.TrimSpace(data)
 				if string(data) == "[DONE]" {
 					out.round.Content, out.round.ReasoningContent = content.String(), reasoning.String()
+					for i := range calls {
+						calls[i].Function.Name, calls[i].Function.Arguments = string(names[i]), string(args[i])
+					}
 					out.setCalls(calls)
 					return out, nil
 				}
@@ -487,6 +528,7 @@ func readStreamLimit(r io.Reader, limit int) (*response, error) {
 						}
 						for len(calls) <= idx {
 							calls = append(calls, wireCall{})
+							names, args = append(names, nil), append(args, nil)
 						}
 						cl := &calls[idx]
 						if tc.ID != "" {
@@ -495,8 +537,8 @@ func readStreamLimit(r io.Reader, limit int) (*response, error) {
 						if tc.Type != "" {
 							cl.Type = tc.Type
 						}
-						cl.Function.Name += tc.Function.Name
-						cl.Function.Arguments += tc.Function.Arguments
+						names[idx] = append(names[idx], tc.Function.Name...)
+						args[idx] = append(args[idx], tc.Function.Arguments...)
 					}
 					if c.FinishReason != nil {
 						out.round.FinishReason = *c.FinishReason

@@ -31,6 +31,20 @@ const (
 	// maxLineBytes is the largest event line a writer accepts, so every frame
 	// it writes (at most frameBytes plus one line) stays readable.
 	maxLineBytes = 16 << 20
+
+	// maxReadLineBytes is the longest line a reader assembles (lines of
+	// re-compressed bundles cross frames); longer ones are skipped and
+	// counted, so a frame stream without newlines cannot grow memory.
+	maxReadLineBytes = maxFrameBytes
+
+	// The decompression budget: after reading the first c compressed bytes
+	// a reader has decoded at most decodeSlack + decodeRatio*c bytes; a frame
+	// (or the rest of a large one) that would pass it is skipped and counted
+	// as damage. Bundles compress 4-6x (SpeedFastest to zstd -19), so honest
+	// files never come near it; a decompression bomb (a 100 KB file that
+	// decodes to gigabytes of junk lines) is cut after a few MB of work.
+	decodeSlack = maxFrameBytes
+	decodeRatio = 64
 )
 
 // One encoder and one decoder for the process. EncodeAll and DecodeAll are

@@ -328,17 +328,19 @@ func TestDecoderMemoryCap(t *testing.T) {
 	}
 }
 
-// A compressed frame over the cap is skipped without being held whole, and
-// reading resumes at the next frame.
-func TestOversizeFrameSkipped(t *testing.T) {
+// A frame over the whole-frame cap (compressed or decoded) is decoded as a
+// stream, not held whole, and reading goes on with the next frame.
+func TestLargeFrameStreamed(t *testing.T) {
 	head := compress(t, `{"kvtrace":{"format_version":"1.0"}}`)
 	// Frame header: magic, FHD 0 (window descriptor, no FCS, no checksum),
-	// window descriptor for 8 MiB; then raw blocks of 128 KiB until over the cap.
+	// window descriptor for 2 MiB; then raw blocks of 128 KiB (blank lines)
+	// until over the cap.
 	frame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x58}
 	block := make([]byte, blockMaxSize)
 	for i := range block {
 		block[i] = ' '
 	}
+	block[len(block)-1] = '\n'
 	for n := 0; n <= maxFrameBytes/blockMaxSize; n++ {
 		bh := uint32(blockMaxSize) << 3 // raw, not last
 		frame = append(frame, byte(bh), byte(bh>>8), byte(bh>>16))
@@ -349,11 +351,28 @@ func TestOversizeFrameSkipped(t *testing.T) {
 	tail := compress(t, string(ev))
 	data := append(append(head, frame...), tail...)
 	r, got := readAll(t, data)
-	if len(got) != 1 || r.Skipped() != 1 {
-		t.Fatalf("got %d events, skips %v", len(got), r.Skips())
+	if len(got) != 1 || r.Skipped() != 0 || r.Frames() != 3 {
+		t.Fatalf("got %d events in %d frames, skips %v", len(got), r.Frames(), r.Skips())
 	}
-	if s := r.Skips()[0]; s.Frame != 2 || s.Offset != int64(len(head)) || !strings.Contains(s.Reason, "frame larger than") {
-		t.Errorf("skip = %s", s)
+	if want := uint64(len(block) * (maxFrameBytes/blockMaxSize + 1)); r.DecodedBytes() < want {
+		t.Errorf("decoded %d bytes, want at least %d", r.DecodedBytes(), want)
+	}
+
+	// The same frame with a bad block header in the middle: the frame is
+	// damage, the event after it is still read.
+	bad := append([]byte(nil), frame...)
+	at := 6 + 100*(3+blockMaxSize)
+	bad[at], bad[at+1], bad[at+2] = 0x07, 0, 0 // reserved block type
+	r, got = readAll(t, append(append(append([]byte(nil), head...), bad...), tail...))
+	if len(got) != 1 || r.Skipped() == 0 || !strings.Contains(r.Skips()[0].Reason, "not a zstd frame") {
+		t.Fatalf("damaged large frame: got %d events, skips %v", len(got), r.Skips())
+	}
+
+	// Cut in the middle of the large frame: truncated, the lines decoded
+	// before the cut kept (blank here), no error.
+	r, got = readAll(t, append(append([]byte(nil), head...), frame[:len(frame)/2]...))
+	if len(got) != 0 || !r.Truncated() || !strings.Contains(r.TruncationReason(), "file ends inside frame 2") {
+		t.Fatalf("cut large frame: %d events, truncated %v %q, skips %v", len(got), r.Truncated(), r.TruncationReason(), r.Skips())
 	}
 }
 

@@ -3,6 +3,7 @@ package traces
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 )
 
@@ -81,35 +82,12 @@ const (
 	frameEnd                          // clean end of input
 	frameTruncated                    // input ends inside a frame
 	frameGarbage                      // not a frame header here
-	frameTooLarge                     // frame over maxFrameBytes
+	frameLarge                        // a frame over maxFrameBytes, compressed or decoded: stream it
 )
 
-// scanFrame parses the zstd frame at the read position (headers only, no
-// decoding) and returns its length. It buffers the whole frame for frameOK.
-func (s *source) scanFrame() (frameStatus, int) {
-	if !s.fill(4) {
-		if s.avail() == 0 {
-			return frameEnd, 0
-		}
-		return frameTruncated, s.avail()
-	}
-	magic := binary.LittleEndian.Uint32(s.peek(0, 4))
-	if magic&skippableMask == skippableMagic {
-		if !s.fill(8) {
-			return frameTruncated, s.avail()
-		}
-		return frameSkippable, 8 + int(binary.LittleEndian.Uint32(s.peek(4, 8)))
-	}
-	if magic != zstdMagic {
-		return frameGarbage, 0
-	}
-	if !s.fill(5) {
-		return frameTruncated, s.avail()
-	}
-	fhd := s.peek(4, 5)[0]
-	if fhd&0x08 != 0 { // reserved bit must be zero
-		return frameGarbage, 0
-	}
+// frameHeaderLen is the length of a zstd frame header (magic included)
+// with frame header descriptor fhd.
+func frameHeaderLen(fhd byte) int {
 	single := fhd&0x20 != 0
 	p := 5
 	if !single {
@@ -128,24 +106,72 @@ func (s *source) scanFrame() (frameStatus, int) {
 	case 3:
 		p += 8
 	}
+	return p
+}
+
+// blockHeader parses a 3-byte zstd block header: the bytes of the block
+// that follow it, the most it decodes to, whether it is the frame's last,
+// and false for a header no encoder writes (reserved type, oversize).
+func blockHeader(h []byte) (body, decoded int, last, ok bool) {
+	bh := uint32(h[0]) | uint32(h[1])<<8 | uint32(h[2])<<16
+	last = bh&1 != 0
+	typ := (bh >> 1) & 3
+	size := int(bh >> 3)
+	if typ == 3 || size > blockMaxSize {
+		return 0, 0, false, false
+	}
+	switch typ {
+	case 0: // raw
+		return size, size, last, true
+	case 1: // RLE: one byte repeated size times
+		return 1, size, last, true
+	}
+	// Compressed: at most Block_Maximum_Size decoded (RFC 8878 §3.1.1.2.4).
+	return size, blockMaxSize, last, true
+}
+
+// scanFrame parses the zstd frame at the read position (headers only, no
+// decoding) and returns its length and the most it can decode to. It
+// buffers the whole frame for frameOK. A frame whose compressed bytes or
+// decoded bound pass maxFrameBytes is frameLarge, found before it is
+// buffered whole; frameStream reads it instead.
+func (s *source) scanFrame() (status frameStatus, n int, bound int64) {
+	if !s.fill(4) {
+		if s.avail() == 0 {
+			return frameEnd, 0, 0
+		}
+		return frameTruncated, s.avail(), 0
+	}
+	magic := binary.LittleEndian.Uint32(s.peek(0, 4))
+	if magic&skippableMask == skippableMagic {
+		if !s.fill(8) {
+			return frameTruncated, s.avail(), 0
+		}
+		return frameSkippable, 8 + int(binary.LittleEndian.Uint32(s.peek(4, 8))), 0
+	}
+	if magic != zstdMagic {
+		return frameGarbage, 0, 0
+	}
+	if !s.fill(5) {
+		return frameTruncated, s.avail(), 0
+	}
+	fhd := s.peek(4, 5)[0]
+	if fhd&0x08 != 0 { // reserved bit must be zero
+		return frameGarbage, 0, 0
+	}
+	p := frameHeaderLen(fhd)
 	for {
 		if !s.fill(p + 3) {
-			return frameTruncated, s.avail()
+			return frameTruncated, s.avail(), 0
 		}
-		h := s.peek(p, p+3)
-		bh := uint32(h[0]) | uint32(h[1])<<8 | uint32(h[2])<<16
-		last := bh&1 != 0
-		typ := (bh >> 1) & 3
-		size := int(bh >> 3)
-		if typ == 3 || size > blockMaxSize {
-			return frameGarbage, 0
+		body, dec, last, ok := blockHeader(s.peek(p, p+3))
+		if !ok {
+			return frameGarbage, 0, 0
 		}
-		if typ == 1 { // RLE block: one byte repeated size times
-			size = 1
-		}
-		p += 3 + size
-		if p > maxFrameBytes {
-			return frameTooLarge, 0
+		p += 3 + body
+		bound += int64(dec)
+		if p > maxFrameBytes || bound > maxFrameBytes {
+			return frameLarge, 0, 0
 		}
 		if last {
 			break
@@ -155,9 +181,94 @@ func (s *source) scanFrame() (frameStatus, int) {
 		p += 4 // Content_Checksum
 	}
 	if !s.fill(p) {
-		return frameTruncated, s.avail()
+		return frameTruncated, s.avail(), 0
 	}
-	return frameOK, p
+	return frameOK, p, bound
+}
+
+// frameStream passes the bytes of one zstd frame from the source to a
+// streaming decoder, reading block headers to stop exactly at the frame's
+// end, so a frame too large to hold whole is decoded in pieces.
+type frameStream struct {
+	src    *source
+	remain int  // bytes of the current piece still to pass
+	next   int  // what comes after it: pieceBlock, pieceChecksum, pieceDone
+	ck     int  // checksum bytes after the last block
+	bad    bool // a block header no encoder writes
+	cut    bool // the input ended inside the frame
+}
+
+const (
+	pieceBlock = iota
+	pieceChecksum
+	pieceDone
+)
+
+var errBadBlock = errors.New("bad block header")
+
+// start points fs at the frame at the source's read position; its header
+// has been checked by scanFrame.
+func (fs *frameStream) start(src *source) {
+	fhd := src.peek(4, 5)[0]
+	*fs = frameStream{src: src, remain: frameHeaderLen(fhd), next: pieceBlock}
+	if fhd&0x04 != 0 {
+		fs.ck = 4
+	}
+}
+
+// done reports whether the whole frame has been passed on.
+func (fs *frameStream) done() bool { return fs.remain == 0 && fs.next == pieceDone }
+
+func (fs *frameStream) Read(p []byte) (int, error) {
+	for fs.remain == 0 {
+		switch fs.next {
+		case pieceBlock:
+			if !fs.src.fill(3) {
+				fs.cut = true
+				return 0, io.ErrUnexpectedEOF
+			}
+			body, _, last, ok := blockHeader(fs.src.peek(0, 3))
+			if !ok {
+				fs.bad = true
+				return 0, errBadBlock
+			}
+			fs.remain = 3 + body
+			if last {
+				fs.next = pieceChecksum
+			}
+		case pieceChecksum:
+			fs.remain, fs.next = fs.ck, pieceDone
+		default:
+			return 0, io.EOF
+		}
+	}
+	if fs.src.avail() == 0 && !fs.src.fill(1) {
+		fs.cut = true
+		return 0, io.ErrUnexpectedEOF
+	}
+	n := copy(p, fs.src.peek(0, min(fs.remain, fs.src.avail())))
+	fs.src.consume(n)
+	fs.remain -= n
+	return n, nil
+}
+
+// drain passes over the rest of the frame without decoding it; false when
+// the input ends or a block header is bad first.
+func (fs *frameStream) drain() bool {
+	for !fs.done() {
+		if fs.remain > 0 {
+			if !fs.src.skip(fs.remain) {
+				fs.cut = true
+				return false
+			}
+			fs.remain = 0
+			continue
+		}
+		if _, err := fs.Read(nil); err != nil && err != io.EOF {
+			return false
+		}
+	}
+	return true
 }
 
 // resync skips forward to the next zstd frame magic after the read position

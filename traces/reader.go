@@ -2,6 +2,7 @@ package traces
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -62,6 +64,10 @@ type Skip struct {
 
 func (s Skip) String() string { return s.Position.String() + ": " + s.Reason }
 
+// damagedHeadBytes is how far into a file that does not start with a zstd
+// magic the reader looks for a frame before refusing it.
+const damagedHeadBytes = 8 << 10
+
 // maxSkipDetails bounds the skip list kept for reports; Skipped counts all.
 const maxSkipDetails = 100
 
@@ -95,7 +101,27 @@ type Reader struct {
 	truncReason string
 	skipped     uint64
 	skips       []Skip
+
+	// manifestDamage says why the manifest could not be read when the
+	// bundle's first frame is damaged but later frames are not.
+	manifestDamage string
+	// pending is a line read before it could be returned (the first line
+	// after a damaged manifest frame).
+	pending    []byte
+	pendingPos Position
+
+	ctx      context.Context
+	stop     *atomic.Bool // set once ctx is done; checked per frame and line
+	stopFunc func() bool
+	longLine bool // discarding the rest of a line over maxReadLineBytes
+
+	lineSkips, frameSkips int    // details kept in skips, per quota
+	work                  uint64 // decoded bytes plus lineWork per line, for the budget
 }
+
+// lineWork is what each line costs in the decompression budget beyond its
+// bytes, so a bomb of tiny junk lines is cut as early as one of long ones.
+const lineWork = 64
 
 // Open opens the bundle file at path and reads its manifest.
 func Open(path string) (*Reader, error) {
@@ -103,7 +129,7 @@ func Open(path string) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open bundle: %w", err)
 	}
-	r, err := newReader(f, path)
+	r, err := newReader(context.Background(), f, path)
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -131,23 +157,62 @@ func IsBundle(path string) (bool, error) {
 }
 
 // NewReader reads a bundle from rd and reads its manifest.
-func NewReader(rd io.Reader) (*Reader, error) { return newReader(rd, "bundle") }
+func NewReader(rd io.Reader) (*Reader, error) { return newReader(context.Background(), rd, "bundle") }
 
-func newReader(rd io.Reader, name string) (*Reader, error) {
+// NewReaderContext reads a bundle from rd, named name in messages, and reads
+// its manifest. Once ctx is done the reader stops within one line or frame:
+// its calls return an error wrapping ctx's cause (context.Canceled). Close
+// does not close rd.
+func NewReaderContext(ctx context.Context, rd io.Reader, name string) (*Reader, error) {
+	return newReader(ctx, rd, name)
+}
+
+func newReader(ctx context.Context, rd io.Reader, name string) (*Reader, error) {
 	if _, err := decoder(); err != nil {
 		return nil, fmt.Errorf("read bundle %s: zstd decoder: %w", name, err)
 	}
-	scan := &frameScanner{name: name, src: source{r: rd}}
-	r := &Reader{name: name, scan: scan, validate: true, aheadOK: true}
+	stop := new(atomic.Bool)
+	scan := &frameScanner{name: name, src: source{r: rd}, stop: stop, ctx: ctx}
+	r := &Reader{name: name, scan: scan, validate: true, aheadOK: true, ctx: ctx, stop: stop}
+	r.stopFunc = context.AfterFunc(ctx, func() { stop.Store(true) })
+	rd2, err := r.readManifest()
+	if err != nil {
+		r.Close()
+	}
+	return rd2, err
+}
+
+// readManifest reads the first record, which must be the manifest; when the
+// first frame is damaged and later frames hold events, the bundle is read
+// without it (ManifestDamage says why).
+func (r *Reader) readManifest() (*Reader, error) {
+	name, scan := r.name, r.scan
 	if src := &scan.src; !src.fill(1) {
 		if src.err != nil {
 			return nil, fmt.Errorf("read bundle %s: %w", name, src.err)
 		}
 		return nil, fmt.Errorf("read bundle %s: empty file", name)
 	} else if src.fill(4) && !bytes.Equal(src.peek(0, 4), zstdMagicBytes) {
-		return nil, fmt.Errorf("read bundle %s: not a zstd stream: starts with % x, want % x", name, src.peek(0, 4), zstdMagicBytes)
+		// A bundle whose first bytes are damaged still holds frames: read
+		// on when one starts early on (the reader skips the damage).
+		src.fill(damagedHeadBytes)
+		if bytes.Index(src.peek(0, min(src.avail(), damagedHeadBytes)), zstdMagicBytes) < 0 {
+			return nil, fmt.Errorf("read bundle %s: not a zstd stream: starts with % x, want % x", name, src.peek(0, 4), zstdMagicBytes)
+		}
 	}
 	line, pos, err := r.nextLine()
+	if err == nil && r.skipped > 0 && r.skips[0].Offset == 0 && pos.Line == 1 {
+		// The first frame was damaged (a checksum failure, a bad block) but a
+		// later one decoded: keep reading without the manifest if what
+		// follows is bundle records.
+		if typ, _, _, _, _ := classify(line); typ == RecordEvent || typ == RecordFooter {
+			sk := &r.skips[0]
+			sk.Reason = "manifest frame: " + sk.Reason
+			r.manifestDamage = sk.String()
+			r.pending, r.pendingPos = append([]byte(nil), line...), pos
+			return r, nil
+		}
+	}
 	if err != nil {
 		if err == io.EOF {
 			if r.truncated {
@@ -181,6 +246,12 @@ func newReader(rd io.Reader, name string) (*Reader, error) {
 	r.manifestPos = pos
 	return r, nil
 }
+
+// ManifestDamage is "" when the manifest was read, else why it was lost:
+// the bundle's first frame was damaged (the message names the frame, the
+// byte and the failure, e.g. a checksum failure) while later frames were
+// not. Manifest then returns the zero Manifest.
+func (r *Reader) ManifestDamage() string { return r.manifestDamage }
 
 func errOr(err error, s string) string {
 	if err != nil {
@@ -226,7 +297,8 @@ func (r *Reader) TruncationReason() string {
 // Skipped is the number of frames, byte runs and lines skipped so far.
 func (r *Reader) Skipped() uint64 { return r.skipped }
 
-// Skips lists the first skipped pieces with their positions (at most 100).
+// Skips lists the first skipped pieces with their positions (at most 100
+// lines and 100 frames or byte runs).
 func (r *Reader) Skips() []Skip { return r.skips }
 
 // SetValidate chooses whether NextLine checks that each event line is valid
@@ -237,6 +309,9 @@ func (r *Reader) SetValidate(on bool) { r.validate = on }
 // Close stops decoding ahead and closes the file opened by Open. Always
 // Close a reader you stop reading before its end.
 func (r *Reader) Close() error {
+	if r.stopFunc != nil {
+		r.stopFunc()
+	}
 	if r.ahead != nil {
 		r.ahead.stop.stop()
 	}
@@ -250,7 +325,14 @@ func (r *Reader) Close() error {
 
 func (r *Reader) skip(p Position, format string, a ...any) {
 	r.skipped++
-	if len(r.skips) < maxSkipDetails {
+	// Lines and frames have a detail quota each, so a flood of bad lines
+	// never hides a damaged frame.
+	n := &r.lineSkips
+	if p.Line == 0 {
+		n = &r.frameSkips
+	}
+	if *n < maxSkipDetails {
+		*n++
 		r.skips = append(r.skips, Skip{Position: p, Reason: fmt.Sprintf(format, a...)})
 	}
 }
@@ -364,17 +446,50 @@ func (r *Reader) nextRecord(checkEvents bool) (RawRecord, error) {
 
 // nextLine returns the next line of the decoded stream.
 func (r *Reader) nextLine() ([]byte, Position, error) {
+	if r.pending != nil {
+		line := r.pending
+		r.pending = nil
+		return line, r.pendingPos, nil
+	}
 	for {
+		if r.stop.Load() {
+			r.done = true
+			return nil, Position{}, r.interrupted()
+		}
 		if r.pos < len(r.content) {
 			rest := r.content[r.pos:]
 			i := bytes.IndexByte(rest, '\n')
 			if i < 0 { // continues in the next frame
-				r.carry = append(r.carry, rest...)
+				if r.longLine || len(r.carry)+len(rest) > maxReadLineBytes {
+					if !r.longLine {
+						r.skip(Position{Frame: r.frameNo, Offset: r.frameOff, Line: r.lineNo + 1}, "line longer than %d bytes", maxReadLineBytes)
+					}
+					r.longLine, r.carry = true, nil
+				} else {
+					r.carry = append(r.carry, rest...)
+				}
 				r.pos = len(r.content)
 				continue
 			}
 			line := rest[:i]
 			r.pos += i + 1
+			if r.work += uint64(i) + 1 + lineWork; r.work > uint64(allowance(r.offset)) {
+				r.skip(Position{Frame: r.frameNo, Offset: r.frameOff, Line: r.lineNo + 1},
+					"%s", budgetReason(int64(r.work), r.offset)+" (counting "+strconv.Itoa(lineWork)+" bytes per line)")
+				r.pos, r.carry, r.longLine = len(r.content), nil, false
+				continue
+			}
+			if r.longLine { // the end of a skipped over-long line
+				r.longLine = false
+				r.lineNo++
+				continue
+			}
+			if len(r.carry)+len(line) > maxReadLineBytes {
+				r.lineNo++
+				r.skip(Position{Frame: r.frameNo, Offset: r.frameOff, Line: r.lineNo}, "line longer than %d bytes", maxReadLineBytes)
+				r.carry = nil
+				continue
+			}
 			if len(r.carry) > 0 {
 				r.carry = append(r.carry, line...)
 				line = r.carry
@@ -387,6 +502,9 @@ func (r *Reader) nextLine() ([]byte, Position, error) {
 			return nil, Position{}, io.EOF
 		}
 		if err := r.nextFrame(); err != nil {
+			if r.stop.Load() {
+				return nil, Position{}, r.interrupted()
+			}
 			return nil, Position{}, err
 		}
 		if r.done && len(r.carry) > 0 {
@@ -448,6 +566,11 @@ func (r *Reader) nextFrame() error {
 	r.pos = 0
 	r.frameOff = res.off
 	return nil
+}
+
+// interrupted is the error of a read stopped by the reader's context.
+func (r *Reader) interrupted() error {
+	return fmt.Errorf("read bundle %s at byte %d: interrupted (%w)", r.name, r.offset, context.Cause(r.ctx))
 }
 
 // classify tells what a line is. Type 0 is "skip": blank lines have reason

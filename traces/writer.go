@@ -71,11 +71,21 @@ type frameJob struct {
 }
 
 // Create creates (or truncates) the bundle file at path and writes the
-// manifest as its first frame. Close syncs and closes the file.
+// manifest as its first frame. Close syncs and closes the file. A new file
+// is readable by its owner only (0600), and an existing one loses group and
+// other permissions: bundles may hold prompts.
 func Create(path string, m Manifest) (*Writer, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
+	}
+	// An existing file keeps its mode through O_TRUNC: narrow a regular
+	// one to 0600 too (never a device or FIFO given as the path).
+	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o077 != 0 {
+		if err := f.Chmod(st.Mode().Perm() &^ 0o077); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("create bundle: %w", err)
+		}
 	}
 	w, err := newWriter(f, path, m, FlushInterval, time.Now)
 	if err != nil {

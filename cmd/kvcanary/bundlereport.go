@@ -27,13 +27,8 @@ type bundleReplay struct {
 // its flags; a run.start in the stream overrides it), then every event except
 // the findings recorded at run time, which an recomputes. It keeps the first
 // maxFindings findings an emits and counts all of them. Errors are input
-// errors naming the file.
-func replayBundle(path string, an hook.Analyzer, maxFindings int) (*bundleReplay, error) {
-	r, err := traces.Open(path)
-	if err != nil {
-		return nil, cmdutil.InputError(err)
-	}
-	defer r.Close()
+// errors naming the file (exit 130 when reading was interrupted).
+func replayBundle(r *bundleFile, an hook.Analyzer, maxFindings int) (*bundleReplay, error) {
 	rep := &bundleReplay{}
 	emit := func(ev hook.Event) {
 		fd, ok := ev.Body.(*hook.Finding)

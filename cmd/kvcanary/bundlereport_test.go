@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -21,7 +22,7 @@ func TestReplayBundleRejudges(t *testing.T) {
 		{Kind: hook.KindCanaryPages, Body: &bad},
 		{Kind: hook.KindFinding, Body: recorded},
 	})
-	br, err := replayBundle(path, canary.NewAnalyzer(canary.Options{}), 1)
+	br, err := replayBundle(mustOpenBundle(t, path), canary.NewAnalyzer(canary.Options{}), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestReplayBundleFindingCap(t *testing.T) {
 		r.Changed = r.Changed[:2] // page 20's store did not land: one missing store per replay
 		rs = append(rs, r)
 	}
-	br, err := replayBundle(writeCanaryBundle(t, rs), canary.NewAnalyzer(canary.Options{}), 2)
+	br, err := replayBundle(mustOpenBundle(t, writeCanaryBundle(t, rs)), canary.NewAnalyzer(canary.Options{}), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,13 +82,23 @@ func TestBundleReportsWarnTruncation(t *testing.T) {
 	}
 	// The graphdiff analyzer judged the run start the bundle kept.
 	an := graphdiff.NewAnalyzer(graphdiff.Options{})
-	if _, err := replayBundle(gpath, an, 0); err != nil {
+	if _, err := replayBundle(mustOpenBundle(t, gpath), an, 0); err != nil {
 		t.Fatal(err)
 	}
 	if res := an.Result(); res.Samples != 1 {
 		t.Errorf("samples %d, want 1", res.Samples)
 	}
-	if _, err := replayBundle(gpath+".missing", an, 0); cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), gpath+".missing") {
+	if _, err := openBundle(context.Background(), gpath+".missing"); cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), gpath+".missing") {
 		t.Errorf("missing bundle: exit %d, %v; want 3 naming the file", cmdutil.ExitCode(err), err)
 	}
+}
+
+func mustOpenBundle(t *testing.T, path string) *bundleFile {
+	t.Helper()
+	b, err := openBundle(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
 }

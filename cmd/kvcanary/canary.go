@@ -1,8 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"os"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,13 +12,14 @@ import (
 
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/input"
 	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/traces"
 )
 
 // CanaryReportOptions are the inputs of `kvcanary canary report`.
 type CanaryReportOptions struct {
 	IO   *cmdutil.IOStreams
+	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Path string // a trace bundle or an SGLang server log
 }
@@ -69,7 +71,7 @@ moves, are judged by the same rules and counted apart. See canary/SPEC.md.`,
 
 // NewCmdCanaryReport builds `kvcanary canary report`.
 func NewCmdCanaryReport(f *cmdutil.Factory, runF func(*CanaryReportOptions) error) *cobra.Command {
-	opts := &CanaryReportOptions{IO: f.IO}
+	opts := &CanaryReportOptions{IO: f.IO, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "report BUNDLE|LOG",
 		Short: "Report live-page overwrites and missing stores from a bundle or an SGLang log",
@@ -79,11 +81,15 @@ A trace bundle (.kvtrace, recognized by its zstd magic) is replayed through the
 canary analyzer: the headline counts LIVE-PAGE-OVERWRITE hits over all replays
 and states the coverage of the digest policy, followed by per-class counts and
 samples; a second headline does the same for the checks between replays
-(phase "between", e.g. speculative-decoding moves), or says they were not made. Any other file is read as an SGLang server log, and its
-"kv_canary violation:" lines (SGLang --kv-canary log) are reported.
+(phase "between", e.g. speculative-decoding moves), or says they were not
+made. A text file is read as an SGLang server log, and its
+"kv_canary violation:" lines (SGLang --kv-canary log) are reported; a line over
+1 MiB is judged by its first MiB. An empty, compressed (gzip, xz, …) or binary
+file is refused: no verdict over bytes kvcanary cannot read.
 
 Exit codes: 0 clean, 1 a live-page overwrite, a missing store or an SGLang
-violation was found, 3 the input is unreadable or has malformed violation lines.`,
+violation was found, 3 the input is unreadable, not a bundle or a text log, or
+has malformed violation lines, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
@@ -98,24 +104,29 @@ violation was found, 3 the input is unreadable or has malformed violation lines.
 }
 
 func canaryReportRun(opts *CanaryReportOptions) error {
-	isBundle, err := traces.IsBundle(opts.Path)
+	in, err := openInput(opts.Ctx, opts.Path, wantBundleOrLog, input.Zstd, input.Text, input.Binary)
 	if err != nil {
-		return cmdutil.InputError(err)
+		return err
 	}
-	if isBundle {
-		return canaryBundleReport(opts)
+	if in.Kind == input.Binary && !in.BundleCandidate() {
+		in.Close()
+		return cmdutil.InputError(in.Expect(wantBundleOrLog, input.Zstd, input.Text))
 	}
-	f, err := os.Open(opts.Path)
-	if err != nil {
-		return cmdutil.InputError(fmt.Errorf("open input: %w", err))
+	if in.BundleCandidate() {
+		b, err := bundleOver(opts.Ctx, in)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		return canaryBundleReport(opts, b)
 	}
-	defer f.Close()
-	return canaryLogReport(opts, f)
+	defer in.Close()
+	return canaryLogReport(opts, in)
 }
 
-func canaryBundleReport(opts *CanaryReportOptions) error {
+func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 	an := canary.NewAnalyzer(canary.Options{})
-	br, err := replayBundle(opts.Path, an, canaryMaxFindings)
+	br, err := replayBundle(b, an, canaryMaxFindings)
 	if err != nil {
 		return err
 	}
@@ -141,7 +152,7 @@ func canaryBundleReport(opts *CanaryReportOptions) error {
 	return nil
 }
 
-func canaryLogReport(opts *CanaryReportOptions, f *os.File) error {
+func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
 	scan, err := canary.ScanLog(f, opts.Path, canary.LogOptions{})
 	if err != nil {
 		return cmdutil.InputError(err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 // ChecksumCompareOptions are the inputs of `kvcanary checksum compare`.
 type ChecksumCompareOptions struct {
 	IO              *cmdutil.IOStreams
+	Ctx             context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON            *cmdutil.JSONFlags
 	Paths           []string // inputs: bundles and/or logs, any mix of sides, hosts and ranks
 	WarmupMaxSeqLen int
@@ -44,7 +46,7 @@ are defined in checksum/SPEC.md.`,
 
 // NewCmdChecksumCompare builds `kvcanary checksum compare`.
 func NewCmdChecksumCompare(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error) *cobra.Command {
-	opts := &ChecksumCompareOptions{IO: f.IO}
+	opts := &ChecksumCompareOptions{IO: f.IO, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "compare INPUT...",
 		Short: "Match prefill and decode room checksums and classify every room",
@@ -94,6 +96,9 @@ names file:line).`,
 			if opts.WarmupMaxSeqLen < 0 {
 				return cmdutil.UsageError("--warmup-max-seqlen %d: want 0 or more", opts.WarmupMaxSeqLen)
 			}
+			if opts.Limit < 0 {
+				return cmdutil.UsageError("--limit %d: want 0 or more (0: all rows)", opts.Limit)
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -133,23 +138,15 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	var srcs []checksum.Source
 	bundles := map[string]*bundleInfo{}
 	for _, p := range opts.Paths {
-		isBundle, err := traces.IsBundle(p)
-		if err != nil {
-			return cmdutil.InputError(err)
-		}
-		if !isBundle {
-			srcs = append(srcs, checksum.LogFile(p))
-			continue
-		}
 		info := &bundleInfo{}
-		bundles[p] = info
-		srcs = append(srcs, checksum.EventSource(p, func() (checksum.EventStream, error) {
-			r, err := traces.Open(p)
-			if err != nil {
-				return nil, err
-			}
-			return bundleStream{r, info}, nil
-		}))
+		src, err := checksumInput(opts.Ctx, p, info)
+		if err != nil {
+			return err
+		}
+		if _, isLog := src.(*checksumLog); !isLog {
+			bundles[p] = info
+		}
+		srcs = append(srcs, src)
 	}
 	warm := opts.WarmupMaxSeqLen
 	if warm == 0 {

@@ -176,7 +176,7 @@ func TestChecksumCompareBadInputs(t *testing.T) {
 		{"same path", []string{pp, pp}, "same file"},
 		{"same inode", []string{pp, link}, "same file"},
 		{"same content", []string{pp, copyP}, "identical content"},
-		{"empty", []string{pp, empty}, "empty.log: empty input"},
+		{"empty", []string{pp, empty}, "empty.log: empty file"},
 		{"no records", []string{noRecs, dp}, "no room checksum records in 2 lines"},
 		{"malformed digest", []string{pp, badDigest}, "bad.log:2: malformed xxh3 digest"},
 		{"missing file", []string{pp, filepath.Join(dir, "nope.log")}, "nope.log"},

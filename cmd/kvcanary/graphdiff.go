@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 // GraphDiffReportOptions are the inputs of `kvcanary graphdiff report`.
 type GraphDiffReportOptions struct {
 	IO   *cmdutil.IOStreams
+	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Path string // a trace bundle
 }
@@ -58,7 +60,7 @@ changed top-k selection is always a divergence. See graphdiff/SPEC.md.`,
 
 // NewCmdGraphDiffReport builds `kvcanary graphdiff report`.
 func NewCmdGraphDiffReport(f *cmdutil.Factory, runF func(*GraphDiffReportOptions) error) *cobra.Command {
-	opts := &GraphDiffReportOptions{IO: f.IO}
+	opts := &GraphDiffReportOptions{IO: f.IO, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "report BUNDLE",
 		Short: "Report graph-vs-eager divergence from a trace bundle",
@@ -66,7 +68,8 @@ func NewCmdGraphDiffReport(f *cmdutil.Factory, runF func(*GraphDiffReportOptions
 a headline (divergent samples, requests, worst top-k Jaccard), the worst
 samples, and the histogram of top-k Jaccard similarity.
 
-Exit codes: 0 no divergence, 1 a divergent sample, 3 the bundle is unreadable.`,
+Exit codes: 0 no divergence, 1 a divergent sample, 3 the input is unreadable or
+not a bundle (the message says what it is), 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
@@ -82,7 +85,12 @@ Exit codes: 0 no divergence, 1 a divergent sample, 3 the bundle is unreadable.`,
 
 func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	an := graphdiff.NewAnalyzer(graphdiff.Options{})
-	br, err := replayBundle(opts.Path, an, graphDiffMaxFindings)
+	b, err := openBundle(opts.Ctx, opts.Path)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	br, err := replayBundle(b, an, graphDiffMaxFindings)
 	if err != nil {
 		return err
 	}

@@ -1,15 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/input"
 	"github.com/kvcanary/kvcanary/runtime/logscan"
 )
 
@@ -27,6 +28,7 @@ func NewCmdLogs(f *cmdutil.Factory) *cobra.Command {
 // LogsScanOptions are the inputs of `kvcanary logs scan`.
 type LogsScanOptions struct {
 	IO   *cmdutil.IOStreams
+	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Now  func() time.Time
 
@@ -38,7 +40,7 @@ type LogsScanOptions struct {
 
 // NewCmdLogsScan builds `kvcanary logs scan FILE`.
 func NewCmdLogsScan(f *cmdutil.Factory, runF func(*LogsScanOptions) error) *cobra.Command {
-	opts := &LogsScanOptions{IO: f.IO, Now: f.Now}
+	opts := &LogsScanOptions{IO: f.IO, Now: f.Now, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "scan FILE",
 		Short: "Summarise a server log: batches, peak load, retractions, canary violations",
@@ -54,12 +56,22 @@ fatal. Timestamps are read in --tz (default UTC); vLLM prints no year, so
 
 This is a summary, not a check: it exits 0 whatever the log holds (use
 "kvcanary canary report LOG" to judge canary violations). It exits 3 when FILE
-cannot be read.`,
+cannot be read or is not a text log (empty, gzip- or zstd-compressed, binary:
+the message says which), and 130 when interrupted. A line longer than 1 MiB
+is parsed by its first MiB (as canary report does) and counted in long_lines.`,
 		Example: `  kvcanary logs scan decode.log
   journalctl -u sglang-decode | kvcanary logs scan - --json | jq .retraction_events`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
+			if opts.Limit < 0 {
+				cmd.PrintErrln(cmd.UsageString())
+				return cmdutil.UsageError("--limit %d: want 0 or more", opts.Limit)
+			}
+			if opts.Year < 0 || opts.Year > 9999 {
+				cmd.PrintErrln(cmd.UsageString())
+				return cmdutil.UsageError("--year %d: want a year from 1 to 9999 (0: the current year)", opts.Year)
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -82,18 +94,21 @@ func logsScanRun(opts *LogsScanOptions) error {
 	if year == 0 {
 		year = opts.Now().Year()
 	}
-	var r io.Reader
+	var in *input.File
 	name := opts.Path
 	if opts.Path == "-" {
-		r, name = opts.IO.In, "stdin"
-	} else {
-		fh, err := os.Open(opts.Path)
-		if err != nil {
-			return cmdutil.InputError(fmt.Errorf("open server log: %w", err))
+		name = "stdin"
+		if in, err = input.NewFile(orBackground(opts.Ctx), opts.IO.In, name); err != nil {
+			return cmdutil.InputError(err)
 		}
-		defer fh.Close()
-		r = fh
+		if err := in.Expect(wantLog, input.Text); err != nil {
+			return cmdutil.InputError(err)
+		}
+	} else if in, err = openInput(opts.Ctx, opts.Path, wantLog, input.Text); err != nil {
+		return err
 	}
+	defer in.Close()
+	var r io.Reader = in
 	sum, err := logscan.ScanAll(r, name, logscan.Options{Year: year, Location: loc})
 	if err != nil {
 		return cmdutil.InputError(err)

@@ -19,8 +19,13 @@ func main() {
 	// (a stuck disk under a bundle writer, say).
 	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:])
+	interrupted := ctx.Err() != nil
 	stop()
-	os.Exit(report(err))
+	code := report(err)
+	if interrupted && code == cmdutil.ExitInput {
+		code = cmdutil.ExitInterrupted // a read cut by the signal, however it was worded
+	}
+	os.Exit(code)
 }
 
 // run builds the command tree and executes it with args.

@@ -35,6 +35,7 @@ type ReproOptions struct {
 	Stream      bool
 	Seed        uint64
 	MaxTokens   int
+	MaxResponse int // bytes read of one response at most
 	ToolTime    repro.ToolTime
 	Markers     []string
 	Record      string
@@ -91,6 +92,8 @@ scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.
 				return cmdutil.UsageError("--timeout %v: want a positive duration", opts.Timeout)
 			case opts.MaxTokens < 0:
 				return cmdutil.UsageError("--max-tokens %d: want a positive count (0: not sent)", opts.MaxTokens)
+			case opts.MaxResponse < 1024:
+				return cmdutil.UsageError("--max-response-bytes %d: want at least 1024", opts.MaxResponse)
 			}
 			if _, err := repro.ChatEndpoint(opts.URL); err != nil {
 				return cmdutil.UsageError("--url: %w", err)
@@ -114,6 +117,7 @@ scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.
 	fl.BoolVar(&opts.Stream, "stream", false, "request server-sent events (stream: true)")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the tasks and of each session's tool rounds")
 	fl.IntVar(&opts.MaxTokens, "max-tokens", 0, "max_tokens per request (0: not sent)")
+	fl.IntVar(&opts.MaxResponse, "max-response-bytes", repro.DefaultMaxResponseBytes, "bytes read of one response (JSON body or event stream) at most; a larger one ends its session as error, bounding memory per session")
 	fl.Var(&toolTimeValue{&opts.ToolTime}, "tool-time", "client-side tool execution time per round: MIN-MAX or one duration (0: answer at once)")
 	fl.StringArrayVar(&opts.Markers, "leak-marker", nil, "tool-call markup that makes a leak (repeatable; replaces the defaults)")
 	fl.StringVar(&opts.Record, "record", "", "record the run to this trace bundle")
@@ -218,7 +222,7 @@ func reproRun(opts *ReproOptions) error {
 		progress = progressBar(opts.IO.ErrOut, "repro", time.Now)
 	}
 	res, runErr := repro.RunHarness(ctx, repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens,
+		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
 		ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Publisher: pub, Progress: progress, Tool: tool, Host: host})
 	if tail != nil {
 		// Give the tail one poll to catch the server's last lines.

@@ -20,7 +20,10 @@ each (transfer checksums, replay canaries, graph-vs-eager diffs), compare runs
 with A/B statistics and confounds. Every command runs on the embedded twin
 ("kvcanary sim") when no GPU is at hand.
 
-Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error.`,
+Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error
+(unreadable, empty, compressed or binary input is an error, never a verdict),
+130 interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any command within
+a second; a second one kills it at once.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

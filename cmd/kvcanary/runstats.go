@@ -1,8 +1,9 @@
 package main
 
 import (
+	"context"
+
 	"github.com/kvcanary/kvcanary/repro"
-	"github.com/kvcanary/kvcanary/traces"
 )
 
 // runStatsFromBundle reads a trace bundle (.kvtrace) into a repro.RunStats:
@@ -11,7 +12,7 @@ import (
 // records are skipped and counted in Skipped. Errors name the file. (It
 // lives with the CLI: repro judges events and does not read bundles.)
 func runStatsFromBundle(path string) (*repro.RunStats, error) {
-	br, err := traces.Open(path)
+	br, err := openBundle(context.Background(), path)
 	if err != nil {
 		return nil, err
 	}

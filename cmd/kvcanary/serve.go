@@ -30,6 +30,8 @@ type SimServeOptions struct {
 	Model       string
 	Record      string
 	StepTime    time.Duration
+	AllowHosts  []string      // Host names accepted besides loopback ones
+	BodyTimeout time.Duration // bound on receiving a request body
 	JSON        *cmdutil.JSONFlags
 
 	// Ready, when set, receives the listening address once the server accepts
@@ -70,7 +72,14 @@ machine allows; then tool time spans many more steps than on a GPU and rates
 are not comparable with sim run. Steps that take longer to compute than
 --step-time are counted in the summary.
 
-The server listens on loopback only unless --allow-remote is given. Stop it
+The server listens on loopback only unless --allow-remote is given. It
+accepts requests whose Host is a loopback name (localhost, 127.0.0.1, ::1),
+the --addr host, or a name given with --allow-host, and refuses (403) any
+other Host and any request a browser page of another origin sends, so a web
+page cannot post sessions into a running experiment (DNS rebinding,
+cross-site POST). POST bodies must be application/json (else 415) and arrive
+within --body-timeout (default 30s; else 408 and the connection is closed).
+Stop it
 with Ctrl-C: it then prints how many requests deviated and, with --record,
 closes the bundle (engine events plus one session event per session).`,
 		Example: `  kvcanary sim serve --addr 127.0.0.1:30000
@@ -87,6 +96,9 @@ closes the bundle (engine events plus one session event per session).`,
 			if opts.StepTime < 0 {
 				return cmdutil.UsageError("--step-time %v: want 0 or a positive duration", opts.StepTime)
 			}
+			if opts.BodyTimeout <= 0 {
+				return cmdutil.UsageError("--body-timeout %v: want a positive duration", opts.BodyTimeout)
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -97,6 +109,8 @@ closes the bundle (engine events plus one session event per session).`,
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Addr, "addr", "127.0.0.1:30000", "address to listen on (host:port)")
 	fl.BoolVar(&opts.AllowRemote, "allow-remote", false, "allow an address reachable from other hosts (no authentication!)")
+	fl.StringArrayVar(&opts.AllowHosts, "allow-host", nil, "also accept requests whose Host header names this host (repeatable; loopback names and the --addr host are always accepted)")
+	fl.DurationVar(&opts.BodyTimeout, "body-timeout", server.DefaultBodyTimeout, "longest time a client may take to send a request body")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the scripts, rooms and stream interleaving")
 	fl.IntVar(&opts.Rounds, "rounds", 4, "rounds per session for conversations that do not state their tool rounds")
 	fl.StringVar(&opts.Model, "model", server.DefaultModel, "model id reported by /v1/models")
@@ -157,8 +171,14 @@ func simServeRun(opts *SimServeOptions) error {
 		}
 		pub = rec
 	}
+	hosts := opts.AllowHosts
+	if h, _, err := net.SplitHostPort(opts.Addr); err == nil && h != "" {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
+			hosts = append(hosts, h) // the name clients were told to use
+		}
+	}
 	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub, StepTime: opts.StepTime,
-		Judge: repro.Classifier{}.Outcome})
+		Judge: repro.Classifier{}.Outcome, AllowedHosts: hosts, BodyTimeout: opts.BodyTimeout})
 	if err != nil {
 		if rec != nil {
 			rec.Close()

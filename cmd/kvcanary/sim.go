@@ -182,6 +182,9 @@ flag to turn it off. The run is deterministic for a given seed.`,
 			if opts.Sessions < 1 || opts.Rounds < 1 {
 				return cmdutil.UsageError("--sessions and --rounds must be at least 1")
 			}
+			if opts.Sessions > maxSimSessions {
+				return cmdutil.UsageError("--sessions %d: at most %d (the twin holds every session's conversation in memory)", opts.Sessions, maxSimSessions)
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -189,13 +192,17 @@ flag to turn it off. The run is deterministic for a given seed.`,
 		},
 	}
 	opts.Engine = addEngineFlags(cmd)
-	cmd.Flags().IntVar(&opts.Sessions, "sessions", 80, "concurrent sessions")
+	cmd.Flags().IntVar(&opts.Sessions, "sessions", 80, fmt.Sprintf("concurrent sessions (1 to %d)", maxSimSessions))
 	cmd.Flags().IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
 	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the workload, rooms and stream interleaving")
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record every event to this trace bundle")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
+
+// maxSimSessions bounds `sim run --sessions`: the twin keeps every session's
+// conversation and pages, so an unbounded count only ends in the OOM killer.
+const maxSimSessions = 10000
 
 func simRunRun(opts *SimRunOptions) error {
 	cfg, err := opts.Engine.config(opts.Seed)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/safetext"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -30,7 +32,11 @@ standard tools read too:
   duckdb -c "select kind, count(*) from read_json('run.kvtrace', format='newline_delimited', compression='zstd') group by 1"
 
 A truncated bundle (its writer was killed) is read up to its last complete frame;
-the commands warn on stderr and exit 0. A file that is not a bundle exits 3.`,
+the commands warn on stderr and exit 0; so does a bundle with damaged frames
+(skipped and counted), a lost manifest, or frames cut by the decompression
+budget (traces/FORMAT.md "Reading, truncation and damage"). A file that is not
+a bundle exits 3, naming what it is (empty, gzip, text, binary); an interrupted
+read exits 130.`,
 		Args: usageArgs(cobra.NoArgs),
 	}
 	cmd.AddCommand(NewCmdTraceInspect(f, nil), NewCmdTraceCat(f, nil))
@@ -40,13 +46,14 @@ the commands warn on stderr and exit 0. A file that is not a bundle exits 3.`,
 // TraceInspectOptions are the inputs of `kvcanary trace inspect`.
 type TraceInspectOptions struct {
 	IO   *cmdutil.IOStreams
+	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Path string
 }
 
 // NewCmdTraceInspect builds `kvcanary trace inspect FILE`.
 func NewCmdTraceInspect(f *cmdutil.Factory, runF func(*TraceInspectOptions) error) *cobra.Command {
-	opts := &TraceInspectOptions{IO: f.IO}
+	opts := &TraceInspectOptions{IO: f.IO, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "inspect FILE",
 		Short: "Show a bundle's manifest, event counts, time span and truncation",
@@ -64,10 +71,16 @@ func NewCmdTraceInspect(f *cmdutil.Factory, runF func(*TraceInspectOptions) erro
 }
 
 func traceInspectRun(opts *TraceInspectOptions) error {
-	s, err := traces.Inspect(opts.Path)
+	b, err := openBundle(opts.Ctx, opts.Path)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	s, err := traces.Summarize(b.Reader)
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
+	s.File = opts.Path
 	warnBundle(opts.IO.ErrOut, opts.Path, s.Truncated, s.TruncationReason, s.Skipped, s.Skips)
 	if s.FooterMismatch != "" {
 		fmt.Fprintf(opts.IO.ErrOut, "warning: %s: %s\n", cmdutil.Quote(opts.Path), s.FooterMismatch)
@@ -83,12 +96,21 @@ func warnBundle(w io.Writer, path string, truncated bool, reason string, skipped
 	if truncated {
 		fmt.Fprintf(w, "warning: %s is truncated (%s); read up to its last complete frame\n", cmdutil.Quote(path), reason)
 	}
+	if len(skips) > 0 && strings.HasPrefix(skips[0].Reason, "manifest frame: ") {
+		fmt.Fprintf(w, "warning: %s: manifest lost (%s); its run configuration is unknown, the other frames were read\n", cmdutil.Quote(path), cmdutil.Quote(skips[0].String()))
+	}
 	if skipped > 0 {
 		first := ""
 		if len(skips) > 0 {
 			first = "; first: " + cmdutil.Quote(skips[0].String())
 		}
 		fmt.Fprintf(w, "warning: %s: skipped %d unusable frames or lines%s\n", cmdutil.Quote(path), skipped, first)
+		for _, sk := range skips {
+			if strings.Contains(sk.Reason, "decompression budget") {
+				fmt.Fprintf(w, "warning: %s: stopped decoding: %s\n", cmdutil.Quote(path), cmdutil.Quote(sk.String()))
+				break
+			}
+		}
 	}
 }
 
@@ -162,6 +184,7 @@ func hostLine(h hook.HostInfo) string {
 // TraceCatOptions are the inputs of `kvcanary trace cat`.
 type TraceCatOptions struct {
 	IO    *cmdutil.IOStreams
+	Ctx   context.Context // cancels reading (SIGINT, SIGTERM)
 	Path  string
 	Kinds []string
 	All   bool
@@ -169,7 +192,7 @@ type TraceCatOptions struct {
 
 // NewCmdTraceCat builds `kvcanary trace cat FILE [--kind K]... [--all]`.
 func NewCmdTraceCat(f *cmdutil.Factory, runF func(*TraceCatOptions) error) *cobra.Command {
-	opts := &TraceCatOptions{IO: f.IO}
+	opts := &TraceCatOptions{IO: f.IO, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "cat FILE",
 		Short: "Print a bundle's events as JSON lines",
@@ -209,12 +232,13 @@ func traceCatRun(opts *TraceCatOptions) error {
 		keep[k] = true
 	}
 	filter := len(opts.Kinds) > 0
-	r, err := traces.Open(opts.Path)
+	r, err := openBundle(opts.Ctx, opts.Path)
 	if err != nil {
-		return cmdutil.InputError(err)
+		return err
 	}
 	defer r.Close()
 	out := bufio.NewWriterSize(opts.IO.Out, 256<<10)
+	var esc []byte // a line with C1 or bidi controls, escaped
 	for {
 		rec, err := r.NextRecord()
 		if err == io.EOF {
@@ -231,7 +255,12 @@ func traceCatRun(opts *TraceCatOptions) error {
 		} else if !opts.All {
 			continue
 		}
-		out.Write(rec.Line)
+		line := rec.Line
+		if safetext.NeedsJSONEscape(line) {
+			esc = safetext.EscapeJSON(esc[:0], line)
+			line = esc
+		}
+		out.Write(line)
 		if err := out.WriteByte('\n'); err != nil {
 			return fmt.Errorf("write stdout: %w", err)
 		}

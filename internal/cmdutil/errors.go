@@ -1,6 +1,7 @@
 package cmdutil
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -11,6 +12,9 @@ const (
 	ExitFinding = 1 // a check found evidence of corruption
 	ExitUsage   = 2 // bad flags or arguments
 	ExitInput   = 3 // unreadable or malformed input, or a runtime failure
+	// ExitInterrupted: the first SIGINT or SIGTERM stopped the command
+	// (128 + SIGINT, as shells report it).
+	ExitInterrupted = 130
 )
 
 // ExitError carries an exit code through the command tree to main.
@@ -55,8 +59,11 @@ func ExitCode(err error) int {
 		return ExitOK
 	}
 	var ee *ExitError
-	if errors.As(err, &ee) {
+	if errors.As(err, &ee) && ee.Code != ExitInput {
 		return ee.Code
+	}
+	if errors.Is(err, context.Canceled) {
+		return ExitInterrupted
 	}
 	return ExitInput
 }

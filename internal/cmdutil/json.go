@@ -1,8 +1,11 @@
 package cmdutil
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
+
+	"github.com/kvcanary/kvcanary/internal/safetext"
 
 	"github.com/spf13/cobra"
 )
@@ -19,10 +22,21 @@ func AddJSONFlags(cmd *cobra.Command) *JSONFlags {
 	return f
 }
 
-// WriteJSON writes v as indented JSON followed by a newline.
+// WriteJSON writes v as indented JSON followed by a newline. C1 controls
+// and bidi formatting characters inside strings are written as \u escapes
+// (safetext.EscapeJSON), so a report piped to a terminal cannot drive it.
 func WriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	out := buf.Bytes()
+	if safetext.NeedsJSONEscape(out) {
+		out = safetext.EscapeJSON(make([]byte, 0, len(out)+64), out)
+	}
+	_, err := w.Write(out)
+	return err
 }

@@ -14,8 +14,10 @@ type Options struct {
 	Year int
 	// Location is the zone log timestamps are in. nil means UTC.
 	Location *time.Location
-	// MaxLine is the longest line, in bytes, that is parsed; longer lines are
-	// counted as unrecognized (Summary.LongLines) and skipped. 0 means 1 MiB.
+	// MaxLine is the longest line, in bytes, that is parsed whole; longer
+	// lines are parsed by their first MaxLine bytes, the rest is skipped, and
+	// they are counted in Summary.LongLines. 0 means 1 MiB (the limit
+	// canary.ScanLog uses too, so both read the same lines).
 	MaxLine int
 }
 

@@ -85,7 +85,7 @@ type Record struct {
 	Line   int64  // 1-based line number in the input
 	TS     int64  // Unix ns from the line's prefix; 0 when it has none we understand
 
-	Long      bool   // the line was longer than Options.MaxLine and was skipped (Kind is KindUnrecognized)
+	Long      bool   // the line was longer than Options.MaxLine: only its first MaxLine bytes were parsed
 	Fields    uint32 // Field* bits present
 	BadFields int    // fields whose value did not parse (the line still counts)
 

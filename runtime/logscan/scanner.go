@@ -18,8 +18,8 @@ const readChunk = 256 << 10
 //	}
 //	if err := sc.Err(); err != nil { ... }
 //
-// Lines longer than Options.MaxLine are skipped and reported as
-// KindUnrecognized records with LongLine set. A final line without a newline
+// Lines longer than Options.MaxLine are parsed by their first MaxLine bytes
+// and reported with Long set; the rest of such a line is skipped. A final line without a newline
 // is returned at EOF. In follow mode (SetFollow) a partial last line is kept
 // instead and Scan may be called again once the reader has more data.
 type Scanner struct {
@@ -86,11 +86,15 @@ func (s *Scanner) Scan() bool {
 		}
 		// No newline in the buffer.
 		if s.end-s.start > s.max {
-			// Over-long line: report it once, then discard until its newline.
+			// Over-long line: parse its first MaxLine bytes once (as
+			// canary.ScanLog does, so both find a violation at its start),
+			// then discard until its newline.
 			wasLong := s.long
+			if !wasLong {
+				s.emit(s.buf[s.start:s.start+s.max], true)
+			}
 			s.start, s.end, s.long = 0, 0, true
 			if !wasLong {
-				s.emit(nil, true)
 				return true
 			}
 		}
@@ -172,9 +176,8 @@ func (s *Scanner) fill() bool {
 func (s *Scanner) emit(line []byte, long bool) {
 	s.line++
 	if long {
-		s.rec.reset(s.line)
-		s.rec.Kind, s.rec.Long = KindUnrecognized, true
-		return
+		line = line[:min(len(line), s.max)]
 	}
 	s.p.Parse(line, s.line, &s.rec)
+	s.rec.Long = long
 }

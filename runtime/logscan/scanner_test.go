@@ -130,6 +130,22 @@ func TestScannerLongLinesAndEOF(t *testing.T) {
 	}
 }
 
+// A kv_canary violation on a line over MaxLine is still found: its head is
+// parsed, as canary.ScanLog does (issue 19 item 13).
+func TestScannerLongViolationLine(t *testing.T) {
+	v := "[2026-11-29 08:00:06 TP0] kv_canary violation: launch_tag=HEAD_K_FULL fail_reason=chain_hash slot_idx=1 position=2 stored_token=3 expected_token=4 stored_chain_hash=0x1 expected_aux=0x2 "
+	for _, tail := range []string{"\n", ""} { // with and without a final newline
+		in := "Decode batch, #running-req: 1, \n" + v + strings.Repeat("p", 3<<20) + tail + "\nDecode batch, #running-req: 2, \n"
+		sum, err := ScanAll(iotest.HalfReader(strings.NewReader(in)), "in", Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.CanaryViolations != 1 || sum.LongLines != 1 || sum.DecodeBatches != 2 {
+			t.Errorf("violations %d, long lines %d, decode batches %d; want 1, 1, 2", sum.CanaryViolations, sum.LongLines, sum.DecodeBatches)
+		}
+	}
+}
+
 var errDisk = errors.New("disk on fire")
 
 func TestScannerReadErrorNamesInput(t *testing.T) {

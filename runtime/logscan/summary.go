@@ -48,9 +48,9 @@ type Summary struct {
 	CanaryViolations   int64   `json:"canary_violations"`
 	ChecksumMismatches int64   `json:"checksum_mismatches"`
 	Preemptions        int64   `json:"preemptions"`
-	Unrecognized       int64   `json:"unrecognized"` // includes LongLines
+	Unrecognized       int64   `json:"unrecognized"` // includes long lines whose first MaxLine bytes are unrecognized
 	Blank              int64   `json:"blank"`
-	LongLines          int64   `json:"long_lines"`
+	LongLines          int64   `json:"long_lines"` // lines over MaxLine: parsed by their first MaxLine bytes
 	BadFields          int64   `json:"bad_fields"` // values that did not parse on otherwise recognized lines
 	Start              string  `json:"start,omitempty"`
 	End                string  `json:"end,omitempty"`
@@ -100,14 +100,14 @@ func (s *Summary) Add(r *Record) {
 	case EngineVLLM:
 		s.vllm++
 	}
+	if r.Long {
+		s.LongLines++
+	}
 	switch r.Kind {
 	case KindBlank:
 		s.Blank++
 	case KindUnrecognized:
 		s.Unrecognized++
-		if r.Long {
-			s.LongLines++
-		}
 	case KindDecode, KindEngineStats:
 		s.DecodeBatches++
 		s.PeakRunningReq = max(s.PeakRunningReq, r.RunningReq)

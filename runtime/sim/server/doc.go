@@ -57,6 +57,11 @@
 // Error contract: malformed requests get OpenAI-style errors
 // ({"error":{"message","type":"invalid_request_error","param","code"}}) with
 // status 400 naming the offending field (or the byte offset of bad JSON);
-// nothing a client sends panics the server. An aborted engine request is a 500
+// nothing a client sends panics the server. Requests whose Host is not a
+// loopback name or one of Options.AllowedHosts, and requests carrying a
+// browser Origin of another host, get 403 (a web page must not drive the
+// twin by DNS rebinding or a cross-site POST); a chat request whose
+// Content-Type is not application/json gets 415; a body not received within
+// Options.BodyTimeout (default 30 s) gets 408 and its connection is closed. An aborted engine request is a 500
 // with type "server_error" (in a stream: an error chunk, then [DONE]).
 package server

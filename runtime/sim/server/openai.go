@@ -62,6 +62,14 @@ type apiError struct {
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
 	Code    *string `json:"code"`
+	cause   error   // the error behind it, when there is one
+}
+
+// refusal is an error with a status other than 400.
+func refusal(status int, param, code, format string, args ...any) *apiError {
+	e := badRequest(param, code, format, args...)
+	e.Status = status
+	return e
 }
 
 func (e *apiError) Error() string { return e.Message }
@@ -89,7 +97,9 @@ func writeError(w http.ResponseWriter, e *apiError) {
 func decodeRequest(body io.Reader, limit int64) (*chatRequest, *apiError) {
 	data, err := io.ReadAll(io.LimitReader(body, limit+1))
 	if err != nil {
-		return nil, badRequest("", "", "read request body: %v", err)
+		e := badRequest("", "", "read request body: %v", err)
+		e.cause = err
+		return nil, e
 	}
 	if int64(len(data)) > limit {
 		e := badRequest("", "request_too_large", "request body exceeds %d bytes", limit)

@@ -3,8 +3,13 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"mime"
+	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -28,6 +33,11 @@ const EngineStepTime = sim.StepTime
 // DefaultMaxBody bounds a request body.
 const DefaultMaxBody = 8 << 20
 
+// DefaultBodyTimeout bounds the time a client may take to send a request
+// body once its headers arrived; a body still incomplete then is refused
+// (408) and its memory freed.
+const DefaultBodyTimeout = 30 * time.Second
+
 // Options configure a Server.
 type Options struct {
 	Config    sim.Config     // engine configuration, seed included
@@ -40,6 +50,14 @@ type Options struct {
 	// no Judge, records carry no outcome and Close publishes no sessions.
 	Judge   sim.Judge
 	MaxBody int64 // request body limit (default DefaultMaxBody)
+	// BodyTimeout bounds reading a request body (default DefaultBodyTimeout).
+	BodyTimeout time.Duration
+	// AllowedHosts are Host header names (without port) accepted besides
+	// loopback ones (localhost, *.localhost, 127.0.0.0/8, ::1). Requests
+	// naming any other host, or sent from a browser page of another origin,
+	// are refused (403): a web page must not drive a running experiment by
+	// DNS rebinding or a cross-site POST.
+	AllowedHosts []string
 	// StreamChunkTokens is how many output tokens one content delta of a
 	// stream carries (default 8).
 	StreamChunkTokens int
@@ -131,6 +149,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxBody <= 0 {
 		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	if opts.StreamChunkTokens <= 0 {
 		opts.StreamChunkTokens = 8
@@ -328,7 +349,54 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",
 			Message: fmt.Sprintf("no route %s %s; the twin serves POST /v1/chat/completions, GET /v1/models, GET /health", r.Method, r.URL.Path)})
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.hostAllowed(r.Host) {
+			writeError(w, refusal(http.StatusForbidden, "", "host_not_allowed",
+				"Host %q is not a loopback name; start sim serve with --allow-host NAME to accept it", r.Host))
+			return
+		}
+		if o := r.Header.Get("Origin"); o != "" && !s.originAllowed(o) {
+			writeError(w, refusal(http.StatusForbidden, "", "cross_origin",
+				"cross-origin request from %q refused: the twin serves API clients, not web pages", o))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// hostAllowed reports whether host (a Host header, port optional) names
+// this machine's loopback or one of Options.AllowedHosts. A request without
+// a Host (HTTP/1.0) cannot come from a browser and is allowed.
+func (s *Server) hostAllowed(host string) bool {
+	if host == "" {
+		return true
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	for _, a := range s.opts.AllowedHosts {
+		if strings.EqualFold(strings.Trim(a, "[]"), host) {
+			return true
+		}
+	}
+	return false
+}
+
+// originAllowed reports whether a browser Origin header names an allowed
+// host ("null" and unparsable origins are not).
+func (s *Server) originAllowed(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	return s.hostAllowed(u.Host)
 }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request, want string) bool {
@@ -436,7 +504,24 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if methodNotAllowed(w, r, http.MethodPost) {
 		return
 	}
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		writeError(w, refusal(http.StatusUnsupportedMediaType, "Content-Type", "unsupported_media_type",
+			"Content-Type %q: want application/json", r.Header.Get("Content-Type")))
+		return
+	}
+	// A body that does not arrive in time is refused rather than held: the
+	// deadline covers the body only (ResponseController; a handler without
+	// deadline support, such as a test recorder, reads without one).
+	rc := http.NewResponseController(w)
+	hasDeadline := rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout)) == nil
 	req, aerr := decodeRequest(r.Body, s.opts.MaxBody)
+	if hasDeadline {
+		rc.SetReadDeadline(time.Time{})
+	}
+	if aerr != nil && errors.Is(aerr.cause, os.ErrDeadlineExceeded) {
+		aerr = refusal(http.StatusRequestTimeout, "", "request_timeout", "request body not received within %v", s.opts.BodyTimeout)
+		w.Header().Set("Connection", "close")
+	}
 	if aerr != nil {
 		writeError(w, aerr)
 		return
