@@ -575,6 +575,17 @@ func (c *Comparer) id(side int, e *entry) RecordID {
 func (c *Comparer) judge(r *Report, room uint64, pg, dg []entry, ev []evidence) {
 	wmax := c.opts.warmupMax()
 	isWarmupLen := func(n uint32) bool { return wmax >= 0 && int(n) <= wmax }
+	// allWarmupLen: every record of one side has a warmup length. One short
+	// record among several (prefill rank 0 says 3 tokens, rank 1 says 5,000)
+	// must not make the room a warmup: that would pass a disagreement as clean.
+	allWarmupLen := func(g []entry) bool {
+		for x := range g {
+			if !isWarmupLen(g[x].seqLen) {
+				return false
+			}
+		}
+		return true
+	}
 	// The common case, one record per side that matches, allocates nothing.
 	if len(pg) == 1 && len(dg) == 1 && len(ev) == 0 && pg[0].agrees(&dg[0]) && !isWarmupLen(pg[0].seqLen) && !dg[0].zero() {
 		r.Classes.Match++
@@ -627,7 +638,7 @@ func (c *Comparer) judge(r *Report, room uint64, pg, dg []entry, ev []evidence) 
 		}
 	case len(ev) > 0:
 		res.Class, res.Reason = ClassMismatch, "the engine reported a KV checksum mismatch"
-	case len(pd) > 0 && isWarmupLen(pd[0].seqLen) || len(pd) == 0 && len(dd) > 0 && isWarmupLen(dd[0].seqLen):
+	case len(pd) > 0 && allWarmupLen(pd) || len(pd) == 0 && len(dd) > 0 && allWarmupLen(dd):
 		res.Class, res.Reason = ClassWarmup, fmt.Sprintf("seq_len %d ≤ %d", res.SeqLen, wmax)
 	case allZero:
 		res.Class, res.Reason = ClassWarmup, "decode digest 0 (not transferred)"
@@ -676,14 +687,18 @@ func dupWho(c *Comparer, pd, dd []entry) string {
 // (the bytes' origin); xxh3 is compared where both records computed it.
 func (c *Comparer) agreement(res *RoomResult, room uint64, pd, dd []entry) {
 	// Reference: the prefill record agreeing (bsum, seq_len, layers) with
-	// the most other prefill records; the first such with a non-zero xxh3.
+	// the most other records of either side (a tie between two prefill ranks
+	// goes to the one the decode side confirms); the first such with a
+	// non-zero xxh3.
 	ref := 0
 	best := -1
 	for x := range pd {
 		n := 0
-		for y := range pd {
-			if pd[x].bsum == pd[y].bsum && pd[x].seqLen == pd[y].seqLen && pd[x].layers == pd[y].layers {
-				n++
+		for _, g := range [][]entry{pd, dd} {
+			for y := range g {
+				if pd[x].bsum == g[y].bsum && pd[x].seqLen == g[y].seqLen && pd[x].layers == g[y].layers {
+					n++
+				}
 			}
 		}
 		sameGroup := pd[x].bsum == pd[ref].bsum && pd[x].seqLen == pd[ref].seqLen && pd[x].layers == pd[ref].layers

@@ -62,6 +62,11 @@ func TestCompareRanksAndStages(t *testing.T) {
 			[]string{"not transferred"}, nil, 0},
 		{"same rank and stage twice is a duplicate", append(good(), rrec(D, 1, T, 5, 7)), ClassDuplicate,
 			[]string{"seen more than once by one decode rank 1 transferred with different digests"}, nil, 0},
+		{"one short prefill record does not make the room a warmup", func() []Record {
+			r := good()
+			r[0].SeqLen = 3 // prefill rank 0 claims a warmup length; rank 1 and decode say 300
+			return r
+		}(), ClassMismatch, []string{"prefill rank 0 sent"}, []RecordID{{Side: P, Rank: 0, Stage: S}}, 0},
 		{"missing decode with ranks", []Record{rrec(P, 0, S, 5, 6), rrec(P, 1, S, 5, 6)}, ClassMissingDecode, []string{"no decode record"}, nil, 0},
 	}
 	for _, c := range cases {
