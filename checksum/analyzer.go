@@ -43,6 +43,10 @@ type liveRoom struct {
 	waiting    []*liveSide
 	judged     bool
 	mismatched bool
+	// zero is the room's first decode record when it was all zero (not
+	// transferred): the room counts as a warmup while every decode record is
+	// zero, and a later one with digests makes it a mismatch (SPEC §9.2).
+	zero *liveSide
 }
 
 // Analyzer judges room.checksum events live: the moment both sides of a room
@@ -124,9 +128,12 @@ func (a *Analyzer) Observe(ev hook.Event, emit func(hook.Event)) {
 	pre, dec := lr.side[0], lr.side[1]
 	wmax := a.opts.warmupMax()
 	switch {
-	case wmax >= 0 && int(pre.e.seqLen) <= wmax, dec.e.zero():
+	case wmax >= 0 && int(pre.e.seqLen) <= wmax:
 		a.sum.Warmup++
 		lr.mismatched = true // judged for good: later records do not count
+	case dec.e.zero():
+		a.sum.Warmup++ // until another decode record has digests
+		lr.zero = dec
 	case pre.e.agrees(&dec.e):
 		a.sum.Matched++
 	default:
@@ -149,7 +156,26 @@ func (a *Analyzer) Observe(ev hook.Event, emit func(hook.Event)) {
 // check judges a further record of a judged room against its reference.
 func (a *Analyzer) check(room uint64, lr *liveRoom, ls *liveSide, emit func(hook.Event)) {
 	pre := lr.side[0]
-	if lr.mismatched || pre.e.agrees(&ls.e) {
+	if lr.mismatched {
+		return
+	}
+	if lr.zero != nil {
+		other := ls
+		switch {
+		case ls.id.Side == hook.SideDecode && ls.e.zero():
+			return // still not transferred anywhere
+		case ls.id.Side == hook.SideDecode:
+			other = lr.zero // digests on one decode record, zeros on another: they disagree
+		case pre.e.agrees(&ls.e):
+			return
+		}
+		lr.mismatched = true
+		a.sum.Warmup--
+		a.sum.Mismatched++
+		emit(hook.Event{Kind: hook.KindFinding, Body: mismatchFinding(room, pre, other)})
+		return
+	}
+	if pre.e.agrees(&ls.e) {
 		return
 	}
 	lr.mismatched = true

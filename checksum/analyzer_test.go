@@ -175,3 +175,42 @@ func TestAnalyzerRanksAndStages(t *testing.T) {
 		t.Errorf("summary %+v", s)
 	}
 }
+
+// TestAnalyzerZeroDecodeFirst: a room whose first decode record is all zero
+// (not transferred) is a warmup only while every decode record is zero; a
+// later decode rank with digests makes it a mismatch, as compare judges it
+// (SPEC §9.2), instead of the first zero settling the room for good.
+func TestAnalyzerZeroDecodeFirst(t *testing.T) {
+	ev := func(side hook.Side, room uint64, rank int, stage string, bsum, xxh3 uint64) hook.Event {
+		return hook.Event{Kind: hook.KindRoomChecksum, Body: &hook.RoomChecksum{
+			Room: hook.Dec64(room), Side: side, SeqLen: 100, Pages: 2, Bsum: hook.Hex64(bsum), XXH3: hook.Hex64(xxh3),
+			Rank: rank, Stage: stage}}
+	}
+	P, D := hook.SidePrefill, hook.SideDecode
+	for _, c := range []struct {
+		name     string
+		evs      []hook.Event
+		want     Summary
+		findings int
+	}{
+		{"every decode record zero", []hook.Event{ev(P, 1, 0, "sent", 5, 6), ev(D, 1, 0, "transferred", 0, 0), ev(D, 1, 1, "transferred", 0, 0)},
+			Summary{Rooms: 1, Warmup: 1}, 0},
+		{"a later decode rank with the right digests", []hook.Event{ev(P, 1, 0, "sent", 5, 6), ev(D, 1, 0, "transferred", 0, 0), ev(D, 1, 1, "transferred", 5, 6)},
+			Summary{Rooms: 1, Mismatched: 1}, 1},
+		{"a later corrupt decode rank", []hook.Event{ev(P, 1, 0, "sent", 5, 6), ev(D, 1, 0, "transferred", 0, 0), ev(D, 1, 1, "admitted", 9, 6)},
+			Summary{Rooms: 1, Mismatched: 1}, 1},
+		{"a later prefill rank that disagrees", []hook.Event{ev(P, 1, 0, "sent", 5, 6), ev(D, 1, 0, "transferred", 0, 0), ev(P, 1, 1, "sent", 7, 6)},
+			Summary{Rooms: 1, Mismatched: 1}, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := NewAnalyzer(Options{})
+			n := 0
+			for _, e := range c.evs {
+				a.Observe(e, func(hook.Event) { n++ })
+			}
+			if s := a.Summary().(Summary); s != c.want || n != c.findings {
+				t.Errorf("summary %+v, %d findings; want %+v, %d", s, n, c.want, c.findings)
+			}
+		})
+	}
+}
