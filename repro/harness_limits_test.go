@@ -1,6 +1,7 @@
 package repro
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -96,5 +97,20 @@ func TestHarnessResponseCap(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCapReaderExactLimit: a body of exactly the limit is not over it; one
+// byte more is.
+func TestCapReaderExactLimit(t *testing.T) {
+	for _, c := range []struct {
+		body  string
+		limit int64
+		over  bool
+	}{{"abcd", 4, false}, {"abcde", 4, true}, {"", 0, false}, {"a", 0, true}, {"ab", 8, false}} {
+		got, err := io.ReadAll(&capReader{r: strings.NewReader(c.body), left: c.limit})
+		if over := errors.Is(err, errResponseCap); over != c.over || (!c.over && (err != nil || string(got) != c.body)) {
+			t.Errorf("%q with limit %d: read %q, err %v; want over=%v", c.body, c.limit, got, err, c.over)
+		}
 	}
 }

@@ -29,7 +29,8 @@ const maxResponse = DefaultMaxResponseBytes
 // errResponseCap is returned by capReader past its limit.
 var errResponseCap = errors.New("response over the size limit")
 
-// capReader reads at most left bytes of r, then fails with errResponseCap.
+// capReader reads at most left bytes of r, then fails with errResponseCap
+// when r has more: a body of exactly the limit reads whole.
 type capReader struct {
 	r    io.Reader
 	left int64
@@ -37,7 +38,12 @@ type capReader struct {
 
 func (c *capReader) Read(p []byte) (int, error) {
 	if c.left <= 0 {
-		return 0, errResponseCap
+		var one [1]byte
+		n, err := c.r.Read(one[:])
+		if n > 0 {
+			return 0, errResponseCap
+		}
+		return 0, err // io.EOF: the body ended at the limit
 	}
 	if int64(len(p)) > c.left {
 		p = p[:c.left]
