@@ -200,23 +200,31 @@ func readUntilClosed(nc net.Conn) error {
 }
 
 func TestCollectorIdleAndStallDeadlines(t *testing.T) {
-	c, _ := startCollector(t, ListenOptions{IdleTimeout: 100 * time.Millisecond, StallTimeout: 100 * time.Millisecond})
+	// Each deadline on its own collector, the other one far away, so a slow
+	// write on a loaded box cannot turn a stall into an idle close.
+	far := 30 * time.Second
+	c, _ := startCollector(t, ListenOptions{IdleTimeout: 100 * time.Millisecond, StallTimeout: far})
 	idle := dialRaw(t, c)
 	between := dialRaw(t, c) // one event, then nothing
 	between.Write(jsonLine(t, replayEvent(1)))
-	stalledLine := dialRaw(t, c)
+	s, _ := startCollector(t, ListenOptions{IdleTimeout: far, StallTimeout: 100 * time.Millisecond})
+	stalledLine := dialRaw(t, s)
 	stalledLine.Write([]byte(`{"v":1,"kind":"rep`))
-	stalledFrame := dialRaw(t, c)
+	stalledFrame := dialRaw(t, s)
 	stalledFrame.Write(append([]byte(FramePreamble), mustFrame(t, replayEvent(1))[:7]...))
 	for _, nc := range []net.Conn{idle, between, stalledLine, stalledFrame} {
 		if err := readUntilClosed(nc); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "four closed", func() bool { return c.Stats().Open == 0 && len(c.Stats().Conns) == 4 })
-	st := c.Stats()
-	if st.ClosedBy["idle timeout"] != 2 || st.ClosedBy["stalled"] != 2 || st.RejectedBy["stalled"] != 2 || st.Events != 1 {
-		t.Fatalf("closed_by %v rejected_by %v events %d: want 2 idle, 2 stalled (counted), 1 event", st.ClosedBy, st.RejectedBy, st.Events)
+	waitFor(t, "two closed each", func() bool {
+		return c.Stats().Open == 0 && len(c.Stats().Conns) == 2 && s.Stats().Open == 0 && len(s.Stats().Conns) == 2
+	})
+	if st := c.Stats(); st.ClosedBy["idle timeout"] != 2 || st.Events != 1 {
+		t.Fatalf("idle collector: closed_by %v events %d: want 2 idle, 1 event", st.ClosedBy, st.Events)
+	}
+	if st := s.Stats(); st.ClosedBy["stalled"] != 2 || st.RejectedBy["stalled"] != 2 {
+		t.Fatalf("stall collector: closed_by %v rejected_by %v: want 2 stalled (counted)", st.ClosedBy, st.RejectedBy)
 	}
 }
 
@@ -228,7 +236,10 @@ func TestCollectorConnectionCap(t *testing.T) {
 		maxConns = 8
 		flood    = 300
 	)
-	c, rec := startCollector(t, ListenOptions{MaxConns: maxConns, IdleTimeout: 300 * time.Millisecond})
+	// The idle timeout outlasts the flood on a loaded box (the producer
+	// must still be connected for its second event), and is short enough
+	// for the idle ones to go.
+	c, rec := startCollector(t, ListenOptions{MaxConns: maxConns, IdleTimeout: 2 * time.Second})
 	producer := dialRaw(t, c)
 	producer.Write(jsonLine(t, replayEvent(1)))
 	waitFor(t, "first event", func() bool { return len(rec.events()) == 1 })
