@@ -49,7 +49,7 @@ MINI = {
         class ModelRunner:
             def init_indexer_capturer(self):
                 pass
-            def _forward_raw(self, forward_batch, skip_attn_backend_init=False):
+            def _forward_raw(self, forward_batch, pp_proxy_tensors, reinit_attn_backend=False, split_forward_count=1):
                 pass
     """,
     "sglang/srt/mem_cache/__init__.py": "",
@@ -212,6 +212,27 @@ def test_finder_disables_only_the_features_of_a_missing_target(tmp_path):
     assert out["exec_wrapped"] and out["send_wrapped"]
     lines = [l for l in r.stderr.splitlines() if "IndexKeyCache.move" in l]
     assert len(lines) == 1 and "SGLang 0.0.mini" in lines[0] and "canary.between" in lines[0]
+
+
+def test_finder_wraps_a_method_the_target_class_inherits(tmp_path):
+    """Resolution walks the MRO; the patch must too, or the feature would read
+    as on while nothing is hooked."""
+    root = write_pkg(tmp_path, MINI, {"sglang/srt/mem_cache/index_key_cache.py": """
+        class _Base:
+            def move(self, tgt_loc, src_loc):
+                return "base"
+        class IndexKeyCache(_Base):
+            pass
+    """})
+    r = run_py("""
+        import json
+        from sglang.srt.mem_cache.index_key_cache import IndexKeyCache, _Base
+        import kvcanary.sglang.hooks as H
+        print(json.dumps([H.is_kvcanary_wrapped(IndexKeyCache.move), H.is_kvcanary_wrapped(_Base.move),
+                          IndexKeyCache().move([1], [2])]))
+    """, [SITE, PYHOOK, root], {"KVCANARY_ADDR": "tcp://127.0.0.1:9"})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [True, False, "base"]
 
 
 def test_without_kvcanary_addr_sitecustomize_does_nothing(tmp_path):

@@ -82,6 +82,9 @@ def test_hook_targets_have_the_reference_signatures(standin):
         ("self", "-", P), ("shape_key", "-", P), ("static_forward_batch", "-", P), ("kwargs", "-", "VAR_KEYWORD")]
     assert params(IndexKeyCache.move) == [("self", "-", P), ("tgt_loc", "-", P), ("src_loc", "-", P)]
     assert params(ModelRunner.init_indexer_capturer) == [("self", "-", P)]
+    # SGLang's own (model_runner.py, 2026-11): pp_proxy_tensors required, a ModelRunnerOutput returned
+    assert params(ModelRunner._forward_raw) == [("self", "-", P), ("forward_batch", "-", P), ("pp_proxy_tensors", "-", P),
+                                                ("reinit_attn_backend", False, P), ("split_forward_count", 1, P)]
     # the methods live only on the mixins: patching the mixin reaches every Scheduler
     assert "send_kv_chunk" not in Scheduler.__dict__ and "get_new_prebuilt_batch" not in Scheduler.__dict__
     assert issubclass(Scheduler, SchedulerDisaggregationPrefillMixin) and issubclass(Scheduler, SchedulerDisaggregationDecodeMixin)

@@ -43,7 +43,7 @@ ROUTE = None
 class Site:
     """Error accounting of one (target, instrument) pair."""
 
-    __slots__ = ("binding", "target", "features", "errors", "logged")
+    __slots__ = ("binding", "target", "features", "errors", "logged", "synchronous")
 
     def __init__(self, binding, target: str, features: tuple):
         self.binding = binding
@@ -51,6 +51,11 @@ class Site:
         self.features = features
         self.errors = 0
         self.logged = False
+        # A rank-synchronous feature (the graph-vs-eager rerun, which joins
+        # the TP collectives) is never switched off on one rank alone: the
+        # other ranks would rerun without it and wait forever. Its errors are
+        # counted and logged; the rerun itself always runs.
+        self.synchronous = features == ("graphdiff.rerun",)
 
     def on(self) -> bool:
         return any(self.binding.feature_on(f) for f in self.features)
@@ -63,7 +68,7 @@ class Site:
             log.warning("kvcanary: %s at %s raised %s: %s (the engine is unaffected; further "
                         "errors here are counted)", "/".join(self.features), self.target,
                         type(exc).__name__, exc, exc_info=exc)
-        if self.errors >= MAX_ERRORS:
+        if self.errors >= MAX_ERRORS and not self.synchronous:
             self.binding.disable(self.features, "%d errors at %s" % (self.errors, self.target))
 
 
@@ -95,6 +100,8 @@ class Binding:
         self.checksum = Checksum(self)
         self.canary = Canary(self)
         self.graphdiff = GraphDiff(self)
+        if emitter is not None:
+            self._report_to(emitter)
 
     # -- features -------------------------------------------------------
     def feature_on(self, feature: str) -> bool:
@@ -137,7 +144,28 @@ class Binding:
             from ..emitter import get_emitter
 
             self._emitter = get_emitter()
+            self._report_to(self._emitter)
         return self._emitter
+
+    def _report_to(self, em) -> None:
+        add = getattr(em, "add_run_end_source", None)
+        if add is not None:
+            add(self.run_end_report)
+
+    def run_end_report(self):
+        """(dropped, error) for this process's run.end: device work dropped or
+        failed before it became an event, and every feature switched off
+        (missing target, repeated errors) with why. A producer whose run.end
+        says nothing lost nothing."""
+        st = self.deferred.stats
+        dropped = st.get("dropped", 0) + st.get("errors", 0)
+        notes = ["%s off: %s" % (f, why) for f, why in sorted(self.disabled.items())
+                 if self.settings.instrument(f.split(".", 1)[0]) or f.startswith("replay.")]
+        if self.stats["errors"]:
+            notes.append("%d instrument errors" % self.stats["errors"])
+        if self.checksum.skipped_not_held:
+            notes.append("%d room checksums skipped (index-K on the host)" % self.checksum.skipped_not_held)
+        return dropped, "; ".join(notes)
 
     def emit(self, kind: str, body: dict) -> bool:
         try:
@@ -250,8 +278,9 @@ class Binding:
         the largest captured bucket runs eager_runner.execute, and the
         engine's writes there need the same canary).
 
-        Graph or eager comes from the result, (output, can_run_graph) as
-        _forward_raw returns it; the bucket from the graph runner's bs, set by
+        Graph or eager comes from the result's can_run_graph (a
+        ModelRunnerOutput; a tuple in older versions); the bucket from the
+        graph runner's bs, set by
         its load_batch during the call. An unrecognised result leaves the mode
         unknown: the canary still runs (no padding claimed) and no replay
         event is sent, since a replay's mode is graph or eager, never a guess.
@@ -334,9 +363,15 @@ class StepView:
         self.mode = None
 
     def settle(self, result) -> None:
-        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], bool)):
+        """Read graph-or-eager from _forward_raw's result: a ModelRunnerOutput
+        (.can_run_graph, current SGLang) or an (output, can_run_graph) tuple
+        (earlier versions)."""
+        graph = getattr(result, "can_run_graph", None)
+        if graph is None and isinstance(result, tuple) and len(result) == 2:
+            graph = result[1]
+        if not isinstance(graph, bool):
             return
-        if not result[1]:
+        if not graph:
             self.mode, self.bs = "eager", self.raw_bs
             return
         self.mode = "graph"

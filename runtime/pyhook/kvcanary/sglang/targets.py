@@ -41,6 +41,9 @@ class Target:
     aliases: tuple = ()  # older/newer dotted names of the same function, tried in order
     hooked: bool = True  # False: read for documentation only, never patched
     needs: tuple = ()  # other dotted names the hook uses (resolved with the target)
+    # strict: parameters after `params` must have defaults. Off where SGLang's
+    # own signature has required ones the hook only passes through.
+    strict: bool = True
 
     @property
     def instruments(self) -> tuple:
@@ -92,7 +95,7 @@ TARGETS: tuple = (
         "decode-mode forward_batch (as for execute); the result's can_run_graph (graph replay or "
         "eager_runner.execute: the canary brackets both), self.decode_cuda_graph_runner.raw_bs/bs "
         "after a graph step (padding)",
-        ("self", "forward_batch")),
+        ("self", "forward_batch"), strict=False),
 )
 
 # The module that provides the indexer capturer's getter and setter.
@@ -225,7 +228,7 @@ def resolve(target: Target, modules: dict | None = None) -> Resolved:
             func = _raw_attr(owner, rest[-1]) if rest else obj
             if not callable(func):
                 raise TypeError("%s is not callable" % dotted)
-            bad = check_params(func, target.params, strict=target.hooked)
+            bad = check_params(func, target.params, strict=target.hooked and target.strict)
             if bad:
                 raise TypeError(bad)
             for need in target.needs:

@@ -86,20 +86,24 @@ class ModelRunner:
             return
         self.decode_cuda_graph_runner = DecodeCudaGraphRunner(self)
 
-    def forward(self, forward_batch, skip_attn_backend_init: bool = False, pp_proxy_tensors=None) -> ModelRunnerOutput:
+    def forward(self, forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None,
+                reinit_attn_backend: bool = False, split_forward_count: int = 1) -> ModelRunnerOutput:
         self.forward_pass_id += 1
-        logits_output, can_run_graph = self._forward_raw(forward_batch, skip_attn_backend_init, pp_proxy_tensors)
+        output = self._forward_raw(forward_batch, pp_proxy_tensors, reinit_attn_backend, split_forward_count)
         capturer = get_global_indexer_capturer()
         if capturer is not None:
-            capturer.on_forward_end(forward_batch=forward_batch, can_run_graph=can_run_graph,
-                                    cuda_graph_batch=self.decode_cuda_graph_runner.bs if can_run_graph else None)
-        return ModelRunnerOutput(logits_output=logits_output, can_run_graph=can_run_graph)
+            capturer.on_forward_end(forward_batch=forward_batch, can_run_graph=output.can_run_graph,
+                                    cuda_graph_batch=getattr(self.decode_cuda_graph_runner, "bs", None))
+        return output
 
-    def _forward_raw(self, forward_batch, skip_attn_backend_init: bool = False, pp_proxy_tensors=None):
+    def _forward_raw(self, forward_batch, pp_proxy_tensors, reinit_attn_backend: bool = False,
+                     split_forward_count: int = 1) -> ModelRunnerOutput:
+        # SGLang's signature (pp_proxy_tensors required) and result: a
+        # ModelRunnerOutput whose can_run_graph says graph replay or eager.
         runner = self.decode_cuda_graph_runner
         can_run_graph = bool(runner is not None and runner.can_run_graph(forward_batch))
         if can_run_graph:
             ret = runner.execute(forward_batch, pp_proxy_tensors=pp_proxy_tensors)
         else:
             ret = self.eager_runner.execute(forward_batch, pp_proxy_tensors=pp_proxy_tensors)
-        return ret, can_run_graph
+        return ModelRunnerOutput(logits_output=ret, can_run_graph=can_run_graph)
