@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -410,6 +411,10 @@ type WrapSummary struct {
 	Log      string `json:"log,omitempty"`
 
 	Layers []WrapLayer `json:"layers"`
+	// ProducerNotes are the producers' run.end errors: instruments switched
+	// off (a missing hook target, repeated errors) and evidence lost before
+	// it became an event. A layer they name is "partial", never "ok".
+	ProducerNotes []string `json:"producer_notes,omitempty"`
 }
 
 // Layer verdicts.
@@ -418,6 +423,7 @@ const (
 	layerFinding     = "finding"
 	layerNotMeasured = "not measured"
 	layerOneSide     = "one side only" // checksums of one PD side: nothing to compare here
+	layerPartial     = "partial"       // ok so far, but a producer reported its instrument off or evidence lost
 )
 
 // WrapLayer is one layer's verdict.
@@ -450,6 +456,7 @@ type wrapTally struct {
 	mu              sync.Mutex
 	findings        map[string]int
 	producerDropped uint64
+	producerNotes   []string // run.end errors, "proc pid N: …"
 }
 
 func (t *wrapTally) Publish(ev hook.Event) {
@@ -462,6 +469,9 @@ func (t *wrapTally) Publish(ev hook.Event) {
 	case *hook.RunEnd:
 		if b != nil {
 			t.producerDropped += b.Dropped
+			if b.Error != "" && len(t.producerNotes) < 64 {
+				t.producerNotes = append(t.producerNotes, fmt.Sprintf("%s pid %d: %s", ev.Src.Proc, ev.Src.PID, b.Error))
+			}
 		}
 	}
 	t.mu.Unlock()
@@ -740,8 +750,10 @@ func wrapRun(opts *WrapOptions) error {
 		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections,
 		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), DroppedProducer: tally.producerDropped,
 		CutOff: info.cutOff, Record: opts.Record, Log: opts.Log,
-		Layers: wrapLayers(as, st.ByKind, tally.findings),
+		Layers:        wrapLayers(as, st.ByKind, tally.findings),
+		ProducerNotes: slices.Clone(tally.producerNotes),
 	}
+	markPartial(sum.Layers, sum.ProducerNotes, sum.DroppedProducer > 0)
 	tally.mu.Unlock()
 	if sum.Settings == nil {
 		sum.Settings = []WrapSetting{}
@@ -868,6 +880,35 @@ func wrapLayers(as []hook.Analyzer, byKind map[string]uint64, findings map[strin
 	return out
 }
 
+// markPartial turns an "ok" layer into "partial" when a producer reported
+// its instrument switched off ("canary.replay off: …"), or producers dropped
+// events or failed on instrument work (dropped): what was judged is clean,
+// but not everything was judged.
+func markPartial(layers []WrapLayer, notes []string, dropped bool) {
+	lost := dropped
+	for _, n := range notes {
+		lost = lost || strings.Contains(n, "instrument errors")
+	}
+	for i := range layers {
+		l := &layers[i]
+		if l.Status != layerOK {
+			continue
+		}
+		inst := map[string]string{checksum.AnalyzerName: "checksum.", canary.AnalyzerName: "canary.", graphdiff.AnalyzerName: "graphdiff."}[l.Analyzer]
+		for _, n := range notes {
+			if inst != "" && strings.Contains(n, inst) {
+				l.Status = layerPartial
+				l.Detail += "; a producer reported: " + n
+				break
+			}
+		}
+		if l.Status == layerOK && lost {
+			l.Status = layerPartial
+			l.Detail += "; producers lost evidence (see dropped and producer lines)"
+		}
+	}
+}
+
 func layerVerdict(l WrapLayer, kind hook.Kind, known bool) (status, detail string) {
 	if known && l.Events == 0 {
 		return layerNotMeasured, "no " + kind.String() + " events"
@@ -936,6 +977,9 @@ func writeWrapSummary(w io.Writer, s WrapSummary) error {
 		fmt.Fprintf(&b, "; %s cut off by --drain, what they sent later is not counted", plural(int64(s.CutOff), "producer"))
 	}
 	b.WriteString("\n")
+	for _, n := range s.ProducerNotes {
+		fmt.Fprintf(&b, "wrap: producer %s\n", cmdutil.Quote(n))
+	}
 	if s.Record != "" {
 		fmt.Fprintf(&b, "wrap: recorded %d events to %s\n", s.Recorded, cmdutil.Quote(s.Record))
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -208,6 +209,7 @@ if mode == "trap":
         print("got signal", sig, flush=True)
         sys.exit(0)
     signal.signal(signal.SIGINT, on_int)
+    signal.signal(signal.SIGTERM, on_int)
 elif mode == "ignore":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 if mode in ("trap", "ignore"):
@@ -418,6 +420,29 @@ func TestWrapForwardsSIGINT(t *testing.T) {
 		if !strings.Contains(w.errOut.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, w.errOut)
 		}
+	}
+}
+
+// TestWrapForwardsHangupAsTerm: a closed terminal (SIGHUP) must not end
+// wrap alone and orphan the engine in its own process group: the command
+// gets SIGTERM.
+func TestWrapForwardsHangupAsTerm(t *testing.T) {
+	w := newWrapTest(t)
+	done := make(chan error, 1)
+	args := append([]string{"--"}, w.childArgs("0", "trap")...)
+	go func() { done <- w.run(args...) }()
+	waitUntil(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	w.sigs <- syscall.SIGHUP
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("wrap: %v\nstderr:\n%s", err, w.errOut)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("wrap did not end after SIGHUP\nstderr:\n%s", w.errOut)
+	}
+	if !strings.Contains(w.out.String(), "got signal 15") {
+		t.Fatalf("the child did not get SIGTERM:\n%s\nstderr:\n%s", w.out, w.errOut)
 	}
 }
 
@@ -636,6 +661,41 @@ func TestWrapStandInEngine(t *testing.T) {
 		root.SetArgs([]string{"checksum", "compare", bundle})
 		if code := cmdutil.ExitCode(root.Execute()); code != tc.compare {
 			t.Errorf("%s: checksum compare of the bundle exits %d, want %d", tc.fault, code, tc.compare)
+		}
+	}
+}
+
+// TestWrapPartialLayers: a layer whose instrument a producer reported off,
+// or any layer when producers lost evidence, is "partial", never "ok".
+func TestWrapPartialLayers(t *testing.T) {
+	base := func() []WrapLayer {
+		return []WrapLayer{
+			{Layer: "transfer", Analyzer: checksum.AnalyzerName, Status: layerOK},
+			{Layer: "buffer", Analyzer: canary.AnalyzerName, Status: layerOK},
+			{Layer: "compute", Analyzer: graphdiff.AnalyzerName, Status: layerNotMeasured},
+		}
+	}
+	status := func(ls []WrapLayer) []string {
+		var out []string
+		for _, l := range ls {
+			out = append(out, l.Status)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		notes   []string
+		dropped bool
+		want    []string
+	}{
+		{nil, false, []string{layerOK, layerOK, layerNotMeasured}},
+		{[]string{"sglang pid 7: canary.replay off: target missing: sglang…_forward_raw"}, false, []string{layerOK, layerPartial, layerNotMeasured}},
+		{nil, true, []string{layerPartial, layerPartial, layerNotMeasured}},
+		{[]string{"sglang pid 7: 4 instrument errors"}, false, []string{layerPartial, layerPartial, layerNotMeasured}},
+	} {
+		ls := base()
+		markPartial(ls, c.notes, c.dropped)
+		if got := status(ls); !slices.Equal(got, c.want) {
+			t.Errorf("notes %q dropped %v: %v, want %v", c.notes, c.dropped, got, c.want)
 		}
 	}
 }

@@ -13,8 +13,11 @@ import (
 
 // The process-group side of `kvcanary wrap` (wrap.go).
 
-// wrapSignals are the signals wrap forwards to the command.
-var wrapSignals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+// wrapSignals are the signals wrap forwards to the command. A hangup (the
+// terminal closed) or SIGQUIT would otherwise end wrap alone and leave the
+// engine, in its own process group, holding the GPUs: they are forwarded as
+// SIGTERM.
+var wrapSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 func wrapSupported() error { return nil }
 
@@ -29,7 +32,7 @@ func ownProcessGroup(cmd *exec.Cmd) {
 // kill — and returns the name of what it sent.
 func signalGroup(pgid int, s os.Signal, kill bool) string {
 	sig, _ := s.(syscall.Signal)
-	if sig == 0 {
+	if sig == 0 || sig == syscall.SIGHUP || sig == syscall.SIGQUIT {
 		sig = syscall.SIGTERM
 	}
 	if kill {

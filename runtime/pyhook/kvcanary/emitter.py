@@ -192,6 +192,8 @@ class Emitter:
         self._sent = self._dropped = self._invalid = self._connects = 0
         self._last_error = ""
         self._run_end_sent = False
+        if not hasattr(self, "_run_end_sources"):
+            self._run_end_sources: list = []  # survive a fork's reset: the binding registered once
 
     def _after_fork_child(self) -> None:
         old = self._sock
@@ -360,12 +362,31 @@ class Emitter:
             self._warn_once("invalid", "kvcanary: %s event not sent: %s", kind, e)
             return None
 
+    def add_run_end_source(self, fn) -> None:
+        """Register fn() -> (dropped: int, error: str), asked when run.end is
+        built: evidence lost before the emitter (work dropped or failed on the
+        way to an event, instruments switched off) is reported with the
+        emitter's own drops, so a collector never shows a partial run as
+        whole."""
+        self._run_end_sources.append(fn)
+
     def _run_end_line(self) -> bytes:
         with self._lock:
             dropped = self._dropped
+        errors = []
+        for fn in list(self._run_end_sources):
+            try:
+                d, err = fn()
+                dropped += max(0, int(d))
+                if err:
+                    errors.append(str(err))
+            except Exception as e:  # noqa: BLE001 - a report must not stop run.end
+                errors.append("run.end report failed: %s" % e)
         body = {"wall_ns": max(0, time.monotonic_ns() - self._t0)}
         if dropped:
             body["dropped"] = dropped
+        if errors:
+            body["error"] = "; ".join(errors)
         return encode_event("run.end", body, time.time_ns(), self.proc, self._pid, self.run)
 
     def _write(self, data: bytes, n: int) -> bool:

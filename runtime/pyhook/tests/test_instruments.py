@@ -284,6 +284,33 @@ def test_pop_transferred_digests_returned_requests_with_queue_rank():
     assert e["stage"] == "transferred" and e["side"] == "decode" and e["rank"] == 2
 
 
+def test_transferred_skips_requests_received_into_host_memory():
+    """pop_transferred returns a host-received request before its restore
+    (newer SGLang restores inside get_new_prebuilt_batch): its device slots
+    do not hold the room yet, so it is skipped and counted, not digested."""
+    em = ListEmitter()
+    b = Binding(settings(), em)
+    pool, r2t = Pool(), R2T()
+    place(r2t, 3, [4], 20)
+    place(r2t, 4, [5], 20)
+    sched = Sched(pool, r2t)
+    held, on_host = Req("d", 9, 20, 3), Req("h", 10, 20, 4)
+    held.kv.holds_kv, on_host.kv.holds_kv = True, False
+    q = types.SimpleNamespace(scheduler=sched, tp_rank=0, queue=[])
+    b.hook_for(T.by_name(POP))([held, on_host], q)
+    assert [e["request"] for e in em.of("room.checksum")] == ["d"] and b.checksum.skipped_not_held == 1
+
+
+def test_move_with_host_lists_and_only_while_the_canary_runs():
+    b = Binding(settings(instruments=frozenset({"canary"})), ListEmitter())
+    b.canary.on_move(None, [4, 70, 130], [1, 2, 3])
+    from kvcanary.sglang.instruments.canary import move_pages
+    assert move_pages(b.canary._moves, "cpu").tolist() == [0, 1, 2]
+    off = Binding(settings(instruments=frozenset({"checksum"})), ListEmitter())
+    off.canary.on_move(None, torch.tensor([4]), torch.tensor([5]))
+    assert off.canary._moves == []  # nothing drains it while the canary is off: nothing kept
+
+
 # --- canary and graphdiff: a fake decode engine -------------------------------------------
 
 
@@ -331,12 +358,16 @@ class MR:
         self.eager_byte = None  # eager stores this byte instead (restore test)
         self.decode_cuda_graph_runner = None  # set by decode_engine
 
-    def _forward_raw(self, forward_batch, skip_attn_backend_init=False, pp_proxy_tensors=None):
+    def _forward_raw(self, forward_batch, pp_proxy_tensors, reinit_attn_backend=False, split_forward_count=1):
         """Graph replay up to the bucket (4 rows), eager above, as SGLang's
-        _forward_raw returns it: (output, can_run_graph)."""
-        if forward_batch.batch_size <= 4:
-            return self.decode_cuda_graph_runner.execute(forward_batch, pp_proxy_tensors=pp_proxy_tensors), True
-        return self.eager_runner.execute(forward_batch, pp_proxy_tensors=pp_proxy_tensors), False
+        _forward_raw returns it: a ModelRunnerOutput (or, set tuple_result,
+        the (output, can_run_graph) of earlier versions)."""
+        graph = forward_batch.batch_size <= 4
+        runner = self.decode_cuda_graph_runner if graph else self.eager_runner
+        ret = runner.execute(forward_batch, pp_proxy_tensors=pp_proxy_tensors)
+        if getattr(self, "tuple_result", False):
+            return ret, graph
+        return types.SimpleNamespace(logits_output=ret, can_run_graph=graph)
 
     def forward(self, fb, graph):
         val = (self.forward_pass_id * 7 + 3) % 256
@@ -398,7 +429,8 @@ def step(mr, runner, idx, seqs, rids):
     mr.forward_pass_id += 1
     locs = [int(mr.req_to_token_pool.req_to_token[i, s - 1]) for i, s in zip(idx, seqs)]
     fb = FB(idx, seqs, locs, rids, mr.req_to_token_pool.req_to_token.device)
-    out, _ = mr._forward_raw(fb)
+    res = mr._forward_raw(fb, None)
+    out = res[0] if isinstance(res, tuple) else res.logits_output
     runner.model_runner.binding.deferred.flush(60)  # CUDA: events are built by the worker thread
     return out, fb
 
@@ -485,8 +517,18 @@ def test_canary_skips_forwards_that_are_not_decode():
     fb = FB([0], [100], [99], ["a"])
     fb.forward_mode = types.SimpleNamespace(is_decode=lambda: False)  # an extend (prefill) forward
     mr.forward_pass_id += 1
-    mr._forward_raw(fb)
+    mr._forward_raw(fb, None)
     assert em.of("canary.pages") == [] and em.of("replay") == []
+
+
+def test_replay_mode_from_a_tuple_result_of_earlier_versions():
+    em = ListEmitter()
+    b = Binding(settings(instruments=frozenset({"canary"})), em)
+    pool, r2t, mr, runner, pages = decode_engine(b, n_reqs=5)
+    mr.tuple_result = True
+    step(mr, runner, [0, 1, 2, 3, 4], [100] * 5, ["a", "b", "c", "d", "e"])
+    step(mr, runner, [0, 1], [101] * 2, ["a", "b"])
+    assert [(r["mode"], r.get("bucket")) for r in em.of("replay")] == [("eager", None), ("graph", 4)]
 
 
 def test_canary_between_is_skipped_across_unobserved_forwards_and_sampling_pairs():
@@ -602,7 +644,8 @@ def test_graphdiff_indexer_topk_capturer_chains_and_reports_per_layer():
     assert {x["source"] for x in s} == {"indexer_topk.1"}
     assert [x["topk_graph"] == x["topk_eager"] for x in s] == [True, True, False, False]
     assert s[2]["topk_graph"] == [0, 1, 7] and s[2]["k"] == 3
-    assert prev.seen.count(0) == 4 and prev.seen.count(1) == 4  # chained: every call forwarded
+    # chained: every engine forward's calls forwarded, the eager rerun's withheld (they are kvcanary's)
+    assert prev.seen.count(0) == 2 and prev.seen.count(1) == 2
 
 
 def H_graphdiff_capturer(b, prev):
@@ -625,14 +668,18 @@ def test_an_instrument_that_raises_never_reaches_the_engine_and_is_disabled():
         raise RuntimeError("instrument bug")
 
     b.canary.pre = boom
-    b.graphdiff.post = boom
-    for s in range(H.MAX_ERRORS + 2):
+    b.graphdiff._save_rows = boom  # fails before the eager rerun
+    n = H.MAX_ERRORS + 2
+    for s in range(n):
         out, fb = step(mr, runner, [0], [100 + s], ["a"])
         assert out.next_token_logits.shape == (1, MR.VOCAB)
-    assert not b.feature_on("canary.replay") and not b.feature_on("graphdiff.rerun")
-    assert b.feature_on("replay.step")
-    assert b.stats["errors"] == 2 * H.MAX_ERRORS
-    assert len(em.of("replay")) == H.MAX_ERRORS + 2
+    assert not b.feature_on("canary.replay") and b.feature_on("replay.step")
+    # The rerun joins the TP collectives: a failure around it never skips it
+    # on this rank, and never switches it off here alone.
+    assert b.feature_on("graphdiff.rerun") and mr.eager_runner.calls == n
+    assert em.of("graphdiff.sample") == []
+    assert b.stats["errors"] == H.MAX_ERRORS + n
+    assert len(em.of("replay")) == n
 
 
 def test_the_engine_exception_passes_through_unchanged():
@@ -761,3 +808,34 @@ def test_capturer_copies_only_while_a_sampled_step_runs_but_always_chains():
     alone = TopkCapturer(b.graphdiff, None)
     assert alone.on_forward_end(forward_batch=None, can_run_graph=True, cuda_graph_batch=4) is None
     assert alone.get_topk(req_pool_idx=0, seqlen=1, req_to_token_pool=None) is None
+
+
+def test_graphdiff_is_off_under_dp_attention_on_every_rank_alike():
+    """Idle DP ranks replay in IDLE mode: a rerun on the busy ranks alone would
+    hang their collectives, so no rank reruns (server_args is the same on all)."""
+    em = ListEmitter()
+    b = Binding(settings(instruments=frozenset({"graphdiff"})), em)
+    pool, r2t, mr, runner, pages = decode_engine(b)
+    mr.server_args = types.SimpleNamespace(enable_dp_attention=True)
+    step(mr, runner, [0, 1], [100, 100], ["a", "b"])
+    assert mr.eager_runner.calls == 0 and em.of("graphdiff.sample") == []
+    mr.server_args.enable_dp_attention = False
+    step(mr, runner, [0, 1], [101, 101], ["a", "b"])
+    assert mr.eager_runner.calls == 1 and em.of("graphdiff.sample") != []
+
+
+def test_run_end_reports_work_lost_before_the_emitter_and_features_off(unix_collector):
+    """Deferred drops and build errors count as dropped in run.end, and every
+    feature switched off says why: a collector never shows a partial run as
+    whole."""
+    from kvcanary.emitter import Emitter
+    em = Emitter(unix_collector.addr, run="r")
+    b = Binding(settings(instruments=frozenset({"canary", "checksum"})), em)
+    b.deferred.stats["dropped"] += 3
+    b.deferred.stats["errors"] += 2
+    b.disable(("canary.replay",), "3 errors at X")
+    em.close()
+    assert unix_collector.wait(lambda c: any(e["kind"] == "run.end" for e in c.events))
+    (end,) = [e for e in unix_collector.events if e["kind"] == "run.end"]
+    assert end["body"]["dropped"] == 5
+    assert "canary.replay off: 3 errors at X" in end["body"]["error"]

@@ -122,7 +122,10 @@ class Finder(importlib.abc.MetaPathFinder):
         if not any(self.b.feature_on(f) for f in t.features):
             return
         owner, attr = res.owner, res.attr
-        current = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr)
+        # A method the named class inherits (resolution walked its MRO) is
+        # wrapped on the named class itself, shadowing the base's for it and
+        # its subclasses, which is what the target names.
+        current = owner.__dict__.get(attr, res.func) if isinstance(owner, type) else getattr(owner, attr)
         if current is None or hooks.is_kvcanary_wrapped(current):
             return
         if isinstance(current, (staticmethod, classmethod)):

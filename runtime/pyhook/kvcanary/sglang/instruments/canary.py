@@ -44,6 +44,7 @@ from ..hooks import step_of
 
 log = logging.getLogger("kvcanary")
 PAGE = A.PAGE
+MOVES_MAX = 4096  # IndexKeyCache.move calls remembered between two forwards
 
 
 def entry_pages(r2t, idx: torch.Tensor, lens: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -76,6 +77,7 @@ class Canary:
     def __init__(self, b):
         self.b = b
         self._moves: list = []
+        self._moves_over = False  # the window saw more than MOVES_MAX moves
         self._queues = weakref.WeakSet()
         self._strong: list = []
         self._prev = None  # host state of the last check (touched only by build)
@@ -89,13 +91,20 @@ class Canary:
 
     # -- writers between forwards -------------------------------------------------
     def on_move(self, cache, *args, **kwargs):
-        """BEFORE IndexKeyCache.move(tgt_loc, src_loc): the pages it should write."""
+        """BEFORE IndexKeyCache.move(tgt_loc, src_loc): the pages it should write.
+        Only the canary's forward hook drains the list, so nothing is kept
+        while it is off, and a window keeps at most MOVES_MAX calls (past
+        that the window is not judged: its expected set would be incomplete)."""
+        if not self.b.feature_on("canary.replay"):
+            return
+        if len(self._moves) >= MOVES_MAX:
+            self._moves_over = True
+            return
         tgt = args[0] if args else kwargs.get("tgt_loc")
         if isinstance(tgt, torch.Tensor):
             self._moves.append(torch.div(tgt.reshape(-1).long(), PAGE, rounding_mode="floor"))
-        elif tgt is not None:
-            self._moves.append(torch.div(torch.as_tensor(tgt, dtype=torch.int64).reshape(-1), PAGE,
-                                         rounding_mode="floor"))  # a host list: stays on the host
+        elif tgt is not None:  # a host list: kept as ints, copied pinned in pre()
+            self._moves.append([int(v) // PAGE for v in tgt])
 
     def on_pop_transferred(self, result, queue, *args, **kwargs):
         try:
@@ -129,6 +138,7 @@ class Canary:
 
     def pre(self, runner, fb):
         moves, self._moves = self._moves, []
+        moves_over, self._moves_over = self._moves_over, False
         step = step_of(runner)
         if step < 0:
             step = self._count
@@ -200,8 +210,7 @@ class Canary:
         return {"step": step, "bufs": bufs, "cand": cand, "before": before, "owner": owner[cand],
                 "live": live_c, "transfer": t_c, "expected": expected, "names": names,
                 "rids": rids, "bs": bs, "num_pages": num_pages, "policy": policy,
-                "moves": torch.cat([m.to(dev, non_blocking=True) for m in moves]) if moves
-                else torch.empty(0, dtype=torch.int64, device=dev)}
+                "moves": move_pages(moves, dev), "moves_over": moves_over}
 
     def post(self, st, runner, fb, result):
         after = D.page_bsums(st["bufs"], st["cand"])
@@ -212,7 +221,7 @@ class Canary:
         between = self.b.feature_on("canary.between")
         tensors = {k: st[k] for k in ("cand", "before", "owner", "live", "transfer", "expected", "moves")}
         tensors["after"] = after
-        ctx = {k: st[k] for k in ("step", "names", "rids", "num_pages", "policy")}
+        ctx = {k: st[k] for k in ("step", "names", "rids", "num_pages", "policy", "moves_over")}
 
         def build(h):
             return self._build(h, ctx, padded, between)
@@ -237,7 +246,7 @@ class Canary:
         base = {"policy": ctx["policy"], "pages_total": ctx["num_pages"], "running": rids}
         out = []
         prev = self._prev
-        if between_on and prev is not None and prev["step"] == step - 1:
+        if between_on and prev is not None and prev["step"] == step - 1 and not ctx["moves_over"]:
             changed, checked = [], set()
             for p in sorted(pages):
                 if p not in prev["after"]:
@@ -271,6 +280,18 @@ class Canary:
                       "owner": {p: v[2] for p, v in pages.items()}, "transfer": transfer_set,
                       "running": running}
         return out
+
+
+def move_pages(moves: list, dev) -> torch.Tensor:
+    """The pages of a window's move calls on `dev`: device tensors copied
+    non-blocking, host ints in one pinned copy (A.host_ints)."""
+    parts = [m.to(dev, non_blocking=True) for m in moves if isinstance(m, torch.Tensor)]
+    host = [v for m in moves if not isinstance(m, torch.Tensor) for v in m]
+    if host:
+        parts.append(A.host_ints(host, dev))
+    if not parts:
+        return torch.empty(0, dtype=torch.int64, device=dev)
+    return torch.cat(parts)
 
 
 def _clean(body: dict) -> dict:

@@ -27,12 +27,19 @@ ZERO = "0x0000000000000000"
 SEEN_MAX = 65536  # (room, stage, rank) remembered to digest "admitted" once
 
 
+def not_held(req) -> bool:
+    """req.kv.holds_kv is False: its index-K is in host memory, not on the
+    device (newer SGLang; an absent attribute means held)."""
+    kv = getattr(req, "kv", None)
+    return kv is not None and getattr(kv, "holds_kv", True) is False
+
+
 class Checksum:
     def __init__(self, b):
         self.b = b
         self._seen: OrderedDict = OrderedDict()
         self._warned = set()
-        self.skipped_not_held = 0  # "admitted" digests skipped: index-K still on the host
+        self.skipped_not_held = 0  # digests skipped: index-K still on the host
 
     # -- hooks ------------------------------------------------------------
     def on_send_kv_chunk(self, result, sched, *args, **kwargs):
@@ -48,6 +55,12 @@ class Checksum:
         sched = getattr(queue, "scheduler", None)
         rank = A.rank_of(queue)
         for req in result:
+            if not_held(req):
+                # Received into host memory (newer SGLang): restored to the
+                # device only inside get_new_prebuilt_batch. Digesting the
+                # device slots now would be a false mismatch.
+                self.skipped_not_held += 1
+                continue
             self.digest(sched, req, "decode", "transferred", rank)
 
     def on_prebuilt(self, sched, *args, **kwargs):
@@ -67,8 +80,7 @@ class Checksum:
             pass
         rank = A.rank_of(sched)
         for req in waiting[:n]:
-            kv = getattr(req, "kv", None)
-            if kv is not None and getattr(kv, "holds_kv", True) is False:
+            if not_held(req):
                 # Newer SGLang restores host-received requests inside
                 # get_new_prebuilt_batch: before it their device index-K is not
                 # there yet, and a digest would be a false mismatch.
@@ -77,10 +89,11 @@ class Checksum:
             key = (getattr(req, "bootstrap_room", None), getattr(req, "rid", None), rank)
             if key in self._seen:
                 continue
+            if not self.digest(sched, req, "decode", "admitted", rank):
+                continue  # skipped (no pool index yet, …): tried again on the next call
             self._seen[key] = True
             if len(self._seen) > SEEN_MAX:
                 self._seen.popitem(last=False)
-            self.digest(sched, req, "decode", "admitted", rank)
 
     # -- the digest ---------------------------------------------------------
     def _warn(self, key, msg, *a):

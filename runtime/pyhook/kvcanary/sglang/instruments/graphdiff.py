@@ -90,7 +90,9 @@ class TopkCapturer:
         self.armed = False  # a sampled step's two forwards are running
 
     def capture(self, layer_id, topk_indices):
-        if self._prev is not None:
+        # The eager rerun's selections are kvcanary's, not the engine's: SGLang's
+        # own capturer (--enable-return-indexer-topk) keeps the graph's.
+        if self._prev is not None and not self._gd.b.busy():
             self._prev.capture(layer_id=layer_id, topk_indices=topk_indices)
         try:
             # Copy while a sampled step runs (its Python-side forwards), and
@@ -177,6 +179,15 @@ class GraphDiff:
             self.capturer.armed = False  # whatever a failed step left behind
         if step < 0 or step % self.b.settings.graphdiff_every != 0:
             return None
+        sa = getattr(getattr(runner, "model_runner", None), "server_args", None)
+        if getattr(sa, "enable_dp_attention", False):
+            # Under DP attention an idle rank replays the same step in IDLE
+            # mode: a rerun on the busy ranks alone would wait forever in the
+            # MoE collectives. Every rank reads the same server_args, so every
+            # rank skips alike.
+            self._warn("dp", "graph-vs-eager reruns are off under --enable-dp-attention "
+                       "(idle DP ranks would not join the rerun's collectives)")
+            return None
         fm = getattr(fb, "forward_mode", None)
         if fm is not None and hasattr(fm, "is_decode") and not fm.is_decode():
             return None  # target-verify and other multi-token modes: rows are not requests
@@ -186,29 +197,39 @@ class GraphDiff:
         return {"step": step, "bs": int(fb.batch_size), "calls": cap.calls if cap is not None else 0}
 
     def post(self, st, runner, fb, pp, result):
+        """Rerun the sampled step eagerly and compare. Once pre() said this
+        step is sampled, the eager forward runs on this rank whatever fails
+        around it: every TP rank took the same decision from forward_pass_id,
+        and a rank that skipped the rerun would leave the others waiting in
+        its collectives. A failure before the rerun drops the comparison (and
+        is raised after it, to be counted), never the rerun."""
         mr = runner.model_runner
         raw_bs = getattr(runner, "raw_bs", None)
         raw_bs = raw_bs if isinstance(raw_bs, int) else st["bs"]
         bucket = getattr(runner, "bs", None)
         mode = self.b.settings.logits_mode
         cap = self.capturer
-        layers = sorted({k[0] for k in cap.bufs}) if cap is not None else []
-        g_logits = None
-        if mode != "none":
-            lg = logits_of(result)
-            if lg is not None:
-                g_logits = lg[:raw_bs].clone()
-        python_ran = cap is not None and cap.calls != st["calls"]
-        g_topk = {}
-        for L in layers:
-            t = cap.read(L, raw_bs, bucket, python_ran)
-            if t is not None:
-                g_topk[L] = t
-        calls1 = cap.calls if cap is not None else 0
-        saved = self._save_rows(mr, fb.out_cache_loc)
+        layers, g_logits, g_topk, saved, calls1, prep_err = [], None, {}, [], 0, None
+        try:
+            layers = sorted({k[0] for k in cap.bufs}) if cap is not None else []
+            if mode != "none":
+                lg = logits_of(result)
+                if lg is not None:
+                    g_logits = lg[:raw_bs].clone()
+            python_ran = cap is not None and cap.calls != st["calls"]
+            for L in layers:
+                t = cap.read(L, raw_bs, bucket, python_ran)
+                if t is not None:
+                    g_topk[L] = t
+            calls1 = cap.calls if cap is not None else 0
+            saved = self._save_rows(mr, fb.out_cache_loc)
+        except Exception as e:  # noqa: BLE001 - raised after the rerun
+            prep_err = e
         self.b.tls.busy = True
         try:
             e_res = mr.eager_runner.execute(fb, pp)
+            if prep_err is not None:
+                raise prep_err
             e_logits = None
             if g_logits is not None:
                 lg = logits_of(e_res)
