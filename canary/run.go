@@ -50,7 +50,7 @@ type Summary struct {
 	Between       *BetweenSummary `json:"between,omitempty"`
 	// UnknownPhase counts observations with a phase this analyzer does not
 	// know; they are not judged.
-	UnknownPhase uint64 `json:"unknown_phase,omitempty"`
+	UnknownPhase uint64 `json:"unknown_phase"`
 }
 
 // BetweenSummary aggregates the between-phase checks (SPEC.md §7). The

@@ -149,6 +149,12 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 	if s.Findings() {
 		return cmdutil.FindingError
 	}
+	if s.UnknownPhase > 0 {
+		// Observations this kvcanary cannot judge (a newer producer's phase):
+		// a clean exit would vouch for pages nobody classified.
+		return cmdutil.InputError(fmt.Errorf("%s: %s canary.pages events have a phase this kvcanary does not know; they were not judged (a newer producer? upgrade kvcanary)",
+			opts.Path, cmdutil.Commas(s.UnknownPhase)))
+	}
 	return nil
 }
 
