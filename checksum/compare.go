@@ -3,6 +3,7 @@ package checksum
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 
@@ -157,6 +158,15 @@ func layersKey(layers []int) uint32 {
 // sameDigest: exact repeat of the same record (identity compared apart).
 func (e *entry) sameDigest(o *entry) bool {
 	return e.bsum == o.bsum && e.xxh3 == o.xxh3 && e.seqLen == o.seqLen && e.meta&^(3<<27) == o.meta&^(3<<27) &&
+		e.layers == o.layers
+}
+
+// sameBytes: the same digests of the same room shape, whatever optional
+// details (page_xxh3, page_bsum, layer digests: the flags) either carried. A
+// producer's record seen once with page digests and once without is a
+// repeat, not a duplicate.
+func (e *entry) sameBytes(o *entry) bool {
+	return e.bsum == o.bsum && e.xxh3 == o.xxh3 && e.seqLen == o.seqLen && e.pages() == o.pages() &&
 		e.layers == o.layers
 }
 
@@ -541,7 +551,10 @@ func distinct(g []entry) (out []entry, repeats int64) {
 	out = g[:1]
 	for x := 1; x < len(g); x++ {
 		last := &out[len(out)-1]
-		if last.sameID(&g[x]) && last.sameDigest(&g[x]) {
+		if last.sameID(&g[x]) && last.sameBytes(&g[x]) {
+			if bits.OnesCount8(g[x].flags()) > bits.OnesCount8(last.flags()) {
+				*last = g[x] // keep the repeat that carries more detail (pass 2 localizes from it)
+			}
 			repeats++
 			continue
 		}

@@ -67,6 +67,11 @@ func TestCompareRanksAndStages(t *testing.T) {
 			r[0].SeqLen = 3 // prefill rank 0 claims a warmup length; rank 1 and decode say 300
 			return r
 		}(), ClassMismatch, []string{"prefill rank 0 sent"}, []RecordID{{Side: P, Rank: 0, Stage: S}}, 0},
+		{"a repeat without the page digests is a repeat, not a duplicate", func() []Record {
+			r := good()
+			r[2].PageBsum = []uint64{1, 2, 3, 4, 5}
+			return append(r, rrec(D, 0, T, 5, 6)) // the same producer's record, sent again without them
+		}(), ClassMatch, nil, nil, 1},
 		{"missing decode with ranks", []Record{rrec(P, 0, S, 5, 6), rrec(P, 1, S, 5, 6)}, ClassMissingDecode, []string{"no decode record"}, nil, 0},
 	}
 	for _, c := range cases {
