@@ -271,9 +271,9 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 			for _, d := range rr.Duplicates {
 				pb, px, db, dx := "-", "-", "-", "-"
 				if d.Side == hook.SidePrefill {
-					pb, px = d.Bsum.String(), d.XXH3.String()
+					pb, px = d.Bsum.String(), xxh3Cell(d.XXH3)
 				} else {
-					db, dx = d.Bsum.String(), d.XXH3.String()
+					db, dx = d.Bsum.String(), xxh3Cell(d.XXH3)
 				}
 				who := string(d.Side)
 				if d.Rank != 0 || d.Stage != "" || d.Node != "" {
@@ -285,10 +285,10 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 		}
 		pb, px, db, dx := "-", "-", "-", "-"
 		if rr.Prefill != nil {
-			pb, px = rr.Prefill.Bsum.String(), rr.Prefill.XXH3.String()
+			pb, px = rr.Prefill.Bsum.String(), xxh3Cell(rr.Prefill.XXH3)
 		}
 		if rr.Decode != nil {
-			db, dx = rr.Decode.Bsum.String(), rr.Decode.XXH3.String()
+			db, dx = rr.Decode.Bsum.String(), xxh3Cell(rr.Decode.XXH3)
 		}
 		pages := "-"
 		if len(rr.MismatchPages) > 0 {
@@ -384,4 +384,14 @@ func writeChecksumNotes(w io.Writer, rep *checksum.Report, bundles map[string]*b
 		}
 		fmt.Fprintf(w, "kvcanary: %d KV checksum mismatch reports name no room (%s)\n", n, strings.Join(ws, ", "))
 	}
+}
+
+// xxh3Cell shows an xxh3 of 0 as "not computed" (SPEC §9: engines that
+// digest on the GPU send bsum only), never as a digest that could be read as
+// a value both sides happen to share.
+func xxh3Cell(v hook.Hex64) string {
+	if v == 0 {
+		return "not computed"
+	}
+	return v.String()
 }
