@@ -8,6 +8,8 @@ when a thing is absent; callers skip that work (they never guess).
 
 from __future__ import annotations
 
+import logging
+
 import torch
 
 PAGE = 64  # tokens per index-K page (fixed at 64 on CUDA)
@@ -112,5 +114,16 @@ def rank_of(obj) -> int:
         from sglang.srt.runtime_context import get_parallel  # type: ignore
 
         return int(get_parallel().tp_rank)
-    except Exception:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001
+        # The wire has no "unknown" rank (0 is a single-rank producer's): say
+        # so once, so records of several ranks that all read 0 are explained.
+        global _rank_warned
+        if not _rank_warned:
+            _rank_warned = True
+            logging.getLogger("kvcanary").warning(
+                "kvcanary: the TP rank is unknown here (no ps.tp_rank, tp_rank or runtime_context: %s); "
+                "room checksums say rank 0, so compare may report several ranks' records as duplicates", e)
         return 0
+
+
+_rank_warned = False
