@@ -297,6 +297,11 @@ func watchRun(opts *WatchOptions) error {
 				}
 			}
 		}()
+		if collector != nil && writer != nil {
+			// Before the bus closes (and Record closes the writer): the
+			// footer says what this recording refused at ingest, as collect's.
+			writer.AddRejected(collector.Stats().Rejected)
+		}
 		bus.Close()
 		toView <- err
 		finished <- err

@@ -707,6 +707,11 @@ func wrapRun(opts *WrapOptions) error {
 		}
 		stopServe()
 		info.serveErr = <-serveDone
+		if writer != nil {
+			// Before the bus closes (and Record closes the writer): the
+			// footer says what this recording refused at ingest.
+			writer.AddRejected(c.Stats().Rejected)
+		}
 		bus.Close() // the dashboard sees "source finished"; the recorder drains
 		close(finished)
 		srcDone <- info.serveErr
