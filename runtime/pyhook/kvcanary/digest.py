@@ -98,10 +98,22 @@ def mix_(z: torch.Tensor) -> torch.Tensor:
 _pk_cache: dict = {}
 
 
+def _cache_key(device) -> tuple:
+    """(device, current stream): the constants are made and freed on the
+    stream that reads them. One stream's cached tensor replaced while another
+    stream still reads it would be freed under that reader (checksums run on
+    the scheduler's stream, the canary on the forward stream)."""
+    d = torch.device(device)
+    if d.type == "cuda":
+        return (str(d), torch.cuda.current_stream(d).cuda_stream)
+    return (str(d), 0)
+
+
 def _pos_consts(device, n: int) -> torch.Tensor:
     """((i+1)·K) for i in [0, n) on `device`: a view of a cached tensor that
-    grows by doubling, computed on the device (no host-to-device copy)."""
-    key = str(device)
+    grows by doubling, computed on the device (no host-to-device copy); one
+    per device and stream (_cache_key)."""
+    key = _cache_key(device)
     t = _pk_cache.get(key)
     if t is None or t.numel() < n:
         size = max(n, 2 * (t.numel() if t is not None else 1024))
@@ -231,7 +243,7 @@ _lc_pinned: dict = {}
 def _layer_consts(layers: Sequence[int], device) -> torch.Tensor:
     """((layer+1)·K) per layer id, int64 on `device`, cached (one small copy
     per distinct layer list and device, then none)."""
-    key = (str(device), tuple(layers))
+    key = (_cache_key(device), tuple(layers))
     t = _lc_cache.get(key)
     if t is None:
         vals = [_s64((l + 1) * 0x9E3779B97F4A7C15) for l in layers]
