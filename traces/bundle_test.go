@@ -37,7 +37,7 @@ func sampleEvents() []hook.Event {
 		&hook.Replay{Step: 1 << 40, BatchSize: 33, Bucket: 40, Mode: "graph", DurNS: 1500},
 		&hook.CanaryPages{Step: 7, PagesTotal: 1000, PagesChecked: 1000, Changed: []hook.PageChange{{Page: 5, Owner: "req-1", Before: 1, After: 2}, {Page: 9}}, Expected: []uint32{5}, Transfer: []uint32{9}, Running: []string{"req-1"}},
 		&hook.GraphDiffSample{Step: 3, Request: "req-2", Graph: hook.Float32s{1, float32(math.NaN()), float32(math.Inf(1))}, Eager: hook.Float32s{1, 2, 3}, TopKGraph: []int32{2, 1}},
-		&hook.Session{ID: "s-1", Outcome: hook.OutcomeLeak, Rounds: 4, Error: "ünïcödé ☃"},
+		&hook.Session{ID: "s-1", Outcome: hook.OutcomeLeak, Rounds: 4, Reason: "ünïcödé ☃"},
 		&hook.Sched{Phase: "decode", RunningReq: 30, QueueReq: 2, Tokens: 9000, TokenUsage: 0.93, CUDAGraph: true},
 		&hook.GPU{Devices: []hook.GPUDevice{{Index: 0, MemUsed: 1 << 34, MemTotal: 1 << 37, UtilGPU: 99, TempC: 71, Xid: 79}}},
 		&hook.CUDA{Call: "cuGraphLaunch", PID: 4242, TID: 4243, Stream: 0x7f00, GraphExec: 0xabc, StartNS: 10, EndNS: 20},

@@ -89,7 +89,7 @@ func eventSize(ev *hook.Event) int {
 			n += 32 + len(k) + len(v)
 		}
 	case *hook.Session:
-		n += len(b.Error) + 24*(len(b.Requests)+len(b.FinishReasons))
+		n += len(b.Reason) + len(b.Excerpt) + 24*(len(b.Requests)+len(b.FinishReasons))
 	}
 	return n
 }

@@ -33,7 +33,7 @@ var binaryFieldCount = map[reflect.Type]int{
 	reflect.TypeFor[PageChange]():      4,
 	reflect.TypeFor[CanaryPages]():     16,
 	reflect.TypeFor[GraphDiffSample](): 12,
-	reflect.TypeFor[Session]():         8,
+	reflect.TypeFor[Session]():         10,
 	reflect.TypeFor[Sched]():           9,
 	reflect.TypeFor[CUDA]():            10,
 	reflect.TypeFor[Finding]():         4,
@@ -269,11 +269,13 @@ func appendBinaryBody(dst []byte, body Body) ([]byte, error) {
 		e.str("id", v.ID)
 		e.str("outcome", v.Outcome)
 		e.b = appendInt(e.b, v.Rounds)
-		e.str("error", v.Error)
+		e.str("reason", v.Reason)
 		e.strs("finish_reasons", v.FinishReasons)
 		e.b = appendBool(e.b, v.Loop)
 		e.b = appendBool(e.b, v.Deviated)
 		e.strs("requests", v.Requests)
+		e.b = appendInt(e.b, v.Round)
+		e.str("excerpt", v.Excerpt)
 	case *Sched:
 		e.str("phase", v.Phase)
 		e.b = appendInt(e.b, v.RunningReq)
@@ -772,11 +774,16 @@ func decodeBinaryBody(k Kind, r *reader, sl *slabs) Body {
 		v.ID = r.str()
 		v.Outcome = r.str()
 		v.Rounds = r.int()
-		v.Error = r.str()
+		v.Reason = r.str()
 		v.FinishReasons = r.strs("finish_reasons")
 		v.Loop = r.bool("loop")
 		v.Deviated = r.bool("deviated")
 		v.Requests = r.strs("requests")
+		if r.end() {
+			return v // a producer from before round and excerpt
+		}
+		v.Round = r.int()
+		v.Excerpt = r.str()
 		return v
 	case KindSched:
 		v := sl.newSched()

@@ -203,7 +203,7 @@ func TestCollectorBadInput(t *testing.T) {
 	unknownKind := append([]byte{}, good...)
 	unknownKind[5] = 77
 	badUTF8 := mustFrame(t, Event{Kind: KindSession, Body: &Session{ID: "abc", Outcome: OutcomeDone}})
-	badUTF8[len(badUTF8)-3-5] = 0xff // inside "abc"? verified below
+	badUTF8[len(badUTF8)-3-5-2] = 0xff // inside "abc"? verified below
 	if _, _, err := DecodeFrame(badUTF8); ReasonOf(err) != ReasonBadUTF8 {
 		t.Fatalf("test frame: %v", err)
 	}

@@ -497,16 +497,49 @@ const (
 // Outcomes lists the session outcome classes in report order.
 var Outcomes = []string{OutcomeDone, OutcomeMaxRounds, OutcomeLeak, OutcomeNoTool, OutcomeError, OutcomeTimeout}
 
+// MaxExcerpt bounds Session.Excerpt in bytes, truncation mark included.
+const MaxExcerpt = 2048
+
 // Session is a finished session.
 type Session struct {
-	ID            string   `json:"id"`
-	Outcome       string   `json:"outcome"`
-	Rounds        int      `json:"rounds"`
-	Error         string   `json:"error,omitempty"`
+	ID      string `json:"id"`
+	Outcome string `json:"outcome"`
+	Rounds  int    `json:"rounds"`
+	// Reason says why the session ended as it did ("tool-call markup
+	// <tool_call> in content", "HTTP 503: …"); repro --json names it the
+	// same. Bundles from before it was named "reason" carry it as "error":
+	// both decode into Reason.
+	Reason        string   `json:"reason,omitempty"`
 	FinishReasons []string `json:"finish_reasons,omitempty"`
 	Loop          bool     `json:"loop,omitempty"`     // an n-gram loop was seen in the output
 	Deviated      bool     `json:"deviated,omitempty"` // ground truth from the twin: output left the script
 	Requests      []string `json:"requests,omitempty"` // engine request ids of the session's rounds
+	// Round is the round (1-based) that went wrong: the reply judged leak
+	// or no_tool, or the request that failed; 0 when none did or it is
+	// unknown. Requests[Round-1] is that reply's request id when it has one.
+	Round int `json:"round,omitempty"`
+	// Excerpt is the reply text that ended a corrupted session, at most
+	// MaxExcerpt bytes (a cut one ends with "… [N bytes in all]"), or, in a
+	// redacted bundle, "redacted: N bytes, sha256 HEX".
+	Excerpt string `json:"excerpt,omitempty"`
+}
+
+// UnmarshalJSON implements json.Unmarshaler: Session's fields, plus the
+// "error" key of older producers read as Reason ("reason" wins if both).
+func (b *Session) UnmarshalJSON(data []byte) error {
+	type plain Session
+	var v struct {
+		plain
+		Legacy *string `json:"error"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	*b = Session(v.plain)
+	if b.Reason == "" && v.Legacy != nil {
+		b.Reason = *v.Legacy
+	}
+	return nil
 }
 
 // Sched is a scheduler observation: a batch line or a retraction.

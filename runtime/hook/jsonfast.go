@@ -383,7 +383,7 @@ var fastBodies = map[Kind][]string{
 	KindReplay:       {"step", "bs", "bucket", "mode", "dur_ns"},
 	KindSched:        {"phase", "running_req", "queue_req", "tokens", "token_usage", "retracted", "new_token_ratio", "cuda_graph", "gen_throughput"},
 	KindRoomChecksum: {"room", "side", "seq_len", "pages", "bsum", "xxh3", "dtype", "request", "page_xxh3", "rank", "stage", "layers", "layer_bsum", "page_bsum"},
-	KindSession:      {"id", "outcome", "rounds", "error", "finish_reasons", "loop", "deviated", "requests"},
+	KindSession:      {"id", "outcome", "rounds", "reason", "finish_reasons", "loop", "deviated", "requests", "round", "excerpt"},
 	KindCUDA:         {"call", "pid", "tid", "stream", "graph_exec", "arg", "start_ns", "end_ns", "ret", "bytes"},
 }
 
@@ -621,9 +621,9 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 			case "rounds":
 				m.once(2)
 				v.Rounds = s.intv()
-			case "error":
+			case "reason", "error": // "error": older producers' name
 				m.once(3)
-				v.Error = s.str()
+				v.Reason = s.str()
 			case "finish_reasons":
 				m.once(4)
 				v.FinishReasons = s.strList()
@@ -636,6 +636,12 @@ func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
 			case "requests":
 				m.once(7)
 				v.Requests = s.strList()
+			case "round":
+				m.once(8)
+				v.Round = s.intv()
+			case "excerpt":
+				m.once(9)
+				v.Excerpt = s.str()
 			default:
 				s.give()
 			}

@@ -159,6 +159,12 @@ func (b *Session) validate() error {
 	if b.Rounds < 0 {
 		return negative(KindSession, "rounds", int64(b.Rounds))
 	}
+	if b.Round < 0 {
+		return negative(KindSession, "round", int64(b.Round))
+	}
+	if len(b.Excerpt) > MaxExcerpt {
+		return &valueError{KindSession, "excerpt", fmt.Sprintf("is %d bytes, over the %d-byte bound", len(b.Excerpt), MaxExcerpt)}
+	}
 	return nil
 }
 

@@ -75,6 +75,7 @@ func conform(b Body) {
 	case *Session:
 		v.Outcome = OutcomeLeak
 		abs(&v.Rounds)
+		abs(&v.Round)
 	case *Sched:
 		abs(&v.RunningReq)
 		abs(&v.QueueReq)
@@ -113,6 +114,8 @@ func valueCases() []valueCase {
 		{"session outcome empty", KindSession, func(b Body) { b.(*Session).Outcome = "" }, `session outcome "" is not one of`},
 		{"session outcome case", KindSession, func(b Body) { b.(*Session).Outcome = "DONE" }, `session outcome "DONE" is not one of`},
 		{"session rounds", KindSession, func(b Body) { b.(*Session).Rounds = -1 }, "session rounds -1 is negative"},
+		{"session round", KindSession, func(b Body) { b.(*Session).Round = -2 }, "session round -2 is negative"},
+		{"session excerpt", KindSession, func(b Body) { b.(*Session).Excerpt = strings.Repeat("é", MaxExcerpt) }, "session excerpt is 4096 bytes, over the 2048-byte bound"},
 		{"room side", KindRoomChecksum, func(b Body) { b.(*RoomChecksum).Side = "left" }, `room.checksum side "left" is not one of prefill|decode`},
 		{"room side empty", KindRoomChecksum, func(b Body) { b.(*RoomChecksum).Side = "" }, `room.checksum side "" is not one of prefill|decode`},
 		{"room seq_len", KindRoomChecksum, func(b Body) { b.(*RoomChecksum).SeqLen = -4096 }, "room.checksum seq_len -4096 is negative"},

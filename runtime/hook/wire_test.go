@@ -566,6 +566,7 @@ func TestBinaryBodiesFromOlderProducers(t *testing.T) {
 		{Event{Kind: KindRoomChecksum, TS: 1, Body: &RoomChecksum{Room: 3, Side: SidePrefill, SeqLen: 100, Pages: 2, Bsum: 5, XXH3: 6, PageSum: []Hex64{1, 2}}}, 5},
 		{Event{Kind: KindCanaryPages, TS: 1, Body: &CanaryPages{Step: 2, PagesTotal: 9, SlotChecked: true}}, 1},
 		{Event{Kind: KindGraphDiffSample, TS: 1, Body: &GraphDiffSample{Step: 3, Request: "r", K: 4}}, 1},
+		{Event{Kind: KindSession, TS: 1, Body: &Session{ID: "s1", Outcome: OutcomeLeak, Rounds: 2, Reason: "r", Requests: []string{"a", "b"}}}, 2},
 	} {
 		full := mustFrame(t, tc.ev)
 		old := slices.Clone(full[:len(full)-tc.appended])
@@ -584,5 +585,50 @@ func TestBinaryBodiesFromOlderProducers(t *testing.T) {
 				t.Errorf("%s: frame ending inside the appended fields: %v, want bad_body", tc.ev.Kind, err)
 			}
 		}
+	}
+}
+
+// TestSessionEvidence: a session's round and excerpt survive every codec,
+// and the reason older producers sent as "error" decodes as Reason on both
+// JSON paths (the fast decoder and encoding/json).
+func TestSessionEvidence(t *testing.T) {
+	want := Event{Kind: KindSession, TS: 7, Run: "r", Body: &Session{ID: "s004", Outcome: OutcomeLeak, Rounds: 3,
+		Reason: "tool-call markup <tool_call> in content", Requests: []string{"q1", "q2", "q3"}, Round: 3,
+		Excerpt: "I will call <tool_call>{\"name\": \"search\"}"}}
+	fr := mustFrame(t, want)
+	got, _, err := DecodeFrame(fr)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("binary: %+v, %v; want %+v", got.Body, err, want.Body)
+	}
+	line, err := want.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(line, []byte(`"reason":"tool-call markup`)) || bytes.Contains(line, []byte(`"error"`)) {
+		t.Errorf("JSON names the reason otherwise: %s", line)
+	}
+	got, _, err = DecodeJSONLine(line)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("JSON: %+v, %v; want %+v", got.Body, err, want.Body)
+	}
+	for _, l := range []string{
+		`{"v":1,"kind":"session","ts":1,"body":{"id":"s","outcome":"error","rounds":0,"error":"HTTP 503: busy"}}`,
+		// An unknown key sends the line down the encoding/json path.
+		`{"v":1,"kind":"session","ts":1,"body":{"id":"s","outcome":"error","rounds":0,"error":"HTTP 503: busy","later":1}}`,
+	} {
+		ev, _, err := DecodeJSONLine([]byte(l))
+		if err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		if r := ev.Body.(*Session).Reason; r != "HTTP 503: busy" {
+			t.Errorf("%s: reason %q, want the legacy error's text", l, r)
+		}
+	}
+	long := &Session{ID: "s", Outcome: OutcomeLeak, Excerpt: strings.Repeat("x", MaxExcerpt+1)}
+	if _, err := AppendFrame(nil, Event{Kind: KindSession, Body: long}); err == nil || !strings.Contains(err.Error(), "excerpt") {
+		t.Errorf("an excerpt over MaxExcerpt: %v, want an error naming excerpt", err)
+	}
+	if _, err := AppendFrame(nil, Event{Kind: KindSession, Body: &Session{ID: "s", Outcome: OutcomeLeak, Round: -1}}); err == nil || !strings.Contains(err.Error(), "round -1 is negative") {
+		t.Errorf("round -1: %v, want an error naming round", err)
 	}
 }
