@@ -133,7 +133,7 @@ type SessionResult struct {
 	Requests      []string `json:"requests"` // response ids
 	Reason        string   `json:"reason,omitempty"`
 	Loop          bool     `json:"loop,omitempty"`
-	Output        string   `json:"last_output,omitempty"` // the output that ended a corrupted session
+	Output        string   `json:"last_output,omitempty"` // the output that ended a corrupted session (Excerpt-bounded)
 }
 
 // HarnessResult is a harness run: the Summary contract plus extras.
@@ -311,8 +311,7 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 				}
 				finished++
 				pub.Publish(hook.Event{Kind: hook.KindSession, TS: time.Now().UnixNano(), Src: hook.Source{Proc: "repro"},
-					Body: &hook.Session{ID: sr.ID, Outcome: sr.Outcome, Rounds: sr.Rounds, Error: sr.Reason, FinishReasons: sr.FinishReasons,
-						Loop: sr.Loop, Requests: sr.Requests}})
+					Body: SessionEvent(sr)})
 				if opts.Progress != nil {
 					opts.Progress(finished, opts.Sessions)
 				}

@@ -204,7 +204,7 @@ func (d *driver) session(ctx context.Context, i int) SessionResult {
 		if outcome != "" {
 			sr.Outcome, sr.Reason = outcome, reason
 			if IsCorrupted(outcome) {
-				sr.Output = clip(resp.round.Content+resp.round.ReasoningContent, 400)
+				sr.Output = Excerpt(resp.round.Content + resp.round.ReasoningContent)
 			}
 			return sr
 		}
