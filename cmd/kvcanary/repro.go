@@ -40,6 +40,8 @@ type ReproOptions struct {
 	Markers     []string
 	Record      string
 	ServerLog   string
+	Redact      bool   // reply and server text as lengths and digests, in the bundle, the stream and the report
+	Emit        string // collector address the events also stream to
 }
 
 // NewCmdRepro builds `kvcanary repro`.
@@ -75,10 +77,22 @@ recorded as extra signals.
 
 With --server-log, the server's log is tailed during the run and its batch
 and retraction lines are recorded as sched events, so kvcanary ab sees the
-scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.`,
+scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.
+
+A corrupted session keeps its evidence: the round that went wrong, the
+request ids, and the reply that ended it (at most 2 KiB, the cut marked).
+--redact replaces that text, and any server message in a reason, by its
+length and SHA-256 ("redacted: 1834 bytes, sha256 ab12…") in the bundle, the
+--emit stream and the report, for bundles that must leave the building; the
+outcome classes, rounds and request ids stay.
+
+--emit ADDR streams the run's events live to a collector ("kvcanary watch
+--listen ADDR" shows them as they come; "kvcanary collect"), as the engine
+hooks do; events a slow or absent collector misses are counted at exit.`,
 		Example: `  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
   kvcanary repro --url http://gpu-box:8000/v1 --model deepseek --record base.kvtrace --server-log sglang.log
-  kvcanary repro --url http://127.0.0.1:30000 --stream --json | jq .corruption_rate`,
+  kvcanary repro --url http://127.0.0.1:30000 --stream --json | jq .corruption_rate
+  kvcanary repro --url http://127.0.0.1:30000 --record out.kvtrace --redact --emit unix:///tmp/kvcanary.sock`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -122,6 +136,8 @@ scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.
 	fl.StringArrayVar(&opts.Markers, "leak-marker", nil, "tool-call markup that makes a leak (repeatable; replaces the defaults)")
 	fl.StringVar(&opts.Record, "record", "", "record the run to this trace bundle")
 	fl.StringVar(&opts.ServerLog, "server-log", "", "tail this server log during the run and record its sched events")
+	fl.BoolVar(&opts.Redact, "redact", false, "keep reply and server text only as lengths and SHA-256 digests (bundle, --emit stream, report)")
+	fl.StringVar(&opts.Emit, "emit", "", "also stream events live to a collector at ADDR (unix:///path.sock or tcp://HOST:PORT)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -175,6 +191,15 @@ func reproRun(opts *ReproOptions) error {
 			return cmdutil.InputError(fmt.Errorf("server log: %w", err))
 		}
 	}
+	var emitter *hook.Emitter
+	if opts.Emit != "" {
+		em, err := hook.Dial(opts.Emit, hook.DialOptions{Run: fmt.Sprintf("repro-seed%d", opts.Seed), Source: hook.Source{Proc: "repro"}})
+		if err != nil {
+			return cmdutil.UsageError("--emit: %w", err)
+		}
+		emitter = em
+		defer emitter.Close()
+	}
 	host := hook.HostInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
 	host.Hostname, _ = os.Hostname()
 	tool := "kvcanary " + buildinfo.String()
@@ -195,11 +220,18 @@ func reproRun(opts *ReproOptions) error {
 		}
 		pubs = append(pubs, rec)
 	}
-	pub := &syncPublisher{pub: hook.PublishFunc(func(ev hook.Event) {
+	if emitter != nil {
+		pubs = append(pubs, emitter)
+	}
+	var fan hook.Publisher = hook.PublishFunc(func(ev hook.Event) {
 		for _, p := range pubs {
 			p.Publish(ev)
 		}
-	})}
+	})
+	if opts.Redact {
+		fan = repro.Redactor{Next: fan}
+	}
+	pub := &syncPublisher{pub: fan}
 
 	ctx := opts.Factory.Ctx
 	var tail *logscan.Tail
@@ -238,8 +270,26 @@ func reproRun(opts *ReproOptions) error {
 			}
 		}
 	}
+	if emitter != nil {
+		emitter.Close()
+		st := emitter.Stats()
+		fmt.Fprintf(opts.IO.ErrOut, "repro: emit: %d events sent to %s, %d dropped", st.Sent, cmdutil.Quote(opts.Emit), st.Dropped+st.Invalid)
+		if e := emitter.LastError(); e != "" && st.Dropped > 0 {
+			fmt.Fprintf(opts.IO.ErrOut, " (last error: %s)", cmdutil.Quote(e))
+		}
+		fmt.Fprintln(opts.IO.ErrOut)
+	}
 	if res == nil {
 		return cmdutil.UsageError("%w", runErr)
+	}
+	if opts.Redact {
+		for i := range res.PerSession {
+			s := &res.PerSession[i]
+			if s.Output != "" {
+				s.Output = repro.Redacted(s.Output)
+			}
+			s.Reason = repro.RedactReason(s.Reason)
+		}
 	}
 	if tailErr != nil && tailErr != context.Canceled {
 		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", tailErr)

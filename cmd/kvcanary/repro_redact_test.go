@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// secretReply is what leakFake answers on every round: tool-call markup in
+// content, around a string a redacted bundle must not carry.
+const secretReply = "Let me look that up: SECRET-REPLY-7731 <tool_call>{\"name\": \"get_weather\"}</tool_call>"
+
+// leakFake answers every request with secretReply (a leak at round 1).
+func leakFake() http.Handler {
+	var n atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/models" {
+			io.WriteString(w, `{"object":"list","data":[{"id":"fake-model"}]}`)
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"req-%d","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":%q},"finish_reason":"stop"}]}`,
+			n.Add(1), secretReply)
+	})
+}
+
+// decompressed is a bundle's content as zstd -dc gives it.
+func decompressed(t *testing.T, path string) []byte {
+	t.Helper()
+	zstd, err := exec.LookPath("zstd")
+	if err != nil {
+		t.Skip("needs the zstd command to decompress the bundle: " + err.Error())
+	}
+	out, err := exec.Command(zstd, "-dc", path).Output()
+	if err != nil {
+		t.Fatalf("zstd -dc %s: %v", path, err)
+	}
+	return out
+}
+
+func TestReproRedactLeavesNoText(t *testing.T) {
+	srv := httptest.NewServer(leakFake())
+	defer srv.Close()
+	dir := t.TempDir()
+	// The prompts repro sends: the system message and each session's task.
+	prompts := []string{"You are a careful assistant"}
+	for i := range 3 {
+		prompts = append(prompts, repro.SessionTask(1, i, repro.ToolRoundsFor(1, i, 2)))
+	}
+
+	plain := filepath.Join(dir, "plain.kvtrace")
+	if _, _, err := runRepro(t, "--url", srv.URL, "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--record", plain); err != nil {
+		t.Fatal(err)
+	}
+	if b := decompressed(t, plain); !bytes.Contains(b, []byte("SECRET-REPLY-7731")) || !bytes.Contains(b, []byte(`"excerpt"`)) {
+		t.Fatalf("without --redact the bundle should keep the leaked reply as evidence:\n%s", b)
+	}
+
+	red := filepath.Join(dir, "red.kvtrace")
+	out, _, err := runRepro(t, "--url", srv.URL, "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--record", red, "--redact", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := decompressed(t, red)
+	for _, s := range append(prompts, "SECRET-REPLY-7731", "Let me look that up", `get_weather\"`) {
+		if bytes.Contains(b, []byte(s)) {
+			t.Errorf("redacted bundle holds %q:\n%s", s, b)
+		}
+		if strings.Contains(out, s) {
+			t.Errorf("redacted --json report holds %q", s)
+		}
+	}
+	// The outcome classes, rounds and request ids still work.
+	if n := bytes.Count(b, []byte(`"outcome":"leak"`)); n != 3 {
+		t.Errorf("%d leak sessions in the redacted bundle, want 3:\n%s", n, b)
+	}
+	want := repro.Redacted(secretReply)
+	if !bytes.Contains(b, []byte(`"excerpt":"`+want+`"`)) || !bytes.Contains(b, []byte(`"round":1`)) || !bytes.Contains(b, []byte(`"requests":["req-`)) {
+		t.Errorf("redacted bundle lost the digest, the round or the request ids (want excerpt %q):\n%s", want, b)
+	}
+	if !strings.Contains(out, `"corrupted_sessions": 3`) && !strings.Contains(out, `"corrupted_sessions":3`) {
+		t.Errorf("--json report: %s", out)
+	}
+}
+
+func TestReproEmitStreamsSessions(t *testing.T) {
+	srv := httptest.NewServer(leakFake())
+	defer srv.Close()
+	addr := "unix://" + filepath.Join(t.TempDir(), "c.sock")
+	c, err := hook.Listen(addr, hook.ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var mu sync.Mutex
+	var got []hook.Event
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	ended := make(chan struct{})
+	go func() {
+		served <- c.Serve(ctx, hook.PublishFunc(func(ev hook.Event) {
+			mu.Lock()
+			got = append(got, ev)
+			mu.Unlock()
+			if ev.Kind == hook.KindRunEnd {
+				close(ended)
+			}
+		}))
+	}()
+	_, errOut, err := runRepro(t, "--url", srv.URL, "--sessions", "2", "--rounds", "2", "--tool-time", "0", "--emit", addr, "--redact")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut, "repro: emit: ") || !strings.Contains(errOut, ", 0 dropped") {
+		t.Errorf("stderr does not account for the stream: %q", errOut)
+	}
+	// The emitter flushed before repro returned; run.end is the last event.
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the collector never saw run.end")
+	}
+	cancel()
+	<-served
+	mu.Lock()
+	defer mu.Unlock()
+	sessions := 0
+	for _, ev := range got {
+		if s, ok := ev.Body.(*hook.Session); ok {
+			sessions++
+			if s.Outcome != hook.OutcomeLeak || s.Round != 1 || !strings.HasPrefix(s.Excerpt, "redacted: ") || ev.Run != "repro-seed1" {
+				t.Errorf("streamed session %+v (run %q)", s, ev.Run)
+			}
+		}
+	}
+	if sessions != 2 {
+		t.Errorf("%d session events streamed, want 2", sessions)
+	}
+	if _, _, err := runRepro(t, "--url", srv.URL, "--emit", "ftp://x"); err == nil || !strings.Contains(err.Error(), "--emit") {
+		t.Errorf("a malformed --emit address: %v, want a usage error naming --emit", err)
+	}
+}
