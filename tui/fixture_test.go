@@ -36,7 +36,19 @@ func fixtureEvents() []hook.Event {
 	add(at(12.5), &hook.Sched{Phase: "retract", RunningReq: 15, Retracted: 2, TokenUsage: 0.96})
 	outcomes := []string{"done", "done", "maxrounds", "done", "leak", "done", "no_tool", "done", "done", "error", "done", "timeout"}
 	for i, o := range outcomes {
-		add(at(float64(8+i)), &hook.Session{ID: fmt.Sprintf("s%03d", i), Outcome: o, Rounds: 4})
+		s := &hook.Session{ID: fmt.Sprintf("s%03d", i), Outcome: o, Rounds: 4}
+		switch o {
+		case hook.OutcomeLeak: // the evidence repro keeps, with a hostile escape in the reply
+			s.Rounds, s.Round, s.Requests = 2, 2, []string{"chatcmpl-41", "chatcmpl-42"}
+			s.Reason = "tool-call markup <tool_call> in content"
+			s.Excerpt = "Let me check.\n<tool_call>{\"name\": \"get_weather\"}\x1b[2J"
+		case hook.OutcomeNoTool:
+			s.Rounds, s.Round, s.Requests = 1, 1, []string{"chatcmpl-7"}
+			s.Reason, s.Excerpt = "no tool call (finish stop)", "The weather in Oslo is sunny."
+		case hook.OutcomeError:
+			s.Rounds, s.Round, s.Reason = 0, 1, "HTTP 503: server busy"
+		}
+		add(at(float64(8+i)), s)
 	}
 	add(at(19), &hook.Finding{Analyzer: "checksum", Severity: hook.SevError,
 		Summary:  "room 12: index-K differs between prefill and decode in page-table entries 3 (tokens 192-255)",

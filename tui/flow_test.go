@@ -68,7 +68,7 @@ func TestWatchBundleFlow(t *testing.T) {
 	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(120, 40))
 
 	// The replay fills every panel; the cursor reaches the end.
-	waitOut(t, tm, "findings 4 (error 3, warn 1)", "corrupt 3/12", "mismatched 1", "LIVE-PAGE-OVERWRITE 1",
+	waitOut(t, tm, "findings 7 (error 5, warn 2)", "corrupt 3/12", "mismatched 1", "LIVE-PAGE-OVERWRITE 1",
 		"divergent 2", "retract 1 (2 req)", "xid 79", "graph launches 2", "] done")
 	for _, p := range []string{"sessions", "checksum", "canary", "graphdiff", "scheduler", "gpu", "cuda", "findings"} {
 		tm.Send(tea.KeyMsg{Type: tea.KeyTab})
@@ -77,7 +77,7 @@ func TestWatchBundleFlow(t *testing.T) {
 	tm.Send(tea.KeyMsg{Type: tea.KeyUp})
 	tm.Send(tea.KeyMsg{Type: tea.KeyUp})
 	tm.Send(tea.KeyMsg{Type: tea.KeyEnter})
-	waitOut(t, tm, "finding #2 evidence", `victim "s003-r1\x1b[31m"`)
+	waitOut(t, tm, "finding #5 evidence", `victim "s003-r1\x1b[31m"`)
 	tm.Send(tea.KeyMsg{Type: tea.KeyEsc})
 	waitOut(t, tm, "focus: findings")
 	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
@@ -87,10 +87,48 @@ func TestWatchBundleFlow(t *testing.T) {
 		t.Fatalf("final: drilled %v focus %s", fm.findings.Drilled(), fm.Focused())
 	}
 	st := fm.Stats()
-	if st.Events != uint64(len(fixtureEvents())+len(gpuEvents())) || st.Findings != 4 || st.Dropped != 0 {
+	if st.Events != uint64(len(fixtureEvents())+len(gpuEvents())) || st.Findings != 7 || st.Dropped != 0 {
 		t.Fatalf("final stats %+v", st)
 	}
 	if fm.sourceErr != nil || !fm.sourceDone {
 		t.Fatalf("source done %v, error %v", fm.sourceDone, fm.sourceErr)
+	}
+}
+
+// TestSessionsTableFlow replays a recorded bundle with a corrupted session:
+// the session is a finding, enter on the sessions panel opens the table
+// with the reply's excerpt (quoted), o sorts by the next column, esc returns.
+func TestSessionsTableFlow(t *testing.T) {
+	path := writeFixtureBundle(t)
+	bus := hook.NewBus()
+	sub := bus.Live("tui", DefaultLiveCapacity)
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		err := ReplayBundle(ctx, path, bus, ReplayOptions{Speed: 0})
+		bus.Close()
+		done <- err
+	}()
+	m := New(Options{Title: "kvcanary watch", Source: "bundle fixture.kvtrace", Sub: sub, Done: done, Styles: asciiStyles()})
+	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(120, 40))
+
+	waitOut(t, tm, "corrupt 3/12", "session s004 leak at round 2: tool-call markup <tool_call> in content")
+	tm.Send(tea.KeyMsg{Type: tea.KeyTab})
+	waitOut(t, tm, "focus: sessions")
+	tm.Send(tea.KeyMsg{Type: tea.KeyEnter})
+	waitOut(t, tm, "sessions 12 (corrupt 3)  sort: outcome", "request chatcmpl-42", `excerpt "Let me check.\n<tool_call>{\"name\": \"get_weather\"}\x1b[2J"`)
+	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("o")})
+	waitOut(t, tm, "sort: session")
+	tm.Send(tea.KeyMsg{Type: tea.KeyEsc})
+	waitOut(t, tm, "corrupt 3/12 = 25.0%")
+	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
+	tm.WaitFinished(t, teatest.WithFinalTimeout(15*time.Second))
+	fm := tm.FinalModel(t).(*Model)
+	if fm.table.Opened() || fm.Focused() != "sessions" {
+		t.Fatalf("final: table open %v, focus %s", fm.table.Opened(), fm.Focused())
+	}
+	if by, _ := fm.table.SortedBy(); by != "session" {
+		t.Fatalf("sorted by %s after o, want session", by)
 	}
 }

@@ -9,6 +9,9 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/golden"
 
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -36,6 +39,9 @@ func TestPanelGolden(t *testing.T) {
 	full := fixtureState(append(fixtureEvents(), gpuEvents()...), fixtureSummaries())
 	empty := fixtureState(nil, nil)
 	noSums := fixtureState(fixtureEvents(), nil)
+	// The analyzers ran but saw none of their events (a real server's
+	// bundle): panels say what would measure, never a zero.
+	zeroSums := fixtureState(nil, map[string]any{"checksum": checksum.Summary{}, "canary": canary.Summary{Policy: "live"}, "graphdiff": graphdiff.Summary{}})
 	keys := DefaultKeyMap()
 	type pc struct {
 		name string
@@ -62,7 +68,7 @@ func TestPanelGolden(t *testing.T) {
 	states := []struct {
 		name string
 		s    *State
-	}{{"full", full}, {"empty", empty}, {"nosummaries", noSums}}
+	}{{"full", full}, {"empty", empty}, {"nosummaries", noSums}, {"zerosummaries", zeroSums}}
 	for _, p := range panels {
 		for _, s := range states {
 			for _, w := range []int{30, 60} {

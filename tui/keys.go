@@ -12,8 +12,10 @@ type KeyMap struct {
 	PageDown key.Binding
 	Top      key.Binding
 	Bottom   key.Binding
-	Drill    key.Binding // open the selected finding's evidence
-	Back     key.Binding // leave the evidence view, the filter or the help
+	Drill    key.Binding // open the selected finding's evidence, or the sessions table
+	Back     key.Binding // leave the evidence view, the sessions table, the filter or the help
+	Sort     key.Binding // sessions table: sort by the next column
+	Reverse  key.Binding // sessions table: reverse the order
 	Filter   key.Binding // filter the findings log
 	Pause    key.Binding // freeze the view; ingest continues
 	Snapshot key.Binding // write the recent events to a bundle
@@ -34,6 +36,8 @@ func DefaultKeyMap() KeyMap {
 		Bottom:   key.NewBinding(key.WithKeys("end", "G"), key.WithHelp("G", "newest (follow)")),
 		Drill:    key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "evidence")),
 		Back:     key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
+		Sort:     key.NewBinding(key.WithKeys("o"), key.WithHelp("o", "sort sessions")),
+		Reverse:  key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "reverse sort")),
 		Filter:   key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter findings")),
 		Pause:    key.NewBinding(key.WithKeys("p"), key.WithHelp("p", "pause view")),
 		Snapshot: key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "snapshot")),
@@ -50,7 +54,7 @@ func (k KeyMap) ShortHelp() []key.Binding {
 // FullHelp implements help.KeyMap: the `?` view.
 func (k KeyMap) FullHelp() [][]key.Binding {
 	return [][]key.Binding{
-		{k.Next, k.Prev, k.Drill, k.Back},
+		{k.Next, k.Prev, k.Drill, k.Back, k.Sort, k.Reverse},
 		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom},
 		{k.Filter, k.Pause, k.Snapshot, k.Help, k.Quit},
 	}

@@ -148,6 +148,7 @@ type Model struct {
 	cuda      *CUDAPanel
 	steps     *StepsPanel
 	findings  *FindingsPanel
+	table     *SessionsTable
 
 	order []focusable
 	focus int
@@ -227,6 +228,7 @@ func New(opts Options) *Model {
 	m.cuda = NewCUDAPanel(st)
 	m.steps = NewStepsPanel(st)
 	m.findings = NewFindingsPanel(st, &m.keys)
+	m.table = NewSessionsTable(st, &m.keys)
 	m.order = []focusable{focusSessions, focusChecksum, focusCanary, focusGraphDiff, focusSched, focusGPU, focusCUDA}
 	if opts.Steps != nil {
 		m.order = append(m.order, focusSteps)
@@ -400,6 +402,7 @@ func (m *Model) pushState() {
 	m.cuda, _ = m.cuda.Update(msg)
 	m.steps, _ = m.steps.Update(msg)
 	m.findings, _ = m.findings.Update(msg)
+	m.table, _ = m.table.Update(msg)
 }
 
 // sparkLen is the longest sparkline any panel draws.
@@ -440,6 +443,13 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		m.layout()
 		return nil
 	}
+	if m.table.Opened() {
+		if key.Matches(msg, m.keys.Quit) {
+			return m.quit()
+		}
+		m.table, _ = m.table.Update(msg)
+		return nil
+	}
 	switch {
 	case key.Matches(msg, m.keys.Quit):
 		return m.quit()
@@ -464,6 +474,9 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		m.status = "snapshot: writing…"
 		m.header.status = m.status
 		return snapshotCmd(m.opts.SnapshotDir, m.snapshotManifest(), m.win.events(), m.win.evicted, m.figures(), m.now())
+	case key.Matches(msg, m.keys.Drill) && m.order[m.focus] == focusSessions:
+		// Enter on the sessions panel opens the sessions table.
+		m.table.Open()
 	case key.Matches(msg, m.keys.Drill) && m.order[m.focus] != focusFindings:
 		// Enter on an analyzer's panel lists that analyzer's findings.
 		if f := analyzerOf(m.order[m.focus]); f != "" {
@@ -593,6 +606,7 @@ func (m *Model) layout() {
 	if m.findings.Drilled() {
 		m.findings.SetSize(w, body)
 	}
+	m.table.SetSize(w, body)
 }
 
 // View draws the dashboard.
@@ -610,12 +624,15 @@ func (m *Model) View() string {
 		m.help.ShowAll = true
 		hv := m.help.View(m.keys)
 		m.help.ShowAll = false
-		lines := []string{"", hv, "", m.st.Muted.Render("enter on the checksum, canary or graphdiff panel lists that analyzer's findings."),
+		lines := []string{"", hv, "", m.st.Muted.Render("enter on the checksum, canary or graphdiff panel lists that analyzer's findings;"),
+			m.st.Muted.Render("enter on the sessions panel opens the sessions table (o sorts by the next column, r reverses)."),
 			m.st.Muted.Render("p freezes the view while events keep being counted; s writes the recent events to a bundle."),
 			m.st.Muted.Render("any key closes this help")}
 		b.WriteString(m.st.frame("help", strings.Split(strings.Join(lines, "\n"), "\n"), m.w, body, true))
 	case m.findings.Drilled():
 		b.WriteString(m.findings.View())
+	case m.table.Opened():
+		b.WriteString(m.table.View())
 	default:
 		var row1, row2 string
 		if m.w >= 112 {
@@ -649,6 +666,9 @@ func (m *Model) footer() string {
 	left := m.help.View(m.keys)
 	if m.findings.Drilled() {
 		left = m.st.Muted.Render("esc back · ↑/↓ scroll · q quit")
+	}
+	if m.table.Opened() {
+		left = m.st.Muted.Render("esc back · ↑/↓ move · o sort · r reverse · q quit")
 	}
 	return fit(left+"  "+m.st.Muted.Render("focus: "+m.Focused()), m.w)
 }

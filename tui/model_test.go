@@ -9,6 +9,9 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/golden"
 
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -73,6 +76,9 @@ func TestModelGolden(t *testing.T) {
 		{"120x40-help", 120, 40, false, []string{"?"}},
 		{"120x40-filter", 120, 40, false, []string{"/", "c", "a", "n"}},
 		{"120x40-focus-canary", 120, 40, false, []string{"tab", "tab", "tab"}},
+		{"120x40-sessions-table", 120, 40, false, []string{"tab", "enter"}},
+		{"120x40-sessions-table-by-id-reversed", 120, 40, false, []string{"tab", "enter", "o", "r", "down"}},
+		{"80x24-sessions-table", 80, 24, false, []string{"tab", "enter"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := testModel(t, tc.w, tc.h, tc.steps)
@@ -132,7 +138,7 @@ func TestModelKeys(t *testing.T) {
 		t.Fatalf("filter xyz: filtering %v shown %d", m.filtering, len(m.findings.shown))
 	}
 	press(m, "esc")
-	if m.filtering || m.findings.Filter() != "" || len(m.findings.shown) != 4 {
+	if m.filtering || m.findings.Filter() != "" || len(m.findings.shown) != 7 { // 4 analyzer findings, 3 corrupted sessions
 		t.Fatalf("esc: filtering %v filter %q shown %d", m.filtering, m.findings.Filter(), len(m.findings.shown))
 	}
 	// Quit keys quit, but q is text while filtering.
@@ -169,18 +175,18 @@ func TestPauseFreezesViewNotIngest(t *testing.T) {
 
 func TestFindingsFollowAndKeepSelection(t *testing.T) {
 	m := testModel(t, 120, 40, false)
-	if it, _ := m.findings.Selected(); it.Seq != 4 {
-		t.Fatalf("follow: selected #%d, want #4", it.Seq)
+	if it, _ := m.findings.Selected(); it.Seq != 7 {
+		t.Fatalf("follow: selected #%d, want #7", it.Seq)
 	}
 	press(m, "up", "up")
 	more := []hook.Event{{Kind: hook.KindFinding, TS: at(21), Body: &hook.Finding{Analyzer: "canary", Severity: hook.SevError, Summary: "x"}}}
 	m.Update(frameMsg{at: wall0.Add(2 * time.Second), batch: &more, open: true})
-	if it, _ := m.findings.Selected(); it.Seq != 2 {
-		t.Fatalf("after a new finding: selected #%d, want #2 (selection kept)", it.Seq)
+	if it, _ := m.findings.Selected(); it.Seq != 5 {
+		t.Fatalf("after a new finding: selected #%d, want #5 (selection kept)", it.Seq)
 	}
 	press(m, "G")
-	if it, _ := m.findings.Selected(); it.Seq != 5 {
-		t.Fatalf("G: selected #%d, want #5", it.Seq)
+	if it, _ := m.findings.Selected(); it.Seq != 8 {
+		t.Fatalf("G: selected #%d, want #8", it.Seq)
 	}
 }
 
@@ -208,7 +214,7 @@ func TestSnapshotWritesWindow(t *testing.T) {
 		t.Fatalf("snapshot bundle %+v, %v", sum, err)
 	}
 	lb := sum.Manifest.Labels
-	if lb["view_sessions"] != "12" || lb["view_corrupted"] != "3" || lb["view_findings_error"] != "3" || lb["view_dropped"] != "5" {
+	if lb["view_sessions"] != "12" || lb["view_corrupted"] != "3" || lb["view_findings_error"] != "5" || lb["view_dropped"] != "5" {
 		t.Fatalf("snapshot labels %v", lb)
 	}
 	// A snapshot into a directory that does not exist reports the error.
@@ -246,7 +252,7 @@ func TestNewRunClearsPerRunPanels(t *testing.T) {
 	second := hook.Event{Kind: hook.KindRunStart, TS: at(30), Body: &hook.RunStart{Config: hook.RunConfig{Engine: "sim", Seed: 8}}}
 	a.apply(&second)
 	s := a.snapshot(10)
-	if s.Sessions.Total != 0 || s.Sched.Observations != 0 || s.Config.Seed != 8 || s.FindingsTotal != 4 {
+	if s.Sessions.Total != 0 || s.Sched.Observations != 0 || s.Config.Seed != 8 || s.FindingsTotal != 7 {
 		t.Fatalf("after a second run.start: sessions %d sched %d seed %d findings %d", s.Sessions.Total, s.Sched.Observations, s.Config.Seed, s.FindingsTotal)
 	}
 }
@@ -298,5 +304,61 @@ func TestStepsPanelShowsConclusionFromItsStart(t *testing.T) {
 	p.SetSize(40, 30)
 	if out := p.View(); !strings.Contains(out, "1. step: fine") || !strings.Contains(out, "9. verdict") {
 		t.Fatalf("with room, every step and the whole conclusion:\n%s", out)
+	}
+}
+
+// TestNoDataPanelsSayNotMeasured: a real server's run (sessions only, the
+// analyzers' summaries empty) shows what would measure the other panels,
+// never a zero that claims a measurement.
+func TestNoDataPanelsSayNotMeasured(t *testing.T) {
+	m := New(Options{Source: "bundle real.kvtrace", Styles: asciiStyles()})
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
+	evs := []hook.Event{{Kind: hook.KindSession, TS: 1, Body: &hook.Session{ID: "s000", Outcome: hook.OutcomeDone, Rounds: 2}}}
+	m.Update(frameMsg{at: wall0, batch: &evs, open: true, summaries: map[string]any{
+		"checksum": checksum.Summary{}, "canary": canary.Summary{Policy: "live"}, "graphdiff": graphdiff.Summary{}}})
+	out := m.View()
+	for _, p := range []viewer{m.checksum, m.canary, m.graphdiff} {
+		if v := p.View(); !strings.Contains(v, "not measured") || !strings.Contains(strings.Join(strings.Fields(v), " "), "needs") {
+			t.Errorf("panel without data:\n%s", v)
+		}
+	}
+	if strings.Contains(out, "LIVE-PAGE-OVERWRITE") || strings.Contains(out, "mismatched") || strings.Contains(out, "divergent") {
+		t.Errorf("a panel without data shows figures:\n%s", out)
+	}
+	if !strings.Contains(out, "corrupt 0/1") {
+		t.Errorf("the sessions panel lost its measurement:\n%s", out)
+	}
+	empty := New(Options{Styles: asciiStyles()})
+	if v := empty.sessions.View(); !strings.Contains(v, "not measured") {
+		t.Errorf("sessions panel without sessions:\n%s", v)
+	}
+}
+
+// TestCorruptedSessionIsAFinding: kind, session, round, request id and the
+// excerpt, quoted for the terminal.
+func TestCorruptedSessionIsAFinding(t *testing.T) {
+	s := fixtureState(fixtureEvents(), nil)
+	var leak *FindingItem
+	for i := range s.Findings {
+		if s.Findings[i].Analyzer == SessionFindings && strings.Contains(s.Findings[i].Summary, "s004") {
+			leak = &s.Findings[i]
+		}
+	}
+	if leak == nil {
+		t.Fatalf("no finding for the leak session in %+v", s.Findings)
+	}
+	want := map[string]string{"kind": "leak", "session": "s004", "round": "2", "request": "chatcmpl-42",
+		"excerpt": `"Let me check.\n<tool_call>{\"name\": \"get_weather\"}\x1b[2J"`, "reason": "tool-call markup <tool_call> in content"}
+	got := map[string]string{}
+	for _, kv := range leak.Evidence {
+		got[kv.Key] = kv.Value
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("evidence %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if leak.Severity != hook.SevError || leak.Summary != "session s004 leak at round 2: tool-call markup <tool_call> in content" {
+		t.Errorf("finding %+v", leak)
 	}
 }

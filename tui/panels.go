@@ -11,6 +11,14 @@ import (
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
+// What a panel with no data says: not a zero, which would claim a
+// measurement, but what would produce the data.
+const (
+	needsSessions    = "not measured — needs repro or the twin"
+	needsEngineHooks = "not measured — needs kvcanary wrap or the twin"
+	needsSchedLines  = "not measured — needs the server's log (repro --server-log, logs) or the twin"
+)
+
 // StateMsg hands every panel the frame's State. The model sends it once a
 // frame unless the view is paused.
 type StateMsg struct{ State *State }
@@ -38,6 +46,16 @@ func (p *panelBase) take(msg tea.Msg) {
 
 // sparkW is the sparkline width left beside a label of n cells.
 func (p *panelBase) sparkW(n int) int { return max(0, p.w-2-n) }
+
+// notMeasured is a no-data line, wrapped to the panel so what would
+// produce the data is never cut off.
+func (p *panelBase) notMeasured(why string) []string {
+	ls := wrap(why, max(1, p.w-2))
+	for i, l := range ls {
+		ls[i] = p.st.Muted.Render(l)
+	}
+	return ls
+}
 
 func (p *panelBase) num(label string, v any) string {
 	return p.st.Label.Render(label) + " " + p.st.Value.Render(fmt.Sprint(v))
@@ -192,7 +210,7 @@ func (p *SessionsPanel) View() string {
 	st, s := p.st, p.s
 	var lines []string
 	if s == nil || s.Sessions.Total == 0 {
-		lines = []string{st.Muted.Render("no sessions yet")}
+		lines = p.notMeasured(needsSessions)
 		return st.frame("sessions", lines, p.w, p.h, p.focused)
 	}
 	ss := s.Sessions
@@ -244,8 +262,8 @@ func (p *ChecksumPanel) View() string {
 	st, s := p.st, p.s
 	var lines []string
 	switch {
-	case s == nil || (s.ChecksumEvents == 0 && s.Checksum == nil):
-		lines = []string{st.Muted.Render("no room checksums yet")}
+	case s == nil || (s.ChecksumEvents == 0 && (s.Checksum == nil || s.Checksum.Rooms == 0)):
+		lines = p.notMeasured(needsEngineHooks)
 	case s.Checksum == nil:
 		lines = []string{p.num("room digests", human(s.ChecksumEvents)), st.Muted.Render("no checksum analyzer")}
 	default:
@@ -287,8 +305,8 @@ func (p *CanaryPanel) View() string {
 	st, s := p.st, p.s
 	var lines []string
 	switch {
-	case s == nil || (s.CanaryEvents == 0 && s.Canary == nil):
-		lines = []string{st.Muted.Render("no canary replays yet")}
+	case s == nil || (s.CanaryEvents == 0 && (s.Canary == nil || s.Canary.Replays == 0)):
+		lines = p.notMeasured(needsEngineHooks)
 	case s.Canary == nil:
 		lines = []string{p.num("replays", human(s.CanaryEvents)), st.Muted.Render("no canary analyzer")}
 	default:
@@ -337,8 +355,8 @@ func (p *GraphDiffPanel) View() string {
 	st, s := p.st, p.s
 	var lines []string
 	switch {
-	case s == nil || (s.GraphDiffEvents == 0 && s.GraphDiff == nil):
-		lines = []string{st.Muted.Render("no graph-vs-eager samples yet")}
+	case s == nil || (s.GraphDiffEvents == 0 && (s.GraphDiff == nil || s.GraphDiff.Samples == 0)):
+		lines = p.notMeasured(needsEngineHooks)
 	case s.GraphDiff == nil:
 		lines = []string{p.num("samples", human(s.GraphDiffEvents)), st.Muted.Render("no graphdiff analyzer")}
 	default:
@@ -393,7 +411,7 @@ func (p *SchedPanel) View() string {
 	st, s := p.st, p.s
 	var lines []string
 	if s == nil || s.Sched.Observations == 0 {
-		lines = []string{st.Muted.Render("no scheduler lines yet")}
+		lines = p.notMeasured(needsSchedLines)
 		return st.frame("scheduler", lines, p.w, p.h, p.focused)
 	}
 	c := s.Sched

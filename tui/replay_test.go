@@ -133,7 +133,7 @@ func TestRunQuitsAndHonoursNoColor(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if st.Events != uint64(len(evs)) || st.Findings != 4 {
+	if st.Events != uint64(len(evs)) || st.Findings != 7 {
 		t.Fatalf("stats %+v", st)
 	}
 	for _, sgr := range []string{"\x1b[1m", "\x1b[7m", "\x1b[38;", "\x1b[31m", "\x1b[91m"} {

@@ -15,12 +15,17 @@ import (
 )
 
 const (
-	bucketNS      = int64(time.Second) // sparkline bucket width, in event time
-	seriesBuckets = 240                // buckets each series keeps
-	maxFindings   = 4096               // findings the log keeps (newest)
-	maxMismatches = 8                  // latest checksum mismatches kept
-	maxGPUSparks  = 8                  // devices with a utilisation history
+	bucketNS       = int64(time.Second) // sparkline bucket width, in event time
+	seriesBuckets  = 240                // buckets each series keeps
+	maxFindings    = 4096               // findings the log keeps (newest)
+	maxMismatches  = 8                  // latest checksum mismatches kept
+	maxGPUSparks   = 8                  // devices with a utilisation history
+	maxSessionRows = 4096               // sessions the sessions table keeps (newest)
 )
+
+// SessionFindings is the analyzer name of the findings the dashboard makes
+// of corrupted sessions.
+const SessionFindings = "session"
 
 // series is a ring of per-bucket values over event time: one bucket per
 // second of the events' own timestamps, so a replayed or simulated run draws
@@ -129,6 +134,21 @@ type SessionsState struct {
 	Deviated  int
 }
 
+// SessionRow is one finished session as the sessions table shows it, its
+// text already quoted for the terminal.
+type SessionRow struct {
+	Seq       uint64 // 1-based arrival number within the run
+	TS        int64
+	ID        string
+	Outcome   string
+	Corrupted bool
+	Rounds    int    // rounds answered
+	Round     int    // the round that went wrong (1-based; 0: none or unknown)
+	Request   string // that round's engine request id, "" when it has none
+	Reason    string
+	Excerpt   string // the reply that ended a corrupted session (bounded by its producer)
+}
+
 // SchedState is what the scheduler panel shows.
 type SchedState struct {
 	Observations  uint64
@@ -186,6 +206,10 @@ type State struct {
 	SourceErr       string
 
 	Sessions SessionsState
+	// SessionRows are the run's finished sessions, oldest first, at most
+	// maxSessionRows (the newest); SessionRowsTotal counts all of them.
+	SessionRows      []SessionRow
+	SessionRowsTotal uint64
 	// Sparklines, oldest first, one value per second of event time, ending at
 	// the newest event's second; as many as the widest panel can show.
 	SessDone, SessBad        []float64
@@ -236,6 +260,8 @@ type aggregator struct {
 	deviated  int
 	sessDone  series
 	sessBad   series
+	rows      []SessionRow
+	rowsTotal uint64
 
 	sched                                     SchedState
 	schedRunning, schedUsage, schedQ, schedRt series
@@ -274,6 +300,7 @@ func (a *aggregator) resetRun() {
 	a.outcomes = map[string]int{}
 	a.sessions, a.corrupted, a.unknown, a.deviated = 0, 0, 0, 0
 	a.sessDone, a.sessBad = series{}, series{}
+	a.rows, a.rowsTotal = nil, 0
 	a.sched = SchedState{}
 	a.schedRunning, a.schedUsage, a.schedQ, a.schedRt = series{max: true}, series{max: true}, series{max: true}, series{}
 	a.checksumEvents, a.canaryEvents, a.graphdiffEvents = 0, 0, 0
@@ -318,6 +345,7 @@ func (a *aggregator) apply(ev *hook.Event) {
 		a.runEnded = true
 	case *hook.Session:
 		a.sessions++
+		a.addSession(ev, b)
 		known := false
 		for _, o := range hook.Outcomes {
 			if o == b.Outcome {
@@ -432,6 +460,51 @@ func (a *aggregator) addFinding(ev *hook.Event, b *hook.Finding) {
 	}
 }
 
+// addSession keeps a session's row for the table and makes a finding of a
+// corrupted one: kind, session, round, request id and excerpt, quoted.
+func (a *aggregator) addSession(ev *hook.Event, b *hook.Session) {
+	a.rowsTotal++
+	r := SessionRow{Seq: a.rowsTotal, TS: ev.TS, ID: quoteAll(b.ID), Outcome: quoteAll(b.Outcome), Corrupted: repro.IsCorrupted(b.Outcome),
+		Rounds: b.Rounds, Round: b.Round, Reason: quoteAll(b.Reason), Excerpt: quoteAll(b.Excerpt)}
+	req := ""
+	if b.Round >= 1 && b.Round <= len(b.Requests) {
+		req = b.Requests[b.Round-1]
+	}
+	r.Request = quoteAll(req)
+	if len(a.rows) >= maxSessionRows {
+		// A fresh slice with the newest half: rows handed out in earlier
+		// States stay intact.
+		keep := a.rows[len(a.rows)-maxSessionRows/2:]
+		a.rows = append(make([]SessionRow, 0, maxSessionRows), keep...)
+	}
+	a.rows = append(a.rows, r)
+	if !r.Corrupted {
+		return
+	}
+	sev := hook.SevError
+	if b.Outcome == hook.OutcomeError {
+		sev = hook.SevWarn // a failed request: the server or the network, until the run says otherwise
+	}
+	sum := "session " + b.ID + " " + b.Outcome
+	evid := map[string]string{"kind": b.Outcome, "session": b.ID}
+	if b.Round > 0 {
+		sum += " at round " + strconv.Itoa(b.Round)
+		evid["round"] = strconv.Itoa(b.Round)
+	}
+	if b.Reason != "" {
+		sum += ": " + b.Reason
+		evid["reason"] = b.Reason
+	}
+	if req != "" {
+		evid["request"] = req
+	}
+	if b.Excerpt != "" {
+		evid["excerpt"] = b.Excerpt
+	}
+	// addFinding quotes every string for the terminal.
+	a.addFinding(ev, &hook.Finding{Analyzer: SessionFindings, Severity: sev, Summary: sum, Evidence: evid})
+}
+
 // setSummaries takes the analyzers' latest summaries.
 func (a *aggregator) setSummaries(m map[string]any) {
 	if m != nil {
@@ -447,6 +520,7 @@ func (a *aggregator) snapshot(spark int) State {
 		ChecksumEvents: a.checksumEvents, CanaryEvents: a.canaryEvents, GraphDiffEvents: a.graphdiffEvents,
 		Mismatches: a.mismatches, Sched: a.sched, GPU: a.gpu, GPUSamples: a.gpuSamples,
 		Findings: a.findings, FindingsTotal: a.findingsTotal, Steps: a.steps, StepsDone: a.stepsDone,
+		SessionRows: a.rows, SessionRowsTotal: a.rowsTotal,
 	}
 	s.BySeverity = make(map[hook.Severity]uint64, len(a.bySev))
 	for k, v := range a.bySev {
