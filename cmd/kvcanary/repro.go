@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/logscan"
 	"github.com/kvcanary/kvcanary/traces"
+	"github.com/kvcanary/kvcanary/tui"
 )
 
 // ReproOptions are the inputs of `kvcanary repro`.
@@ -42,6 +44,10 @@ type ReproOptions struct {
 	ServerLog   string
 	Redact      bool   // reply and server text as lengths and digests, in the bundle, the stream and the report
 	Emit        string // collector address the events also stream to
+	Watch       bool   // show the run live in the dashboard
+
+	// runTUI shows the dashboard (tests replace it); default tui.Run.
+	runTUI func(context.Context, tui.Options) (tui.Stats, error)
 }
 
 // NewCmdRepro builds `kvcanary repro`.
@@ -88,7 +94,10 @@ outcome classes, rounds and request ids stay.
 
 --emit ADDR streams the run's events live to a collector ("kvcanary watch
 --listen ADDR" shows them as they come; "kvcanary collect"), as the engine
-hooks do; events a slow or absent collector misses are counted at exit.`,
+hooks do; events a slow or absent collector misses are counted at exit.
+--watch shows the run in the dashboard as it goes (the sessions panel, its
+table on enter, a finding per corrupted session); the report follows when
+you quit it. q before the run ends stops the run.`,
 		Example: `  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
   kvcanary repro --url http://gpu-box:8000/v1 --model deepseek --record base.kvtrace --server-log sglang.log
   kvcanary repro --url http://127.0.0.1:30000 --stream --json | jq .corruption_rate
@@ -115,6 +124,9 @@ hooks do; events a slow or absent collector misses are counted at exit.`,
 			if opts.Concurrency == 0 {
 				opts.Concurrency = opts.Sessions
 			}
+			if opts.Watch && !opts.IO.IsStdoutTTY() {
+				return cmdutil.UsageError("--watch: stdout is not a terminal; use --emit ADDR with kvcanary watch --listen ADDR elsewhere")
+			}
 			if runF != nil {
 				return runF(opts)
 			}
@@ -138,6 +150,7 @@ hooks do; events a slow or absent collector misses are counted at exit.`,
 	fl.StringVar(&opts.ServerLog, "server-log", "", "tail this server log during the run and record its sched events")
 	fl.BoolVar(&opts.Redact, "redact", false, "keep reply and server text only as lengths and SHA-256 digests (bundle, --emit stream, report)")
 	fl.StringVar(&opts.Emit, "emit", "", "also stream events live to a collector at ADDR (unix:///path.sock or tcp://HOST:PORT)")
+	fl.BoolVar(&opts.Watch, "watch", false, "show the run live in the dashboard (needs a terminal); the report follows when you quit it")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -223,6 +236,11 @@ func reproRun(opts *ReproOptions) error {
 	if emitter != nil {
 		pubs = append(pubs, emitter)
 	}
+	var bus *hook.Bus
+	if opts.Watch {
+		bus = hook.NewBus()
+		pubs = append(pubs, bus)
+	}
 	var fan hook.Publisher = hook.PublishFunc(func(ev hook.Event) {
 		for _, p := range pubs {
 			p.Publish(ev)
@@ -250,12 +268,26 @@ func reproRun(opts *ReproOptions) error {
 	}
 
 	var progress func(int, int)
-	if opts.IO.IsStderrTTY() {
+	if opts.IO.IsStderrTTY() && !opts.Watch {
 		progress = progressBar(opts.IO.ErrOut, "repro", time.Now)
 	}
-	res, runErr := repro.RunHarness(ctx, repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
-		ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Publisher: pub, Progress: progress, Tool: tool, Host: host})
+	var finished, total atomic.Int64
+	if opts.Watch {
+		progress = func(done, all int) { finished.Store(int64(done)); total.Store(int64(all)) }
+	}
+	harness := func(ctx context.Context) (*repro.HarnessResult, error) {
+		return repro.RunHarness(ctx, repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
+			Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
+			ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Publisher: pub, Progress: progress, Tool: tool, Host: host})
+	}
+	var res *repro.HarnessResult
+	var runErr error
+	if bus != nil {
+		status := func() string { return fmt.Sprintf("%d/%d sessions finished", finished.Load(), total.Load()) }
+		res, runErr = reproWatch(ctx, opts, bus, status, harness)
+	} else {
+		res, runErr = harness(ctx)
+	}
 	if tail != nil {
 		// Give the tail one poll to catch the server's last lines.
 		time.Sleep(150 * time.Millisecond)
@@ -389,6 +421,48 @@ func writeReproText(w io.Writer, r reproJSON) error {
 		fmt.Fprintf(w, "bundle: %s\n", r.Bundle)
 	}
 	return nil
+}
+
+// reproWatch runs the harness under the dashboard: the harness publishes
+// into bus, the dashboard reads it live and stays up after the run ends
+// until it is quit; quitting first stops the run.
+func reproWatch(ctx context.Context, opts *ReproOptions, bus *hook.Bus, status func() string,
+	harness func(context.Context) (*repro.HarnessResult, error)) (*repro.HarnessResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	view := bus.Live("tui", tui.DefaultLiveCapacity)
+	var res *repro.HarnessResult
+	var runErr error
+	toView := make(chan error, 1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		func() {
+			defer tui.Recover(&runErr)
+			res, runErr = harness(ctx)
+		}()
+		bus.Close()
+		if ctx.Err() != nil && runErr != nil {
+			toView <- nil // quit before the run finished
+			return
+		}
+		toView <- runErr
+	}()
+	run := opts.runTUI
+	if run == nil {
+		run = tui.Run
+	}
+	runID := fmt.Sprintf("repro-seed%d", opts.Seed)
+	stats, uiErr := run(ctx, tui.Options{Title: "kvcanary repro", Source: "repro " + cmdutil.Quote(opts.URL), Run: runID, Sub: view,
+		Done: toView, SourceStatus: status, Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Command: "repro", Run: runID},
+		In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != ""})
+	cancel()
+	<-finished
+	fmt.Fprintf(opts.IO.ErrOut, "repro: watch: %d events shown, %d dropped by the view, %d findings\n", stats.Events, stats.Dropped, stats.Findings)
+	if uiErr != nil && runErr == nil {
+		runErr = uiErr
+	}
+	return res, runErr
 }
 
 func clipText(s string, n int) string {

@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/tui"
 )
 
 // secretReply is what leakFake answers on every round: tool-call markup in
@@ -152,5 +154,68 @@ func TestReproEmitStreamsSessions(t *testing.T) {
 	}
 	if _, _, err := runRepro(t, "--url", srv.URL, "--emit", "ftp://x"); err == nil || !strings.Contains(err.Error(), "--emit") {
 		t.Errorf("a malformed --emit address: %v, want a usage error naming --emit", err)
+	}
+}
+
+func TestReproWatch(t *testing.T) {
+	srv := httptest.NewServer(leakFake())
+	defer srv.Close()
+	ios, _, out, errOut := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
+	cmd := NewCmdRepro(f, func(o *ReproOptions) error {
+		t.Fatal("--watch without a terminal started the run")
+		return nil
+	})
+	cmd.SetArgs([]string{"--url", srv.URL, "--watch"})
+	cmd.SetErr(io.Discard)
+	cmd.SetOut(io.Discard)
+	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "not a terminal") {
+		t.Fatalf("--watch without a terminal: %v", err)
+	}
+
+	ios.SetTTY(true, false)
+	var seen []hook.Event
+	var doneErr error
+	cmd = NewCmdRepro(f, func(o *ReproOptions) error {
+		// The dashboard stand-in reads the live view to its end, as the
+		// dashboard would, then takes the source's end.
+		o.runTUI = func(ctx context.Context, to tui.Options) (tui.Stats, error) {
+			if to.Sub == nil || to.Done == nil || to.SourceStatus == nil || to.Title != "kvcanary repro" {
+				t.Errorf("dashboard options %+v", to)
+			}
+			for {
+				ev, ok := to.Sub.Recv()
+				if !ok {
+					break
+				}
+				seen = append(seen, ev)
+			}
+			doneErr = <-to.Done
+			if st := to.SourceStatus(); st != "3/3 sessions finished" {
+				t.Errorf("source status %q", st)
+			}
+			return tui.Stats{Events: uint64(len(seen))}, nil
+		}
+		return reproRun(o)
+	})
+	cmd.SetArgs([]string{"--url", srv.URL, "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--watch", "--redact"})
+	cmd.SetErr(io.Discard)
+	if err := cmd.Execute(); err != nil || doneErr != nil {
+		t.Fatalf("repro --watch: %v (source end %v); stderr %s", err, doneErr, errOut)
+	}
+	sessions := 0
+	for _, ev := range seen {
+		if s, ok := ev.Body.(*hook.Session); ok {
+			sessions++
+			if s.Outcome != hook.OutcomeLeak || !strings.HasPrefix(s.Excerpt, "redacted: ") {
+				t.Errorf("the view got %+v", s)
+			}
+		}
+	}
+	if sessions != 3 || seen[0].Kind != hook.KindRunStart || seen[len(seen)-1].Kind != hook.KindRunEnd {
+		t.Errorf("the view saw %d sessions in %d events", sessions, len(seen))
+	}
+	if !strings.Contains(out.String(), "leak=3") || !strings.Contains(errOut.String(), "repro: watch: ") {
+		t.Errorf("report after the dashboard: stdout %q stderr %q", out, errOut)
 	}
 }
