@@ -2,8 +2,14 @@
 // what a hook.Bus carries — run configuration, session outcomes and the
 // corruption rate, room checksums, replay canaries, graph-vs-eager samples,
 // the scheduler, GPU telemetry, CUDA calls and the findings log — for
-// `kvcanary watch` (a collector, a bundle replay or the twin, live) and for
-// `kvcanary demo` on a terminal.
+// `kvcanary watch` (a collector, a bundle replay or the twin, live), for
+// `kvcanary repro --watch` and for `kvcanary demo` on a terminal.
+//
+// A corrupted session is a finding of its own (analyzer "session": kind,
+// session, round, request id and the reply's excerpt); enter on the sessions
+// panel opens the sessions table, sortable, with each session's excerpt. A
+// panel whose instrument sent nothing says "not measured — needs …" (what
+// would produce the data), never a zero.
 //
 // The dashboard is a sink. It reads a Live bus subscription in batches on a
 // frame tick (at most ~10 frames a second), so the producer never waits for
@@ -27,7 +33,8 @@
 // bubbletea, bubbles and lipgloss enter kvcanary through this package only.
 //
 // Error contract: nothing here panics on input. Event text that came from
-// outside (finding summaries and evidence, request ids, run labels) is quoted
+// outside (finding summaries and evidence, request ids, run labels, session
+// reasons and excerpts) is quoted
 // with cmdutil.Quote before it reaches the terminal. Run returns the first
 // error of the program or of a source (a bundle that cannot be read names the
 // file); bubbletea restores the terminal on panics and signals, and sources
