@@ -87,9 +87,17 @@ made. A text file is read as an SGLang server log, and its
 1 MiB is judged by its first MiB. An empty, compressed (gzip, xz, …) or binary
 file is refused: no verdict over bytes kvcanary cannot read.
 
+No data: a bundle without canary.pages events (recorded without the canary
+instrument, such as a repro bundle of sessions only, or an empty bundle) is not
+a verdict. The report says so in one sentence naming what produces them
+(kvcanary wrap, the twin's sim run --record, or an SGLang log run with
+--kv-canary log), --json prints {"status": "no-data", "message": …}, and the
+exit code is 4. SGLang writes kv_canary lines only on a violation, so a log
+without them reads as 0 violations.
+
 Exit codes: 0 clean, 1 a live-page overwrite, a missing store or an SGLang
 violation was found, 3 the input is unreadable, not a bundle or a text log, or
-has malformed violation lines, 130 interrupted.`,
+has malformed violation lines, 4 no data, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
@@ -131,6 +139,14 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 		return err
 	}
 	s := an.Summary().(canary.Summary)
+	if br.kinds[hook.KindCanaryPages] == 0 {
+		br.warn(opts.IO.ErrOut, opts.Path)
+		nd := cmdutil.NewNoData(cmdutil.InstrumentCanary, opts.Path, br.events, "event")
+		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
+			return err
+		}
+		return nd.Err()
+	}
 	rep := CanaryReport{
 		Input: opts.Path, Format: "bundle", Canary: &s, Findings: br.findings, FindingsTotal: br.findingsTotal,
 		Bundle: &CanaryBundleInfo{
@@ -202,11 +218,6 @@ func canaryHeadline(s *canary.Summary) string {
 func writeCanaryBundleText(ios *cmdutil.IOStreams, rep *CanaryReport) error {
 	s := rep.Canary
 	var b strings.Builder
-	if rep.Bundle.CanaryPages == 0 {
-		fmt.Fprintf(&b, "no canary.pages events in %s (%s events): was the canary enabled?\n", rep.Input, cmdutil.Commas(rep.Bundle.Events))
-		_, err := fmt.Fprint(ios.Out, b.String())
-		return err
-	}
 	b.WriteString(canaryHeadline(s) + "\n")
 	fmt.Fprintf(&b, "policy %s: %s pages digested, %s of the pool per replay\n",
 		cmdutil.Quote(s.Policy), cmdutil.Commas(s.PagesChecked), canaryPercent(s.Coverage))
