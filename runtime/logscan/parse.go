@@ -116,12 +116,12 @@ func (p *Parser) classify(msg, line []byte, rec *Record) bool {
 	}
 	switch msg[0] {
 	case 'D':
-		if hasKey(msg, "Decode transfer failed for request") {
-			parseTransferFailure(msg[len(mDecodeXfer):], "decode", line, rec)
-			return true
-		}
 		if hasKey(msg, "Decode batch") {
 			parseBatch(msg[len(mDecodeBatch):], KindDecode, rec)
+			return true
+		}
+		if hasKey(msg, "Decode transfer failed for request") {
+			parseTransferFailure(msg[len(mDecodeXfer):], "decode", line, rec)
 			return true
 		}
 		if hasKey(msg, "Decode out of memory happened") {
@@ -223,10 +223,19 @@ func (p *Parser) search(line []byte, rec *Record) {
 		rec.Kind, rec.Engine, rec.Raw, rec.Preemptions = KindPreemption, EngineVLLM, string(line), 1
 		rec.Fields |= FieldPreemptions
 	case 8:
-		parseTransferFailure(msg[len(mPrefillXfer):], "prefill", line, rec)
+		// " transfer failed for request" is preceded by "Prefill" or "Decode".
+		switch {
+		case best >= 7 && bytes.Equal(line[best-7:best], []byte("Prefill")):
+			best -= 7
+			parseTransferFailure(msg[len(mXferTail):], "prefill", line, rec)
+		case best >= 6 && bytes.Equal(line[best-6:best], []byte("Decode")):
+			best -= 6
+			parseTransferFailure(msg[len(mXferTail):], "decode", line, rec)
+		default:
+			rec.Kind = KindUnrecognized
+			return
+		}
 	case 9:
-		parseTransferFailure(msg[len(mDecodeXfer):], "decode", line, rec)
-	case 10:
 		parseMetadataCorruption(msg[len(mContextCorrupt):], line, rec)
 	}
 	if rec.Kind != KindUnrecognized && rec.TS == 0 {
@@ -281,8 +290,10 @@ var (
 	mDecodeXfer     = []byte("Decode transfer failed for request")
 	mContextCorrupt = []byte("Context corruption detected: Request ")
 
+	mXferTail = []byte(" transfer failed for request")
+
 	anywhere = [...][]byte{mDecodeBatch, mPrefillBatch, mPoolFull, mOOMTail, mCanary, mChecksum, mAvgPrompt, mPreempted,
-		mPrefillXfer, mDecodeXfer, mContextCorrupt}
+		mXferTail, mContextCorrupt}
 )
 
 // ---------------------------------------------------------------------------

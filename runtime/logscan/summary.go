@@ -198,7 +198,7 @@ func (s *Summary) Add(r *Record) {
 		s.lastRunning, s.lastTokenUsage = r.RunningReq, r.TokenUsage
 		if r.Kind == KindEngineStats {
 			s.Preemptions += int64(r.Preemptions)
-		} else {
+		} else if r.Fields&(FieldPrealloc|FieldAcceptLen|FieldAcceptRate) != 0 {
 			s.addDecodeExtras(r)
 		}
 	case KindPrefill:
