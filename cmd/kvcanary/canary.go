@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -35,8 +36,10 @@ type CanaryReport struct {
 	Findings      []*hook.Finding   `json:"findings,omitempty"`
 	FindingsTotal int               `json:"findings_total"`
 	Bundle        *CanaryBundleInfo `json:"bundle,omitempty"`
-	// Log input: SGLang's own kv_canary violations.
-	SGLang *canary.LogScan `json:"sglang,omitempty"`
+	// Log input: SGLang's own kv_canary violations, and the --kv-canary
+	// mode the log's server_args line states ("" when it has none).
+	SGLang   *canary.LogScan `json:"sglang,omitempty"`
+	KVCanary string          `json:"kv_canary,omitempty"`
 }
 
 // CanaryBundleInfo says how much of a bundle was usable.
@@ -87,9 +90,18 @@ made. A text file is read as an SGLang server log, and its
 1 MiB is judged by its first MiB. An empty, compressed (gzip, xz, …) or binary
 file is refused: no verdict over bytes kvcanary cannot read.
 
+No data: a bundle without canary.pages events (recorded without the canary
+instrument, such as a repro bundle of sessions only, or an empty bundle) is not
+a verdict. Nor is a log without violation lines unless its server_args line
+says SGLang ran with --kv-canary log or raise (SGLang writes kv_canary lines
+only on a violation, so silence alone proves nothing). The report says so in
+one sentence naming what produces them (kvcanary wrap, the twin's sim run
+--record, or an SGLang log run with --kv-canary log), --json prints
+{"status": "no-data", "message": …}, and the exit code is 4.
+
 Exit codes: 0 clean, 1 a live-page overwrite, a missing store or an SGLang
 violation was found, 3 the input is unreadable, not a bundle or a text log, or
-has malformed violation lines, 130 interrupted.`,
+has malformed violation lines, 4 no data, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
@@ -131,6 +143,14 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 		return err
 	}
 	s := an.Summary().(canary.Summary)
+	if br.kinds[hook.KindCanaryPages] == 0 {
+		br.warn(opts.IO.ErrOut, opts.Path)
+		nd := cmdutil.NewNoData(cmdutil.InstrumentCanary, opts.Path, br.events, "event")
+		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
+			return err
+		}
+		return nd.Err()
+	}
 	rep := CanaryReport{
 		Input: opts.Path, Format: "bundle", Canary: &s, Findings: br.findings, FindingsTotal: br.findingsTotal,
 		Bundle: &CanaryBundleInfo{
@@ -159,11 +179,26 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 }
 
 func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
-	scan, err := canary.ScanLog(f, opts.Path, canary.LogOptions{})
+	arg := &kvCanaryArg{r: f}
+	scan, err := canary.ScanLog(arg, opts.Path, canary.LogOptions{})
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
-	rep := CanaryReport{Input: opts.Path, Format: "sglang-log", SGLang: scan, FindingsTotal: int(min(scan.Violations, 1<<31-1))}
+	if !scan.Findings() && scan.Malformed == 0 && arg.value != "log" && arg.value != "raise" {
+		// SGLang writes kv_canary lines only on a violation: without them, a
+		// log is clean only if it shows the canary was on.
+		nd := cmdutil.NewNoData(cmdutil.InstrumentCanary, opts.Path, uint64(max(scan.Lines, 0)), "line")
+		if arg.value != "" {
+			nd.Detail = fmt.Sprintf("its server_args say kv_canary=%s: SGLang's canary was off", arg.value)
+		} else {
+			nd.Detail = "no server_args line in it says SGLang ran with --kv-canary log or raise, and SGLang writes kv_canary lines only on a violation"
+		}
+		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
+			return err
+		}
+		return nd.Err()
+	}
+	rep := CanaryReport{Input: opts.Path, Format: "sglang-log", SGLang: scan, KVCanary: arg.value, FindingsTotal: int(min(scan.Violations, 1<<31-1))}
 	for i := range scan.Samples {
 		if len(rep.Findings) >= canaryMaxFindings {
 			break
@@ -174,7 +209,7 @@ func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
 		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
 			return err
 		}
-	} else if err := writeCanaryLogText(opts.IO, scan); err != nil {
+	} else if err := writeCanaryLogText(opts.IO, scan, arg.value); err != nil {
 		return err
 	}
 	for _, e := range scan.Errors {
@@ -187,6 +222,70 @@ func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
 		return cmdutil.InputError(fmt.Errorf("%s: %d malformed kv_canary violation lines", opts.Path, scan.Malformed))
 	}
 	return nil
+}
+
+// kvCanaryArg passes a log through and remembers the last kv_canary mode
+// its server_args line states (SGLang logs "server_args=ServerArgs(…,
+// kv_canary='log', …)" at start-up): "none", "log", "raise", or "" when no
+// line says. It looks across read boundaries with a small window.
+type kvCanaryArg struct {
+	r     io.Reader
+	tail  []byte // the last bytes of the previous read
+	value string
+}
+
+var kvCanaryKey = []byte("kv_canary=")
+
+// kvCanaryWindow holds a key, its preceding byte and the longest value.
+const kvCanaryWindow = 40
+
+func (k *kvCanaryArg) Read(p []byte) (int, error) {
+	n, err := k.r.Read(p)
+	if n > 0 {
+		b := p[:n]
+		if len(k.tail) > 0 {
+			k.find(append(k.tail, b[:min(len(b), kvCanaryWindow)]...))
+		}
+		k.find(b)
+		// Keep the last window of everything read (short reads add up).
+		k.tail = append(k.tail, b[max(0, len(b)-kvCanaryWindow):]...)
+		if over := len(k.tail) - kvCanaryWindow; over > 0 {
+			k.tail = append(k.tail[:0], k.tail[over:]...)
+		}
+	}
+	return n, err
+}
+
+// find records the value of every whole "kv_canary=<value>" in b (not
+// "…_kv_canary=", not "kv_canary_sweep_interval=").
+func (k *kvCanaryArg) find(b []byte) {
+	for off := 0; ; {
+		i := bytes.Index(b[off:], kvCanaryKey)
+		if i < 0 {
+			return
+		}
+		i += off
+		off = i + len(kvCanaryKey)
+		if i > 0 && (b[i-1] == '_' || b[i-1] >= 'a' && b[i-1] <= 'z' || b[i-1] >= 'A' && b[i-1] <= 'Z' || b[i-1] >= '0' && b[i-1] <= '9') {
+			continue
+		}
+		v := b[off:]
+		if len(v) > 0 && (v[0] == '\'' || v[0] == '"') {
+			q := v[0]
+			v = v[1:]
+			j := bytes.IndexByte(v[:min(len(v), 16)], q)
+			if j < 0 {
+				continue // cut by the read: the window sees it whole
+			}
+			k.value = string(v[:j])
+			continue
+		}
+		j := bytes.IndexAny(v[:min(len(v), 16)], ",) \n")
+		if j <= 0 {
+			continue
+		}
+		k.value = string(v[:j]) // an unquoted repr (None)
+	}
 }
 
 // canaryHeadline is the report's first line, e.g.
@@ -202,11 +301,6 @@ func canaryHeadline(s *canary.Summary) string {
 func writeCanaryBundleText(ios *cmdutil.IOStreams, rep *CanaryReport) error {
 	s := rep.Canary
 	var b strings.Builder
-	if rep.Bundle.CanaryPages == 0 {
-		fmt.Fprintf(&b, "no canary.pages events in %s (%s events): was the canary enabled?\n", rep.Input, cmdutil.Commas(rep.Bundle.Events))
-		_, err := fmt.Fprint(ios.Out, b.String())
-		return err
-	}
 	b.WriteString(canaryHeadline(s) + "\n")
 	fmt.Fprintf(&b, "policy %s: %s pages digested, %s of the pool per replay\n",
 		cmdutil.Quote(s.Policy), cmdutil.Commas(s.PagesChecked), canaryPercent(s.Coverage))
@@ -318,9 +412,12 @@ func writeCanarySamples(b *strings.Builder, tty bool, title string, samples []ca
 	cmdutil.WriteTable(b, tty, rows)
 }
 
-func writeCanaryLogText(ios *cmdutil.IOStreams, scan *canary.LogScan) error {
+func writeCanaryLogText(ios *cmdutil.IOStreams, scan *canary.LogScan, mode string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "SGLang kv_canary violations: %s in %s lines of %s\n", cmdutil.Commas(scan.Violations), cmdutil.Commas(uint64(scan.Lines)), cmdutil.Quote(scan.File))
+	if mode != "" {
+		fmt.Fprintf(&b, "SGLang ran with --kv-canary %s (server_args)\n", cmdutil.Quote(mode))
+	}
 	if scan.Malformed > 0 {
 		fmt.Fprintf(&b, "malformed violation lines: %s (see stderr)\n", cmdutil.Commas(scan.Malformed))
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -158,10 +159,11 @@ func TestCanaryReportBundleOverwrite(t *testing.T) {
 }
 
 func TestCanaryReportBundleWithoutCanary(t *testing.T) {
+	// A bundle of replays without the canary: no data, not a question.
 	path := writeCanaryBundle(t, nil)
 	out, _, err := runCanaryReport(t, path, false, false)
-	if err != nil || !strings.Contains(out, "no canary.pages events") {
-		t.Fatalf("%v\n%s", err, out)
+	if cmdutil.ExitCode(err) != cmdutil.ExitNoData || !strings.HasPrefix(out, "no data: "+path+" holds no canary.pages events or kv_canary violation lines (1 event read): ") {
+		t.Fatalf("exit %d (%v)\n%s", cmdutil.ExitCode(err), err, out)
 	}
 }
 
@@ -188,14 +190,63 @@ func TestCanaryReportLog(t *testing.T) {
 		t.Fatalf("exit %d err %v stderr %q", cmdutil.ExitCode(err), err, errOut)
 	}
 
-	// A clean log: exit 0.
-	if err := os.WriteFile(p, []byte("hello\nworld\n"), 0o644); err != nil {
+	// A clean log of a server that ran the canary: exit 0.
+	if err := os.WriteFile(p, []byte("[2026-11-29 08:00:00] server_args=ServerArgs(model_path='m', kv_canary='log', kv_canary_sweep_interval=800)\nworld\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err = runCanaryReport(t, p, false, true)
-	if err != nil || !strings.Contains(out, `"violations": 0`) || !strings.Contains(out, `"format": "sglang-log"`) {
+	if err != nil || !strings.Contains(out, `"violations": 0`) || !strings.Contains(out, `"format": "sglang-log"`) || !strings.Contains(out, `"kv_canary": "log"`) {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	out, _, err = runCanaryReport(t, p, false, false)
+	if err != nil || out != "SGLang kv_canary violations: 0 in 2 lines of "+p+"\nSGLang ran with --kv-canary log (server_args)\n" {
+		t.Fatalf("%v\n%q", err, out)
+	}
+
+	// Without violations and without the canary on, silence is no data.
+	for _, c := range []struct{ name, body, detail string }{
+		{"no server_args", "hello\nworld\n", "no server_args line in it says SGLang ran with --kv-canary log or raise"},
+		{"canary off", "[2026-11-29 08:00:00] server_args=ServerArgs(model_path='m', kv_canary='none')\nworld\n", "its server_args say kv_canary=none"},
+		{"other key", "x enable_kv_canary='log' kv_canary_sweep_interval=800\n", "no server_args line"},
+	} {
+		if err := os.WriteFile(p, []byte(c.body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err = runCanaryReport(t, p, false, false)
+		if cmdutil.ExitCode(err) != cmdutil.ExitNoData || !strings.HasPrefix(out, "no data: "+p+" holds no canary.pages events or kv_canary violation lines (") ||
+			!strings.Contains(out, "\n"+c.detail) {
+			t.Errorf("%s: exit %d (%v)\n%s", c.name, cmdutil.ExitCode(err), err, out)
+		}
+	}
+}
+
+// The kv_canary mode is found wherever the reads cut the log.
+func TestCanaryKVCanaryArgAcrossReads(t *testing.T) {
+	line := strings.Repeat("x", 100) + " server_args=ServerArgs(a=1, kv_canary='raise', b=2)\n" + strings.Repeat("y", 50) + "\n"
+	for _, chunk := range []int{1, 2, 7, 13, 64, 4096} {
+		k := &kvCanaryArg{r: &chunkReader{s: line, n: chunk}}
+		if _, err := io.Copy(io.Discard, k); err != nil {
+			t.Fatal(err)
+		}
+		if k.value != "raise" {
+			t.Errorf("reads of %d bytes: value %q", chunk, k.value)
+		}
+	}
+}
+
+// chunkReader returns s n bytes per Read.
+type chunkReader struct {
+	s string
+	n int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if c.s == "" {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), c.n)], c.s)
+	c.s = c.s[n:]
+	return n, nil
 }
 
 func TestCanaryReportUnreadable(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -76,9 +77,16 @@ page_bsum. An xxh3 of 0 means "not computed" (GPU hooks compute bsum only)
 and is compared with nothing. A decode copy that matches when it landed
 (transferred) but not when admitted was changed on the decode host.
 
+No data: an input that reads fine but holds no room checksum record (a bundle
+recorded without the checksum instrument, such as a repro bundle of sessions
+only, or a log without room_checksum lines) is not a verdict. The report says
+so in one sentence naming what produces them (kvcanary wrap, the twin's
+sim run --record, or the engine's kvcanary room_checksum lines), --json prints
+{"status": "no-data", "message": …}, and the exit code is 4.
+
 Exit codes: 0 every room outside warmups matches, 1 a mismatch, a missing side
 or a duplicate, 2 usage, 3 unreadable, empty or malformed input (a bad digest
-names file:line).`,
+names file:line), 4 no data, 130 interrupted.`,
 		Example: `  # The seeds' case: one prefill log, one decode log
   kvcanary checksum compare prefill.log decode.log
 
@@ -146,14 +154,28 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 		if _, isLog := src.(*checksumLog); !isLog {
 			bundles[p] = info
 		}
-		srcs = append(srcs, src)
+		srcs = append(srcs, &statSource{Source: src})
 	}
 	warm := opts.WarmupMaxSeqLen
 	if warm == 0 {
 		warm = -1 // the flag's 0 turns the seq_len rule off; Options' 0 means the default
 	}
 	rep, err := checksum.Compare(checksum.Options{WarmupMaxSeqLen: warm}, srcs...)
+	if errors.Is(err, checksum.ErrNoRecords) {
+		if nd := checksumNoData(srcs); nd != nil {
+			if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
+				return err
+			}
+			return nd.Err()
+		}
+	}
 	if err != nil {
+		for _, src := range srcs {
+			if st := src.(*statSource).last; errors.Is(err, checksum.ErrNoRecords) && st.Records+st.Evidence == 0 && st.Malformed > 0 {
+				err = fmt.Errorf("%w; %s, first: %s", err, plural(st.Malformed, "malformed checksum record"), cmdutil.Quote(st.FirstReason))
+				break
+			}
+		}
 		return cmdutil.InputError(err)
 	}
 	if warm < 0 {
@@ -169,6 +191,39 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	writeChecksumNotes(opts.IO.ErrOut, rep, bundles)
 	if rep.Failed() {
 		return cmdutil.FindingError
+	}
+	return nil
+}
+
+// statSource keeps what its last read of the input found.
+type statSource struct {
+	checksum.Source
+	read bool
+	last checksum.InputStats
+}
+
+func (s *statSource) Each(fn func(*checksum.Record) error) (checksum.InputStats, error) {
+	st, err := s.Source.Each(fn)
+	s.read, s.last = true, st
+	return st, err
+}
+
+// checksumNoData is the no-data report of the first input that was read
+// and held no room checksum record (checksum.Compare stops there with
+// ErrNoRecords); nil when there is none.
+func checksumNoData(srcs []checksum.Source) *cmdutil.NoData {
+	for _, src := range srcs {
+		s := src.(*statSource)
+		if !s.read || s.last.Records+s.last.Evidence > 0 {
+			continue
+		}
+		if s.last.Malformed > 0 {
+			return nil // records it could not read: an input error, not an absence
+		}
+		if s.last.Format == "log" {
+			return cmdutil.NewNoData(cmdutil.InstrumentChecksum, s.Name(), uint64(max(s.last.Lines, 0)), "line")
+		}
+		return cmdutil.NewNoData(cmdutil.InstrumentChecksum, s.Name(), uint64(max(s.last.Events, 0)), "event")
 	}
 	return nil
 }

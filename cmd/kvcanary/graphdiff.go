@@ -68,8 +68,15 @@ func NewCmdGraphDiffReport(f *cmdutil.Factory, runF func(*GraphDiffReportOptions
 a headline (divergent samples, requests, worst top-k Jaccard), the worst
 samples, and the histogram of top-k Jaccard similarity.
 
+No data: a bundle without graphdiff.sample events (recorded without the
+graphdiff instrument, such as a repro bundle of sessions only, or an empty
+bundle) is not a verdict. The report says so in one sentence naming what
+produces them (kvcanary wrap or the twin's sim run --record; no engine log
+line carries them) and, when the run's recorded settings explain it, why;
+--json prints {"status": "no-data", "message": …}, and the exit code is 4.
+
 Exit codes: 0 no divergence, 1 a divergent sample, 3 the input is unreadable or
-not a bundle (the message says what it is), 130 interrupted.`,
+not a bundle (the message says what it is), 4 no data, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
@@ -90,9 +97,19 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 		return err
 	}
 	defer b.Close()
-	br, err := replayBundle(b, an, graphDiffMaxFindings)
+	seen := &runConfigSeen{Analyzer: an}
+	br, err := replayBundle(b, seen, graphDiffMaxFindings)
 	if err != nil {
 		return err
+	}
+	if br.kinds[hook.KindGraphDiffSample] == 0 {
+		br.warn(opts.IO.ErrOut, opts.Path)
+		nd := cmdutil.NewNoData(cmdutil.InstrumentGraphDiff, opts.Path, br.events, "event")
+		nd.Detail = graphDiffNoDataDetail(seen.cfg, an.Result().NoSamplesReason)
+		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
+			return err
+		}
+		return nd.Err()
 	}
 	rep := GraphDiffReport{
 		Input: opts.Path, GraphDiff: an.Result(), Findings: br.findings, FindingsTotal: br.findingsTotal,
@@ -118,6 +135,35 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 		return cmdutil.FindingError
 	}
 	return nil
+}
+
+// runConfigSeen passes events to an analyzer and keeps the last run.start's
+// settings (the manifest's, then the bundle's own run.start events).
+type runConfigSeen struct {
+	hook.Analyzer
+	cfg hook.RunConfig
+}
+
+func (r *runConfigSeen) Observe(ev hook.Event, emit func(hook.Event)) {
+	if rs, ok := ev.Body.(*hook.RunStart); ok {
+		r.cfg = rs.Config
+	}
+	r.Analyzer.Observe(ev, emit)
+}
+
+// graphDiffNoDataDetail is the analyzer's explanation of a run without
+// samples, when the run's settings were observed by kvcanary: the twin and
+// the SGLang hooks know whether the engine captured graphs; a client-side
+// run against a remote server (engine "remote", repro) recorded no engine
+// setting, so "CUDA graphs are disabled" would be a guess stated as a fact.
+func graphDiffNoDataDetail(cfg hook.RunConfig, reason string) string {
+	switch {
+	case reason == "" || reason == graphdiff.NoSamplesUnknown:
+		return ""
+	case cfg.Engine == "" || cfg.Engine == "remote":
+		return ""
+	}
+	return reason
 }
 
 // graphDiffHeadline is the report's first line, e.g.

@@ -134,17 +134,19 @@ func TestGraphDiffReportClean(t *testing.T) {
 }
 
 func TestGraphDiffReportNoSamples(t *testing.T) {
+	// The twin knows its settings: the no-data sentence is followed by why.
 	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: false, Engine: "sim"}, nil)
 	out, _, err := runGraphDiffReport(t, path, false, false)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	if cmdutil.ExitCode(err) != cmdutil.ExitNoData {
+		t.Fatalf("exit %d (%v)\n%s", cmdutil.ExitCode(err), err, out)
 	}
-	if !strings.HasPrefix(out, "no graph-vs-eager samples: no captured replay to compare: CUDA graphs are disabled\n") {
+	if !strings.HasPrefix(out, "no data: "+path+" holds no graphdiff.sample events (1 event read): ") ||
+		!strings.HasSuffix(out, "\nno captured replay to compare: CUDA graphs are disabled\n") {
 		t.Fatalf("report:\n%s", out)
 	}
 	out, _, _ = runGraphDiffReport(t, path, false, true)
-	if !strings.Contains(out, `"no_samples_reason": "no captured replay to compare: CUDA graphs are disabled"`) ||
-		!strings.Contains(out, `"samples": 0`) {
+	if !strings.Contains(out, `"detail": "no captured replay to compare: CUDA graphs are disabled"`) ||
+		!strings.Contains(out, `"status": "no-data"`) {
 		t.Fatalf("json:\n%s", out)
 	}
 }

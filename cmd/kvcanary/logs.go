@@ -43,10 +43,20 @@ func NewCmdLogsScan(f *cmdutil.Factory, runF func(*LogsScanOptions) error) *cobr
 	opts := &LogsScanOptions{IO: f.IO, Now: f.Now, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "scan FILE",
-		Short: "Summarise a server log: batches, peak load, retractions, canary violations",
+		Short: "Summarise a server log: batches, peak load, retractions, canary violations, PD failures",
 		Long: `Summarise an SGLang or vLLM server log (FILE, or - for stdin): decode and
 prefill batches, peak #running-req and token usage, retractions with their
 timestamps, kv_canary violations, KV checksum mismatches and vLLM preemptions.
+
+SGLang PD disaggregation: "Prefill/Decode transfer failed for request" lines
+(transfer_failures, by side, and the distinct rooms: every TP rank logs the
+same failure) and "Context corruption detected: … Metadata buffer index"
+lines (metadata_corruptions: a request that received another room's
+metadata), each listed with its rid and bootstrap rooms; the decode lines'
+queue fields (#prealloc-req, #transfer-req, #retracted-req, pre-allocated
+usage) as peaks, and speculative decoding's accept len and accept rate as
+averages and minimums. A section whose fields no line carried is left out
+(--json: pd_decode, speculative absent), not shown as zero.
 
 For vLLM logs, decode_batches counts the periodic "Engine NNN: Avg prompt
 throughput: …" lines and token usage is the GPU KV cache usage as a fraction.
@@ -163,6 +173,9 @@ func writeLogSummary(w io.Writer, name string, s *logscan.Summary, limit int) er
 	writeSamples(&b, s.ChecksumLines, limit)
 	fmt.Fprintf(&b, "%-20s %d\n", "preemptions", s.Preemptions)
 	writeSamples(&b, s.PreemptionLines, limit)
+	if !vllm {
+		writePDSummary(&b, s, limit)
+	}
 	if s.BadFields > 0 {
 		fmt.Fprintf(&b, "%-20s %d values did not parse on recognized lines\n", "bad fields", s.BadFields)
 	}
@@ -177,4 +190,57 @@ func writeSamples(b *strings.Builder, samples []logscan.Sample, limit int) {
 		}
 		fmt.Fprintf(b, "  line %-7d %s\n", s.Line, cmdutil.Quote(s.Text))
 	}
+}
+
+// writePDSummary appends SGLang's PD failures (with their rooms), the PD
+// decode queue peaks and the speculative acceptance, when measured.
+func writePDSummary(b *strings.Builder, s *logscan.Summary, limit int) {
+	fmt.Fprintf(b, "%-20s %d (%d decode, %d prefill) over %d %s\n", "transfer failures", s.TransferFailures,
+		s.DecodeTransferFailures, s.PrefillTransferFailures, s.TransferFailedRooms, units(s.TransferFailedRooms, "room"))
+	for i, f := range s.TransferFailureLines {
+		if i >= limit {
+			fmt.Fprintf(b, "  … %d more (--json lists up to %d)\n", s.TransferFailures-int64(limit), logscan.MaxPDFailures)
+			break
+		}
+		rank := "rank ?"
+		if f.Rank >= 0 {
+			rank = fmt.Sprintf("rank %d", f.Rank)
+		}
+		fmt.Fprintf(b, "  line %-7d %s  %s %s rid %s room %d", f.Line, orNoTime(f.Time), f.Side, rank, cmdutil.Quote(f.Rid), uint64(f.Room))
+		if f.Reason != "" {
+			fmt.Fprintf(b, ": %s", cmdutil.Quote(f.Reason))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(b, "%-20s %d over %d %s\n", "metadata corruptions", s.MetadataCorruptions, s.MetadataCorruptedRooms, units(s.MetadataCorruptedRooms, "room"))
+	for i, m := range s.MetadataCorruptionLines {
+		if i >= limit {
+			fmt.Fprintf(b, "  … %d more (--json lists up to %d)\n", s.MetadataCorruptions-int64(limit), logscan.MaxPDFailures)
+			break
+		}
+		idx := "?"
+		if m.BufferIndex >= 0 {
+			idx = fmt.Sprint(m.BufferIndex)
+		}
+		fmt.Fprintf(b, "  line %-7d %s  rid %s room %d received room %d's metadata (buffer index %s)\n",
+			m.Line, orNoTime(m.Time), cmdutil.Quote(m.Rid), uint64(m.Room), uint64(m.FromRoom), idx)
+	}
+	if s.RoomsCapped {
+		fmt.Fprintf(b, "  (more than %d distinct rooms: room counts are lower bounds)\n", logscan.MaxRooms)
+	}
+	if p := s.PD; p != nil {
+		fmt.Fprintf(b, "%-20s %s: peak #prealloc-req %d, peak #transfer-req %d, peak #retracted-req %d, peak pre-allocated usage %.2f\n",
+			"pd decode queues", plural(p.Batches, "decode line"), p.PeakPreallocReq, p.PeakTransferReq, p.PeakRetractedReq, p.PeakPreallocUsage)
+	}
+	if sp := s.Speculative; sp != nil {
+		fmt.Fprintf(b, "%-20s %s: accept len avg %.2f (min %.2f), accept rate avg %.2f (min %.2f)\n",
+			"speculative", plural(sp.Batches, "decode line"), sp.AvgAcceptLen, sp.MinAcceptLen, sp.AvgAcceptRate, sp.MinAcceptRate)
+	}
+}
+
+func orNoTime(t string) string {
+	if t == "" {
+		return "(no timestamp)"
+	}
+	return t
 }

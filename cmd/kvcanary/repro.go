@@ -400,6 +400,12 @@ func writeReproText(w io.Writer, r reproJSON) error {
 		fmt.Fprintf(w, "server log: %d sched observations, peak running-req %d, peak token usage %.2f, retractions %d (%d events)\n",
 			r.Sched.Observations, r.Sched.PeakRunningReq, r.Sched.PeakTokenUsage, r.Sched.Retractions, r.Sched.RetractionEvents)
 	}
+	if l := r.ServerLog; l != nil && l.TransferFailures+l.MetadataCorruptions > 0 {
+		// PD failures abort requests with an HTTP 500: they read as session
+		// errors above, and "kvcanary logs scan" lists them with their rooms.
+		fmt.Fprintf(w, "server log: PD transfer failures %d (%s), metadata buffer collisions %d (%s)\n",
+			l.TransferFailures, plural(l.TransferFailedRooms, "room"), l.MetadataCorruptions, plural(l.MetadataCorruptedRooms, "room"))
+	}
 	shown := 0
 	for _, s := range r.PerSession {
 		if !repro.IsCorrupted(s.Outcome) {

@@ -22,8 +22,10 @@ with A/B statistics and confounds. Every command runs on the embedded twin
 
 Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error
 (unreadable, empty, compressed or binary input is an error, never a verdict),
-130 interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any command within
-a second; a second one kills it at once.`,
+4 no data (checksum compare, canary report, graphdiff report: the input reads
+fine but holds none of the instrument's observations; the report names what
+records them), 130 interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any
+command within a second; a second one kills it at once.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

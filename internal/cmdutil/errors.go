@@ -12,6 +12,13 @@ const (
 	ExitFinding = 1 // a check found evidence of corruption
 	ExitUsage   = 2 // bad flags or arguments
 	ExitInput   = 3 // unreadable or malformed input, or a runtime failure
+	// ExitNoData: the input was read whole and is well-formed, but holds
+	// none of the observations the command judges (a bundle recorded
+	// without the instrument, a log without its lines). Neither a verdict (0
+	// would vouch for a run nobody measured, 1 would accuse it) nor a broken
+	// input (3: recording again the same way would answer nothing more). See
+	// NoData.
+	ExitNoData = 4
 	// ExitInterrupted: the first SIGINT or SIGTERM stopped the command
 	// (128 + SIGINT, as shells report it).
 	ExitInterrupted = 130

@@ -12,6 +12,17 @@
 //     trailing ", ";
 //   - SGLang retractions: "KV cache pool is full. Retract requests. #retracted_reqs: N,
 //     #new_token_ratio: a -> b" and the older "Decode out of memory happened. …";
+//   - SGLang PD failures: "Prefill transfer failed for request rank=… req.rid=…
+//     req.bootstrap_room=…", "Decode transfer failed for request rank=…
+//     decode_req.req.rid=… decode_req.req.bootstrap_room=…" (with any "with
+//     exception …" tail) and the decode side's "Context corruption detected:
+//     Request <rid> (bootstrap_room=<a>) received metadata from
+//     bootstrap_room=<b>. Metadata buffer index: <i>. …", counted with their
+//     rooms (a failure is logged once per TP rank: the summary also counts
+//     distinct rooms); decode lines' PD queue fields ("pre-allocated usage",
+//     "#prealloc-req", "#transfer-req", "#retracted-req") and speculative
+//     fields ("accept len", "accept rate") are summarized as peaks and
+//     averages, and left out when no line carried them;
 //   - SGLang's canary "kv_canary violation: …" and PD "KV checksum mismatch" lines,
 //     recognized and counted with the raw line kept (the canary and checksum
 //     analyzers own their details; a source never judges);

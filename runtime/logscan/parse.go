@@ -120,6 +120,10 @@ func (p *Parser) classify(msg, line []byte, rec *Record) bool {
 			parseBatch(msg[len(mDecodeBatch):], KindDecode, rec)
 			return true
 		}
+		if hasKey(msg, "Decode transfer failed for request") {
+			parseTransferFailure(msg[len(mDecodeXfer):], "decode", line, rec)
+			return true
+		}
 		if hasKey(msg, "Decode out of memory happened") {
 			parseRetract(msg[len(mDecodeOOM):], rec)
 			return true
@@ -132,6 +136,15 @@ func (p *Parser) classify(msg, line []byte, rec *Record) bool {
 	case 'P':
 		if hasKey(msg, "Prefill batch") {
 			parseBatch(msg[len(mPrefillBatch):], KindPrefill, rec)
+			return true
+		}
+		if hasKey(msg, "Prefill transfer failed for request") {
+			parseTransferFailure(msg[len(mPrefillXfer):], "prefill", line, rec)
+			return true
+		}
+	case 'C':
+		if hasKey(msg, "Context corruption detected: Request ") {
+			parseMetadataCorruption(msg[len(mContextCorrupt):], line, rec)
 			return true
 		}
 	case 'K':
@@ -209,6 +222,21 @@ func (p *Parser) search(line []byte, rec *Record) {
 	case 7:
 		rec.Kind, rec.Engine, rec.Raw, rec.Preemptions = KindPreemption, EngineVLLM, string(line), 1
 		rec.Fields |= FieldPreemptions
+	case 8:
+		// " transfer failed for request" is preceded by "Prefill" or "Decode".
+		switch {
+		case best >= 7 && bytes.Equal(line[best-7:best], []byte("Prefill")):
+			best -= 7
+			parseTransferFailure(msg[len(mXferTail):], "prefill", line, rec)
+		case best >= 6 && bytes.Equal(line[best-6:best], []byte("Decode")):
+			best -= 6
+			parseTransferFailure(msg[len(mXferTail):], "decode", line, rec)
+		default:
+			rec.Kind = KindUnrecognized
+			return
+		}
+	case 9:
+		parseMetadataCorruption(msg[len(mContextCorrupt):], line, rec)
 	}
 	if rec.Kind != KindUnrecognized && rec.TS == 0 {
 		rec.TS = p.findTS(line[:best])
@@ -258,8 +286,14 @@ var (
 	mEngine         = []byte("Engine ")
 	mSeqGroup       = []byte("Sequence group ")
 	mPreempted      = []byte("preempted by PreemptionMode")
+	mPrefillXfer    = []byte("Prefill transfer failed for request")
+	mDecodeXfer     = []byte("Decode transfer failed for request")
+	mContextCorrupt = []byte("Context corruption detected: Request ")
 
-	anywhere = [...][]byte{mDecodeBatch, mPrefillBatch, mPoolFull, mOOMTail, mCanary, mChecksum, mAvgPrompt, mPreempted}
+	mXferTail = []byte(" transfer failed for request")
+
+	anywhere = [...][]byte{mDecodeBatch, mPrefillBatch, mPoolFull, mOOMTail, mCanary, mChecksum, mAvgPrompt, mPreempted,
+		mXferTail, mContextCorrupt}
 )
 
 // ---------------------------------------------------------------------------
@@ -670,11 +704,178 @@ func batchField(key, val []byte, rec *Record) {
 		rec.InflightReq, bad = setInt(val, &rec.Fields, FieldPrealloc)
 	case "#retracted-req":
 		rec.RetractedQueue, bad = setInt(val, &rec.Fields, FieldPrealloc)
+	case "accept len":
+		v, ok := parseFloat(val)
+		rec.AcceptLen, bad = v, !ok
+		if ok {
+			rec.Fields |= FieldAcceptLen
+		}
+	case "accept rate":
+		v, ok := parseFloat(val)
+		rec.AcceptRate, bad = v, !ok
+		if ok {
+			rec.Fields |= FieldAcceptRate
+		}
 	}
-	// Fields this package does not model (accept len, mamba usage, itl, …) are skipped.
+	// Fields this package does not model (mamba usage, itl, …) are skipped.
 	if bad {
 		rec.BadFields++
 	}
+}
+
+// parseTransferFailure parses what follows SGLang's "Prefill transfer failed
+// for request" / "Decode transfer failed for request": Python f-string
+// "{x=}" fields, " rank=4 req.rid='af2f…' req.bootstrap_room=6989861766352545488"
+// (decode: "decode_req.req.rid=…", "decode_req.req.bootstrap_room=…"), then
+// optionally " with exception <text>". The rid is a repr: quoted with ' (or
+// " when it holds a ') and may hold spaces. A missing or malformed field is a
+// bad field; the marker alone makes the line a transfer failure.
+func parseTransferFailure(rest []byte, side string, line []byte, rec *Record) {
+	rec.Kind, rec.Engine, rec.Side, rec.Raw = KindTransferFailure, EngineSGLang, side, string(line)
+	rec.Rank = -1
+	if j := bytes.Index(rest, mWithException); j >= 0 {
+		rec.FailureText = string(trimSpace(rest[j+len(mWithException):]))
+		rest = rest[:j]
+	}
+	for {
+		rest = skipSep(rest)
+		if len(rest) == 0 {
+			break
+		}
+		eq := bytes.IndexByte(rest, '=')
+		sp := bytes.IndexByte(rest, ' ')
+		if eq < 0 || (sp >= 0 && sp < eq) {
+			// A word without "=": not a field of this format.
+			rec.BadFields++
+			if sp < 0 {
+				break
+			}
+			rest = rest[sp:]
+			continue
+		}
+		key := rest[:eq]
+		val, next := pyValue(rest[eq+1:])
+		rest = next
+		switch {
+		case string(key) == "rank":
+			if v, ok := parseInt(val); ok {
+				rec.Rank = v
+				rec.Fields |= FieldRank
+			} else {
+				rec.BadFields++
+			}
+		case bytes.HasSuffix(key, []byte("rid")):
+			rec.Rid = string(unquotePy(val))
+			rec.Fields |= FieldRid
+		case bytes.HasSuffix(key, []byte("bootstrap_room")):
+			if v, ok := parseUint64(val); ok {
+				rec.Room = v
+				rec.Fields |= FieldRoom
+			} else if string(val) != "None" {
+				rec.BadFields++
+			}
+		}
+	}
+	for _, f := range [...]uint32{FieldRank, FieldRid, FieldRoom} {
+		if rec.Fields&f == 0 {
+			rec.BadFields++
+		}
+	}
+}
+
+var mWithException = []byte(" with exception ")
+
+// pyValue splits one f-string "{x=}" value off s: a quoted repr up to its
+// closing quote (spaces included), else up to the next space.
+func pyValue(s []byte) (val, rest []byte) {
+	if len(s) > 0 && (s[0] == '\'' || s[0] == '"') {
+		if j := bytes.IndexByte(s[1:], s[0]); j >= 0 {
+			return s[:j+2], s[j+2:]
+		}
+	}
+	if j := bytes.IndexByte(s, ' '); j >= 0 {
+		return s[:j], s[j:]
+	}
+	return s, nil
+}
+
+// unquotePy strips the quotes of a Python str repr ('x' or "x").
+func unquotePy(b []byte) []byte {
+	if len(b) >= 2 && (b[0] == '\'' || b[0] == '"') && b[len(b)-1] == b[0] {
+		return b[1 : len(b)-1]
+	}
+	return b
+}
+
+// parseMetadataCorruption parses what follows SGLang's decode-side "Context
+// corruption detected: Request ": "<rid> (bootstrap_room=<a>) received
+// metadata from bootstrap_room=<b>. Metadata buffer index: <i>. This
+// indicates metadata buffer index collision." The rid is printed bare (no
+// repr), so it ends at the last " (bootstrap_room=".
+func parseMetadataCorruption(rest []byte, line []byte, rec *Record) {
+	rec.Kind, rec.Engine, rec.Raw = KindMetadataCorruption, EngineSGLang, string(line)
+	rec.MetaIndex = -1
+	const own, from, index = " (bootstrap_room=", "received metadata from bootstrap_room=", "Metadata buffer index: "
+	j := bytes.LastIndex(rest, []byte(own))
+	if j < 0 {
+		rec.BadFields += 3
+		return
+	}
+	rec.Rid = string(rest[:j])
+	rec.Fields |= FieldRid
+	rest = rest[j+len(own):]
+	a, rest, _ := cut(rest, []byte(")"))
+	if v, ok := parseUint64(a); ok {
+		rec.Room = v
+		rec.Fields |= FieldRoom
+	} else {
+		rec.BadFields++
+	}
+	if k := bytes.Index(rest, []byte(from)); k >= 0 {
+		b := rest[k+len(from):]
+		n := 0
+		for n < len(b) && b[n] >= '0' && b[n] <= '9' {
+			n++
+		}
+		if v, ok := parseUint64(b[:n]); ok {
+			rec.FromRoom = v
+			rec.Fields |= FieldFrom
+		} else {
+			rec.BadFields++
+		}
+	} else {
+		rec.BadFields++
+	}
+	if k := bytes.Index(rest, []byte(index)); k >= 0 {
+		b := rest[k+len(index):]
+		n := 0
+		for n < len(b) && b[n] >= '0' && b[n] <= '9' {
+			n++
+		}
+		if v, ok := parseInt(b[:n]); ok {
+			rec.MetaIndex = v
+			rec.Fields |= FieldIndex
+		} else {
+			rec.BadFields++
+		}
+	} else {
+		rec.BadFields++
+	}
+}
+
+// parseUint64 parses a decimal uint64 (bootstrap rooms use all 64 bits' worth
+// of 19-20 digit values, past parseInt's 18).
+func parseUint64(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseUint(string(b), 10, 64)
+	return v, err == nil
 }
 
 // parseRetract parses what follows the retraction marker.

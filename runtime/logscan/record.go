@@ -7,28 +7,32 @@ type Kind uint8
 
 // Line kinds.
 const (
-	KindUnrecognized     Kind = iota // a line in no format this package knows
-	KindBlank                        // an empty or all-space line
-	KindDecode                       // SGLang "Decode batch"
-	KindPrefill                      // SGLang "Prefill batch"
-	KindRetract                      // SGLang "KV cache pool is full. Retract requests." (or older "Decode out of memory happened.")
-	KindCanaryViolation              // SGLang "kv_canary violation:"
-	KindChecksumMismatch             // "KV checksum mismatch"
-	KindEngineStats                  // vLLM periodic "Avg prompt throughput: …" engine line
-	KindPreemption                   // vLLM "Sequence group … is preempted by PreemptionMode.…"
+	KindUnrecognized       Kind = iota // a line in no format this package knows
+	KindBlank                          // an empty or all-space line
+	KindDecode                         // SGLang "Decode batch"
+	KindPrefill                        // SGLang "Prefill batch"
+	KindRetract                        // SGLang "KV cache pool is full. Retract requests." (or older "Decode out of memory happened.")
+	KindCanaryViolation                // SGLang "kv_canary violation:"
+	KindChecksumMismatch               // "KV checksum mismatch"
+	KindEngineStats                    // vLLM periodic "Avg prompt throughput: …" engine line
+	KindPreemption                     // vLLM "Sequence group … is preempted by PreemptionMode.…"
+	KindTransferFailure                // SGLang PD "Prefill transfer failed for request …" / "Decode transfer failed for request …"
+	KindMetadataCorruption             // SGLang PD decode "Context corruption detected: Request … received metadata from bootstrap_room=…"
 	kindLimit
 )
 
 var kindNames = [kindLimit]string{
-	KindUnrecognized:     "unrecognized",
-	KindBlank:            "blank",
-	KindDecode:           "decode",
-	KindPrefill:          "prefill",
-	KindRetract:          "retract",
-	KindCanaryViolation:  "canary_violation",
-	KindChecksumMismatch: "checksum_mismatch",
-	KindEngineStats:      "engine_stats",
-	KindPreemption:       "preemption",
+	KindUnrecognized:       "unrecognized",
+	KindBlank:              "blank",
+	KindDecode:             "decode",
+	KindPrefill:            "prefill",
+	KindRetract:            "retract",
+	KindCanaryViolation:    "canary_violation",
+	KindChecksumMismatch:   "checksum_mismatch",
+	KindEngineStats:        "engine_stats",
+	KindPreemption:         "preemption",
+	KindTransferFailure:    "transfer_failure",
+	KindMetadataCorruption: "metadata_corruption",
 }
 
 func (k Kind) String() string {
@@ -73,6 +77,13 @@ const (
 	FieldRetracted
 	FieldNewTokenRatio
 	FieldPreemptions
+	FieldAcceptLen  // speculative decoding: accept len
+	FieldAcceptRate // speculative decoding: accept rate
+	FieldRank       // PD failure lines: rank=
+	FieldRoom       // PD failure lines: the request's bootstrap_room
+	FieldRid        // PD failure lines: the request id
+	FieldFrom       // metadata corruption: the bootstrap_room the metadata came from
+	FieldIndex      // metadata corruption: the metadata buffer index
 )
 
 // Record is one parsed log line. Scanner reuses one Record per line: copy
@@ -112,6 +123,19 @@ type Record struct {
 	InflightReq    int
 	RetractedQueue int // decode "#retracted-req": requests waiting in the retracted queue (a gauge, not events)
 
+	// SGLang speculative decoding (decode lines).
+	AcceptLen  float64 // "accept len": mean accepted tokens per verify step
+	AcceptRate float64 // "accept rate": accepted / proposed draft tokens
+
+	// SGLang PD failures (KindTransferFailure, KindMetadataCorruption).
+	Side        string // transfer failure: "prefill" | "decode"
+	Rank        int    // rank= of a transfer failure (the TP rank that logged it)
+	Rid         string // the request id, unquoted
+	Room        uint64 // the request's bootstrap_room
+	FromRoom    uint64 // metadata corruption: the bootstrap_room whose metadata it received
+	MetaIndex   int    // metadata corruption: the metadata buffer index both rooms used
+	FailureText string // transfer failure: what follows "with exception " (the transfer engine's reason)
+
 	// SGLang retraction.
 	Retracted       int // #retracted_reqs
 	NewTokensGained int
@@ -124,8 +148,8 @@ type Record struct {
 	PrefixHitRate    float64 // as a fraction
 	EngineIndex      int     // "Engine 003:" → 3; -1 when absent
 
-	// Raw is the whole line for canary, checksum and preemption lines (the
-	// analyzers parse their details); empty otherwise.
+	// Raw is the whole line for canary, checksum, preemption and PD failure
+	// lines (the analyzers parse their details); empty otherwise.
 	Raw string
 }
 

@@ -3,13 +3,72 @@ package logscan
 import (
 	"io"
 	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
 // Caps on the per-event lists a Summary keeps; counts are always exact.
 const (
 	MaxRetractions = 1000 // retractions listed with their timestamps
 	MaxSamples     = 20   // raw canary / checksum / preemption lines kept
+	MaxPDFailures  = 1000 // transfer failures and metadata corruptions listed with their rooms
+	// MaxRooms bounds the distinct rooms remembered to count
+	// TransferFailedRooms and MetadataCorruptedRooms (16 bytes or so each);
+	// past it the counts are lower bounds and RoomsCapped is set.
+	MaxRooms = 1 << 20
 )
+
+// TransferFailure is one SGLang PD "Prefill/Decode transfer failed for
+// request" line. SGLang logs a failure once per TP rank, so one room
+// usually has several.
+type TransferFailure struct {
+	Line int64      `json:"line"`
+	Time string     `json:"time,omitempty"`
+	Side string     `json:"side"` // "prefill" | "decode": which side logged it
+	Rank int        `json:"rank"` // -1 when the line had none
+	Rid  string     `json:"rid"`
+	Room hook.Dec64 `json:"bootstrap_room"`
+	// Reason is the transfer engine's exception text after "with exception".
+	Reason string `json:"reason,omitempty"`
+}
+
+// MetadataCorruption is one SGLang PD decode "Context corruption detected"
+// line: request Rid (room Room) received the metadata written for room
+// FromRoom through buffer index BufferIndex (a metadata buffer index
+// collision).
+type MetadataCorruption struct {
+	Line        int64      `json:"line"`
+	Time        string     `json:"time,omitempty"`
+	Rid         string     `json:"rid"`
+	Room        hook.Dec64 `json:"bootstrap_room"`
+	FromRoom    hook.Dec64 `json:"from_bootstrap_room"`
+	BufferIndex int        `json:"metadata_buffer_index"` // -1 when the line had none
+}
+
+// PDDecode aggregates the PD decode queue fields of SGLang decode lines
+// ("pre-allocated usage", "#prealloc-req", "#transfer-req", "#retracted-req"),
+// over the lines that carry them.
+type PDDecode struct {
+	Batches           int64   `json:"batches"` // decode lines carrying PD queue fields
+	PeakPreallocReq   int     `json:"peak_prealloc_req"`
+	PeakTransferReq   int     `json:"peak_transfer_req"`
+	PeakRetractedReq  int     `json:"peak_retracted_req"` // the retracted queue's length (a gauge, not retraction events)
+	PeakPreallocUsage float64 `json:"peak_preallocated_usage"`
+}
+
+// Speculative aggregates SGLang's speculative decoding fields of decode
+// lines ("accept len", "accept rate"): averages are over the lines that
+// carry each field (one line per logging interval, unweighted).
+type Speculative struct {
+	Batches       int64   `json:"batches"` // decode lines carrying accept len or accept rate
+	AvgAcceptLen  float64 `json:"avg_accept_len"`
+	MinAcceptLen  float64 `json:"min_accept_len"`
+	AvgAcceptRate float64 `json:"avg_accept_rate"`
+	MinAcceptRate float64 `json:"min_accept_rate"`
+
+	lenN, rateN     int64
+	lenSum, rateSum float64
+}
 
 // Retraction is one SGLang retraction line with the scheduler state the log
 // showed just before it.
@@ -48,18 +107,38 @@ type Summary struct {
 	CanaryViolations   int64   `json:"canary_violations"`
 	ChecksumMismatches int64   `json:"checksum_mismatches"`
 	Preemptions        int64   `json:"preemptions"`
-	Unrecognized       int64   `json:"unrecognized"` // includes long lines whose first MaxLine bytes are unrecognized
-	Blank              int64   `json:"blank"`
-	LongLines          int64   `json:"long_lines"` // lines over MaxLine: parsed by their first MaxLine bytes
-	BadFields          int64   `json:"bad_fields"` // values that did not parse on otherwise recognized lines
-	Start              string  `json:"start,omitempty"`
-	End                string  `json:"end,omitempty"`
+	// SGLang PD failures: lines, and the distinct rooms they name.
+	TransferFailures        int64  `json:"transfer_failures"`
+	PrefillTransferFailures int64  `json:"prefill_transfer_failures"`
+	DecodeTransferFailures  int64  `json:"decode_transfer_failures"`
+	TransferFailedRooms     int64  `json:"transfer_failed_rooms"`
+	MetadataCorruptions     int64  `json:"metadata_corruptions"`
+	MetadataCorruptedRooms  int64  `json:"metadata_corrupted_rooms"` // rooms that received another room's metadata
+	RoomsCapped             bool   `json:"rooms_capped,omitempty"`   // more than MaxRooms distinct rooms: the room counts are lower bounds
+	Unrecognized            int64  `json:"unrecognized"`             // includes long lines whose first MaxLine bytes are unrecognized
+	Blank                   int64  `json:"blank"`
+	LongLines               int64  `json:"long_lines"` // lines over MaxLine: parsed by their first MaxLine bytes
+	BadFields               int64  `json:"bad_fields"` // values that did not parse on otherwise recognized lines
+	Start                   string `json:"start,omitempty"`
+	End                     string `json:"end,omitempty"`
 
 	Retractions        []Retraction `json:"retractions"`
 	RetractionsOmitted int64        `json:"retractions_omitted,omitempty"`
 	CanaryLines        []Sample     `json:"canary_lines,omitempty"`
 	ChecksumLines      []Sample     `json:"checksum_lines,omitempty"`
 	PreemptionLines    []Sample     `json:"preemption_lines,omitempty"`
+
+	TransferFailureLines     []TransferFailure    `json:"transfer_failure_lines,omitempty"`
+	TransferFailuresOmitted  int64                `json:"transfer_failures_omitted,omitempty"`
+	MetadataCorruptionLines  []MetadataCorruption `json:"metadata_corruption_lines,omitempty"`
+	MetadataCorruptedOmitted int64                `json:"metadata_corruptions_omitted,omitempty"`
+
+	// PD and Speculative are nil when no decode line carried their fields
+	// (not measured, rather than zero).
+	PD          *PDDecode    `json:"pd_decode,omitempty"`
+	Speculative *Speculative `json:"speculative,omitempty"`
+
+	xferRooms, metaRooms map[uint64]struct{}
 
 	loc            *time.Location
 	sglang, vllm   int64
@@ -119,6 +198,8 @@ func (s *Summary) Add(r *Record) {
 		s.lastRunning, s.lastTokenUsage = r.RunningReq, r.TokenUsage
 		if r.Kind == KindEngineStats {
 			s.Preemptions += int64(r.Preemptions)
+		} else if r.Fields&(FieldPrealloc|FieldAcceptLen|FieldAcceptRate) != 0 {
+			s.addDecodeExtras(r)
 		}
 	case KindPrefill:
 		s.PrefillBatches++
@@ -148,6 +229,37 @@ func (s *Summary) Add(r *Record) {
 	case KindPreemption:
 		s.Preemptions++
 		s.PreemptionLines = s.sample(s.PreemptionLines, r)
+	case KindTransferFailure:
+		s.TransferFailures++
+		if r.Side == "prefill" {
+			s.PrefillTransferFailures++
+		} else {
+			s.DecodeTransferFailures++
+		}
+		if r.Fields&FieldRoom != 0 && s.addRoom(&s.xferRooms, r.Room) {
+			s.TransferFailedRooms++
+		}
+		if len(s.TransferFailureLines) < MaxPDFailures {
+			s.TransferFailureLines = append(s.TransferFailureLines, TransferFailure{
+				Line: r.Line, Time: s.fmtTS(r.TS), Side: r.Side, Rank: r.Rank, Rid: r.Rid,
+				Room: hook.Dec64(r.Room), Reason: r.FailureText,
+			})
+		} else {
+			s.TransferFailuresOmitted++
+		}
+	case KindMetadataCorruption:
+		s.MetadataCorruptions++
+		if r.Fields&FieldRoom != 0 && s.addRoom(&s.metaRooms, r.Room) {
+			s.MetadataCorruptedRooms++
+		}
+		if len(s.MetadataCorruptionLines) < MaxPDFailures {
+			s.MetadataCorruptionLines = append(s.MetadataCorruptionLines, MetadataCorruption{
+				Line: r.Line, Time: s.fmtTS(r.TS), Rid: r.Rid, Room: hook.Dec64(r.Room),
+				FromRoom: hook.Dec64(r.FromRoom), BufferIndex: r.MetaIndex,
+			})
+		} else {
+			s.MetadataCorruptedOmitted++
+		}
 	}
 	switch {
 	case s.sglang > 0 && s.vllm > 0:
@@ -157,6 +269,60 @@ func (s *Summary) Add(r *Record) {
 	case s.vllm > 0:
 		s.Format = "vllm"
 	}
+}
+
+// addDecodeExtras folds an SGLang decode line's PD queue and speculative
+// fields.
+func (s *Summary) addDecodeExtras(r *Record) {
+	if r.Fields&FieldPrealloc != 0 {
+		if s.PD == nil {
+			s.PD = &PDDecode{}
+		}
+		p := s.PD
+		p.Batches++
+		p.PeakPreallocReq = max(p.PeakPreallocReq, r.PreallocReq)
+		p.PeakTransferReq = max(p.PeakTransferReq, r.TransferReq)
+		p.PeakRetractedReq = max(p.PeakRetractedReq, r.RetractedQueue)
+		p.PeakPreallocUsage = max(p.PeakPreallocUsage, r.PreallocUsage)
+	}
+	if r.Fields&(FieldAcceptLen|FieldAcceptRate) != 0 {
+		if s.Speculative == nil {
+			s.Speculative = &Speculative{}
+		}
+		sp := s.Speculative
+		sp.Batches++
+		if r.Fields&FieldAcceptLen != 0 {
+			if sp.lenN == 0 || r.AcceptLen < sp.MinAcceptLen {
+				sp.MinAcceptLen = r.AcceptLen
+			}
+			sp.lenN++
+			sp.lenSum += r.AcceptLen
+		}
+		if r.Fields&FieldAcceptRate != 0 {
+			if sp.rateN == 0 || r.AcceptRate < sp.MinAcceptRate {
+				sp.MinAcceptRate = r.AcceptRate
+			}
+			sp.rateN++
+			sp.rateSum += r.AcceptRate
+		}
+	}
+}
+
+// addRoom remembers room in *set and reports whether it is new; past
+// MaxRooms distinct rooms it stops remembering and sets RoomsCapped.
+func (s *Summary) addRoom(set *map[uint64]struct{}, room uint64) bool {
+	if *set == nil {
+		*set = map[uint64]struct{}{}
+	}
+	if _, ok := (*set)[room]; ok {
+		return false
+	}
+	if len(*set) >= MaxRooms {
+		s.RoomsCapped = true
+		return false
+	}
+	(*set)[room] = struct{}{}
+	return true
 }
 
 func (s *Summary) sample(dst []Sample, r *Record) []Sample {
@@ -181,12 +347,32 @@ func (s *Summary) fmtTS(ts int64) string {
 // call it; call it yourself after feeding records with Add.
 func (s *Summary) Finish() {
 	s.Start, s.End = s.fmtTS(s.firstTS), s.fmtTS(s.lastTS)
+	if sp := s.Speculative; sp != nil {
+		if sp.lenN > 0 {
+			sp.AvgAcceptLen = sp.lenSum / float64(sp.lenN)
+		}
+		if sp.rateN > 0 {
+			sp.AvgAcceptRate = sp.rateSum / float64(sp.rateN)
+		}
+	}
 }
 
 // Clone returns a finished deep copy (Tail hands out snapshots).
 func (s *Summary) Clone() *Summary {
 	c := *s
+	if s.PD != nil {
+		pd := *s.PD
+		c.PD = &pd
+	}
+	if s.Speculative != nil {
+		sp := *s.Speculative
+		c.Speculative = &sp
+	}
+	// A snapshot is not added to: it needs no room sets.
+	c.xferRooms, c.metaRooms = nil, nil
 	c.Finish()
+	c.TransferFailureLines = append([]TransferFailure(nil), s.TransferFailureLines...)
+	c.MetadataCorruptionLines = append([]MetadataCorruption(nil), s.MetadataCorruptionLines...)
 	c.Retractions = append([]Retraction(nil), s.Retractions...)
 	c.CanaryLines = append([]Sample(nil), s.CanaryLines...)
 	c.ChecksumLines = append([]Sample(nil), s.ChecksumLines...)
