@@ -147,12 +147,13 @@ func FlattenArgs(obj map[string]any) map[string]string {
 // two launches without changing the engine's behaviour.
 func serverArgCompared(key string) bool {
 	k := strings.ToLower(key)
-	if strings.HasPrefix(k, "internal_states") || strings.Contains(k, ".") && !strings.HasPrefix(k, "json_model_override_args") {
-		return false // live scheduler state, nested structures
+	if strings.Contains(k, ".") {
+		return false // nested structures: live scheduler state (internal_states), versions
 	}
-	for _, s := range []string{"port", "host", "path", "dir", "seed", "version", "url", "addr", "ip", "log", "file",
-		"throughput", "token", "api_key", "name", "prometheus", "metrics", "timeout", "interval", "watchdog"} {
-		if strings.Contains(k, s) {
+	for _, w := range strings.Split(k, "_") {
+		switch w {
+		case "port", "host", "path", "dir", "seed", "version", "url", "addr", "ip", "log", "file", "throughput",
+			"tokenizer", "key", "name", "prometheus", "metrics", "timeout", "interval", "watchdog", "last":
 			return false
 		}
 	}
@@ -193,14 +194,39 @@ var serverFields = []struct {
 		}
 		return err == nil && n > 0
 	}},
+	// Not SGLang server args; the twin reports them (SGLang takes
+	// multi-stream overlap from SGLANG_OPT_USE_MULTI_STREAM_OVERLAP).
+	{"index_k_dtype", "index_k_dtype", func(rc *hook.RunConfig, v string) bool {
+		if v != "fp8" && v != "bf16" {
+			return false
+		}
+		rc.IndexKDtype = v
+		return true
+	}},
+	{"multi_stream_overlap", "multi_stream_overlap", func(rc *hook.RunConfig, v string) bool {
+		b, err := strconv.ParseBool(v)
+		if err == nil {
+			rc.MultiStreamOverlap = hook.Bool(b)
+		}
+		return err == nil
+	}},
+	{"kvcanary_inject", "inject", func(rc *hook.RunConfig, v string) bool {
+		rc.Inject = nil
+		if v != "" {
+			rc.Inject = strings.Split(v, ",")
+		}
+		return true
+	}},
 	{"disaggregation_mode", "disaggregation", func(rc *hook.RunConfig, v string) bool {
 		switch v {
-		case "null", "":
+		case "":
 			return false
-		case "prefill", "decode":
+		case "null", "none":
+			rc.Disaggregation = "none" // SGLang's value without disaggregation
+		case "prefill", "decode", "pd":
 			rc.Disaggregation = "pd"
 		default:
-			rc.Disaggregation = v // "null" is SGLang's "none"
+			rc.Disaggregation = v
 		}
 		return true
 	}},
