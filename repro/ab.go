@@ -254,7 +254,13 @@ func (r ABReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "\nFisher exact test, two-sided, corrupted vs not: p = %s\n", FormatP(r.FisherP))
 	switch {
 	case r.FlagUnderTest != nil:
-		fmt.Fprintf(&b, "flag under test: %s  %s -> %s\n", safetext.Quote(r.FlagUnderTest.Name), abValue(r.FlagUnderTest.A), abValue(r.FlagUnderTest.B))
+		n := r.FlagUnderTest.Name
+		pa, pb := provText(r.A.Config, n), provText(r.B.Config, n)
+		src := pa
+		if pa != pb {
+			src = "A " + pa + ", B " + pb
+		}
+		fmt.Fprintf(&b, "flag under test: %s  %s -> %s  (%s)\n", safetext.Quote(n), abValue(r.FlagUnderTest.A), abValue(r.FlagUnderTest.B), src)
 	case len(r.DifferingFlags) > 0:
 		names := make([]string, len(r.DifferingFlags))
 		for i, d := range r.DifferingFlags {
