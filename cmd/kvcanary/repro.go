@@ -249,7 +249,7 @@ func reproRun(opts *ReproOptions) error {
 	if opts.Record != "" {
 		var err error
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
-			Run: fmt.Sprintf("repro-seed%d", opts.Seed),
+			Run:    fmt.Sprintf("repro-seed%d", opts.Seed),
 			Config: reproConfig(opts, settings)})
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
