@@ -118,6 +118,7 @@ func TestAnalyzerNoSamplesReason(t *testing.T) {
 		{"graphs off", []hook.Event{runStart(false)}, NoSamplesGraphsOff},
 		{"graphs on", []hook.Event{runStart(true)}, NoSamplesNotTaken},
 		{"no run.start", nil, NoSamplesUnknown},
+		{"graphs unknown", []hook.Event{{Kind: hook.KindRunStart, Body: &hook.RunStart{Config: hook.RunConfig{Engine: "remote"}}}}, NoSamplesGraphUnknown},
 	}
 	for _, tt := range tests {
 		a := NewAnalyzer(Options{})
