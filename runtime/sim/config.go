@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -52,6 +53,11 @@ type Config struct {
 
 	Instruments Instruments
 	Log         io.Writer // SGLang-format scheduler log lines; nil discards
+	// Clock, when set, is the engine's clock for event timestamps and log
+	// lines (the twin server passes the wall clock, so its events and a
+	// client's share one clock). nil: the simulated clock, a fixed origin
+	// plus steps × StepTime, deterministic.
+	Clock func() time.Time
 }
 
 // Instruments selects the hook points that publish events. A hook that is

@@ -165,6 +165,11 @@ func New(opts Options) (*Server, error) {
 	if opts.Publisher == nil {
 		opts.Publisher = hook.PublishFunc(func(hook.Event) {})
 	}
+	if opts.Config.Clock == nil {
+		// One clock: the engine's events and log lines carry the wall
+		// time, like its clients' events (a real server's are real).
+		opts.Config.Clock = opts.Now
+	}
 	eng, err := sim.NewEngine(opts.Config, opts.Publisher)
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
