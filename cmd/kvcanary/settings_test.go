@@ -6,9 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -174,5 +176,101 @@ func TestReproSettingsUnknownAndLabelled(t *testing.T) {
 	}
 	if _, _, err := runRepro(t, "--url", hs.URL, "--label", "cuda_graph=maybe"); err == nil || !strings.Contains(err.Error(), `--label 1 "cuda_graph=maybe": want on or off`) {
 		t.Errorf("bad label: %v", err)
+	}
+}
+
+// bundleSpan returns the first and last event timestamps of a bundle, and
+// those of its sched events.
+func bundleSpan(t *testing.T, path string) (first, last int64, sched []int64) {
+	t.Helper()
+	r, err := traces.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == 0 || ev.TS < first {
+			first = ev.TS
+		}
+		last = max(last, ev.TS)
+		if ev.Kind == hook.KindSched {
+			sched = append(sched, ev.TS)
+		}
+	}
+	return first, last, sched
+}
+
+// repro --server-log reads the log's timestamps in --tz: the same lines
+// read as +05:00 stand five hours earlier than read as UTC.
+func TestReproServerLogTZ(t *testing.T) {
+	dir := t.TempDir()
+	var got [2][]int64
+	for i, tz := range []string{"UTC", "+05:00"} {
+		logPath := filepath.Join(dir, "sglang"+tz+".log")
+		if err := os.WriteFile(logPath, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(sglangFake(t, logPath))
+		p := filepath.Join(dir, tz+".kvtrace")
+		_, errOut, err := runRepro(t, "--url", hs.URL, "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--concurrency", "1",
+			"--record", p, "--server-log", logPath, "--tz", tz)
+		hs.Close()
+		if err != nil {
+			t.Fatalf("%v: %s", err, errOut)
+		}
+		if want := "server log timestamps read in " + map[string]string{"UTC": "UTC", "+05:00": "UTC+05:00"}[tz] + " (--tz)"; !strings.Contains(errOut, want) {
+			t.Errorf("stderr %q lacks %q", errOut, want)
+		}
+		_, _, got[i] = bundleSpan(t, p)
+		if len(got[i]) == 0 {
+			t.Fatalf("--tz %s: no sched events recorded", tz)
+		}
+	}
+	// sglangFake stamps request k with second k%60 of 2026-11-29 10:00 (UTC read).
+	first := time.Unix(0, got[0][0]).UTC()
+	if first.Year() != 2026 || first.Hour() != 10 {
+		t.Fatalf("UTC read: %v", first)
+	}
+	if d := time.Duration(got[0][0] - got[1][0]); d != 5*time.Hour {
+		t.Errorf("first sched event read in UTC and in +05:00 differ by %v, want 5h", d)
+	}
+	if _, _, err := runRepro(t, "--url", "http://127.0.0.1:1", "--tz", "Mars/Olympus"); err == nil || !strings.Contains(err.Error(), "--tz") {
+		t.Errorf("bad --tz: %v", err)
+	}
+}
+
+// The twin standing in for SGLang, its log tailed by repro: the engine's
+// sched events and repro's session events share one clock, so the bundle
+// spans the run's real time (it once spanned 2026-01-01 to today).
+func TestReproAgainstTwinOneClock(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "twin.log")
+	logF, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logF.Close()
+	url := serveTwin(t, func(c *sim.Config) { c.Log = logF })
+	p := filepath.Join(dir, "twin.kvtrace")
+	start := time.Now()
+	if _, errOut, err := runRepro(t, "--url", url, "--sessions", "4", "--rounds", "2", "--tool-time", "0", "--record", p,
+		"--server-log", logPath); err != nil {
+		t.Fatalf("%v: %s", err, errOut)
+	}
+	end := time.Now()
+	first, last, sched := bundleSpan(t, p)
+	if len(sched) == 0 {
+		t.Fatal("no sched events from the twin's log")
+	}
+	// Log lines carry whole seconds: allow one second of rounding.
+	if time.Unix(0, first).Before(start.Add(-time.Second)) || time.Unix(0, last).After(end.Add(time.Second)) {
+		t.Errorf("events span %v .. %v; the run took %v .. %v", time.Unix(0, first), time.Unix(0, last), start, end)
 	}
 }
