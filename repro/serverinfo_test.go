@@ -177,3 +177,18 @@ func TestABUnknownSettings(t *testing.T) {
 		t.Errorf("notes %q", r.Notes)
 	}
 }
+
+// inject is kvcanary's own: known in every run, so naming it is never an
+// "unknown" flag.
+func TestABInjectAlwaysKnown(t *testing.T) {
+	a := hook.RunConfig{Engine: "remote", Sessions: 80, Rounds: 4, Concurrency: 80, CUDAGraphMaxBS: 32}
+	b := a
+	b.CUDAGraphMaxBS = 64
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	r := Compare(A, B, CompareOptions{Flag: "inject"})
+	notes := strings.Join(r.Notes, "\n")
+	if !strings.Contains(notes, `the flag under test "inject" has the same value in both runs`) || strings.Contains(notes, `"inject" is unknown`) {
+		t.Errorf("notes %q", r.Notes)
+	}
+}
