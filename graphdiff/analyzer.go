@@ -26,7 +26,10 @@ const (
 const (
 	NoSamplesGraphsOff = "no captured replay to compare: CUDA graphs are disabled"
 	NoSamplesUnknown   = "no graphdiff.sample events, and no run.start to tell why"
-	NoSamplesNotTaken  = "no graphdiff.sample events: CUDA graphs are on but the source took no graph-vs-eager samples (check its sampling policy, or every batch ran eager above cuda-graph-max-bs)"
+	// NoSamplesGraphUnknown: the run.start does not say whether CUDA graphs
+	// were on (a real server that did not report its settings).
+	NoSamplesGraphUnknown = "no graphdiff.sample events; whether CUDA graphs were on is unknown (the run did not record it), so this says nothing about the graphs"
+	NoSamplesNotTaken     = "no graphdiff.sample events: CUDA graphs are on but the source took no graph-vs-eager samples (check its sampling policy, or every batch ran eager above cuda-graph-max-bs)"
 )
 
 // HistBin is one bin of the top-k Jaccard histogram: Lo <= J < Hi, except the
@@ -128,7 +131,7 @@ type Analyzer struct {
 	suppressed  uint64
 
 	sawStart  bool
-	cudaGraph bool
+	cudaGraph *bool // nil: the run.start did not know
 
 	s          Summary
 	hist       [len(jaccardBins)]int
@@ -306,7 +309,9 @@ func (a *Analyzer) Result() Summary {
 		switch {
 		case !a.sawStart:
 			s.NoSamplesReason = NoSamplesUnknown
-		case !a.cudaGraph:
+		case a.cudaGraph == nil:
+			s.NoSamplesReason = NoSamplesGraphUnknown
+		case !*a.cudaGraph:
 			s.NoSamplesReason = NoSamplesGraphsOff
 		default:
 			s.NoSamplesReason = NoSamplesNotTaken

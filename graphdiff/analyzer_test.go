@@ -17,7 +17,7 @@ func sampleEv(step uint64, req, sess string, g, e []float32, k int) hook.Event {
 }
 
 func runStart(cudaGraph bool) hook.Event {
-	return hook.Event{Kind: hook.KindRunStart, Body: &hook.RunStart{Config: hook.RunConfig{CUDAGraph: cudaGraph}}}
+	return hook.Event{Kind: hook.KindRunStart, Body: &hook.RunStart{Config: hook.RunConfig{CUDAGraph: hook.Bool(cudaGraph)}}}
 }
 
 func observeAll(a *Analyzer, evs ...hook.Event) []*hook.Finding {
@@ -118,6 +118,7 @@ func TestAnalyzerNoSamplesReason(t *testing.T) {
 		{"graphs off", []hook.Event{runStart(false)}, NoSamplesGraphsOff},
 		{"graphs on", []hook.Event{runStart(true)}, NoSamplesNotTaken},
 		{"no run.start", nil, NoSamplesUnknown},
+		{"graphs unknown", []hook.Event{{Kind: hook.KindRunStart, Body: &hook.RunStart{Config: hook.RunConfig{Engine: "remote"}}}}, NoSamplesGraphUnknown},
 	}
 	for _, tt := range tests {
 		a := NewAnalyzer(Options{})

@@ -3,6 +3,7 @@ package repro
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -130,10 +131,65 @@ func abNotes(a, b *RunStats, flag string, diffs []FlagDiff) []string {
 	switch {
 	case len(diffs) == 0:
 		out = append(out, "no engine flag differs between the runs: this compares two runs of one configuration (a repeat, or a change recorded nowhere)")
-	case flag != "" && !abHasFlag(diffs, flag):
+	case flag != "" && !abHasFlag(diffs, flag) && !abHasFlag(UnknownFlagDiffs(a.Config, b.Config), flag) &&
+		(settingText(a.Config, flag) != "" || a.Config.Engine == "sim"):
 		out = append(out, fmt.Sprintf("the flag under test %q has the same value in both runs", flag))
 	}
+	out = append(out, unknownNotes(a.Config, b.Config, flag)...)
 	return out
+}
+
+// unknownNotes say which engine settings a comparison could not use because
+// a run does not know them.
+func unknownNotes(a, b hook.RunConfig, flag string) []string {
+	var out []string
+	for _, u := range UnknownFlagDiffs(a, b) {
+		known, unknown, v := "A", "B", u.A
+		if u.A == nil {
+			known, unknown, v = "B", "A", u.B
+		}
+		out = append(out, fmt.Sprintf("%s is %s in run %s (%s) but unknown in run %s: not compared",
+			safetext.Quote(u.Name), abValue(v), known, provText(pick(known == "A", a, b), u.Name), unknown))
+	}
+	var both []string
+	ua, ub := UnknownSettings(a), UnknownSettings(b)
+	for _, n := range ua {
+		if slices.Contains(ub, n) {
+			both = append(both, n)
+		}
+	}
+	if len(both) > 0 {
+		out = append(out, fmt.Sprintf("%s unknown in both runs: a change there cannot be seen (record against a server that reports its settings, or state them with repro --label KEY=VALUE)",
+			strings.Join(both, ", ")))
+	}
+	if flag != "" && settingText(a, flag) == "" && settingText(b, flag) == "" && a.Engine != "sim" && b.Engine != "sim" {
+		out = append(out, fmt.Sprintf("the flag under test %q is unknown in both runs", flag))
+	}
+	return out
+}
+
+func pick(first bool, a, b hook.RunConfig) hook.RunConfig {
+	if first {
+		return a
+	}
+	return b
+}
+
+// provText names where a setting came from: "reported by the server",
+// "labelled", "the twin's", or "source not recorded".
+func provText(rc hook.RunConfig, name string) string {
+	switch rc.Provenance[name] {
+	case hook.ProvServer:
+		return "reported by the server"
+	case hook.ProvLabel:
+		return "labelled"
+	case hook.ProvTwin:
+		return "the twin's setting"
+	}
+	if strings.HasPrefix(name, "server.") {
+		return "reported by the server"
+	}
+	return "source not recorded"
 }
 
 func abHasFlag(diffs []FlagDiff, name string) bool {
@@ -198,7 +254,13 @@ func (r ABReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "\nFisher exact test, two-sided, corrupted vs not: p = %s\n", FormatP(r.FisherP))
 	switch {
 	case r.FlagUnderTest != nil:
-		fmt.Fprintf(&b, "flag under test: %s  %s -> %s\n", safetext.Quote(r.FlagUnderTest.Name), abValue(r.FlagUnderTest.A), abValue(r.FlagUnderTest.B))
+		n := r.FlagUnderTest.Name
+		pa, pb := provText(r.A.Config, n), provText(r.B.Config, n)
+		src := pa
+		if pa != pb {
+			src = "A " + pa + ", B " + pb
+		}
+		fmt.Fprintf(&b, "flag under test: %s  %s -> %s  (%s)\n", safetext.Quote(n), abValue(r.FlagUnderTest.A), abValue(r.FlagUnderTest.B), src)
 	case len(r.DifferingFlags) > 0:
 		names := make([]string, len(r.DifferingFlags))
 		for i, d := range r.DifferingFlags {

@@ -11,8 +11,8 @@ import (
 )
 
 func abBaseCfg() hook.RunConfig {
-	return hook.RunConfig{Engine: "sglang", Model: "DeepSeek-V4-Flash", IndexKDtype: "bf16", CUDAGraph: true, CUDAGraphMaxBS: 32,
-		MultiStreamOverlap: true, Disaggregation: "pd", Sessions: 80, Rounds: 4, Concurrency: 80, Seed: 1}
+	return hook.RunConfig{Engine: "sglang", Model: "DeepSeek-V4-Flash", IndexKDtype: "bf16", CUDAGraph: hook.Bool(true), CUDAGraphMaxBS: 32,
+		MultiStreamOverlap: hook.Bool(true), Disaggregation: "pd", Sessions: 80, Rounds: 4, Concurrency: 80, Seed: 1}
 }
 
 func abHost(name string, gpus int) hook.HostInfo {
@@ -118,7 +118,7 @@ func TestSeedsHardwareConfound(t *testing.T) {
 func TestMoreThanOneFlagWithoutName(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
 	b.CUDAGraphMaxBS = 64
-	b.MultiStreamOverlap = false
+	b.MultiStreamOverlap = hook.Bool(false)
 	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
 	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
 	r := Compare(A, B, CompareOptions{})
@@ -141,13 +141,14 @@ func TestMoreThanOneFlagWithoutName(t *testing.T) {
 func TestOtherConfounds(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
 	b.Concurrency, b.Model, b.Engine = 40, "Qwen3-8B", "vllm"
+	a.Extra = map[string]string{"attention-backend": "fa3"}
 	b.Extra = map[string]string{"attention-backend": "flashinfer"}
 	ha, hb := abHost("x", 4), abHost("x", 4)
 	hb.GPUs[0].Name = "H200"
 	A := statsRunSpec{cfg: a, host: ha, tool: "v1", outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
 	B := statsRunSpec{cfg: b, host: hb, tool: "v2", outcomes: Outcomes{MaxRounds: 40}, rounds: 4}.stats("b")
 	rep := Compare(A, B, CompareOptions{})
-	if rep.FlagUnderTest == nil || rep.FlagUnderTest.Name != "extra.attention-backend" || rep.FlagUnderTest.A != "" || rep.FlagUnderTest.B != "flashinfer" {
+	if rep.FlagUnderTest == nil || rep.FlagUnderTest.Name != "extra.attention-backend" || rep.FlagUnderTest.A != "fa3" || rep.FlagUnderTest.B != "flashinfer" {
 		t.Errorf("the one differing flag (an extra) is not the flag under test: %+v", rep.FlagUnderTest)
 	}
 	names := strings.Join(abConfoundNames(rep.Confounds), ",")
@@ -202,7 +203,7 @@ func TestToolTimeAndStepTimeConfounds(t *testing.T) {
 // PD decode node corrupted 15% with zero retractions.
 func TestRetractionCorrelationNotes(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
-	b.MultiStreamOverlap = false
+	b.MultiStreamOverlap = hook.Bool(false)
 	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 68, Leak: 12}, rounds: 4, running: []int{24}, usage: 0.26}.stats("pd-decode")
 	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{2, 1}}.stats("small-pool")
 	r := Compare(A, B, CompareOptions{})
@@ -299,9 +300,10 @@ func TestFormatP(t *testing.T) {
 // accepts each (and extra.<key>) but nothing else.
 func TestEngineFlagsComplete(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
-	b.IndexKDtype, b.CUDAGraph, b.CUDAGraphMaxBS, b.MultiStreamOverlap = "fp8", false, 64, false
+	b.IndexKDtype, b.CUDAGraph, b.CUDAGraphMaxBS, b.MultiStreamOverlap = "fp8", hook.Bool(false), 64, hook.Bool(false)
 	b.Disaggregation, b.MaxRunningRequests, b.PoolTokens, b.Inject = "none", 7, 1000, []string{"stale-outloc"}
-	b.Extra = map[string]string{"k": "v"}
+	a.MaxRunningRequests, a.PoolTokens = 8, 500
+	a.Extra, b.Extra = map[string]string{"k": "u"}, map[string]string{"k": "v"}
 	var names []string
 	for _, d := range EngineFlagDiffs(a, b) {
 		names = append(names, d.Name)

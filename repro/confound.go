@@ -3,6 +3,7 @@ package repro
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -39,15 +40,18 @@ const (
 )
 
 // EngineFlags names the engine flags EngineFlagDiffs compares, in its order;
-// flags kept in RunConfig.Extra are named "extra.<key>" besides these.
+// flags kept in RunConfig.Extra are named "extra.<key>" and server-reported
+// args without a field "server.<arg>" besides these.
 var EngineFlags = []string{"index_k_dtype", "cuda_graph", "cuda_graph_max_bs", "multi_stream_overlap",
 	"disaggregation", "max_running_requests", "pool_tokens", "inject"}
 
 // IsEngineFlag reports whether name can name a flag under test: one of
-// EngineFlags or "extra.<key>".
+// EngineFlags, "extra.<key>" or "server.<arg>".
 func IsEngineFlag(name string) bool {
-	if key, ok := strings.CutPrefix(name, "extra."); ok {
-		return key != ""
+	for _, p := range []string{"extra.", "server."} {
+		if key, ok := strings.CutPrefix(name, p); ok {
+			return key != ""
+		}
 	}
 	for _, f := range EngineFlags {
 		if f == name {
@@ -59,39 +63,72 @@ func IsEngineFlag(name string) bool {
 
 // EngineFlagDiffs lists the engine flags (the run configuration minus the
 // workload: sessions, rounds, concurrency, seed, model, engine, URL) whose
-// values differ, in a fixed order. Flags in RunConfig.Extra are named
-// "extra.<key>"; an absent key reads as "".
+// values are known in both runs and differ, in a fixed order: EngineFlags,
+// then "extra.<key>" and "server.<arg>" sorted. Unknown is not a value: a
+// setting one run does not know is not a difference (see UnknownFlagDiffs).
+// The twin states every setting it has, so in a twin run an absent extra
+// key reads as "".
 func EngineFlagDiffs(a, b hook.RunConfig) []FlagDiff {
-	var out []FlagDiff
-	add := func(name string, va, vb any) {
-		if va != vb {
-			out = append(out, FlagDiff{Name: name, A: va, B: vb})
+	d, _ := flagDiffs(a, b)
+	return d
+}
+
+// UnknownFlagDiffs lists the engine flags known in one run only: A or B is
+// nil on the side that does not know it.
+func UnknownFlagDiffs(a, b hook.RunConfig) []FlagDiff {
+	_, u := flagDiffs(a, b)
+	return u
+}
+
+func flagDiffs(a, b hook.RunConfig) (diffs, unknown []FlagDiff) {
+	ka, kb := settingMap(a), settingMap(b)
+	for _, name := range settingOrder(a, b) {
+		va, okA := ka[name]
+		vb, okB := kb[name]
+		if !okA && a.Engine == "sim" && strings.HasPrefix(name, "extra.") {
+			va, okA = "", true
+		}
+		if !okB && b.Engine == "sim" && strings.HasPrefix(name, "extra.") {
+			vb, okB = "", true
+		}
+		switch {
+		case okA && okB:
+			if va != vb {
+				diffs = append(diffs, FlagDiff{Name: name, A: va, B: vb})
+			}
+		case okA:
+			unknown = append(unknown, FlagDiff{Name: name, A: va})
+		case okB:
+			unknown = append(unknown, FlagDiff{Name: name, B: vb})
 		}
 	}
-	add("index_k_dtype", a.IndexKDtype, b.IndexKDtype)
-	add("cuda_graph", a.CUDAGraph, b.CUDAGraph)
-	add("cuda_graph_max_bs", a.CUDAGraphMaxBS, b.CUDAGraphMaxBS)
-	add("multi_stream_overlap", a.MultiStreamOverlap, b.MultiStreamOverlap)
-	add("disaggregation", a.Disaggregation, b.Disaggregation)
-	add("max_running_requests", a.MaxRunningRequests, b.MaxRunningRequests)
-	add("pool_tokens", a.PoolTokens, b.PoolTokens)
-	add("inject", sortedJoin(a.Inject), sortedJoin(b.Inject))
-	keys := map[string]bool{}
-	for k := range a.Extra {
-		keys[k] = true
+	return diffs, unknown
+}
+
+func settingMap(rc hook.RunConfig) map[string]any {
+	m := map[string]any{}
+	for _, s := range knownSettings(rc) {
+		m[s.name] = s.value
 	}
-	for k := range b.Extra {
-		keys[k] = true
+	m["inject"] = sortedJoin(rc.Inject) // kvcanary's own faults: always known ("" none)
+	return m
+}
+
+// settingOrder is the union of both runs' setting names: EngineFlags order,
+// then extra.* and server.* sorted.
+func settingOrder(a, b hook.RunConfig) []string {
+	seen := map[string]bool{}
+	var rest []string
+	for _, rc := range []hook.RunConfig{a, b} {
+		for _, s := range knownSettings(rc) {
+			if !seen[s.name] && (strings.HasPrefix(s.name, "extra.") || strings.HasPrefix(s.name, "server.")) {
+				rest = append(rest, s.name)
+			}
+			seen[s.name] = true
+		}
 	}
-	sorted := make([]string, 0, len(keys))
-	for k := range keys {
-		sorted = append(sorted, k)
-	}
-	sort.Strings(sorted)
-	for _, k := range sorted {
-		add("extra."+k, a.Extra[k], b.Extra[k])
-	}
-	return out
+	sort.Strings(rest)
+	return append(slices.Clone(EngineFlags), rest...)
 }
 
 func sortedJoin(ss []string) string {

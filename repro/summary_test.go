@@ -138,7 +138,7 @@ func (s statsRunSpec) stats(name string) *RunStats {
 
 func TestRunStatsFromEvents(t *testing.T) {
 	spec := statsRunSpec{
-		cfg:  hook.RunConfig{Engine: "sim", IndexKDtype: "bf16", CUDAGraph: true, Sessions: 80, Rounds: 4, Concurrency: 80},
+		cfg:  hook.RunConfig{Engine: "sim", IndexKDtype: "bf16", CUDAGraph: hook.Bool(true), Sessions: 80, Rounds: 4, Concurrency: 80},
 		host: hook.HostInfo{Hostname: "box", GPUs: []hook.GPUInfo{{Name: "H200"}, {Name: "H200"}}},
 		tool: "v1", outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 3,
 		running: []int{10, 60, 40}, usage: 1.0, retracts: []int{3}, wall: 2 * time.Second,

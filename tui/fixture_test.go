@@ -25,7 +25,7 @@ func fixtureEvents() []hook.Event {
 		evs = append(evs, hook.Event{Kind: b.Kind(), TS: ts, Run: "fixture", Src: hook.Source{Proc: "sim"}, Body: b})
 	}
 	add(at(0), &hook.RunStart{Tool: "kvcanary test", Host: hook.HostInfo{OS: "sim", Arch: "twin"}, Config: hook.RunConfig{
-		Engine: "sim", IndexKDtype: "bf16", CUDAGraph: true, CUDAGraphMaxBS: 32, MultiStreamOverlap: true,
+		Engine: "sim", IndexKDtype: "bf16", CUDAGraph: hook.Bool(true), CUDAGraphMaxBS: 32, MultiStreamOverlap: hook.Bool(true),
 		Disaggregation: "pd", MaxRunningRequests: 48, Sessions: 24, Rounds: 4, Seed: 7}})
 	for i := 0; i < 20; i++ {
 		add(at(float64(i)), &hook.Sched{Phase: "decode", RunningReq: 4 + i, QueueReq: i % 3, Tokens: 1000 * i, TokenUsage: float64(i) / 25})

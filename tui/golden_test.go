@@ -127,3 +127,17 @@ func TestHostileValuesRender(t *testing.T) {
 		t.Fatalf("evidence of wide characters:\n%s", f.View())
 	}
 }
+
+// Unknown is not false: a run whose server did not report its settings says
+// so in the header instead of "graph off overlap off".
+func TestConfigLineUnknown(t *testing.T) {
+	st := asciiStyles()
+	got := configLine(st, &hook.RunConfig{Engine: "remote", Sessions: 4, Rounds: 2})
+	if !strings.Contains(got, "graph unknown") || !strings.Contains(got, "overlap unknown") || strings.Contains(got, "off") {
+		t.Errorf("unknown settings shown as %q", got)
+	}
+	got = configLine(st, &hook.RunConfig{Engine: "remote", CUDAGraph: hook.Bool(false), MultiStreamOverlap: hook.Bool(true), CUDAGraphMaxBS: 64})
+	if !strings.Contains(got, "graph off") || strings.Contains(got, "max bs") || !strings.Contains(got, "overlap on") {
+		t.Errorf("known settings shown as %q", got)
+	}
+}

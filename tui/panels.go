@@ -133,8 +133,11 @@ func (p *HeaderPanel) View() string {
 }
 
 func configLine(st *Styles, c *hook.RunConfig) string {
-	onoff := func(b bool) string {
-		if b {
+	onoff := func(b *bool) string {
+		switch {
+		case b == nil:
+			return "unknown" // not reported, not labelled: never shown as off
+		case *b:
 			return "on"
 		}
 		return "off"
@@ -148,7 +151,7 @@ func configLine(st *Styles, c *hook.RunConfig) string {
 	add("engine", quoteAll(c.Engine))
 	add("index-k", quoteAll(c.IndexKDtype))
 	g := onoff(c.CUDAGraph)
-	if c.CUDAGraph && c.CUDAGraphMaxBS > 0 {
+	if c.CUDAGraph != nil && *c.CUDAGraph && c.CUDAGraphMaxBS > 0 {
 		g += fmt.Sprintf(" (max bs %d)", c.CUDAGraphMaxBS)
 	}
 	add("graph", g)

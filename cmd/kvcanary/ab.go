@@ -38,7 +38,13 @@ peak token usage, retractions, GPU count and model, host, tool version.
 The flag under test is the one engine flag that differs; when several differ,
 name it with --flag (index_k_dtype, cuda_graph, cuda_graph_max_bs,
 multi_stream_overlap, disaggregation, max_running_requests, pool_tokens, inject,
-extra.<name>) and the others are listed as confounds.
+extra.<name>, server.<arg>) and the others are listed as confounds.
+
+Only settings both runs know are compared: reported by the server (repro asks
+SGLang's /get_server_info; its other args are server.<arg>, minus addresses,
+paths, seeds and live state), labelled (repro --label, wrap --config), or the
+twin's own. A setting one run does not know is not a difference; the notes
+name it and where the other run's value came from.
 
 Correlations are reported honestly: retractions in a run with no corruption are
 called out as non-causal evidence, and corruption in a run without retractions
@@ -52,7 +58,7 @@ bundle cannot be read, 2 on usage errors.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.PathA, opts.PathB = args[0], args[1]
 			if opts.Flag != "" && !repro.IsEngineFlag(opts.Flag) {
-				return cmdutil.UsageError("--flag %s: not an engine flag (want one of %s, or extra.<name>)",
+				return cmdutil.UsageError("--flag %s: not an engine flag (want one of %s, extra.<name> or server.<arg>)",
 					cmdutil.Quote(opts.Flag), strings.Join(repro.EngineFlags, ", "))
 			}
 			if runF != nil {

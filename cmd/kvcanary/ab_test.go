@@ -63,7 +63,7 @@ func runAB(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestABSeedsConfoundsJSON(t *testing.T) {
-	bf16 := hook.RunConfig{Engine: "sglang", IndexKDtype: "bf16", CUDAGraph: true, Sessions: 80, Rounds: 6, Concurrency: 80}
+	bf16 := hook.RunConfig{Engine: "sglang", IndexKDtype: "bf16", CUDAGraph: hook.Bool(true), Sessions: 80, Rounds: 6, Concurrency: 80}
 	fp8 := bf16
 	fp8.IndexKDtype, fp8.Rounds = "fp8", 4
 	a := writeABBundle(t, "bf16.kvtrace", bf16, 4, 80, 14, 37, 3)
@@ -109,9 +109,9 @@ func TestABSeedsConfoundsJSON(t *testing.T) {
 }
 
 func TestABTextAndExitCodes(t *testing.T) {
-	cfg := hook.RunConfig{Engine: "sim", IndexKDtype: "bf16", CUDAGraph: true, MultiStreamOverlap: true, Sessions: 40, Rounds: 4, Concurrency: 40}
+	cfg := hook.RunConfig{Engine: "sim", IndexKDtype: "bf16", CUDAGraph: hook.Bool(true), MultiStreamOverlap: hook.Bool(true), Sessions: 40, Rounds: 4, Concurrency: 40}
 	off := cfg
-	off.MultiStreamOverlap = false
+	off.MultiStreamOverlap = hook.Bool(false)
 	a := writeABBundle(t, "on.kvtrace", cfg, 1, 40, 8, 30, 0)
 	b := writeABBundle(t, "off.kvtrace", off, 1, 40, 0, 30, 5)
 	out, _, err := runAB(t, a, b)

@@ -40,7 +40,7 @@ func replayBundle(r *bundleFile, an hook.Analyzer, maxFindings int) (*bundleRepl
 			rep.findings = append(rep.findings, fd)
 		}
 	}
-	if m := r.Manifest(); m.Config.Engine != "" || m.Config.Sessions > 0 || m.Config.CUDAGraph {
+	if m := r.Manifest(); m.Config.Engine != "" || m.Config.Sessions > 0 || m.Config.CUDAGraph != nil {
 		an.Observe(hook.Event{Kind: hook.KindRunStart, Body: &hook.RunStart{Config: m.Config}}, emit)
 	}
 	for {

@@ -18,7 +18,7 @@ func TestReplayBundleRejudges(t *testing.T) {
 	bad := cleanReplay(5)
 	bad.Changed = append(bad.Changed, hook.PageChange{Page: 33, Owner: "req-2", Before: 9, After: 10})
 	recorded := canary.LiveOverwriteFinding(5, "live", bad.Changed[len(bad.Changed)-1])
-	path := writeGraphDiffBundle(t, hook.RunConfig{Engine: "sim", CUDAGraph: true}, []hook.Event{
+	path := writeGraphDiffBundle(t, hook.RunConfig{Engine: "sim", CUDAGraph: hook.Bool(true)}, []hook.Event{
 		{Kind: hook.KindCanaryPages, Body: &bad},
 		{Kind: hook.KindFinding, Body: recorded},
 	})
@@ -62,7 +62,7 @@ func TestBundleReportsWarnTruncation(t *testing.T) {
 		rs = append(rs, cleanReplay(s))
 	}
 	cpath := writeCanaryBundle(t, rs)
-	gpath := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: true}, []hook.Event{gdSample(1, "r1", "s1", []float32{0, 1, 2, 3, 4, 5, 6, 7})})
+	gpath := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: hook.Bool(true)}, []hook.Event{gdSample(1, "r1", "s1", []float32{0, 1, 2, 3, 4, 5, 6, 7})})
 	for _, p := range []string{cpath, gpath} {
 		fi, err := os.Stat(p)
 		if err != nil {

@@ -72,7 +72,7 @@ func TestGraphDiffReportDivergent(t *testing.T) {
 	ninf := float32(math.Inf(-1))
 	stale := []float32{0, 1, 2, 3, 4, 5, ninf, ninf}
 	noisy := []float32{0, 1, 2, 3.004, 4, 5, 6, 7}
-	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: true}, []hook.Event{
+	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: hook.Bool(true)}, []hook.Event{
 		gdSample(1, "r1", "s1", noisy),
 		gdSample(2, "r2\x1b[31m", "s2", stale),
 		gdSample(3, "r3", "s2", stale),
@@ -123,7 +123,7 @@ func TestGraphDiffReportDivergent(t *testing.T) {
 
 func TestGraphDiffReportClean(t *testing.T) {
 	noisy := []float32{0, 1, 2, 3.004, 4, 5, 6, 7}
-	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: true}, []hook.Event{gdSample(1, "r1", "s1", noisy)})
+	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: hook.Bool(true)}, []hook.Event{gdSample(1, "r1", "s1", noisy)})
 	out, _, err := runGraphDiffReport(t, path, false, false)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -135,7 +135,7 @@ func TestGraphDiffReportClean(t *testing.T) {
 
 func TestGraphDiffReportNoSamples(t *testing.T) {
 	// The twin knows its settings: the no-data sentence is followed by why.
-	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: false, Engine: "sim"}, nil)
+	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: hook.Bool(false), Engine: "sim"}, nil)
 	out, _, err := runGraphDiffReport(t, path, false, false)
 	if cmdutil.ExitCode(err) != cmdutil.ExitNoData {
 		t.Fatalf("exit %d (%v)\n%s", cmdutil.ExitCode(err), err, out)

@@ -61,8 +61,11 @@ averages and minimums. A section whose fields no line carried is left out
 For vLLM logs, decode_batches counts the periodic "Engine NNN: Avg prompt
 throughput: …" lines and token usage is the GPU KV cache usage as a fraction.
 Lines in formats the scanner does not know are counted as unrecognized, never
-fatal. Timestamps are read in --tz (default UTC); vLLM prints no year, so
---year supplies it (default: this year).
+fatal. Timestamps are read in --tz: by default this machine's local time,
+since SGLang logs local time (the report states the zone, and every time it
+prints carries its offset); give the server's zone when the log comes from
+another machine. vLLM prints no year, so --year supplies it (default: this
+year).
 
 This is a summary, not a check: it exits 0 whatever the log holds (use
 "kvcanary canary report LOG" to judge canary violations). It exits 3 when FILE
@@ -89,17 +92,18 @@ is parsed by its first MiB (as canary report does) and counted in long_lines.`,
 		},
 	}
 	cmd.Flags().IntVar(&opts.Year, "year", 0, "year of vLLM timestamps, which print none (default: the current year)")
-	cmd.Flags().StringVar(&opts.TZ, "tz", "UTC", "time zone the log's timestamps are in (IANA name or Local)")
+	cmd.Flags().StringVar(&opts.TZ, "tz", "Local", "time `ZONE` the log's timestamps are in: an IANA name (Europe/Berlin), UTC, Local, or an offset (+02:00)")
 	cmd.Flags().IntVar(&opts.Limit, "limit", 10, "retractions and raw lines listed in the text report")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
 
 func logsScanRun(opts *LogsScanOptions) error {
-	loc, err := time.LoadLocation(opts.TZ)
+	loc, err := logscan.ParseZone(opts.TZ)
 	if err != nil {
-		return cmdutil.UsageError("--tz %s: %w", cmdutil.Quote(opts.TZ), err)
+		return cmdutil.UsageError("--tz: %w", err)
 	}
+	zone := logscan.DescribeZone(loc, opts.Now())
 	year := opts.Year
 	if year == 0 {
 		year = opts.Now().Year()
@@ -124,9 +128,16 @@ func logsScanRun(opts *LogsScanOptions) error {
 		return cmdutil.InputError(err)
 	}
 	if opts.JSON.JSON {
-		return cmdutil.WriteJSON(opts.IO.Out, sum)
+		return cmdutil.WriteJSON(opts.IO.Out, struct {
+			*logscan.Summary
+			TimeZone string `json:"time_zone"` // the zone timestamps were read in, stated
+		}{sum, zone})
 	}
-	return writeLogSummary(opts.IO.Out, name, sum, max(opts.Limit, 0))
+	if err := writeLogSummary(opts.IO.Out, name, sum, max(opts.Limit, 0)); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(opts.IO.Out, "%-20s %s (--tz)\n", "timestamps read in", zone)
+	return err
 }
 
 func writeLogSummary(w io.Writer, name string, s *logscan.Summary, limit int) error {

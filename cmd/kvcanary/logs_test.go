@@ -115,3 +115,47 @@ func TestLogsScanVLLMYear(t *testing.T) {
 		t.Errorf("default year not from the injected clock: %s", out)
 	}
 }
+
+// SGLang logs local time: --tz says which zone the timestamps are in, an
+// offset or an IANA name, and the report states the zone it used.
+func TestLogsScanTZ(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decode.log")
+	if err := os.WriteFile(path, []byte(logsFixture), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tz, start, zone string
+	}{
+		{"+02:00", "2025-06-01T12:00:01+02:00", "UTC+02:00"},
+		{"UTC-0700", "2025-06-01T12:00:01-07:00", "UTC-07:00"},
+		{"Asia/Kolkata", "2025-06-01T12:00:01+05:30", "Asia/Kolkata (IST, UTC+05:30)"},
+		{"UTC", "2025-06-01T12:00:01Z", "UTC"},
+	} {
+		out, _, err := runLogsScan(t, []string{path, "--json", "--tz", tc.tz}, "")
+		if err != nil {
+			t.Fatalf("--tz %s: %v", tc.tz, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if m["start"] != tc.start || m["time_zone"] != tc.zone {
+			t.Errorf("--tz %s: start %v, time_zone %v; want %s, %s", tc.tz, m["start"], m["time_zone"], tc.start, tc.zone)
+		}
+		if _, ok := m["decode_batches"]; !ok {
+			t.Errorf("--tz %s: the summary's keys are no longer at the top level: %s", tc.tz, out)
+		}
+	}
+	out, _, err := runLogsScan(t, []string{path, "--tz", "+05:30"}, "")
+	if err != nil || !strings.Contains(out, "timestamps read in   UTC+05:30 (--tz)") || !strings.Contains(out, "2025-06-01T12:00:03+05:30") {
+		t.Errorf("text report does not state the zone: %v\n%s", err, out)
+	}
+	if _, _, err := runLogsScan(t, []string{path, "--tz", "+25:00"}, ""); err == nil || !strings.Contains(err.Error(), `"+25:00"`) {
+		t.Errorf("bad offset: %v", err)
+	}
+	// The default is this machine's local zone, and it is stated.
+	out, _, err = runLogsScan(t, []string{path}, "")
+	if err != nil || !strings.Contains(out, "timestamps read in   Local (") {
+		t.Errorf("default zone not stated as local: %v\n%s", err, out)
+	}
+}

@@ -42,9 +42,11 @@ type ReproOptions struct {
 	Markers     []string
 	Record      string
 	ServerLog   string
-	Redact      bool   // reply and server text as lengths and digests, in the bundle, the stream and the report
-	Emit        string // collector address the events also stream to
-	Watch       bool   // show the run live in the dashboard
+	Redact      bool     // reply and server text as lengths and digests, in the bundle, the stream and the report
+	Emit        string   // collector address the events also stream to
+	Watch       bool     // show the run live in the dashboard
+	Labels      []string // --label KEY=VALUE: engine settings stated by the user
+	TZ          string   // zone of the server log's timestamps
 
 	// runTUI shows the dashboard (tests replace it); default tui.Run.
 	runTUI func(context.Context, tui.Options) (tui.Stats, error)
@@ -81,9 +83,20 @@ Sessions are classified:
 leak, no_tool and error are corruption. Finish reasons and n-gram loops are
 recorded as extra signals.
 
+Engine settings: at start repro asks the server for its settings (SGLang's
+GET /get_server_info, then /server_info; vLLM's /version reports none) and
+records what it reports, with provenance "server", in the run's
+configuration; "kvcanary ab" then names a flag that changed between two
+runs. --label KEY=VALUE states a setting the server does not report
+(cuda_graph=on, multi_stream_overlap=off, index_k_dtype=fp8,
+cuda_graph_max_bs=N, disaggregation=pd, other keys kept as given); a
+setting neither reported nor labelled is recorded as unknown, never as off.
+
 With --server-log, the server's log is tailed during the run and its batch
 and retraction lines are recorded as sched events, so kvcanary ab sees the
-scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.
+scheduler pressure of both runs. Its timestamps are read in --tz (default:
+this machine's local time, as SGLang logs it). repro reports; it exits 0
+whatever it measured.
 
 A corrupted session keeps its evidence: the round that went wrong, the
 request ids, and the reply that ended it (at most 2 KiB, the cut marked).
@@ -121,6 +134,12 @@ you quit it. q before the run ends stops the run.`,
 			if _, err := repro.ChatEndpoint(opts.URL); err != nil {
 				return cmdutil.UsageError("--url: %w", err)
 			}
+			if err := repro.ParseLabels(&hook.RunConfig{}, "--label", opts.Labels); err != nil {
+				return cmdutil.UsageError("%w", err)
+			}
+			if _, err := logscan.ParseZone(opts.TZ); err != nil {
+				return cmdutil.UsageError("--tz: %w", err)
+			}
 			if opts.Concurrency == 0 {
 				opts.Concurrency = opts.Sessions
 			}
@@ -151,8 +170,51 @@ you quit it. q before the run ends stops the run.`,
 	fl.BoolVar(&opts.Redact, "redact", false, "keep reply and server text only as lengths and SHA-256 digests (bundle, --emit stream, report)")
 	fl.StringVar(&opts.Emit, "emit", "", "also stream events live to a collector at ADDR (unix:///path.sock or tcp://HOST:PORT)")
 	fl.BoolVar(&opts.Watch, "watch", false, "show the run live in the dashboard (needs a terminal); the report follows when you quit it")
+	fl.StringArrayVar(&opts.Labels, "label", nil, "state an engine setting the server does not report, `KEY=VALUE` (cuda_graph=on, multi_stream_overlap=off, …); repeatable")
+	fl.StringVar(&opts.TZ, "tz", "Local", "time `ZONE` of --server-log's timestamps: an IANA name, UTC, Local, or an offset (+02:00)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
+}
+
+// reproSettings are the engine settings of the run: --label's, then what
+// the server reports about itself (which wins over a label, with a note).
+// A server that reports nothing leaves them unknown, with a note; it never
+// stops the run.
+func reproSettings(opts *ReproOptions) hook.RunConfig {
+	var rc hook.RunConfig
+	_ = repro.ParseLabels(&rc, "--label", opts.Labels) // checked with the flags
+	ctx := opts.Factory.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	info, err := repro.FetchServerInfo(ctx, nil, opts.URL, min(opts.Timeout, 5*time.Second))
+	switch {
+	case err != nil:
+		fmt.Fprintf(opts.IO.ErrOut, "repro: the server did not report its settings (%s); settings not given with --label are recorded as unknown\n",
+			cmdutil.Quote(err.Error()))
+	default:
+		for _, n := range repro.ApplyServerInfo(&rc, info) {
+			fmt.Fprintf(opts.IO.ErrOut, "repro: %s\n", cmdutil.Quote(n))
+		}
+		if unknown := repro.UnknownSettings(rc); len(unknown) > 0 {
+			fmt.Fprintf(opts.IO.ErrOut, "repro: settings from %s; unknown: %s (state them with --label KEY=VALUE)\n", info.Endpoint, strings.Join(unknown, ", "))
+		} else {
+			fmt.Fprintf(opts.IO.ErrOut, "repro: settings from %s\n", info.Endpoint)
+		}
+	}
+	if rc.Provenance == nil {
+		rc.Provenance = map[string]string{} // asked: what is absent is unknown, not guessed
+	}
+	return rc
+}
+
+// reproConfig is the run's configuration: the workload from the flags, the
+// engine settings from reproSettings.
+func reproConfig(opts *ReproOptions, settings hook.RunConfig) hook.RunConfig {
+	rc := hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
+		Concurrency: opts.Concurrency, Seed: opts.Seed, ToolTime: opts.ToolTime.String()}
+	repro.MergeSettings(&rc, settings)
+	return rc
 }
 
 // toolTimeValue is the --tool-time flag.
@@ -219,15 +281,15 @@ func reproRun(opts *ReproOptions) error {
 	if opts.Model == "" {
 		opts.Model = repro.DiscoverModel(opts.Factory.Ctx, nil, opts.URL, min(opts.Timeout, 10*time.Second))
 	}
+	settings := reproSettings(opts)
 	stats := repro.NewRunStats(opts.Record)
 	pubs := []hook.Publisher{stats}
 	var rec *traces.Recording
 	if opts.Record != "" {
 		var err error
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
-			Run: fmt.Sprintf("repro-seed%d", opts.Seed),
-			Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-				Concurrency: opts.Concurrency, Seed: opts.Seed, ToolTime: opts.ToolTime.String()}})
+			Run:    fmt.Sprintf("repro-seed%d", opts.Seed),
+			Config: reproConfig(opts, settings)})
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
@@ -242,6 +304,12 @@ func reproRun(opts *ReproOptions) error {
 		pubs = append(pubs, bus)
 	}
 	var fan hook.Publisher = hook.PublishFunc(func(ev hook.Event) {
+		if rs, ok := ev.Body.(*hook.RunStart); ok && rs != nil && ev.Kind == hook.KindRunStart {
+			// The harness knows the workload; the settings are ours.
+			c := *rs
+			repro.MergeSettings(&c.Config, settings)
+			ev.Body = &c
+		}
 		for _, p := range pubs {
 			p.Publish(ev)
 		}
@@ -257,7 +325,9 @@ func reproRun(opts *ReproOptions) error {
 	tailCtx, stopTail := context.WithCancel(context.Background())
 	defer stopTail()
 	if opts.ServerLog != "" {
-		tail = logscan.NewTail(opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}})
+		loc, _ := logscan.ParseZone(opts.TZ) // checked with the flags
+		tail = logscan.NewTail(opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}, Parse: logscan.Options{Location: loc}})
+		fmt.Fprintf(opts.IO.ErrOut, "repro: server log timestamps read in %s (--tz)\n", logscan.DescribeZone(loc, time.Now()))
 		go func() { tailDone <- tail.Run(tailCtx) }()
 		select {
 		case <-tail.Ready():

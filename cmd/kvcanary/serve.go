@@ -197,7 +197,7 @@ func simServeRun(opts *SimServeOptions) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	addr := ln.Addr().String()
-	fmt.Fprintf(opts.IO.ErrOut, "sim serve: listening on http://%s (POST /v1/chat/completions, GET /v1/models, GET /health); Ctrl-C stops\n", addr)
+	fmt.Fprintf(opts.IO.ErrOut, "sim serve: listening on http://%s (POST /v1/chat/completions, GET /v1/models, GET /health, GET /get_server_info); Ctrl-C stops\n", addr)
 	if opts.Ready != nil {
 		opts.Ready(addr)
 	}

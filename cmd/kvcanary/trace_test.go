@@ -23,7 +23,7 @@ func writeTraceBundle(t *testing.T, n int) string {
 	w, err := traces.Create(path, traces.Manifest{
 		Tool: "kvcanary test", Run: "r-1", Created: time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC),
 		Host:   hook.HostInfo{Hostname: "gpu-7\x1b[31m", OS: "linux", Arch: "amd64", CPUs: 8},
-		Config: hook.RunConfig{Engine: "sim", CUDAGraph: true, Seed: 3},
+		Config: hook.RunConfig{Engine: "sim", CUDAGraph: hook.Bool(true), Seed: 3},
 		Labels: map[string]string{"exp": "a"},
 	})
 	if err != nil {

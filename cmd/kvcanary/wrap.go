@@ -24,6 +24,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/pyhook"
 	"github.com/kvcanary/kvcanary/traces"
@@ -104,9 +105,8 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     unless that is a terminal (then /dev/null);
   - records every event to --record, losslessly, with the settings given and
     the run's configuration: engine sglang (--engine), and the engine flags
-    stated with --config; cuda_graph and multi_stream_overlap stay "unknown"
-    unless stated, and until both are the bundle carries no run.start event
-    (analyzers would read an unstated flag as off);
+    stated with --config (labelled as stated by you); cuda_graph and
+    multi_stream_overlap stay unknown unless stated — never read as off;
   - shows the live dashboard with --watch (a terminal; the command's output
     then goes to --log), else prints progress lines to stderr;
   - at the end prints each layer's verdict — transfer (room checksums),
@@ -266,93 +266,16 @@ func checkLogits(v string) error {
 	return errors.New("want full, topk:N or none")
 }
 
-// wrapUnknownBools are the RunConfig booleans wrap cannot observe: a bool
-// cannot say "unknown", so unless the user states them they are labelled
-// "unknown" in Extra, and no run.start event (which analyzers read as the
-// truth, graphdiff's "CUDA graphs are disabled") is published.
-var wrapUnknownBools = []string{"cuda_graph", "multi_stream_overlap"}
-
-// wrapRunConfig builds the run's configuration from --engine and --config.
-// stated reports whether every boolean setting was stated.
+// wrapRunConfig builds the run's configuration from --engine and --config:
+// each stated setting is known with provenance "label"; cuda_graph and
+// multi_stream_overlap, which wrap cannot observe, stay unknown (nil) unless
+// stated — never a guessed false.
 func wrapRunConfig(engine string, kvs []string) (hook.RunConfig, error) {
-	rc := hook.RunConfig{Engine: engine, Extra: map[string]string{}}
-	stated := map[string]bool{}
-	for i, kv := range kvs {
-		k, v, ok := strings.Cut(kv, "=")
-		k = strings.TrimSpace(k)
-		bad := func(want string) error {
-			return cmdutil.UsageError("wrap: --config %d %q: %s", i+1, kv, want)
-		}
-		if !ok || k == "" {
-			return rc, bad("want KEY=VALUE")
-		}
-		if stated[k] {
-			return rc, bad("key " + k + " stated twice")
-		}
-		stated[k] = true
-		intVal := func(dst *int) error {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return bad("want a whole number ≥ 0")
-			}
-			*dst = n
-			return nil
-		}
-		boolVal := func(dst *bool) error {
-			switch strings.ToLower(v) {
-			case "on", "true", "1", "yes":
-				*dst = true
-			case "off", "false", "0", "no":
-				*dst = false
-			default:
-				return bad("want on or off")
-			}
-			return nil
-		}
-		var err error
-		switch k {
-		case "model":
-			rc.Model = v
-		case "index_k_dtype":
-			if v != "fp8" && v != "bf16" {
-				return rc, bad("want fp8 or bf16")
-			}
-			rc.IndexKDtype = v
-		case "cuda_graph":
-			err = boolVal(&rc.CUDAGraph)
-		case "multi_stream_overlap":
-			err = boolVal(&rc.MultiStreamOverlap)
-		case "cuda_graph_max_bs":
-			err = intVal(&rc.CUDAGraphMaxBS)
-		case "max_running_requests":
-			err = intVal(&rc.MaxRunningRequests)
-		case "pool_tokens":
-			err = intVal(&rc.PoolTokens)
-		case "disaggregation":
-			rc.Disaggregation = v
-		default:
-			rc.Extra[k] = v
-		}
-		if err != nil {
-			return rc, err
-		}
-	}
-	for _, k := range wrapUnknownBools {
-		if !stated[k] {
-			rc.Extra[k] = "unknown"
-		}
+	rc := hook.RunConfig{Engine: engine, Provenance: map[string]string{}}
+	if err := repro.ParseLabels(&rc, "--config", kvs); err != nil {
+		return rc, cmdutil.UsageError("wrap: %w", err)
 	}
 	return rc, nil
-}
-
-// wrapConfigKnown reports whether rc states every boolean setting.
-func wrapConfigKnown(rc hook.RunConfig) bool {
-	for _, k := range wrapUnknownBools {
-		if rc.Extra[k] == "unknown" {
-			return false
-		}
-	}
-	return true
 }
 
 // wrapEnv is the command's environment: base, with the package first on
@@ -572,13 +495,11 @@ func wrapRun(opts *WrapOptions) error {
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: checksum.DefaultWarmupMaxSeqLen})
 	tally := &wrapTally{next: bus, findings: map[string]int{}}
 	pub := hook.WithAnalyzers(tally, as...)
-	if wrapConfigKnown(rc) {
-		// Published before Serve starts: the collector serialises its own
-		// Publish calls, not ours.
-		pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Run: opts.Run,
-			Src:  hook.Source{Proc: "kvcanary-wrap", PID: int32(os.Getpid())},
-			Body: &hook.RunStart{Tool: man.Tool, Config: rc, Host: man.Host}})
-	}
+	// Published before Serve starts: the collector serialises its own
+	// Publish calls, not ours. Settings not stated are unknown in it.
+	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Run: opts.Run,
+		Src:  hook.Source{Proc: "kvcanary-wrap", PID: int32(os.Getpid())},
+		Body: &hook.RunStart{Tool: man.Tool, Config: rc, Host: man.Host}})
 
 	base := opts.environ
 	if base == nil {

@@ -115,14 +115,14 @@ func TestWrapEnv(t *testing.T) {
 	}
 }
 
-// Unknown is not false: engine booleans wrap cannot observe are labelled
-// unknown until the user states them.
+// Unknown is not false: engine booleans wrap cannot observe stay unknown
+// (nil) until the user states them, and what is stated is labelled.
 func TestWrapRunConfig(t *testing.T) {
 	rc, err := wrapRunConfig("sglang", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc.Engine != "sglang" || rc.Extra["cuda_graph"] != "unknown" || rc.Extra["multi_stream_overlap"] != "unknown" || wrapConfigKnown(rc) {
+	if rc.Engine != "sglang" || rc.CUDAGraph != nil || rc.MultiStreamOverlap != nil || len(rc.Extra) != 0 || len(rc.Provenance) != 0 {
 		t.Fatalf("nothing stated: %+v", rc)
 	}
 	rc, err = wrapRunConfig("vllm", []string{"cuda_graph=off", "multi_stream_overlap=on", "index_k_dtype=fp8", "cuda_graph_max_bs=48",
@@ -130,10 +130,17 @@ func TestWrapRunConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rc.Engine != "vllm" || rc.CUDAGraph || !rc.MultiStreamOverlap || rc.IndexKDtype != "fp8" || rc.CUDAGraphMaxBS != 48 ||
+	if rc.Engine != "vllm" || rc.CUDAGraph == nil || *rc.CUDAGraph || rc.MultiStreamOverlap == nil || !*rc.MultiStreamOverlap ||
+		rc.IndexKDtype != "fp8" || rc.CUDAGraphMaxBS != 48 ||
 		rc.Disaggregation != "pd" || rc.MaxRunningRequests != 64 || rc.PoolTokens != 100000 || rc.Model != "deepseek-v3.2" ||
-		rc.Extra["speculative"] != "eagle" || len(rc.Extra) != 1 || !wrapConfigKnown(rc) {
+		rc.Extra["speculative"] != "eagle" || len(rc.Extra) != 1 {
 		t.Fatalf("all stated: %+v", rc)
+	}
+	for _, k := range []string{"cuda_graph", "multi_stream_overlap", "index_k_dtype", "cuda_graph_max_bs", "disaggregation",
+		"max_running_requests", "pool_tokens", "extra.speculative"} {
+		if rc.Provenance[k] != hook.ProvLabel {
+			t.Errorf("provenance of %s = %q, want label", k, rc.Provenance[k])
+		}
 	}
 }
 
@@ -360,7 +367,7 @@ func TestWrapRecordsChildAndPropagatesExit(t *testing.T) {
 	}
 	defer r.Close()
 	m := r.Manifest()
-	if m.Run != "r-test" || m.Config.Engine != "sglang" || m.Config.Extra["cuda_graph"] != "unknown" || m.Labels["KVCANARY_CANARY_POLICY"] != "sweep:4" {
+	if m.Run != "r-test" || m.Config.Engine != "sglang" || m.Config.CUDAGraph != nil || m.Labels["KVCANARY_CANARY_POLICY"] != "sweep:4" {
 		t.Fatalf("manifest %+v", m)
 	}
 	sides := map[string]bool{}
@@ -379,7 +386,9 @@ func TestWrapRecordsChildAndPropagatesExit(t *testing.T) {
 			}
 			sides[string(b.Side)] = true
 		case *hook.RunStart:
-			t.Errorf("run.start recorded with cuda_graph unstated: analyzers would read it as false")
+			if b.Config.CUDAGraph != nil || b.Config.MultiStreamOverlap != nil {
+				t.Errorf("run.start with cuda_graph unstated says %v/%v: want unknown (nil)", b.Config.CUDAGraph, b.Config.MultiStreamOverlap)
+			}
 		}
 	}
 	if !sides["prefill"] || !sides["decode"] {

@@ -289,14 +289,19 @@ func (f *Float32s) UnmarshalJSON(b []byte) error {
 
 // RunConfig is the configuration of one run: the engine flags under test and
 // the workload. A/B confound checks compare these field by field.
+//
+// Unknown is not false: a setting nobody reported is absent — "" or 0 for
+// strings and counts, nil for the two booleans (JSON null or no member) —
+// and Provenance says where each known setting came from.
 type RunConfig struct {
-	Engine             string `json:"engine,omitempty"` // "sim", "sglang", "vllm"
-	Model              string `json:"model,omitempty"`
-	URL                string `json:"url,omitempty"`
-	IndexKDtype        string `json:"index_k_dtype,omitempty"` // "bf16" | "fp8"
-	CUDAGraph          bool   `json:"cuda_graph"`
-	CUDAGraphMaxBS     int    `json:"cuda_graph_max_bs,omitempty"`
-	MultiStreamOverlap bool   `json:"multi_stream_overlap"`
+	Engine         string `json:"engine,omitempty"` // "sim", "sglang", "vllm", "remote"
+	Model          string `json:"model,omitempty"`
+	URL            string `json:"url,omitempty"`
+	IndexKDtype    string `json:"index_k_dtype,omitempty"` // "bf16" | "fp8"
+	CUDAGraph      *bool  `json:"cuda_graph,omitempty"`    // nil: unknown
+	CUDAGraphMaxBS int    `json:"cuda_graph_max_bs,omitempty"`
+	// MultiStreamOverlap is SGLang's SGLANG_OPT_USE_MULTI_STREAM_OVERLAP; nil: unknown.
+	MultiStreamOverlap *bool  `json:"multi_stream_overlap,omitempty"`
 	Disaggregation     string `json:"disaggregation,omitempty"` // "pd" | "none"
 	MaxRunningRequests int    `json:"max_running_requests,omitempty"`
 	PoolTokens         int    `json:"pool_tokens,omitempty"`
@@ -313,6 +318,52 @@ type RunConfig struct {
 	StepTime string            `json:"step_time,omitempty"`
 	Inject   []string          `json:"inject,omitempty"`
 	Extra    map[string]string `json:"extra,omitempty"` // engine flags without a field
+	// Provenance names where each known engine setting came from, by its
+	// EngineFlagDiffs name ("cuda_graph", "extra.<key>", …): ProvServer,
+	// ProvLabel or ProvTwin. A setting without an entry in a config that has
+	// a Provenance map was not known when the run started.
+	Provenance map[string]string `json:"provenance,omitempty"`
+	// ServerArgs are the settings the server reported about itself (SGLang's
+	// GET /get_server_info), flattened to dotted keys, values as JSON text
+	// for numbers and booleans ("32", "true") and as given for strings.
+	ServerArgs map[string]string `json:"server_args,omitempty"`
+}
+
+// Where a known setting of a RunConfig came from.
+const (
+	ProvServer = "server" // reported by the server over HTTP
+	ProvLabel  = "label"  // stated by the user (repro --label, wrap --config)
+	ProvTwin   = "twin"   // the twin's own configuration
+)
+
+// Bool returns a pointer to v, for RunConfig's known booleans.
+func Bool(v bool) *bool { return &v }
+
+// UnmarshalJSON implements json.Unmarshaler. Bundles written before
+// settings had a provenance carried guesses: repro wrote
+// cuda_graph/multi_stream_overlap false for a server it never asked (engine
+// "remote"), and wrap kept an unstated boolean as extra "unknown". Both read
+// as unknown here.
+func (c *RunConfig) UnmarshalJSON(b []byte) error {
+	type plain RunConfig
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*c = RunConfig(p)
+	if c.Provenance == nil && c.Engine == "remote" {
+		c.CUDAGraph, c.MultiStreamOverlap = nil, nil
+	}
+	for k, dst := range map[string]**bool{"cuda_graph": &c.CUDAGraph, "multi_stream_overlap": &c.MultiStreamOverlap} {
+		if c.Extra[k] == "unknown" {
+			*dst = nil
+			delete(c.Extra, k)
+		}
+	}
+	if c.Extra != nil && len(c.Extra) == 0 {
+		c.Extra = nil
+	}
+	return nil
 }
 
 // GPUInfo describes one device of the host.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -52,6 +53,11 @@ type Config struct {
 
 	Instruments Instruments
 	Log         io.Writer // SGLang-format scheduler log lines; nil discards
+	// Clock, when set, is the engine's clock for event timestamps and log
+	// lines (the twin server passes the wall clock, so its events and a
+	// client's share one clock). nil: the simulated clock, a fixed origin
+	// plus steps × StepTime, deterministic.
+	Clock func() time.Time
 }
 
 // Instruments selects the hook points that publish events. A hook that is
@@ -150,9 +156,9 @@ func (c *Config) RunConfig() hook.RunConfig {
 		Engine:             "sim",
 		Model:              "kvcanary-twin",
 		IndexKDtype:        c.IndexKDtype,
-		CUDAGraph:          !c.DisableCUDAGraph,
+		CUDAGraph:          hook.Bool(!c.DisableCUDAGraph),
 		CUDAGraphMaxBS:     c.CUDAGraphMaxBS,
-		MultiStreamOverlap: c.MultiStreamOverlap,
+		MultiStreamOverlap: hook.Bool(c.MultiStreamOverlap),
 		Disaggregation:     c.Disaggregation,
 		MaxRunningRequests: c.MaxRunningRequests,
 		PoolTokens:         c.PoolTokens,
@@ -162,6 +168,15 @@ func (c *Config) RunConfig() hook.RunConfig {
 	}
 	if k := c.specTopK(); k >= 2 {
 		rc.Extra = map[string]string{"speculative_eagle_topk": strconv.Itoa(k)}
+	}
+	// The twin states its own settings: every one is known, from the twin.
+	rc.Provenance = map[string]string{}
+	for _, k := range []string{"index_k_dtype", "cuda_graph", "cuda_graph_max_bs", "multi_stream_overlap",
+		"disaggregation", "max_running_requests", "pool_tokens", "inject"} {
+		rc.Provenance[k] = hook.ProvTwin
+	}
+	for k := range rc.Extra {
+		rc.Provenance["extra."+k] = hook.ProvTwin
 	}
 	return rc
 }

@@ -248,8 +248,13 @@ func (e *Engine) Stats() Stats { return e.stats }
 // StepNumber is the number of engine steps taken.
 func (e *Engine) StepNumber() uint64 { return e.step }
 
-// Now is the engine's simulated clock.
-func (e *Engine) Now() time.Time { return simEpoch.Add(time.Duration(e.step) * StepTime) }
+// Now is the engine's clock: Config.Clock, else the simulated clock.
+func (e *Engine) Now() time.Time {
+	if e.cfg.Clock != nil {
+		return e.cfg.Clock()
+	}
+	return simEpoch.Add(time.Duration(e.step) * StepTime)
+}
 
 // Decode arena (tests inspect it at the byte level).
 func (e *Engine) DecodeArena() *Arena { return e.dec }
@@ -685,7 +690,9 @@ func (e *Engine) logf(format string, args ...any) {
 	if e.log == nil {
 		return
 	}
-	fmt.Fprintf(e.log, "[%s TP0] "+format+"\n", append([]any{e.Now().Format("2006-01-02 15:04:05")}, args...)...)
+	// Local time, as SGLang logs it (logs scan and repro --server-log read
+	// it with --tz, by default the local zone).
+	fmt.Fprintf(e.log, "[%s TP0] "+format+"\n", append([]any{e.Now().In(time.Local).Format("2006-01-02 15:04:05")}, args...)...)
 }
 
 func (e *Engine) logStep(bs int) {

@@ -165,6 +165,11 @@ func New(opts Options) (*Server, error) {
 	if opts.Publisher == nil {
 		opts.Publisher = hook.PublishFunc(func(hook.Event) {})
 	}
+	if opts.Config.Clock == nil {
+		// One clock: the engine's events and log lines carry the wall
+		// time, like its clients' events (a real server's are real).
+		opts.Config.Clock = opts.Now
+	}
 	eng, err := sim.NewEngine(opts.Config, opts.Publisher)
 	if err != nil {
 		return nil, fmt.Errorf("new server: %w", err)
@@ -344,10 +349,12 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("/v1/chat/completions", s.handleChat)
 	mux.HandleFunc("/v1/models", s.handleModels)
 	mux.HandleFunc("/health", s.handleHealth)
+	mux.HandleFunc("/get_server_info", s.handleServerInfo)
+	mux.HandleFunc("/server_info", s.handleServerInfo)
 	mux.HandleFunc("/debug/kvcanary/requests", s.handleDebug)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{Status: http.StatusNotFound, Type: "invalid_request_error",
-			Message: fmt.Sprintf("no route %s %s; the twin serves POST /v1/chat/completions, GET /v1/models, GET /health", r.Method, r.URL.Path)})
+			Message: fmt.Sprintf("no route %s %s; the twin serves POST /v1/chat/completions, GET /v1/models, GET /health, GET /get_server_info", r.Method, r.URL.Path)})
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.hostAllowed(r.Host) {
@@ -428,6 +435,44 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{"list", []model{{ID: s.opts.Model, Object: "model", Created: 0, OwnedBy: "kvcanary"}}})
+}
+
+// ServerInfo is the twin's GET /get_server_info (and /server_info): its
+// real settings under SGLang's server-arg names where SGLang has one
+// (disable_cuda_graph, cuda_graph_max_bs, disaggregation_mode,
+// max_running_requests, max_total_num_tokens, random_seed), and under the
+// twin's own where it has none (index_k_dtype, multi_stream_overlap — an
+// environment variable in SGLang — and kvcanary_inject), so a client such
+// as kvcanary repro records what the server runs instead of guessing.
+func (s *Server) ServerInfo() map[string]any {
+	c := s.opts.Config
+	mode := "null" // SGLang's value without disaggregation
+	if c.Disaggregation == "pd" {
+		mode = "pd" // the twin runs both sides in one server
+	}
+	info := map[string]any{
+		"model_path":             s.opts.Model,
+		"served_model_name":      s.opts.Model,
+		"disable_cuda_graph":     c.DisableCUDAGraph,
+		"cuda_graph_max_bs":      c.CUDAGraphMaxBS,
+		"disaggregation_mode":    mode,
+		"max_running_requests":   c.MaxRunningRequests,
+		"max_total_num_tokens":   c.PoolTokens,
+		"random_seed":            c.Seed,
+		"index_k_dtype":          c.IndexKDtype,
+		"multi_stream_overlap":   c.MultiStreamOverlap,
+		"kvcanary_inject":        strings.Join(c.Inject, ","),
+		"speculative_eagle_topk": c.SpeculativeEagleTopK,
+		"kvcanary_twin":          true,
+	}
+	return info
+}
+
+func (s *Server) handleServerInfo(w http.ResponseWriter, r *http.Request) {
+	if methodNotAllowed(w, r, http.MethodGet) {
+		return
+	}
+	writeJSON(w, s.ServerInfo())
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

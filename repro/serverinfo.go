@@ -1,0 +1,477 @@
+package repro
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// ServerInfo is what a server said about its own settings.
+type ServerInfo struct {
+	// Endpoint is the path that answered: "/get_server_info",
+	// "/server_info" (SGLang) or "/version" (vLLM, which reports no
+	// settings over HTTP).
+	Endpoint string
+	// Args are the reported settings flattened to dotted keys (see
+	// hook.RunConfig.ServerArgs).
+	Args map[string]string
+}
+
+// maxServerInfoBytes bounds the body read from a server-info endpoint.
+const maxServerInfoBytes = 4 << 20
+
+// serverInfoPaths are tried in order; the first that answers 200 with a
+// JSON object wins.
+var serverInfoPaths = []string{"/get_server_info", "/server_info", "/version"}
+
+// ServerBase is the server's root URL for a --url given as host:port, …/v1
+// or …/v1/chat/completions.
+func ServerBase(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return "", fmt.Errorf("parse url %q: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return "", fmt.Errorf("url %q: want an http:// or https:// URL with a host", raw)
+	}
+	p := strings.TrimRight(u.Path, "/")
+	p = strings.TrimSuffix(p, "/chat/completions")
+	p = strings.TrimSuffix(p, "/v1")
+	u.Path, u.RawQuery, u.Fragment = p, "", ""
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// FetchServerInfo asks the server at rawURL for its settings: SGLang's GET
+// /get_server_info, then /server_info, then vLLM's /version. Every attempt
+// shares timeout. An error means the settings stay unknown; it is never a
+// reason to stop a run.
+func FetchServerInfo(ctx context.Context, c *http.Client, rawURL string, timeout time.Duration) (ServerInfo, error) {
+	base, err := ServerBase(rawURL)
+	if err != nil {
+		return ServerInfo{}, fmt.Errorf("server info: %w", err)
+	}
+	if c == nil {
+		c = http.DefaultClient
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var errs []error
+	for _, p := range serverInfoPaths {
+		args, err := getServerInfo(ctx, c, base+p)
+		if err == nil {
+			return ServerInfo{Endpoint: p, Args: args}, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", p, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return ServerInfo{}, fmt.Errorf("server info: %w", errors.Join(errs...))
+}
+
+func getServerInfo(ctx context.Context, c *http.Client, u string) (map[string]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxServerInfoBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > maxServerInfoBytes {
+		return nil, fmt.Errorf("body over %d bytes", maxServerInfoBytes)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return nil, fmt.Errorf("want a JSON object: %w", err)
+	}
+	return FlattenArgs(obj), nil
+}
+
+// FlattenArgs flattens a JSON object into dotted keys: nested objects by
+// key ("a.b"), arrays by index ("a.0"); numbers and booleans as JSON text,
+// strings as given, null as "null".
+func FlattenArgs(obj map[string]any) map[string]string {
+	out := map[string]string{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				walk(prefix+k+".", e)
+			}
+			return
+		case []any:
+			for i, e := range x {
+				walk(prefix+strconv.Itoa(i)+".", e)
+			}
+			return
+		}
+		key := strings.TrimSuffix(prefix, ".")
+		switch x := v.(type) {
+		case string:
+			out[key] = x
+		case nil:
+			out[key] = "null"
+		default:
+			b, _ := json.Marshal(x)
+			out[key] = string(b)
+		}
+	}
+	walk("", obj)
+	return out
+}
+
+// serverArgCompared reports whether a server-reported arg is an engine
+// setting worth comparing between two runs: not an address, a path, a
+// seed, a version or the server's live state, which differ between any
+// two launches without changing the engine's behaviour.
+func serverArgCompared(key string) bool {
+	k := strings.ToLower(key)
+	if strings.Contains(k, ".") {
+		return false // nested structures: live scheduler state (internal_states), versions
+	}
+	for _, w := range strings.Split(k, "_") {
+		switch w {
+		case "port", "host", "path", "dir", "seed", "version", "url", "addr", "ip", "log", "file", "throughput",
+			"tokenizer", "key", "name", "prometheus", "metrics", "timeout", "interval", "watchdog", "last":
+			return false
+		}
+	}
+	return true
+}
+
+// serverFields maps SGLang server args onto RunConfig fields: the arg's
+// name and how to set the field from its flattened value.
+var serverFields = []struct {
+	arg, setting string
+	set          func(rc *hook.RunConfig, v string) bool
+}{
+	{"disable_cuda_graph", "cuda_graph", func(rc *hook.RunConfig, v string) bool {
+		b, err := strconv.ParseBool(v)
+		if err == nil {
+			rc.CUDAGraph = hook.Bool(!b)
+		}
+		return err == nil
+	}},
+	{"cuda_graph_max_bs", "cuda_graph_max_bs", func(rc *hook.RunConfig, v string) bool {
+		n, err := strconv.Atoi(v)
+		if err == nil && n > 0 {
+			rc.CUDAGraphMaxBS = n
+		}
+		return err == nil && n > 0
+	}},
+	{"max_running_requests", "max_running_requests", func(rc *hook.RunConfig, v string) bool {
+		n, err := strconv.Atoi(v)
+		if err == nil && n > 0 {
+			rc.MaxRunningRequests = n
+		}
+		return err == nil && n > 0
+	}},
+	{"max_total_num_tokens", "pool_tokens", func(rc *hook.RunConfig, v string) bool {
+		n, err := strconv.Atoi(v)
+		if err == nil && n > 0 {
+			rc.PoolTokens = n
+		}
+		return err == nil && n > 0
+	}},
+	// Not SGLang server args; the twin reports them (SGLang takes
+	// multi-stream overlap from SGLANG_OPT_USE_MULTI_STREAM_OVERLAP).
+	{"index_k_dtype", "index_k_dtype", func(rc *hook.RunConfig, v string) bool {
+		if v != "fp8" && v != "bf16" {
+			return false
+		}
+		rc.IndexKDtype = v
+		return true
+	}},
+	{"multi_stream_overlap", "multi_stream_overlap", func(rc *hook.RunConfig, v string) bool {
+		b, err := strconv.ParseBool(v)
+		if err == nil {
+			rc.MultiStreamOverlap = hook.Bool(b)
+		}
+		return err == nil
+	}},
+	{"kvcanary_inject", "inject", func(rc *hook.RunConfig, v string) bool {
+		rc.Inject = nil
+		if v != "" {
+			rc.Inject = strings.Split(v, ",")
+		}
+		return true
+	}},
+	{"disaggregation_mode", "disaggregation", func(rc *hook.RunConfig, v string) bool {
+		switch v {
+		case "":
+			return false
+		case "null", "none":
+			rc.Disaggregation = "none" // SGLang's value without disaggregation
+		case "prefill", "decode", "pd":
+			rc.Disaggregation = "pd"
+		default:
+			rc.Disaggregation = v
+		}
+		return true
+	}},
+}
+
+// serverMapped reports whether a server arg is carried by a RunConfig field
+// (then only the field is compared, not "server.<arg>" too).
+func serverMapped(arg string) bool {
+	for _, f := range serverFields {
+		if f.arg == arg {
+			return true
+		}
+	}
+	return false
+}
+
+// ApplyServerInfo records what the server reported in rc: ServerArgs, and
+// the fields it determines with provenance "server". A server-reported
+// value replaces a label for the same setting; conflicts are returned as
+// notes ("label cuda_graph=on contradicts the server: …").
+func ApplyServerInfo(rc *hook.RunConfig, info ServerInfo) (notes []string) {
+	if len(info.Args) == 0 {
+		return nil
+	}
+	rc.ServerArgs = maps.Clone(info.Args)
+	for _, f := range serverFields {
+		v, ok := info.Args[f.arg]
+		if !ok {
+			continue
+		}
+		before := settingText(*rc, f.setting)
+		wasLabel := provOf(*rc, f.setting) == hook.ProvLabel
+		if !f.set(rc, v) {
+			continue
+		}
+		if after := settingText(*rc, f.setting); wasLabel && before != after {
+			notes = append(notes, fmt.Sprintf("label %s=%s contradicts the server (%s=%s); the server's value is kept", f.setting, before, f.arg, v))
+		}
+		setProv(rc, f.setting, hook.ProvServer)
+	}
+	return notes
+}
+
+// SetSetting states one engine setting by name (an EngineFlagDiffs name
+// without "extra."; other keys go to Extra) with its provenance. Booleans
+// take on/off, true/false, 1/0 or yes/no.
+func SetSetting(rc *hook.RunConfig, key, value, prov string) error {
+	intVal := func(dst *int) error {
+		n, err := strconv.Atoi(value)
+		if err != nil || n < 0 {
+			return errors.New("want a whole number ≥ 0")
+		}
+		*dst = n
+		return nil
+	}
+	boolVal := func(dst **bool) error {
+		switch strings.ToLower(value) {
+		case "on", "true", "1", "yes":
+			*dst = hook.Bool(true)
+		case "off", "false", "0", "no":
+			*dst = hook.Bool(false)
+		default:
+			return errors.New("want on or off")
+		}
+		return nil
+	}
+	var err error
+	name := key
+	switch key {
+	case "model":
+		rc.Model = value
+		return nil // the model is workload, not an engine setting
+	case "index_k_dtype":
+		if value != "fp8" && value != "bf16" {
+			return errors.New("want fp8 or bf16")
+		}
+		rc.IndexKDtype = value
+	case "cuda_graph":
+		err = boolVal(&rc.CUDAGraph)
+	case "multi_stream_overlap":
+		err = boolVal(&rc.MultiStreamOverlap)
+	case "cuda_graph_max_bs":
+		err = intVal(&rc.CUDAGraphMaxBS)
+	case "max_running_requests":
+		err = intVal(&rc.MaxRunningRequests)
+	case "pool_tokens":
+		err = intVal(&rc.PoolTokens)
+	case "disaggregation":
+		rc.Disaggregation = value
+	default:
+		if rc.Extra == nil {
+			rc.Extra = map[string]string{}
+		}
+		rc.Extra[key] = value
+		name = "extra." + key
+	}
+	if err != nil {
+		return err
+	}
+	setProv(rc, name, prov)
+	return nil
+}
+
+// ParseLabels states the KEY=VALUE settings in kvs on rc with provenance
+// label; flag names the flag in errors ("--label").
+func ParseLabels(rc *hook.RunConfig, flag string, kvs []string) error {
+	seen := map[string]bool{}
+	for i, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return fmt.Errorf("%s %d %q: want KEY=VALUE", flag, i+1, kv)
+		}
+		if seen[k] {
+			return fmt.Errorf("%s %d %q: key %s stated twice", flag, i+1, kv, k)
+		}
+		seen[k] = true
+		if err := SetSetting(rc, k, v, hook.ProvLabel); err != nil {
+			return fmt.Errorf("%s %d %q: %w", flag, i+1, kv, err)
+		}
+	}
+	return nil
+}
+
+// MergeSettings copies the engine settings of src that are known into dst,
+// with their provenance, and src's ServerArgs; dst's workload is kept.
+func MergeSettings(dst *hook.RunConfig, src hook.RunConfig) {
+	if src.IndexKDtype != "" {
+		dst.IndexKDtype = src.IndexKDtype
+	}
+	if src.CUDAGraph != nil {
+		dst.CUDAGraph = hook.Bool(*src.CUDAGraph)
+	}
+	if src.CUDAGraphMaxBS > 0 {
+		dst.CUDAGraphMaxBS = src.CUDAGraphMaxBS
+	}
+	if src.MultiStreamOverlap != nil {
+		dst.MultiStreamOverlap = hook.Bool(*src.MultiStreamOverlap)
+	}
+	if src.Disaggregation != "" {
+		dst.Disaggregation = src.Disaggregation
+	}
+	if src.MaxRunningRequests > 0 {
+		dst.MaxRunningRequests = src.MaxRunningRequests
+	}
+	if src.PoolTokens > 0 {
+		dst.PoolTokens = src.PoolTokens
+	}
+	if src.Model != "" && dst.Model == "" {
+		dst.Model = src.Model
+	}
+	for k, v := range src.Extra {
+		if dst.Extra == nil {
+			dst.Extra = map[string]string{}
+		}
+		dst.Extra[k] = v
+	}
+	for k, v := range src.Provenance {
+		setProv(dst, k, v)
+	}
+	if src.ServerArgs != nil {
+		dst.ServerArgs = maps.Clone(src.ServerArgs)
+	}
+	if dst.Provenance == nil {
+		// Asked, nothing known: an empty map says "not guessed" to readers
+		// of older bundles' rules (see hook.RunConfig.UnmarshalJSON).
+		dst.Provenance = map[string]string{}
+	}
+}
+
+func setProv(rc *hook.RunConfig, name, prov string) {
+	if rc.Provenance == nil {
+		rc.Provenance = map[string]string{}
+	}
+	rc.Provenance[name] = prov
+}
+
+func provOf(rc hook.RunConfig, name string) string { return rc.Provenance[name] }
+
+// settingText is a setting's value as text, "" when unknown.
+func settingText(rc hook.RunConfig, name string) string {
+	if name == "inject" { // kvcanary's own faults: always known
+		if len(rc.Inject) == 0 {
+			return "none"
+		}
+		return sortedJoin(rc.Inject)
+	}
+	for _, s := range knownSettings(rc) {
+		if s.name == name {
+			return fmt.Sprint(s.value)
+		}
+	}
+	return ""
+}
+
+// UnknownSettings lists the boolean engine settings rc does not know, in
+// EngineFlags order.
+func UnknownSettings(rc hook.RunConfig) []string {
+	var out []string
+	if rc.CUDAGraph == nil {
+		out = append(out, "cuda_graph")
+	}
+	if rc.MultiStreamOverlap == nil {
+		out = append(out, "multi_stream_overlap")
+	}
+	return out
+}
+
+type setting struct {
+	name  string
+	value any
+}
+
+// knownSettings lists rc's known engine settings in EngineFlags order,
+// then extra.<key> and server.<arg> sorted.
+func knownSettings(rc hook.RunConfig) []setting {
+	var out []setting
+	str := func(name, v string) {
+		if v != "" {
+			out = append(out, setting{name, v})
+		}
+	}
+	num := func(name string, v int) {
+		if v > 0 {
+			out = append(out, setting{name, v})
+		}
+	}
+	str("index_k_dtype", rc.IndexKDtype)
+	if rc.CUDAGraph != nil {
+		out = append(out, setting{"cuda_graph", *rc.CUDAGraph})
+	}
+	num("cuda_graph_max_bs", rc.CUDAGraphMaxBS)
+	if rc.MultiStreamOverlap != nil {
+		out = append(out, setting{"multi_stream_overlap", *rc.MultiStreamOverlap})
+	}
+	str("disaggregation", rc.Disaggregation)
+	num("max_running_requests", rc.MaxRunningRequests)
+	num("pool_tokens", rc.PoolTokens)
+	for _, k := range slices.Sorted(maps.Keys(rc.Extra)) {
+		out = append(out, setting{"extra." + k, rc.Extra[k]})
+	}
+	for _, k := range slices.Sorted(maps.Keys(rc.ServerArgs)) {
+		if serverArgCompared(k) && !serverMapped(k) {
+			out = append(out, setting{"server." + k, rc.ServerArgs[k]})
+		}
+	}
+	return out
+}

@@ -1,0 +1,194 @@
+package repro
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// sglangInfo is a /get_server_info body shaped like SGLang's: server args,
+// scheduler info and live internal state.
+func sglangInfo(maxBS int, disableGraph bool, port int) string {
+	dg := "false"
+	if disableGraph {
+		dg = "true"
+	}
+	return `{"model_path":"deepseek-ai/DeepSeek-V3.2","tokenizer_path":"deepseek-ai/DeepSeek-V3.2","host":"0.0.0.0","port":` + itoa(port) +
+		`,"random_seed":` + itoa(port+1) + `,"disable_cuda_graph":` + dg + `,"cuda_graph_max_bs":` + itoa(maxBS) +
+		`,"disaggregation_mode":"decode","max_running_requests":null,"max_total_num_tokens":700000,"tp_size":8,"kv_cache_dtype":"auto",` +
+		`"chunked_prefill_size":8192,"max_prefill_tokens":16384,"enable_two_batch_overlap":false,` +
+		`"internal_states":[{"last_gen_throughput":` + itoa(port%97) + `.5,"avg_spec_accept_length":null}],"version":"0.5.` + itoa(port%7) + `"}`
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+func fakeInfoServer(t *testing.T, routes map[string]string) string {
+	t.Helper()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := routes[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		io.WriteString(w, body)
+	}))
+	t.Cleanup(hs.Close)
+	return hs.URL
+}
+
+func TestFetchServerInfo(t *testing.T) {
+	ctx := context.Background()
+	// SGLang: /get_server_info answers; --url may carry /v1.
+	u := fakeInfoServer(t, map[string]string{"/get_server_info": sglangInfo(64, false, 30000)})
+	info, err := FetchServerInfo(ctx, nil, u+"/v1", time.Second)
+	if err != nil || info.Endpoint != "/get_server_info" || info.Args["cuda_graph_max_bs"] != "64" || info.Args["disable_cuda_graph"] != "false" ||
+		info.Args["internal_states.0.last_gen_throughput"] != "27.5" || info.Args["max_running_requests"] != "null" {
+		t.Fatalf("sglang: %+v, %v", info, err)
+	}
+	// A later SGLang: only /server_info.
+	u = fakeInfoServer(t, map[string]string{"/server_info": sglangInfo(32, true, 30000)})
+	info, err = FetchServerInfo(ctx, nil, u+"/v1/chat/completions", time.Second)
+	if err != nil || info.Endpoint != "/server_info" || info.Args["disable_cuda_graph"] != "true" {
+		t.Fatalf("server_info: %+v, %v", info, err)
+	}
+	// vLLM: a version, no settings.
+	u = fakeInfoServer(t, map[string]string{"/version": `{"version":"0.11.0"}`})
+	info, err = FetchServerInfo(ctx, nil, u, time.Second)
+	if err != nil || info.Endpoint != "/version" || info.Args["version"] != "0.11.0" {
+		t.Fatalf("vllm: %+v, %v", info, err)
+	}
+	var rc hook.RunConfig
+	ApplyServerInfo(&rc, info)
+	if rc.CUDAGraph != nil || rc.MultiStreamOverlap != nil || rc.CUDAGraphMaxBS != 0 || len(rc.Provenance) != 0 {
+		t.Errorf("a version alone set settings: %+v", rc)
+	}
+	// Nothing answers, or not JSON: an error naming each path.
+	u = fakeInfoServer(t, map[string]string{"/get_server_info": "<html>"})
+	if _, err := FetchServerInfo(ctx, nil, u, time.Second); err == nil || !strings.Contains(err.Error(), "/get_server_info: want a JSON object") ||
+		!strings.Contains(err.Error(), "/version: status 404") {
+		t.Errorf("no info: %v", err)
+	}
+	if _, err := FetchServerInfo(ctx, nil, "ftp://x", time.Second); err == nil {
+		t.Error("ftp URL accepted")
+	}
+}
+
+func TestApplyServerInfo(t *testing.T) {
+	var rc hook.RunConfig
+	if err := ParseLabels(&rc, "--label", []string{"cuda_graph=off", "multi_stream_overlap=on", "attention_backend=fa3"}); err != nil {
+		t.Fatal(err)
+	}
+	notes := ApplyServerInfo(&rc, ServerInfo{Endpoint: "/get_server_info", Args: FlattenArgs(map[string]any{
+		"disable_cuda_graph": false, "cuda_graph_max_bs": 48.0, "disaggregation_mode": "decode", "max_total_num_tokens": 700000.0,
+		"max_running_requests": nil})})
+	if rc.CUDAGraph == nil || !*rc.CUDAGraph || rc.CUDAGraphMaxBS != 48 || rc.Disaggregation != "pd" || rc.PoolTokens != 700000 || rc.MaxRunningRequests != 0 {
+		t.Fatalf("settings %+v", rc)
+	}
+	want := map[string]string{"cuda_graph": "server", "cuda_graph_max_bs": "server", "disaggregation": "server", "pool_tokens": "server",
+		"multi_stream_overlap": "label", "extra.attention_backend": "label"}
+	for k, v := range want {
+		if rc.Provenance[k] != v {
+			t.Errorf("provenance %s = %q, want %q", k, rc.Provenance[k], v)
+		}
+	}
+	if _, ok := rc.Provenance["max_running_requests"]; ok {
+		t.Error("a null server arg made max_running_requests known")
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "label cuda_graph=false contradicts the server (disable_cuda_graph=false)") {
+		t.Errorf("notes %q", notes)
+	}
+	for _, bad := range [][]string{{"cuda_graph"}, {"cuda_graph=maybe"}, {"a=1", "a=2"}, {"pool_tokens=-3"}} {
+		if err := ParseLabels(&hook.RunConfig{}, "--label", bad); err == nil || !strings.Contains(err.Error(), "--label") {
+			t.Errorf("ParseLabels(%q) = %v", bad, err)
+		}
+	}
+}
+
+// Two real-server runs that differ in one server-reported arg: ab names it
+// without labels, and what differs between any two launches (port, seed,
+// version, live throughput) is not an engine setting.
+func TestABFromServerArgs(t *testing.T) {
+	cfg := func(body string) hook.RunConfig {
+		rc := hook.RunConfig{Engine: "remote", Sessions: 80, Rounds: 4, Concurrency: 80}
+		var obj map[string]any
+		if err := jsonUnmarshal(body, &obj); err != nil {
+			t.Fatal(err)
+		}
+		ApplyServerInfo(&rc, ServerInfo{Endpoint: "/get_server_info", Args: FlattenArgs(obj)})
+		return rc
+	}
+	for _, tc := range []struct {
+		a, b string
+		flag string
+		va   any
+		vb   any
+	}{
+		{sglangInfo(32, false, 30000), sglangInfo(64, false, 30001), "cuda_graph_max_bs", 32, 64},
+		{sglangInfo(32, false, 30000), sglangInfo(32, true, 30002), "cuda_graph", true, false},
+		{sglangInfo(32, false, 30000), strings.Replace(sglangInfo(32, false, 30003), `"chunked_prefill_size":8192`, `"chunked_prefill_size":4096`, 1),
+			"server.chunked_prefill_size", "8192", "4096"},
+	} {
+		A := statsRunSpec{cfg: cfg(tc.a), outcomes: Outcomes{MaxRounds: 70, Leak: 10}, rounds: 4}.stats("a")
+		B := statsRunSpec{cfg: cfg(tc.b), outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+		r := Compare(A, B, CompareOptions{})
+		if r.FlagUnderTest == nil || r.FlagUnderTest.Name != tc.flag || r.FlagUnderTest.A != tc.va || r.FlagUnderTest.B != tc.vb || len(r.DifferingFlags) != 1 {
+			t.Errorf("%s: flag under test %+v, differing %+v", tc.flag, r.FlagUnderTest, r.DifferingFlags)
+		}
+		var b strings.Builder
+		r.WriteText(&b)
+		if !strings.Contains(b.String(), "flag under test: "+tc.flag) || !strings.Contains(b.String(), "(reported by the server)") {
+			t.Errorf("%s: text\n%s", tc.flag, b.String())
+		}
+	}
+}
+
+// Unknown is not a value: a setting one run does not know is not a
+// difference, and the report says what it could not compare.
+func TestABUnknownSettings(t *testing.T) {
+	a := hook.RunConfig{Engine: "remote", Sessions: 80, Rounds: 4, Concurrency: 80}
+	b := a
+	b.CUDAGraph, b.Provenance = hook.Bool(false), map[string]string{"cuda_graph": hook.ProvLabel}
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 70, Leak: 10}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	r := Compare(A, B, CompareOptions{})
+	if r.FlagUnderTest != nil || len(r.DifferingFlags) != 0 {
+		t.Fatalf("an unknown setting was compared: %+v %+v", r.FlagUnderTest, r.DifferingFlags)
+	}
+	var b2 strings.Builder
+	r.WriteText(&b2)
+	for _, want := range []string{"cuda_graph is false in run B (labelled) but unknown in run A: not compared",
+		"multi_stream_overlap unknown in both runs"} {
+		if !strings.Contains(b2.String(), want) {
+			t.Errorf("text lacks %q:\n%s", want, b2.String())
+		}
+	}
+	r = Compare(A, A, CompareOptions{Flag: "cuda_graph"})
+	if !strings.Contains(strings.Join(r.Notes, "\n"), `the flag under test "cuda_graph" is unknown in both runs`) {
+		t.Errorf("notes %q", r.Notes)
+	}
+}
+
+// inject is kvcanary's own: known in every run, so naming it is never an
+// "unknown" flag.
+func TestABInjectAlwaysKnown(t *testing.T) {
+	a := hook.RunConfig{Engine: "remote", Sessions: 80, Rounds: 4, Concurrency: 80, CUDAGraphMaxBS: 32}
+	b := a
+	b.CUDAGraphMaxBS = 64
+	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	r := Compare(A, B, CompareOptions{Flag: "inject"})
+	notes := strings.Join(r.Notes, "\n")
+	if !strings.Contains(notes, `the flag under test "inject" has the same value in both runs`) || strings.Contains(notes, `"inject" is unknown`) {
+		t.Errorf("notes %q", r.Notes)
+	}
+}

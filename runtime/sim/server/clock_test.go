@@ -1,0 +1,112 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+)
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// One clock: the twin server stamps its events and its log lines with the
+// clock its clients use (the wall clock), never the simulated 2026-01-01
+// origin, so a bundle mixing both spans real time.
+func TestServerEventsUseOneClock(t *testing.T) {
+	// A fixed clock stands in for the wall clock (injected, not slept on).
+	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.Local)
+	cfg := sim.DefaultConfig()
+	cfg.Instruments = sim.Instruments{Sched: true, Replay: true}
+	cfg.MultiStreamOverlap = false
+	log := &syncBuf{}
+	cfg.Log = log
+	var mu sync.Mutex
+	var ts []int64
+	pub := hook.PublishFunc(func(ev hook.Event) {
+		mu.Lock()
+		ts = append(ts, ev.TS)
+		mu.Unlock()
+	})
+	s, err := New(Options{Config: cfg, Publisher: pub, Now: func() time.Time { return at }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.Run(ctx)
+	hs := httptest.NewServer(s.Handler())
+	defer func() { hs.Close(); cancel(); s.Close() }()
+	resp, _ := post(t, hs.URL, `{"model":"m","messages":[{"role":"user","content":"Task 1. tool rounds: 1. Weather in Oslo?"}],"tools":`+toolsJSON+`}`)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ts) == 0 {
+		t.Fatal("no events published")
+	}
+	for _, x := range ts {
+		if x != at.UnixNano() {
+			t.Fatalf("event at %v, want the server's clock %v", time.Unix(0, x), at)
+		}
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if want := "[" + at.Format("2006-01-02 15:04:05") + " TP0]"; !strings.Contains(log.b.String(), want) {
+		t.Errorf("log lines lack the wall-clock stamp %q:\n%.300s", want, log.b.String())
+	}
+}
+
+// The twin serves its real settings like SGLang's GET /get_server_info.
+func TestServerInfo(t *testing.T) {
+	cfg := sim.DefaultConfig()
+	cfg.Instruments = sim.Instruments{}
+	cfg.DisableCUDAGraph, cfg.CUDAGraphMaxBS, cfg.Inject = true, 48, []string{sim.FaultTransferRace}
+	s, err := New(Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	defer func() { hs.Close(); s.Close() }()
+	for _, path := range []string{"/get_server_info", "/server_info"} {
+		resp, err := http.Get(hs.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var m map[string]any
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &m) != nil {
+			t.Fatalf("%s: %d %s", path, resp.StatusCode, body)
+		}
+		if m["disable_cuda_graph"] != true || m["cuda_graph_max_bs"] != 48.0 || m["multi_stream_overlap"] != cfg.MultiStreamOverlap ||
+			m["index_k_dtype"] != cfg.IndexKDtype || m["kvcanary_inject"] != sim.FaultTransferRace || m["max_total_num_tokens"] != float64(cfg.PoolTokens) {
+			t.Errorf("%s: %s", path, body)
+		}
+	}
+	resp, err := http.Post(hs.URL+"/get_server_info", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST /get_server_info: %d", resp.StatusCode)
+	}
+}
