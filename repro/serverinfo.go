@@ -32,7 +32,7 @@ type ServerInfo struct {
 const maxServerInfoBytes = 4 << 20
 
 // serverInfoPaths are tried in order; the first that answers 200 with a
-// JSON object wins.
+// JSON object of the endpoint's shape (settingsShaped) wins.
 var serverInfoPaths = []string{"/get_server_info", "/server_info", "/version"}
 
 // ServerBase is the server's root URL for a --url given as host:port, …/v1
@@ -104,7 +104,28 @@ func getServerInfo(ctx context.Context, c *http.Client, u string) (map[string]st
 	if err := json.Unmarshal(body, &obj); err != nil {
 		return nil, fmt.Errorf("want a JSON object: %w", err)
 	}
+	if !settingsShaped(u, obj) {
+		return nil, errors.New("the answer is not a server's settings (a catch-all route?)")
+	}
 	return FlattenArgs(obj), nil
+}
+
+// settingsShaped says obj is what the endpoint serves: vLLM's /version a
+// "version", SGLang's server info at least one server argument it always
+// has. A server answering every path with a chat completion (a proxy, a
+// test double) must not have its reply recorded as settings: that text
+// would reach the bundle as server arguments.
+func settingsShaped(u string, obj map[string]any) bool {
+	if strings.HasSuffix(u, "/version") {
+		_, ok := obj["version"].(string)
+		return ok
+	}
+	for _, k := range []string{"model_path", "tp_size", "disable_cuda_graph", "cuda_graph_max_bs", "served_model_name", "attention_backend"} {
+		if _, ok := obj[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // FlattenArgs flattens a JSON object into dotted keys: nested objects by
