@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"runtime"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
@@ -40,11 +43,24 @@ type ReproOptions struct {
 	Markers     []string
 	Record      string
 	ServerLog   string
+
+	// Preflight and real workloads.
+	NoPreflight   bool
+	APIKey        string // --api-key, else OPENAI_API_KEY; never printed or recorded
+	Headers       http.Header
+	Sampling      repro.Sampling
+	Conversations string // --conversations FILE.jsonl
+	Run           string // run id on the bundle and every event
+
+	sessionsSet        bool // --sessions was given (else --conversations sets it)
+	concurrencyDefault bool // --concurrency was not given (it follows --sessions)
 }
 
 // NewCmdRepro builds `kvcanary repro`.
 func NewCmdRepro(f *cmdutil.Factory, runF func(*ReproOptions) error) *cobra.Command {
 	opts := &ReproOptions{IO: f.IO, Factory: f, ToolTime: repro.DefaultToolTime}
+	var headers []string
+	var sampling samplingFlags
 	cmd := &cobra.Command{
 		Use:   "repro --url URL",
 		Short: "Drive concurrent tool-calling sessions at a server and measure the corruption rate",
@@ -75,10 +91,56 @@ recorded as extra signals.
 
 With --server-log, the server's log is tailed during the run and its batch
 and retraction lines are recorded as sched events, so kvcanary ab sees the
-scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.`,
+scheduler pressure of both runs.
+
+Preflight: before the first session, repro checks that the server can be
+measured: GET /v1/models answers, the model (--model, or the first listed)
+is served, and one probe request offering one tool comes back with a
+structured tool call (tool_calls, not markup or JSON in content, not prose).
+A failure stops with exit 3 and a hint naming the likely cause:
+  unreachable     connection refused, DNS, no answer: check --url
+  auth            401/403: --api-key (or OPENAI_API_KEY), --header
+  model_missing   the model is not served: --model
+  no_tool_parser  the tool call came back as text: SGLang --tool-call-parser,
+                  vLLM --enable-auto-tool-choice --tool-call-parser
+  ignores_tools   the model answered in prose (the model or its chat template)
+--no-preflight skips it.
+
+Reading the result: a run in which every session ended in error or timeout
+measured the server's failure, not corruption: it says so instead of a
+CORRUPTION line and exits 3. A run with no_tool in at least 25% of its
+sessions says that a control run (the same workload with CUDA graphs
+disabled, say) must be compared with kvcanary ab before the rate is read
+as corruption. Otherwise repro reports and exits 0 whatever it measured.
+
+Real workloads: --api-key (default $OPENAI_API_KEY) is sent as a bearer
+token and --header NAME:VALUE as given; neither value is printed or
+recorded (the bundle records header names and that a key was set).
+--temperature, --top-p, --max-tokens and --sampling-seed (sent as "seed";
+--seed picks the synthetic tasks) go with every request and are recorded
+in the run configuration as workload.* extras, which ab reads as workload
+confounds. --conversations FILE.jsonl replays your own tool-calling sessions
+instead of the synthetic tasks, one JSON object per line:
+  {"id": "refund-1",                       optional name (default cNNN)
+   "messages": [{"role":"system",…}, {"role":"user",…}],   required
+   "tools": [{"type":"function","function":{"name":"lookup",…}}],
+                                           optional (default: repro's own)
+   "tool_rounds": 2,    rounds that must call a tool (default: the length
+                        of expect_tools, else 1; 0: none must)
+   "rounds": 4,         most rounds (default --rounds)
+   "expect_tools": ["lookup", "refund"]}   optional: the tool each round must call
+The last message is a user or tool message. Tool calls are answered with
+repro's deterministic tool results and sessions get the same outcome classes
+(a round missing its expected tool is no_tool). OpenAI request fields
+(model, temperature, stream, tool_choice, …) on a line are ignored; other
+fields, bad JSON and bad messages are errors naming FILE:LINE. Session i
+replays line i mod the number of lines; --sessions defaults to one session
+per line.`,
 		Example: `  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
   kvcanary repro --url http://gpu-box:8000/v1 --model deepseek --record base.kvtrace --server-log sglang.log
-  kvcanary repro --url http://127.0.0.1:30000 --stream --json | jq .corruption_rate`,
+  kvcanary repro --url http://127.0.0.1:30000 --stream --json | jq .corruption_rate
+  OPENAI_API_KEY=sk-… kvcanary repro --url https://llm.internal/v1 --header 'X-Team: infra' --temperature 0.6 --top-p 0.95
+  kvcanary repro --url http://127.0.0.1:30000 --conversations agent-sessions.jsonl --sessions 200 --run base-graphs-on --record base.kvtrace`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -98,6 +160,11 @@ scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.
 			if _, err := repro.ChatEndpoint(opts.URL); err != nil {
 				return cmdutil.UsageError("--url: %w", err)
 			}
+			if err := opts.parseWorkloadFlags(cmd.Flags(), headers, sampling); err != nil {
+				return err
+			}
+			opts.sessionsSet = cmd.Flags().Changed("sessions")
+			opts.concurrencyDefault = opts.Concurrency == 0
 			if opts.Concurrency == 0 {
 				opts.Concurrency = opts.Sessions
 			}
@@ -122,8 +189,70 @@ scheduler pressure of both runs. repro reports; it exits 0 whatever it measured.
 	fl.StringArrayVar(&opts.Markers, "leak-marker", nil, "tool-call markup that makes a leak (repeatable; replaces the defaults)")
 	fl.StringVar(&opts.Record, "record", "", "record the run to this trace bundle")
 	fl.StringVar(&opts.ServerLog, "server-log", "", "tail this server log during the run and record its sched events")
+	fl.BoolVar(&opts.NoPreflight, "no-preflight", false, "skip the preflight (models, a probe request with a tool) before the first session")
+	fl.StringVar(&opts.APIKey, "api-key", "", "API key sent as \"Authorization: Bearer KEY\" (default $OPENAI_API_KEY); never printed or recorded")
+	fl.StringArrayVar(&headers, "header", nil, "extra request header `NAME:VALUE` (repeatable); values are never recorded")
+	fl.Float64Var(&sampling.temperature, "temperature", 0, "sampling temperature sent with every request (default: not sent)")
+	fl.Float64Var(&sampling.topP, "top-p", 0, "top_p sent with every request (default: not sent)")
+	fl.Int64Var(&sampling.seed, "sampling-seed", 0, "the server's sampling seed, sent as \"seed\" (default: not sent; --seed picks the tasks)")
+	fl.StringVar(&opts.Conversations, "conversations", "", "replay your own sessions from this JSON Lines `FILE` (format above) instead of the synthetic tasks")
+	fl.StringVar(&opts.Run, "run", "", "run `ID` recorded on the bundle and every event (default repro-seed<seed>)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
+}
+
+// samplingFlags hold --temperature, --top-p and --sampling-seed until
+// parseWorkloadFlags knows which were given.
+type samplingFlags struct {
+	temperature, topP float64
+	seed              int64
+}
+
+// parseWorkloadFlags settles the API key (flag, else OPENAI_API_KEY), the
+// headers and the sampling settings that were given.
+func (o *ReproOptions) parseWorkloadFlags(fl *pflag.FlagSet, headers []string, s samplingFlags) error {
+	if !fl.Changed("api-key") {
+		o.APIKey = os.Getenv("OPENAI_API_KEY")
+	} else if strings.TrimSpace(o.APIKey) == "" {
+		return cmdutil.UsageError("--api-key: empty key")
+	}
+	for _, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") || strings.ContainsAny(value, "\r\n") {
+			return cmdutil.UsageError("--header %s: want NAME:VALUE (one header, no line breaks)", cmdutil.Quote(name))
+		}
+		if o.Headers == nil {
+			o.Headers = http.Header{}
+		}
+		o.Headers.Add(name, value)
+	}
+	if o.Headers.Get("Authorization") != "" && o.APIKey != "" {
+		src := "--api-key"
+		if !fl.Changed("api-key") {
+			src = "OPENAI_API_KEY"
+		}
+		return cmdutil.UsageError("--header Authorization and %s both set the Authorization header; give one", src)
+	}
+	if fl.Changed("temperature") {
+		t := s.temperature
+		o.Sampling.Temperature = &t
+	}
+	if fl.Changed("top-p") {
+		p := s.topP
+		o.Sampling.TopP = &p
+	}
+	if fl.Changed("sampling-seed") {
+		v := s.seed
+		o.Sampling.Seed = &v
+	}
+	if t := o.Sampling.Temperature; t != nil && !(*t >= 0 && *t <= 2) {
+		return cmdutil.UsageError("--temperature %v: want 0 to 2", *t)
+	}
+	if p := o.Sampling.TopP; p != nil && !(*p > 0 && *p <= 1) {
+		return cmdutil.UsageError("--top-p %v: want above 0, at most 1", *p)
+	}
+	return nil
 }
 
 // toolTimeValue is the --tool-time flag.
@@ -167,6 +296,13 @@ type reproJSON struct {
 	Deviated  int               `json:"deviated_sessions,omitempty"`
 	ServerLog *logscan.Summary  `json:"server_log,omitempty"`
 	Bundle    string            `json:"bundle,omitempty"`
+	Run       string            `json:"run,omitempty"`
+	// Preflight is the passed preflight (absent with --no-preflight).
+	Preflight *repro.PreflightResult `json:"preflight,omitempty"`
+	// Verdict says how to read the rate (repro.Assess): "measured",
+	// "server_failed" (exit 3) or "needs_control"; Notes say why.
+	Verdict string   `json:"verdict"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 func reproRun(opts *ReproOptions) error {
@@ -178,18 +314,54 @@ func reproRun(opts *ReproOptions) error {
 	host := hook.HostInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
 	host.Hostname, _ = os.Hostname()
 	tool := "kvcanary " + buildinfo.String()
-	if opts.Model == "" {
-		opts.Model = repro.DiscoverModel(opts.Factory.Ctx, nil, opts.URL, min(opts.Timeout, 10*time.Second))
+	if opts.Run == "" {
+		opts.Run = fmt.Sprintf("repro-seed%d", opts.Seed)
 	}
+	ho := repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
+		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
+		ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Tool: tool, Host: host,
+		Run: opts.Run, APIKey: opts.APIKey, Headers: opts.Headers, Sampling: opts.Sampling}
+	if opts.Conversations != "" {
+		convs, digest, err := repro.LoadConversations(opts.Conversations)
+		if err != nil {
+			return cmdutil.InputError(err) // names FILE:LINE
+		}
+		ho.Conversations, ho.ConversationsName, ho.ConversationsDigest = convs, opts.Conversations, digest
+		if !opts.sessionsSet {
+			opts.Sessions = len(convs)
+			if opts.concurrencyDefault {
+				opts.Concurrency = opts.Sessions
+			}
+			ho.Sessions, ho.Concurrency = opts.Sessions, opts.Concurrency
+		}
+	}
+	var pf *repro.PreflightResult
+	if !opts.NoPreflight {
+		var err error
+		pf, err = repro.Preflight(opts.Factory.Ctx, ho)
+		var pe *repro.PreflightError
+		if errors.As(err, &pe) && opts.JSON.JSON {
+			if werr := cmdutil.WriteJSON(opts.IO.Out, map[string]any{"preflight": map[string]any{"ok": false, "error": pe}}); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return cmdutil.InputError(err) // exit 3: the hint names the cause
+		}
+		opts.Model = pf.Model
+	} else if opts.Model == "" {
+		opts.Model = repro.DiscoverModelWith(opts.Factory.Ctx, &ho, min(opts.Timeout, 10*time.Second))
+	}
+	ho.Model = opts.Model
 	stats := repro.NewRunStats(opts.Record)
 	pubs := []hook.Publisher{stats}
 	var rec *traces.Recording
 	if opts.Record != "" {
 		var err error
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
-			Run: fmt.Sprintf("repro-seed%d", opts.Seed),
+			Run: opts.Run,
 			Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-				Concurrency: opts.Concurrency, Seed: opts.Seed, ToolTime: opts.ToolTime.String()}})
+				Concurrency: opts.Concurrency, Seed: opts.Seed, ToolTime: opts.ToolTime.String(), Extra: ho.WorkloadExtra()}})
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
@@ -207,7 +379,7 @@ func reproRun(opts *ReproOptions) error {
 	tailCtx, stopTail := context.WithCancel(context.Background())
 	defer stopTail()
 	if opts.ServerLog != "" {
-		tail = logscan.NewTail(opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}})
+		tail = logscan.NewTail(opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}, Run: opts.Run})
 		go func() { tailDone <- tail.Run(tailCtx) }()
 		select {
 		case <-tail.Ready():
@@ -221,9 +393,8 @@ func reproRun(opts *ReproOptions) error {
 	if opts.IO.IsStderrTTY() {
 		progress = progressBar(opts.IO.ErrOut, "repro", time.Now)
 	}
-	res, runErr := repro.RunHarness(ctx, repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
-		ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Publisher: pub, Progress: progress, Tool: tool, Host: host})
+	ho.Publisher, ho.Progress = pub, progress
+	res, runErr := repro.RunHarness(ctx, ho)
 	if tail != nil {
 		// Give the tail one poll to catch the server's last lines.
 		time.Sleep(150 * time.Millisecond)
@@ -244,17 +415,19 @@ func reproRun(opts *ReproOptions) error {
 	if tailErr != nil && tailErr != context.Canceled {
 		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", tailErr)
 	}
-	if res.Requests == 0 && res.Outcomes.Error+res.Outcomes.Timeout == res.Sessions && ctx.Err() == nil {
-		// No model answered at all: that says the server is unreachable or
-		// broken, not that it corrupts (the counts still follow the contract).
-		first := ""
-		if len(res.PerSession) > 0 {
-			first = res.PerSession[0].Reason
+	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record, Run: opts.Run, Preflight: pf, Verdict: repro.VerdictMeasured}
+	if ctx.Err() == nil {
+		// An interrupted run's aborted sessions are errors by contract; they
+		// say nothing about the server.
+		var note string
+		out.Verdict, note = repro.Assess(res.Outcomes)
+		if note != "" {
+			out.Notes = append(out.Notes, note)
 		}
-		fmt.Fprintf(opts.IO.ErrOut, "repro: warning: no request got a model answer (first: %s); check --url and the server before reading the rate as corruption\n",
-			cmdutil.Quote(first))
 	}
-	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record}
+	if pf != nil {
+		out.Notes = append(out.Notes, pf.Notes...)
+	}
 	if tail != nil {
 		s := stats.Sched
 		out.Sched = &s
@@ -269,6 +442,18 @@ func reproRun(opts *ReproOptions) error {
 	}
 	if runErr != nil {
 		return runErr
+	}
+	if out.Verdict == repro.VerdictServerFailed {
+		first := ""
+		for _, s := range res.PerSession {
+			if s.Reason != "" {
+				first = s.Reason
+				break
+			}
+		}
+		// The rate is not a measurement: exit 3, like a preflight failure.
+		return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s); no corruption was measured: check --url, --timeout and the server's log",
+			cmdutil.Quote(first)))
 	}
 	return nil
 }
@@ -292,7 +477,18 @@ func progressBar(w io.Writer, label string, now func() time.Time) func(done, tot
 }
 
 func writeReproText(w io.Writer, r reproJSON) error {
-	fmt.Fprintln(w, r.Headline())
+	if r.Verdict == repro.VerdictServerFailed {
+		fmt.Fprintf(w, "NO MEASUREMENT: all %d sessions ended in error or timeout; the server failed, so this run says nothing about corruption\n", r.Sessions)
+	} else {
+		fmt.Fprintln(w, r.Headline())
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if p := r.Preflight; p != nil {
+		fmt.Fprintf(w, "preflight: ok (model %s listed, probe %s answered with a structured call to %s)\n",
+			cmdutil.Quote(p.Model), cmdutil.Quote(p.ProbeRequest), cmdutil.Quote(p.ProbeTool))
+	}
 	o := r.Outcomes
 	fmt.Fprintf(w, "outcomes: done=%d maxrounds=%d leak=%d no_tool=%d error=%d timeout=%d\n", o.Done, o.MaxRounds, o.Leak, o.NoTool, o.Error, o.Timeout)
 	var fr []string
@@ -336,7 +532,7 @@ func writeReproText(w io.Writer, r reproJSON) error {
 	}
 	fmt.Fprintf(w, "wall: %.1fs\n", r.WallSeconds)
 	if r.Bundle != "" {
-		fmt.Fprintf(w, "bundle: %s\n", r.Bundle)
+		fmt.Fprintf(w, "bundle: %s (run %s)\n", r.Bundle, cmdutil.Quote(r.Run))
 	}
 	return nil
 }
