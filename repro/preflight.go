@@ -1,6 +1,7 @@
 package repro
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -67,7 +69,9 @@ var preflightTools = []byte(`[{"type":"function","function":{"name":"get_weather
 // endpoint answers GET /v1/models, the model (opts.Model, or the first
 // listed when empty) is among them, and one probe chat request offering one
 // tool (with opts' headers, sampling, stream and timeout) comes back with a
-// structured tool call — not markup in content, not prose. A failure is a
+// structured tool call — not markup in content, not prose. PreflightProbes
+// probes with different prompts go at once, and one structured call passes
+// (see preflightCities). A failure is a
 // *PreflightError naming the likely cause and what to do; other errors are
 // invalid options.
 func Preflight(ctx context.Context, opts HarnessOptions) (*PreflightResult, error) {
@@ -89,53 +93,123 @@ func Preflight(ctx context.Context, opts HarnessOptions) (*PreflightResult, erro
 	}
 	o.Model = res.Model
 	d := &driver{opts: &o, endpoint: endpoint}
-	msgs := [][]byte{append(append([]byte(`{"role":"user","content":`), quoteJSON(preflightPrompt)...), '}')}
+	type outcome struct {
+		tool, id string
+		err      error
+	}
+	outs := make([]outcome, len(preflightCities))
+	var wg sync.WaitGroup
+	for k, city := range preflightCities {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[k].tool, outs[k].id, outs[k].err = d.probe(ctx, city)
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("preflight: %w", ctx.Err())
+	}
+	var first, fatal error
+	failed := 0
+	for _, p := range outs {
+		if p.err == nil {
+			continue
+		}
+		failed++
+		var pe *PreflightError
+		if errors.As(p.err, &pe) && retryable(pe.Cause) {
+			first = cmp.Or(first, p.err)
+		} else {
+			fatal = cmp.Or(fatal, p.err)
+		}
+	}
+	if fatal != nil {
+		return nil, fatal // auth, timeout, server errors: the server, not the model
+	}
+	for _, p := range outs {
+		if p.err != nil {
+			continue
+		}
+		res.ProbeTool, res.ProbeRequest = p.tool, p.id
+		if failed > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("%d of %d preflight probes failed (%s) while another came back as a structured call: "+
+				"the server parses tool calls, so those failures may be the corruption under test", failed, len(outs), first.(*PreflightError).Cause))
+		}
+		if p.tool != PreflightTool {
+			res.Notes = append(res.Notes, fmt.Sprintf("the probe asked for %s and the model called %s", PreflightTool, strconv.Quote(p.tool)))
+		}
+		return res, nil
+	}
+	return nil, first
+}
+
+// preflightCities are the probes' prompts, sent at once: a server that
+// corrupts some answers (the very thing measured; the twin with CUDA graphs
+// corrupts most lone requests) may spoil a probe, and a sampled model may
+// skip the tool once, but a misconfigured server fails every probe. One
+// structured call passes.
+var preflightCities = []string{"Paris", "Oslo", "Lisbon", "Kyoto"}
+
+// PreflightProbes is how many probe requests Preflight sends at once.
+var PreflightProbes = len(preflightCities)
+
+// retryable reports the probe failures another probe may not repeat.
+func retryable(cause string) bool {
+	switch cause {
+	case CauseNoToolParser, CauseIgnoresTools, CauseBadToolCall, CauseTruncated:
+		return true
+	}
+	return false
+}
+
+// probe sends one probe request and returns the structured call's tool name
+// and the response id, or a *PreflightError.
+func (d *driver) probe(ctx context.Context, city string) (tool, id string, err error) {
+	o := d.opts
+	prompt := strings.Replace(preflightPrompt, "Paris", city, 1)
+	msgs := [][]byte{append(append([]byte(`{"role":"user","content":`), quoteJSON(prompt)...), '}')}
 	resp, err := d.do(ctx, msgs, preflightTools)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("preflight: %w", ctx.Err())
+			return "", "", ctx.Err()
 		}
-		return nil, probeFailure(&o, endpoint, err)
+		return "", "", probeFailure(o, d.endpoint, err)
 	}
-	res.ProbeRequest = resp.id
 	r := resp.round
 	if m := o.Classifier.Leak(r.Content); m != "" {
-		return nil, noParser(fmt.Sprintf("the probe's tool call came back as text in content (markup %s): %s", m, quoteClip(r.Content)))
+		return "", "", noParser(fmt.Sprintf("the probe's tool call came back as text in content (markup %s): %s", m, quoteClip(r.Content)))
 	}
 	if m := o.Classifier.Leak(r.ReasoningContent); m != "" {
-		return nil, noParser(fmt.Sprintf("the probe's tool call came back as text in reasoning_content (markup %s): %s", m, quoteClip(r.ReasoningContent)))
+		return "", "", noParser(fmt.Sprintf("the probe's tool call came back as text in reasoning_content (markup %s): %s", m, quoteClip(r.ReasoningContent)))
 	}
 	if r.ToolCalls == 0 && looksLikeJSONCall(r.Content) {
-		return nil, noParser("the probe's tool call came back as JSON text in content: " + quoteClip(r.Content))
+		return "", "", noParser("the probe's tool call came back as JSON text in content: " + quoteClip(r.Content))
 	}
 	if r.ToolCalls == 0 && r.BadToolCalls > 0 {
-		return nil, &PreflightError{Step: "probe", Cause: CauseBadToolCall,
+		return "", "", &PreflightError{Step: "probe", Cause: CauseBadToolCall,
 			Detail: fmt.Sprintf("the probe's structured tool call has an empty name or arguments that are not a JSON object (finish %s)", strconv.Quote(r.FinishReason)),
 			Hint:   "the server parsed a call but broke it: check that the tool-call parser matches the model (SGLang --tool-call-parser, vLLM --tool-call-parser); every session would read as no_tool"}
 	}
 	if r.ToolCalls == 0 {
 		if r.FinishReason == "length" {
-			return nil, &PreflightError{Step: "probe", Cause: CauseTruncated,
+			return "", "", &PreflightError{Step: "probe", Cause: CauseTruncated,
 				Detail: "the probe's answer stopped at max_tokens before any tool call: " + quoteClip(r.Content+r.ReasoningContent),
 				Hint:   "raise --max-tokens (a reasoning model may think for long before it calls a tool), or leave it unset"}
 		}
-		return nil, &PreflightError{Step: "probe", Cause: CauseIgnoresTools,
+		return "", "", &PreflightError{Step: "probe", Cause: CauseIgnoresTools,
 			Detail: fmt.Sprintf("the model answered in prose without calling the offered tool (finish %s): %s", strconv.Quote(r.FinishReason), quoteClip(r.Content)),
 			Hint: "the model may not support tool calling, or the chat template drops the tools (SGLang and vLLM --chat-template); " +
-				"every session would read as no_tool. If the model does call tools and this probe was unlucky, rerun with --no-preflight"}
+				"every session would read as no_tool. If the model does call tools and these probes were unlucky, rerun with --no-preflight"}
 	}
-	res.ProbeTool = resp.calls[0].Function.Name
-	if res.ProbeTool != PreflightTool {
-		res.Notes = append(res.Notes, fmt.Sprintf("the probe asked for %s and the model called %s", PreflightTool, strconv.Quote(res.ProbeTool)))
-	}
-	return res, nil
+	return resp.calls[0].Function.Name, resp.id, nil
 }
 
 func noParser(detail string) *PreflightError {
 	return &PreflightError{Step: "probe", Cause: CauseNoToolParser, Detail: detail,
 		Hint: "the server did not parse the model's tool call: start SGLang with --tool-call-parser NAME (e.g. qwen25, llama3, mistral, deepseekv3) " +
 			"or vLLM with --enable-auto-tool-choice --tool-call-parser NAME (e.g. hermes, llama3_json, mistral), NAME matching the model; " +
-			"every session would read as leak"}
+			"every session would read as leak. If the server is known to parse this model's tool calls, the leaks may be the corruption itself: rerun with --no-preflight"}
 }
 
 // preflightModels asks GET /v1/models and settles the model.
