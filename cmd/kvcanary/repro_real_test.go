@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/repro"
@@ -423,5 +424,54 @@ func bundleText(t *testing.T, path string) string {
 		}
 		b.Write(rec.Line)
 		b.WriteByte('\n')
+	}
+}
+
+// bundleRuns is a bundle's manifest run and the distinct runs of its events.
+func bundleRuns(t *testing.T, path string) (string, map[string]int) {
+	t.Helper()
+	br, err := traces.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer br.Close()
+	runs := map[string]int{}
+	for {
+		ev, err := br.Next()
+		if err == io.EOF {
+			return br.Manifest().Run, runs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs[ev.Run]++
+	}
+}
+
+// TestSimRunAndServeRunID: the twin's recording commands take --run too.
+func TestSimRunAndServeRunID(t *testing.T) {
+	dir := t.TempDir()
+	b := filepath.Join(dir, "sim.kvtrace")
+	if _, errOut, err := runSim(t, false, "run", "--sessions", "2", "--rounds", "1", "--record", b, "--run", "twin-a"); err != nil {
+		t.Fatalf("%v: %s", err, errOut)
+	}
+	if run, runs := bundleRuns(t, b); run != "twin-a" || len(runs) != 1 || runs["twin-a"] == 0 {
+		t.Errorf("sim run bundle: manifest run %q, event runs %v", run, runs)
+	}
+	ios, _, _, _ := cmdutil.Test()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f := &cmdutil.Factory{IO: ios, Ctx: ctx, Now: func() time.Time { return time.Now() }}
+	sb := filepath.Join(dir, "serve.kvtrace")
+	addr, done := startSimServe(t, f, false, "--addr", "127.0.0.1:0", "--record", sb, "--run", "twin-b", "--no-canary", "--no-graphdiff", "--no-checksum", "--step-time", "1ms")
+	if _, err := repro.RunHarness(context.Background(), repro.HarnessOptions{URL: "http://" + addr, Sessions: 2, Rounds: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if run, runs := bundleRuns(t, sb); run != "twin-b" || len(runs) != 1 || runs["twin-b"] == 0 {
+		t.Errorf("sim serve bundle: manifest run %q, event runs %v", run, runs)
 	}
 }
