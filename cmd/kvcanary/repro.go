@@ -216,11 +216,12 @@ func (o *ReproOptions) parseWorkloadFlags(fl *pflag.FlagSet, headers []string, s
 	} else if strings.TrimSpace(o.APIKey) == "" {
 		return cmdutil.UsageError("--api-key: empty key")
 	}
-	for _, h := range headers {
+	for k, h := range headers {
 		name, value, ok := strings.Cut(h, ":")
 		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
 		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") || strings.ContainsAny(value, "\r\n") {
-			return cmdutil.UsageError("--header %s: want NAME:VALUE (one header, no line breaks)", cmdutil.Quote(name))
+			// Named by position: a malformed header may be a bare secret.
+			return cmdutil.UsageError("--header number %d: want NAME:VALUE (one header, no line breaks)", k+1)
 		}
 		if o.Headers == nil {
 			o.Headers = http.Header{}
