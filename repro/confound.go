@@ -181,6 +181,7 @@ func Confounds(a, b *RunStats, flag string) (diffs []FlagDiff, underTest *FlagDi
 	if sa != sb {
 		cs = append(cs, Confound{Name: "sessions", A: sa, B: sb, Note: "different numbers of sessions: the test accounts for sample size, but the offered load differs"})
 	}
+	cs = append(cs, workloadExtraConfounds(a.Config, b.Config)...)
 	if a.Config.Concurrency != b.Config.Concurrency {
 		cs = append(cs, Confound{Name: "concurrency", A: a.Config.Concurrency, B: b.Config.Concurrency,
 			Note: "different offered concurrency: batch size drives this bug class"})

@@ -32,7 +32,23 @@
 //     n-gram loops as an extra signal.
 //   - The harness publishes run.start, one session event per session and
 //     run.end, so a recorded run is a bundle ReadRun and Compare read like
-//     any other.
+//     any other; HarnessOptions.Run stamps a run id on each.
+//   - Real workloads: HarnessOptions.APIKey and Headers go with every
+//     request and are never published (reasons that echo them are
+//     scrubbed); Sampling and MaxTokens go with every chat request;
+//     Conversations (ReadConversations, LoadConversations: JSON Lines of
+//     OpenAI messages + tools, format on Conversation) replace the
+//     synthetic tasks with the same outcome classes. WorkloadExtra is what
+//     all that adds to RunConfig.Extra: "workload.*" keys, which Confounds
+//     reads as workload confounds, never as the engine flag under test.
+//   - Preflight checks, before any session, that a server can be measured
+//     (GET /v1/models, the model, PreflightProbes concurrent probe requests
+//     of which one must return a structured tool call) and returns a
+//     *PreflightError with a Cause (unreachable, auth, no_tool_parser,
+//     ignores_tools, …) and a Hint otherwise.
+//   - Assess says how a run's outcomes may be read: server_failed when
+//     every session ended in error or timeout, needs_control when no_tool
+//     reaches NoToolControlShare (25%) of the sessions, else measured.
 //
 // A session is corrupted when its outcome is leak, no_tool or error;
 // done, maxrounds and timeout are not corruption.

@@ -41,6 +41,23 @@ type HarnessOptions struct {
 	Progress   func(finished, total int)
 	Tool       string        // tool version for run.start
 	Host       hook.HostInfo // host facts for run.start
+	Run        string        // run id put on every event published ("": none)
+
+	// APIKey, when set, is sent as "Authorization: Bearer <key>" with every
+	// request (models, preflight probe, chat). It is never published,
+	// printed or recorded; reasons that echo it have it replaced.
+	APIKey string
+	// Headers are extra request headers sent with every request. Their
+	// values are never published or recorded (WorkloadExtra lists names).
+	Headers http.Header
+	// Sampling are the sampling settings sent with every chat request.
+	Sampling Sampling
+	// Conversations, when set, replace the synthetic tasks: session i
+	// replays Conversations[i % len(Conversations)] (see ReadConversations).
+	Conversations []Conversation
+	// ConversationsName names the conversations' source (a file path) in
+	// WorkloadExtra, with ConversationsDigest (hex SHA-256 of its bytes).
+	ConversationsName, ConversationsDigest string
 
 	ownClient bool // Client was made here: close its connections at the end
 }
@@ -234,6 +251,9 @@ func (o *HarnessOptions) defaults() error {
 	case o.MaxResponseBytes < 1024:
 		return fmt.Errorf("max response bytes %d: want at least 1024", o.MaxResponseBytes)
 	}
+	if err := o.Sampling.validate(); err != nil {
+		return err
+	}
 	if err := o.ToolTime.validate(); err != nil {
 		return err
 	}
@@ -279,13 +299,16 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	if opts.Model == "" {
 		opts.Model = DiscoverModel(ctx, opts.Client, endpoint, min(opts.Timeout, 10*time.Second))
 	}
-	pub := opts.Publisher
+	pub := runPublisher{opts.Publisher, opts.Run}
 	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Src: hook.Source{Proc: "repro"},
 		Body: &hook.RunStart{Tool: opts.Tool, Host: opts.Host, Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model,
 			Sessions: opts.Sessions, Rounds: opts.Rounds, Concurrency: opts.Concurrency, Seed: opts.Seed,
-			ToolTime: opts.ToolTime.String()}}})
+			ToolTime: opts.ToolTime.String(), Extra: opts.WorkloadExtra()}}})
 
 	d := &driver{opts: &opts, endpoint: endpoint, tools: toolsJSON()}
+	if err := d.prepareConversations(); err != nil {
+		return nil, fmt.Errorf("run harness: %w", err)
+	}
 	res := &HarnessResult{URL: opts.URL, Model: opts.Model, Concurrency: opts.Concurrency, ToolTime: opts.ToolTime.String(), FinishReasons: map[string]int{},
 		PerSession: make([]SessionResult, opts.Sessions)}
 	var mu sync.Mutex
@@ -310,6 +333,8 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 					res.Loops++
 				}
 				finished++
+				sr.Reason = opts.scrub(sr.Reason)
+				res.PerSession[i].Reason = sr.Reason
 				pub.Publish(hook.Event{Kind: hook.KindSession, TS: time.Now().UnixNano(), Src: hook.Source{Proc: "repro"},
 					Body: SessionEvent(sr)})
 				if opts.Progress != nil {

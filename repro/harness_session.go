@@ -176,17 +176,38 @@ func quoteJSON(s string) []byte {
 
 func (d *driver) session(ctx context.Context, i int) SessionResult {
 	o := d.opts
-	sr := SessionResult{ID: fmt.Sprintf("s%03d", i), ToolRounds: ToolRoundsFor(o.Seed, i, o.Rounds)}
-	msgs := [][]byte{
-		[]byte(`{"role":"system","content":"You are a careful assistant. Use the provided tools; when you have what you need, answer in plain text."}`),
-		append(append([]byte(`{"role":"user","content":`), quoteJSON(SessionTask(o.Seed, i, sr.ToolRounds))...), '}'),
+	var sr SessionResult
+	var msgs [][]byte
+	tools, rounds := d.tools, o.Rounds
+	var conv *Conversation
+	if len(o.Conversations) > 0 {
+		conv = &o.Conversations[i%len(o.Conversations)]
+		sr.ID = conv.ID
+		if len(o.Conversations) < o.Sessions {
+			sr.ID = fmt.Sprintf("%s/%d", conv.ID, i/len(o.Conversations))
+		}
+		sr.ToolRounds = conv.ToolRounds
+		msgs = append(msgs, conv.messages...)
+		if conv.tools != nil {
+			tools = conv.tools
+		}
+		if conv.Rounds > 0 {
+			rounds = conv.Rounds
+		}
+		rounds = max(rounds, sr.ToolRounds)
+	} else {
+		sr = SessionResult{ID: fmt.Sprintf("s%03d", i), ToolRounds: ToolRoundsFor(o.Seed, i, o.Rounds)}
+		msgs = [][]byte{
+			[]byte(`{"role":"system","content":"You are a careful assistant. Use the provided tools; when you have what you need, answer in plain text."}`),
+			append(append([]byte(`{"role":"user","content":`), quoteJSON(SessionTask(o.Seed, i, sr.ToolRounds))...), '}'),
+		}
 	}
-	for round := 0; round < o.Rounds; round++ {
+	for round := 0; round < rounds; round++ {
 		if ctx.Err() != nil {
 			sr.Outcome, sr.Reason = hook.OutcomeError, "aborted: "+ctx.Err().Error()
 			return sr
 		}
-		resp, err := d.do(ctx, msgs)
+		resp, err := d.do(ctx, msgs, tools)
 		if err != nil {
 			sr.Outcome, sr.Reason = hook.OutcomeError, err.Error()
 			if errors.Is(err, errTimeout) {
@@ -201,6 +222,9 @@ func (d *driver) session(ctx context.Context, i int) SessionResult {
 			sr.Loop = true
 		}
 		outcome, reason := o.Classifier.Judge(round, sr.ToolRounds, resp.round)
+		if outcome == "" && conv != nil {
+			outcome, reason = conv.judgeCalls(round, resp.calls)
+		}
 		if outcome != "" {
 			sr.Outcome, sr.Reason = outcome, reason
 			if IsCorrupted(outcome) {
@@ -230,7 +254,7 @@ func (d *driver) session(ctx context.Context, i int) SessionResult {
 			t.WriteByte('}')
 			msgs = append(msgs, t.Bytes())
 		}
-		if round+1 < o.Rounds {
+		if round+1 < rounds {
 			// The tools run before their results go back.
 			if err := sleepCtx(ctx, o.ToolTime.Delay(o.Seed, i, round)); err != nil {
 				sr.Outcome, sr.Reason = hook.OutcomeError, "aborted: "+err.Error()
@@ -264,9 +288,9 @@ func clip(s string, n int) string {
 	return s[:n] + "…"
 }
 
-func (d *driver) body(msgs [][]byte) []byte {
+func (d *driver) body(msgs [][]byte, tools []byte) []byte {
 	var b bytes.Buffer
-	b.Grow(1024 + len(d.tools))
+	b.Grow(1024 + len(tools))
 	b.WriteString(`{"model":`)
 	b.Write(quoteJSON(d.opts.Model))
 	b.WriteString(`,"messages":[`)
@@ -277,12 +301,9 @@ func (d *driver) body(msgs [][]byte) []byte {
 		b.Write(m)
 	}
 	b.WriteString(`],"tools":`)
-	b.Write(d.tools)
+	b.Write(tools)
 	b.WriteString(`,"tool_choice":"auto"`)
-	if d.opts.MaxTokens > 0 {
-		b.WriteString(`,"max_tokens":`)
-		b.WriteString(strconv.Itoa(d.opts.MaxTokens))
-	}
+	b.Write(d.opts.samplingJSON(nil))
 	if d.opts.Stream {
 		b.WriteString(`,"stream":true`)
 	}
@@ -292,13 +313,14 @@ func (d *driver) body(msgs [][]byte) []byte {
 
 // do sends one request and parses the answer. Every failure is an error
 // saying what went wrong; errTimeout marks the per-request timeout.
-func (d *driver) do(ctx context.Context, msgs [][]byte) (*response, error) {
+func (d *driver) do(ctx context.Context, msgs [][]byte, tools []byte) (*response, error) {
 	rctx, cancel := context.WithTimeoutCause(ctx, d.opts.Timeout, errTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, d.endpoint, bytes.NewReader(d.body(msgs)))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, d.endpoint, bytes.NewReader(d.body(msgs, tools)))
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
+	d.opts.setHeaders(req)
 	req.Header.Set("Content-Type", "application/json")
 	if d.opts.Stream {
 		req.Header.Set("Accept", "text/event-stream")
@@ -310,7 +332,7 @@ func (d *driver) do(ctx context.Context, msgs [][]byte) (*response, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, errorMessage(snippet))
+		return nil, &statusError{Code: resp.StatusCode, Message: errorMessage(snippet)}
 	}
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if ct == "text/html" {
@@ -567,6 +589,15 @@ func readStreamLimit(r io.Reader, limit int) (*response, error) {
 // DiscoverModel asks the server at url (any form ChatEndpoint takes) for its
 // models and returns the first id, or "default" when it cannot tell.
 func DiscoverModel(ctx context.Context, c *http.Client, url string, timeout time.Duration) string {
+	return discoverModel(ctx, c, url, timeout, nil)
+}
+
+// DiscoverModelWith is DiscoverModel sending opts' API key and headers.
+func DiscoverModelWith(ctx context.Context, opts *HarnessOptions, timeout time.Duration) string {
+	return discoverModel(ctx, opts.Client, opts.URL, timeout, opts)
+}
+
+func discoverModel(ctx context.Context, c *http.Client, url string, timeout time.Duration, opts *HarnessOptions) string {
 	endpoint, err := ChatEndpoint(url)
 	if err != nil {
 		return "default"
@@ -580,6 +611,9 @@ func DiscoverModel(ctx context.Context, c *http.Client, url string, timeout time
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
 	if err != nil {
 		return "default"
+	}
+	if opts != nil {
+		opts.setHeaders(req)
 	}
 	resp, err := c.Do(req)
 	if err != nil {

@@ -487,6 +487,9 @@ func knownSettings(rc hook.RunConfig) []setting {
 	num("max_running_requests", rc.MaxRunningRequests)
 	num("pool_tokens", rc.PoolTokens)
 	for _, k := range slices.Sorted(maps.Keys(rc.Extra)) {
+		if IsWorkloadExtra(k) {
+			continue // the client's workload (WorkloadExtra): a confound, never the flag under test
+		}
 		out = append(out, setting{"extra." + k, rc.Extra[k]})
 	}
 	for _, k := range slices.Sorted(maps.Keys(rc.ServerArgs)) {

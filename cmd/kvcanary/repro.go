@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"runtime"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
@@ -48,6 +51,17 @@ type ReproOptions struct {
 	Labels      []string // --label KEY=VALUE: engine settings stated by the user
 	TZ          string   // zone of the server log's timestamps
 
+	// Preflight and real workloads.
+	NoPreflight   bool
+	APIKey        string // --api-key, else OPENAI_API_KEY; never printed or recorded
+	Headers       http.Header
+	Sampling      repro.Sampling
+	Conversations string // --conversations FILE.jsonl
+	Run           string // run id on the bundle and every event
+
+	sessionsSet        bool // --sessions was given (else --conversations sets it)
+	concurrencyDefault bool // --concurrency was not given (it follows --sessions)
+
 	// runTUI shows the dashboard (tests replace it); default tui.Run.
 	runTUI func(context.Context, tui.Options) (tui.Stats, error)
 }
@@ -55,6 +69,8 @@ type ReproOptions struct {
 // NewCmdRepro builds `kvcanary repro`.
 func NewCmdRepro(f *cmdutil.Factory, runF func(*ReproOptions) error) *cobra.Command {
 	opts := &ReproOptions{IO: f.IO, Factory: f, ToolTime: repro.DefaultToolTime}
+	var headers []string
+	var sampling samplingFlags
 	cmd := &cobra.Command{
 		Use:   "repro --url URL",
 		Short: "Drive concurrent tool-calling sessions at a server and measure the corruption rate",
@@ -95,8 +111,7 @@ setting neither reported nor labelled is recorded as unknown, never as off.
 With --server-log, the server's log is tailed during the run and its batch
 and retraction lines are recorded as sched events, so kvcanary ab sees the
 scheduler pressure of both runs. Its timestamps are read in --tz (default:
-this machine's local time, as SGLang logs it). repro reports; it exits 0
-whatever it measured.
+this machine's local time, as SGLang logs it).
 
 A corrupted session keeps its evidence: the round that went wrong, the
 request ids, and the reply that ended it (at most 2 KiB, the cut marked).
@@ -110,11 +125,57 @@ outcome classes, rounds and request ids stay.
 hooks do; events a slow or absent collector misses are counted at exit.
 --watch shows the run in the dashboard as it goes (the sessions panel, its
 table on enter, a finding per corrupted session); the report follows when
-you quit it. q before the run ends stops the run.`,
+you quit it. q before the run ends stops the run.
+
+Preflight: before the first session, repro checks that the server can be
+measured: GET /v1/models answers, the model (--model, or the first listed)
+is served, and one probe request offering one tool comes back with a
+structured tool call (tool_calls, not markup or JSON in content, not prose).
+A failure stops with exit 3 and a hint naming the likely cause:
+  unreachable     connection refused, DNS, no answer: check --url
+  auth            401/403: --api-key (or OPENAI_API_KEY), --header
+  model_missing   the model is not served: --model
+  no_tool_parser  the tool call came back as text: SGLang --tool-call-parser,
+                  vLLM --enable-auto-tool-choice --tool-call-parser
+  ignores_tools   the model answered in prose (the model or its chat template)
+--no-preflight skips it.
+
+Reading the result: a run in which every session ended in error or timeout
+measured the server's failure, not corruption: it says so instead of a
+CORRUPTION line and exits 3. A run with no_tool in at least 25% of its
+sessions says that a control run (the same workload with CUDA graphs
+disabled, say) must be compared with kvcanary ab before the rate is read
+as corruption. Otherwise repro reports and exits 0 whatever it measured.
+
+Real workloads: --api-key (default $OPENAI_API_KEY) is sent as a bearer
+token and --header NAME:VALUE as given; neither value is printed or
+recorded (the bundle records header names and that a key was set).
+--temperature, --top-p, --max-tokens and --sampling-seed (sent as "seed";
+--seed picks the synthetic tasks) go with every request and are recorded
+in the run configuration as workload.* extras, which ab reads as workload
+confounds. --conversations FILE.jsonl replays your own tool-calling sessions
+instead of the synthetic tasks, one JSON object per line:
+  {"id": "refund-1",                       optional name (default cNNN)
+   "messages": [{"role":"system",…}, {"role":"user",…}],   required
+   "tools": [{"type":"function","function":{"name":"lookup",…}}],
+                                           optional (default: repro's own)
+   "tool_rounds": 2,    rounds that must call a tool (default: the length
+                        of expect_tools, else 1; 0: none must)
+   "rounds": 4,         most rounds (default --rounds)
+   "expect_tools": ["lookup", "refund"]}   optional: the tool each round must call
+The last message is a user or tool message. Tool calls are answered with
+repro's deterministic tool results and sessions get the same outcome classes
+(a round missing its expected tool is no_tool). OpenAI request fields
+(model, temperature, stream, tool_choice, …) on a line are ignored; other
+fields, bad JSON and bad messages are errors naming FILE:LINE. Session i
+replays line i mod the number of lines; --sessions defaults to one session
+per line.`,
 		Example: `  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
   kvcanary repro --url http://gpu-box:8000/v1 --model deepseek --record base.kvtrace --server-log sglang.log
   kvcanary repro --url http://127.0.0.1:30000 --stream --json | jq .corruption_rate
-  kvcanary repro --url http://127.0.0.1:30000 --record out.kvtrace --redact --emit unix:///tmp/kvcanary.sock`,
+  kvcanary repro --url http://127.0.0.1:30000 --record out.kvtrace --redact --emit unix:///tmp/kvcanary.sock
+  OPENAI_API_KEY=sk-… kvcanary repro --url https://llm.internal/v1 --header 'X-Team: infra' --temperature 0.6 --top-p 0.95
+  kvcanary repro --url http://127.0.0.1:30000 --conversations agent-sessions.jsonl --sessions 200 --run base-graphs-on --record base.kvtrace`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -140,6 +201,11 @@ you quit it. q before the run ends stops the run.`,
 			if _, err := logscan.ParseZone(opts.TZ); err != nil {
 				return cmdutil.UsageError("--tz: %w", err)
 			}
+			if err := opts.parseWorkloadFlags(cmd.Flags(), headers, sampling); err != nil {
+				return err
+			}
+			opts.sessionsSet = cmd.Flags().Changed("sessions")
+			opts.concurrencyDefault = opts.Concurrency == 0
 			if opts.Concurrency == 0 {
 				opts.Concurrency = opts.Sessions
 			}
@@ -172,6 +238,14 @@ you quit it. q before the run ends stops the run.`,
 	fl.BoolVar(&opts.Watch, "watch", false, "show the run live in the dashboard (needs a terminal); the report follows when you quit it")
 	fl.StringArrayVar(&opts.Labels, "label", nil, "state an engine setting the server does not report, `KEY=VALUE` (cuda_graph=on, multi_stream_overlap=off, …); repeatable")
 	fl.StringVar(&opts.TZ, "tz", "Local", "time `ZONE` of --server-log's timestamps: an IANA name, UTC, Local, or an offset (+02:00)")
+	fl.BoolVar(&opts.NoPreflight, "no-preflight", false, "skip the preflight (models, a probe request with a tool) before the first session")
+	fl.StringVar(&opts.APIKey, "api-key", "", "API key sent as \"Authorization: Bearer KEY\" (default $OPENAI_API_KEY); never printed or recorded")
+	fl.StringArrayVar(&headers, "header", nil, "extra request header `NAME:VALUE` (repeatable); values are never recorded")
+	fl.Float64Var(&sampling.temperature, "temperature", 0, "sampling temperature sent with every request (default: not sent)")
+	fl.Float64Var(&sampling.topP, "top-p", 0, "top_p sent with every request (default: not sent)")
+	fl.Int64Var(&sampling.seed, "sampling-seed", 0, "the server's sampling seed, sent as \"seed\" (default: not sent; --seed picks the tasks)")
+	fl.StringVar(&opts.Conversations, "conversations", "", "replay your own sessions from this JSON Lines `FILE` (format above) instead of the synthetic tasks")
+	fl.StringVar(&opts.Run, "run", "", "run `ID` recorded on the bundle and every event (default repro-seed<seed>)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -180,14 +254,14 @@ you quit it. q before the run ends stops the run.`,
 // the server reports about itself (which wins over a label, with a note).
 // A server that reports nothing leaves them unknown, with a note; it never
 // stops the run.
-func reproSettings(opts *ReproOptions) hook.RunConfig {
+func reproSettings(opts *ReproOptions, client *http.Client) hook.RunConfig {
 	var rc hook.RunConfig
 	_ = repro.ParseLabels(&rc, "--label", opts.Labels) // checked with the flags
 	ctx := opts.Factory.Ctx
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	info, err := repro.FetchServerInfo(ctx, nil, opts.URL, min(opts.Timeout, 5*time.Second))
+	info, err := repro.FetchServerInfo(ctx, client, opts.URL, min(opts.Timeout, 5*time.Second))
 	switch {
 	case err != nil:
 		fmt.Fprintf(opts.IO.ErrOut, "repro: the server did not report its settings (%s); settings not given with --label are recorded as unknown\n",
@@ -208,13 +282,69 @@ func reproSettings(opts *ReproOptions) hook.RunConfig {
 	return rc
 }
 
-// reproConfig is the run's configuration: the workload from the flags, the
+// reproConfig is the run's configuration: the workload from the flags and
+// the harness (sampling, headers, conversations: workload.* extras), the
 // engine settings from reproSettings.
-func reproConfig(opts *ReproOptions, settings hook.RunConfig) hook.RunConfig {
+func reproConfig(opts *ReproOptions, ho *repro.HarnessOptions, settings hook.RunConfig) hook.RunConfig {
 	rc := hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-		Concurrency: opts.Concurrency, Seed: opts.Seed, ToolTime: opts.ToolTime.String()}
+		Concurrency: opts.Concurrency, Seed: opts.Seed, ToolTime: opts.ToolTime.String(), Extra: ho.WorkloadExtra()}
 	repro.MergeSettings(&rc, settings)
 	return rc
+}
+
+// samplingFlags hold --temperature, --top-p and --sampling-seed until
+// parseWorkloadFlags knows which were given.
+type samplingFlags struct {
+	temperature, topP float64
+	seed              int64
+}
+
+// parseWorkloadFlags settles the API key (flag, else OPENAI_API_KEY), the
+// headers and the sampling settings that were given.
+func (o *ReproOptions) parseWorkloadFlags(fl *pflag.FlagSet, headers []string, s samplingFlags) error {
+	if !fl.Changed("api-key") {
+		o.APIKey = os.Getenv("OPENAI_API_KEY")
+	} else if strings.TrimSpace(o.APIKey) == "" {
+		return cmdutil.UsageError("--api-key: empty key")
+	}
+	for k, h := range headers {
+		name, value, ok := strings.Cut(h, ":")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") || strings.ContainsAny(value, "\r\n") {
+			// Named by position: a malformed header may be a bare secret.
+			return cmdutil.UsageError("--header number %d: want NAME:VALUE (one header, no line breaks)", k+1)
+		}
+		if o.Headers == nil {
+			o.Headers = http.Header{}
+		}
+		o.Headers.Add(name, value)
+	}
+	if o.Headers.Get("Authorization") != "" && o.APIKey != "" {
+		src := "--api-key"
+		if !fl.Changed("api-key") {
+			src = "OPENAI_API_KEY"
+		}
+		return cmdutil.UsageError("--header Authorization and %s both set the Authorization header; give one", src)
+	}
+	if fl.Changed("temperature") {
+		t := s.temperature
+		o.Sampling.Temperature = &t
+	}
+	if fl.Changed("top-p") {
+		p := s.topP
+		o.Sampling.TopP = &p
+	}
+	if fl.Changed("sampling-seed") {
+		v := s.seed
+		o.Sampling.Seed = &v
+	}
+	if t := o.Sampling.Temperature; t != nil && !(*t >= 0 && *t <= 2) {
+		return cmdutil.UsageError("--temperature %v: want 0 to 2", *t)
+	}
+	if p := o.Sampling.TopP; p != nil && !(*p > 0 && *p <= 1) {
+		return cmdutil.UsageError("--top-p %v: want above 0, at most 1", *p)
+	}
+	return nil
 }
 
 // toolTimeValue is the --tool-time flag.
@@ -258,6 +388,13 @@ type reproJSON struct {
 	Deviated  int               `json:"deviated_sessions,omitempty"`
 	ServerLog *logscan.Summary  `json:"server_log,omitempty"`
 	Bundle    string            `json:"bundle,omitempty"`
+	Run       string            `json:"run,omitempty"`
+	// Preflight is the passed preflight (absent with --no-preflight).
+	Preflight *repro.PreflightResult `json:"preflight,omitempty"`
+	// Verdict says how to read the rate (repro.Assess): "measured",
+	// "server_failed" (exit 3) or "needs_control"; Notes say why.
+	Verdict string   `json:"verdict"`
+	Notes   []string `json:"notes,omitempty"`
 }
 
 func reproRun(opts *ReproOptions) error {
@@ -266,9 +403,12 @@ func reproRun(opts *ReproOptions) error {
 			return cmdutil.InputError(fmt.Errorf("server log: %w", err))
 		}
 	}
+	if opts.Run == "" {
+		opts.Run = fmt.Sprintf("repro-seed%d", opts.Seed)
+	}
 	var emitter *hook.Emitter
 	if opts.Emit != "" {
-		em, err := hook.Dial(opts.Emit, hook.DialOptions{Run: fmt.Sprintf("repro-seed%d", opts.Seed), Source: hook.Source{Proc: "repro"}})
+		em, err := hook.Dial(opts.Emit, hook.DialOptions{Run: opts.Run, Source: hook.Source{Proc: "repro"}})
 		if err != nil {
 			return cmdutil.UsageError("--emit: %w", err)
 		}
@@ -278,18 +418,54 @@ func reproRun(opts *ReproOptions) error {
 	host := hook.HostInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
 	host.Hostname, _ = os.Hostname()
 	tool := "kvcanary " + buildinfo.String()
-	if opts.Model == "" {
-		opts.Model = repro.DiscoverModel(opts.Factory.Ctx, nil, opts.URL, min(opts.Timeout, 10*time.Second))
+	if opts.Run == "" {
+		opts.Run = fmt.Sprintf("repro-seed%d", opts.Seed)
 	}
-	settings := reproSettings(opts)
+	ho := repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
+		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
+		ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Tool: tool, Host: host,
+		Run: opts.Run, APIKey: opts.APIKey, Headers: opts.Headers, Sampling: opts.Sampling}
+	if opts.Conversations != "" {
+		convs, digest, err := repro.LoadConversations(opts.Conversations)
+		if err != nil {
+			return cmdutil.InputError(err) // names FILE:LINE
+		}
+		ho.Conversations, ho.ConversationsName, ho.ConversationsDigest = convs, opts.Conversations, digest
+		if !opts.sessionsSet {
+			opts.Sessions = len(convs)
+			if opts.concurrencyDefault {
+				opts.Concurrency = opts.Sessions
+			}
+			ho.Sessions, ho.Concurrency = opts.Sessions, opts.Concurrency
+		}
+	}
+	var pf *repro.PreflightResult
+	if !opts.NoPreflight {
+		var err error
+		pf, err = repro.Preflight(opts.Factory.Ctx, ho)
+		var pe *repro.PreflightError
+		if errors.As(err, &pe) && opts.JSON.JSON {
+			if werr := cmdutil.WriteJSON(opts.IO.Out, map[string]any{"preflight": map[string]any{"ok": false, "error": pe}}); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return cmdutil.InputError(err) // exit 3: the hint names the cause
+		}
+		opts.Model = pf.Model
+	} else if opts.Model == "" {
+		opts.Model = repro.DiscoverModelWith(opts.Factory.Ctx, &ho, min(opts.Timeout, 10*time.Second))
+	}
+	ho.Model = opts.Model
+	settings := reproSettings(opts, ho.HeaderClient())
 	stats := repro.NewRunStats(opts.Record)
 	pubs := []hook.Publisher{stats}
 	var rec *traces.Recording
 	if opts.Record != "" {
 		var err error
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
-			Run:    fmt.Sprintf("repro-seed%d", opts.Seed),
-			Config: reproConfig(opts, settings)})
+			Run:    opts.Run,
+			Config: reproConfig(opts, &ho, settings)})
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
@@ -326,7 +502,7 @@ func reproRun(opts *ReproOptions) error {
 	defer stopTail()
 	if opts.ServerLog != "" {
 		loc, _ := logscan.ParseZone(opts.TZ) // checked with the flags
-		tail = logscan.NewTail(opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}, Parse: logscan.Options{Location: loc}})
+		tail = logscan.NewTail(opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}, Run: opts.Run, Parse: logscan.Options{Location: loc}})
 		fmt.Fprintf(opts.IO.ErrOut, "repro: server log timestamps read in %s (--tz)\n", logscan.DescribeZone(loc, time.Now()))
 		go func() { tailDone <- tail.Run(tailCtx) }()
 		select {
@@ -345,11 +521,8 @@ func reproRun(opts *ReproOptions) error {
 	if opts.Watch {
 		progress = func(done, all int) { finished.Store(int64(done)); total.Store(int64(all)) }
 	}
-	harness := func(ctx context.Context) (*repro.HarnessResult, error) {
-		return repro.RunHarness(ctx, repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-			Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
-			ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Publisher: pub, Progress: progress, Tool: tool, Host: host})
-	}
+	ho.Publisher, ho.Progress = pub, progress
+	harness := func(ctx context.Context) (*repro.HarnessResult, error) { return repro.RunHarness(ctx, ho) }
 	var res *repro.HarnessResult
 	var runErr error
 	if bus != nil {
@@ -396,17 +569,19 @@ func reproRun(opts *ReproOptions) error {
 	if tailErr != nil && tailErr != context.Canceled {
 		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", tailErr)
 	}
-	if res.Requests == 0 && res.Outcomes.Error+res.Outcomes.Timeout == res.Sessions && ctx.Err() == nil {
-		// No model answered at all: that says the server is unreachable or
-		// broken, not that it corrupts (the counts still follow the contract).
-		first := ""
-		if len(res.PerSession) > 0 {
-			first = res.PerSession[0].Reason
+	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record, Run: opts.Run, Preflight: pf, Verdict: repro.VerdictMeasured}
+	if ctx.Err() == nil {
+		// An interrupted run's aborted sessions are errors by contract; they
+		// say nothing about the server.
+		var note string
+		out.Verdict, note = repro.Assess(res.Outcomes)
+		if note != "" {
+			out.Notes = append(out.Notes, note)
 		}
-		fmt.Fprintf(opts.IO.ErrOut, "repro: warning: no request got a model answer (first: %s); check --url and the server before reading the rate as corruption\n",
-			cmdutil.Quote(first))
 	}
-	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record}
+	if pf != nil {
+		out.Notes = append(out.Notes, pf.Notes...)
+	}
 	if tail != nil {
 		s := stats.Sched
 		out.Sched = &s
@@ -421,6 +596,18 @@ func reproRun(opts *ReproOptions) error {
 	}
 	if runErr != nil {
 		return runErr
+	}
+	if out.Verdict == repro.VerdictServerFailed {
+		first := ""
+		for _, s := range res.PerSession {
+			if s.Reason != "" {
+				first = s.Reason
+				break
+			}
+		}
+		// The rate is not a measurement: exit 3, like a preflight failure.
+		return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s); no corruption was measured: check --url, --timeout and the server's log",
+			cmdutil.Quote(first)))
 	}
 	return nil
 }
@@ -444,7 +631,18 @@ func progressBar(w io.Writer, label string, now func() time.Time) func(done, tot
 }
 
 func writeReproText(w io.Writer, r reproJSON) error {
-	fmt.Fprintln(w, r.Headline())
+	if r.Verdict == repro.VerdictServerFailed {
+		fmt.Fprintf(w, "NO MEASUREMENT: all %d sessions ended in error or timeout; the server failed, so this run says nothing about corruption\n", r.Sessions)
+	} else {
+		fmt.Fprintln(w, r.Headline())
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	if p := r.Preflight; p != nil {
+		fmt.Fprintf(w, "preflight: ok (model %s listed, probe %s answered with a structured call to %s)\n",
+			cmdutil.Quote(p.Model), cmdutil.Quote(p.ProbeRequest), cmdutil.Quote(p.ProbeTool))
+	}
 	o := r.Outcomes
 	fmt.Fprintf(w, "outcomes: done=%d maxrounds=%d leak=%d no_tool=%d error=%d timeout=%d\n", o.Done, o.MaxRounds, o.Leak, o.NoTool, o.Error, o.Timeout)
 	var fr []string
@@ -494,7 +692,7 @@ func writeReproText(w io.Writer, r reproJSON) error {
 	}
 	fmt.Fprintf(w, "wall: %.1fs\n", r.WallSeconds)
 	if r.Bundle != "" {
-		fmt.Fprintf(w, "bundle: %s\n", r.Bundle)
+		fmt.Fprintf(w, "bundle: %s (run %s)\n", r.Bundle, cmdutil.Quote(r.Run))
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func TestReproRedactLeavesNoText(t *testing.T) {
 	}
 
 	plain := filepath.Join(dir, "plain.kvtrace")
-	if _, _, err := runRepro(t, "--url", srv.URL, "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--record", plain); err != nil {
+	if _, _, err := runRepro(t, "--url", srv.URL, "--no-preflight", "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--record", plain); err != nil {
 		t.Fatal(err)
 	}
 	if b := decompressed(t, plain); !bytes.Contains(b, []byte("SECRET-REPLY-7731")) || !bytes.Contains(b, []byte(`"excerpt"`)) {
@@ -73,7 +73,7 @@ func TestReproRedactLeavesNoText(t *testing.T) {
 	}
 
 	red := filepath.Join(dir, "red.kvtrace")
-	out, _, err := runRepro(t, "--url", srv.URL, "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--record", red, "--redact", "--json")
+	out, _, err := runRepro(t, "--url", srv.URL, "--no-preflight", "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--record", red, "--redact", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestReproEmitStreamsSessions(t *testing.T) {
 			}
 		}))
 	}()
-	_, errOut, err := runRepro(t, "--url", srv.URL, "--sessions", "2", "--rounds", "2", "--tool-time", "0", "--emit", addr, "--redact")
+	_, errOut, err := runRepro(t, "--url", srv.URL, "--no-preflight", "--sessions", "2", "--rounds", "2", "--tool-time", "0", "--emit", addr, "--redact")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestReproWatch(t *testing.T) {
 		t.Fatal("--watch without a terminal started the run")
 		return nil
 	})
-	cmd.SetArgs([]string{"--url", srv.URL, "--watch"})
+	cmd.SetArgs([]string{"--url", srv.URL, "--no-preflight", "--watch"})
 	cmd.SetErr(io.Discard)
 	cmd.SetOut(io.Discard)
 	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "not a terminal") {
@@ -198,7 +198,7 @@ func TestReproWatch(t *testing.T) {
 		}
 		return reproRun(o)
 	})
-	cmd.SetArgs([]string{"--url", srv.URL, "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--watch", "--redact"})
+	cmd.SetArgs([]string{"--url", srv.URL, "--no-preflight", "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--watch", "--redact"})
 	cmd.SetErr(io.Discard)
 	if err := cmd.Execute(); err != nil || doneErr != nil {
 		t.Fatalf("repro --watch: %v (source end %v); stderr %s", err, doneErr, errOut)

@@ -118,6 +118,7 @@ func runRepro(t *testing.T, args ...string) (string, string, error) {
 	ios, _, out, errOut := cmdutil.Test()
 	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
 	cmd := NewCmdRepro(f, nil)
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true // as under the root command
 	cmd.SetArgs(args)
 	cmd.SetOut(out)
 	cmd.SetErr(errOut)
@@ -254,7 +255,11 @@ func TestReproToolTimeFlag(t *testing.T) {
 	}
 }
 
-func TestReproDeadServerText(t *testing.T) {
+// TestReproAllErrorsExits3: with --no-preflight, a run whose every session
+// errors (an unreachable URL) reports no measurement and exits 3 — it must
+// not read as CORRUPTION 100% with exit 0. The bundle still holds the
+// sessions.
+func TestReproAllErrorsExits3(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -262,20 +267,27 @@ func TestReproDeadServerText(t *testing.T) {
 	url := "http://" + ln.Addr().String()
 	ln.Close()
 	bundle := filepath.Join(t.TempDir(), "dead.kvtrace")
-	out, errOut, err := runRepro(t, "--url", url, "--sessions", "3", "--rounds", "2", "--model", "m", "--record", bundle)
-	if err != nil {
-		t.Fatal(err)
+	out, _, err := runRepro(t, "--url", url, "--sessions", "3", "--rounds", "2", "--model", "m", "--record", bundle, "--no-preflight")
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(fmt.Sprint(err), "every session ended in error or timeout") ||
+		!strings.Contains(fmt.Sprint(err), "connection refused") {
+		t.Fatalf("err %v (exit %d), want exit 3 naming the failure", err, cmdutil.ExitCode(err))
 	}
-	if !strings.Contains(errOut, "no request got a model answer") || !strings.Contains(errOut, "connection refused") {
-		t.Errorf("stderr %q lacks the unreachable-server warning", errOut)
-	}
-	if !strings.Contains(out, "CORRUPTION sessions: 3/3 = 100% (leak=0 no_tool=0 error=3") || !strings.Contains(out, "transport") ||
-		!strings.Contains(out, "tool time 1.5s-6s") {
+	if strings.Contains(out, "CORRUPTION") || !strings.Contains(out, "NO MEASUREMENT: all 3 sessions ended in error or timeout") ||
+		!strings.Contains(out, "transport") || !strings.Contains(out, "tool time 1.5s-6s") {
 		t.Fatalf("output %q", out)
 	}
 	rs, err := runStatsFromBundle(bundle)
 	if err != nil || rs.Outcomes.Error != 3 {
 		t.Fatalf("bundle %+v %v", rs, err)
+	}
+	// --json says the same in "verdict".
+	out, _, err = runRepro(t, "--url", url, "--sessions", "2", "--rounds", "1", "--model", "m", "--no-preflight", "--json")
+	var got struct {
+		Verdict string   `json:"verdict"`
+		Notes   []string `json:"notes"`
+	}
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || json.Unmarshal([]byte(out), &got) != nil || got.Verdict != repro.VerdictServerFailed || len(got.Notes) != 1 {
+		t.Fatalf("--json: err %v, %s", err, out)
 	}
 }
 

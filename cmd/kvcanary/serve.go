@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -29,6 +30,7 @@ type SimServeOptions struct {
 	Rounds      int
 	Model       string
 	Record      string
+	Run         string // run id of the bundle and its events
 	StepTime    time.Duration
 	AllowHosts  []string      // Host names accepted besides loopback ones
 	BodyTimeout time.Duration // bound on receiving a request body
@@ -115,6 +117,7 @@ closes the bundle (engine events plus one session event per session).`,
 	fl.IntVar(&opts.Rounds, "rounds", 4, "rounds per session for conversations that do not state their tool rounds")
 	fl.StringVar(&opts.Model, "model", server.DefaultModel, "model id reported by /v1/models")
 	fl.StringVar(&opts.Record, "record", "", "record engine and session events to this trace bundle")
+	fl.StringVar(&opts.Run, "run", "", "with --record: run `ID` of the bundle and every event (default serve-seed<seed>)")
 	fl.DurationVar(&opts.StepTime, "step-time", server.EngineStepTime, "least wall time of one engine step, as on a GPU, so clients' tool time spans a known number of steps (0: as fast as the machine allows)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
@@ -164,12 +167,13 @@ func simServeRun(opts *SimServeOptions) error {
 		rc.Rounds = opts.Rounds
 		rc.StepTime = opts.StepTime.String()
 		var err error
+		run := cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed))
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
-			Config: rc, Run: fmt.Sprintf("serve-seed%d", opts.Seed), Command: "sim serve"})
+			Config: rc, Run: run, Command: "sim serve"})
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
-		pub = rec
+		pub = withRun(rec, run)
 	}
 	hosts := opts.AllowHosts
 	if h, _, err := net.SplitHostPort(opts.Addr); err == nil && h != "" {

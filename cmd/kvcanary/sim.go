@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -159,6 +160,7 @@ type SimRunOptions struct {
 	Rounds   int
 	Seed     uint64
 	Record   string
+	Run      string // run id of the bundle and its events
 	JSON     *cmdutil.JSONFlags
 }
 
@@ -196,6 +198,7 @@ flag to turn it off. The run is deterministic for a given seed.`,
 	cmd.Flags().IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
 	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the workload, rooms and stream interleaving")
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record every event to this trace bundle")
+	cmd.Flags().StringVar(&opts.Run, "run", "", "with --record: run `ID` of the bundle and every event (default sim-seed<seed>)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -220,12 +223,13 @@ func simRunRun(opts *SimRunOptions) error {
 	if opts.Record != "" {
 		rc := cfg.RunConfig()
 		rc.Sessions, rc.Rounds = opts.Sessions, opts.Rounds
+		run := cmp.Or(opts.Run, fmt.Sprintf("sim-seed%d", opts.Seed))
 		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
-			Config: rc, Run: fmt.Sprintf("sim-seed%d", opts.Seed), Command: "sim run"})
+			Config: rc, Run: run, Command: "sim run"})
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
-		sink = rec
+		sink = withRun(rec, run)
 	}
 	pub := hook.WithAnalyzers(sink, as...)
 	w := sim.DefaultWorkload()
@@ -397,4 +401,14 @@ func scalarLine(v any) (string, error) {
 		}
 	}
 	return strings.Join(parts, " "), nil
+}
+
+// withRun stamps run on every event that carries none before pub sees it.
+func withRun(pub hook.Publisher, run string) hook.Publisher {
+	return hook.PublishFunc(func(ev hook.Event) {
+		if ev.Run == "" {
+			ev.Run = run
+		}
+		pub.Publish(ev)
+	})
 }
