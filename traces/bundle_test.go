@@ -20,7 +20,7 @@ var testManifest = Manifest{
 	Tool:    "kvcanary test",
 	Created: time.Date(2026, 11, 29, 9, 0, 0, 123456789, time.UTC),
 	Host:    hook.HostInfo{Hostname: "gpu-7", OS: "linux", Arch: "amd64", CPUs: 64, GPUs: []hook.GPUInfo{{Index: 0, Name: "H200", MemTotal: 141 << 30}}},
-	Config:  hook.RunConfig{Engine: "sim", IndexKDtype: "fp8", CUDAGraph: hook.Bool(true), MultiStreamOverlap: hook.Bool(false), CUDAGraphMaxBS: 160, Seed: 7, Inject: []string{"stream-race"}},
+	Config:  hook.RunConfig{Engine: "sim", IndexKDtype: "fp8", CUDAGraph: hook.Bool(true), CUDAGraphMaxBS: 160, Seed: 7, Inject: []string{"stream-race"}},
 	Run:     "r-test",
 	Command: "kvcanary sim --record x.kvtrace",
 	Labels:  map[string]string{"experiment": "overlap-off"},

@@ -131,12 +131,21 @@ func (s *frameScanner) next(dst []byte) frameResult {
 			dst = nil // do not keep a huge buffer after one huge frame
 		}
 		content, err := dec.DecodeAll(s.src.peek(0, n), dst[:0])
-		s.src.consume(n)
 		if err != nil {
-			res.skips = append(res.skips, Skip{Position{Frame: s.frameNo, Offset: off}, fmt.Sprintf("undecodable frame (%d bytes): %s", n, decodeError(err))})
+			// A damaged block header can make the scan run past the frame's
+			// real end and swallow the frames after it: a frame magic inside
+			// the bytes scanned means one starts there (if that is a false
+			// match inside compressed data, it fails to decode in turn).
+			skip := n
+			if i := bytes.Index(s.src.peek(4, n), zstdMagicBytes); i >= 0 {
+				skip = 4 + i
+			}
+			s.src.consume(skip)
+			res.skips = append(res.skips, Skip{Position{Frame: s.frameNo, Offset: off}, fmt.Sprintf("undecodable frame (%d bytes): %s", skip, decodeError(err))})
 			dst = content
 			continue
 		}
+		s.src.consume(n)
 		s.decoded += int64(len(content))
 		res.content = content
 		res.off = off
