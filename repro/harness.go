@@ -297,7 +297,7 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	}
 	start := time.Now()
 	if opts.Model == "" {
-		opts.Model = DiscoverModel(ctx, opts.Client, endpoint, min(opts.Timeout, 10*time.Second))
+		opts.Model = discoverModel(ctx, opts.Client, endpoint, min(opts.Timeout, 10*time.Second), &opts) // with the run's key and headers
 	}
 	pub := runPublisher{opts.Publisher, opts.Run}
 	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Src: hook.Source{Proc: "repro"},

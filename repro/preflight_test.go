@@ -61,7 +61,7 @@ func TestPreflightCauses(t *testing.T) {
 			case <-hang:
 			case <-r.Context().Done():
 			}
-		}), HarnessOptions{Timeout: 200 * time.Millisecond}, CauseTimeout, "timed out"},
+		}), HarnessOptions{Timeout: 2 * time.Second}, CauseTimeout, "timed out"}, // the models list shares the bound: room for a loaded box
 		{"bad arguments", modelsAnd(list, answer(`{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"get_weather","arguments":"[1]"}}]}`, "tool_calls")),
 			HarnessOptions{}, CauseBadToolCall, "not a JSON object"},
 		{"truncated", modelsAnd(list, answer(`{"role":"assistant","content":"Let me think about Paris"}`, "length")), HarnessOptions{MaxTokens: 16}, CauseTruncated, "max_tokens"},

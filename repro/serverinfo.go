@@ -148,6 +148,16 @@ func FlattenArgs(obj map[string]any) map[string]string {
 			return
 		}
 		key := strings.TrimSuffix(prefix, ".")
+		if secretArg(key) {
+			// SGLang reports its own --api-key, --admin-api-key, SSL
+			// passwords: kept as whether they are set, never their value.
+			if v == nil || v == "" {
+				out[key] = "null"
+			} else {
+				out[key] = "set"
+			}
+			return
+		}
 		switch x := v.(type) {
 		case string:
 			out[key] = x
@@ -160,6 +170,22 @@ func FlattenArgs(obj map[string]any) map[string]string {
 	}
 	walk("", obj)
 	return out
+}
+
+// secretArg says a server arg holds a credential by its name (a word key,
+// token (not tokens: max_total_num_tokens is a setting), secret, password,
+// passwd or credential, in any part of a dotted
+// name): the bundle, the stream and the dashboard get "set", never the value.
+func secretArg(key string) bool {
+	for _, part := range strings.Split(strings.ToLower(key), ".") {
+		for _, w := range strings.FieldsFunc(part, func(r rune) bool { return r == '_' || r == '-' }) {
+			switch w {
+			case "key", "token", "secret", "password", "passwd", "credential", "apikey":
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // serverArgCompared reports whether a server-reported arg is an engine

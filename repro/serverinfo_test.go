@@ -192,3 +192,49 @@ func TestABInjectAlwaysKnown(t *testing.T) {
 		t.Errorf("notes %q", r.Notes)
 	}
 }
+
+// TestServerInfoKeepsNoSecrets: SGLang reports its own api_key (and admin
+// keys, SSL passwords) in /get_server_info; the run keeps whether each is
+// set, never the value, since server_args reach the bundle and the stream.
+func TestServerInfoKeepsNoSecrets(t *testing.T) {
+	args := FlattenArgs(map[string]any{"api_key": "sk-SECRET-1", "admin_api_key": nil, "ssl_keyfile_password": "pw-SECRET-2",
+		"tokenizer_path": "/models/x", "disable_cuda_graph": false, "nested": map[string]any{"hf_token": "hf-SECRET-3"}})
+	for k, v := range args {
+		if strings.Contains(v, "SECRET") {
+			t.Errorf("%s = %q: a secret kept", k, v)
+		}
+	}
+	if args["api_key"] != "set" || args["admin_api_key"] != "null" || args["ssl_keyfile_password"] != "set" || args["nested.hf_token"] != "set" {
+		t.Errorf("secrets: %v", args)
+	}
+	if args["tokenizer_path"] != "/models/x" || args["disable_cuda_graph"] != "false" {
+		t.Errorf("a token*izer* is not a token, a setting is kept: %v", args)
+	}
+}
+
+// TestHeaderClientOnlyToTheServer: the run's key and headers go to the
+// --url host, never to a host a redirect points at.
+func TestHeaderClientOnlyToTheServer(t *testing.T) {
+	var elsewhere http.Header
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere = r.Header.Clone()
+		w.Write([]byte(`{"model_path":"m"}`))
+	}))
+	defer other.Close()
+	var here http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		here = r.Header.Clone()
+		http.Redirect(w, r, strings.Replace(other.URL, "127.0.0.1", "localhost", 1)+"/get_server_info", http.StatusFound)
+	}))
+	defer srv.Close()
+	o := &HarnessOptions{URL: srv.URL, APIKey: "sk-SECRET", Headers: http.Header{"X-Team": {"infra"}}}
+	if _, err := FetchServerInfo(context.Background(), o.HeaderClient(), srv.URL, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if here.Get("Authorization") != "Bearer sk-SECRET" || here.Get("X-Team") != "infra" {
+		t.Errorf("the server got %v", here)
+	}
+	if elsewhere == nil || elsewhere.Get("Authorization") != "" || elsewhere.Get("X-Team") != "" {
+		t.Errorf("the redirect's host got %v", elsewhere)
+	}
+}

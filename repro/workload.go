@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,17 +83,27 @@ func (o *HarnessOptions) WorkloadExtra() map[string]string {
 }
 
 // HeaderClient is an HTTP client that sends the run's API key and headers
-// with every request, for the calls made outside the harness (the server's
-// settings) to pass the same authentication as the sessions.
+// with the calls made outside the harness (the server's settings), so they
+// pass the same authentication as the sessions — to the --url host only: a
+// redirect elsewhere (an SSO page) never receives them.
 func (o *HarnessOptions) HeaderClient() *http.Client {
-	return &http.Client{Transport: headerTransport{o: o}}
+	host := ""
+	if u, err := url.Parse(o.URL); err == nil {
+		host = u.Host
+	}
+	return &http.Client{Transport: headerTransport{o: o, host: host}}
 }
 
-type headerTransport struct{ o *HarnessOptions }
+type headerTransport struct {
+	o    *HarnessOptions
+	host string
+}
 
 func (t headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	t.o.setHeaders(r)
+	if t.host != "" && r.URL.Host == t.host {
+		r = r.Clone(r.Context())
+		t.o.setHeaders(r)
+	}
 	return http.DefaultTransport.RoundTrip(r)
 }
 

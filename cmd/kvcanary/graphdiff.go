@@ -152,15 +152,15 @@ func (r *runConfigSeen) Observe(ev hook.Event, emit func(hook.Event)) {
 }
 
 // graphDiffNoDataDetail is the analyzer's explanation of a run without
-// samples, when the run's settings were observed by kvcanary: the twin and
-// the SGLang hooks know whether the engine captured graphs; a client-side
-// run against a remote server (engine "remote", repro) recorded no engine
-// setting, so "CUDA graphs are disabled" would be a guess stated as a fact.
+// samples, when whether the engine captured graphs is known (the twin, the
+// SGLang hooks with --config, a server that reported it: RunConfig's
+// provenance); when it is not, "CUDA graphs are disabled" would be a guess
+// stated as a fact.
 func graphDiffNoDataDetail(cfg hook.RunConfig, reason string) string {
 	switch {
 	case reason == "" || reason == graphdiff.NoSamplesUnknown:
 		return ""
-	case cfg.Engine == "" || cfg.Engine == "remote":
+	case cfg.CUDAGraph == nil:
 		return ""
 	}
 	return reason

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,18 @@ INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK
 `
 
 func runLogsScan(t *testing.T, args []string, stdin string) (string, string, error) {
+	t.Helper()
+	if !slices.ContainsFunc(args, func(a string) bool { return a == "--tz" || strings.HasPrefix(a, "--tz=") }) {
+		// --tz defaults to the machine's zone: the expected times are UTC
+		// whatever zone the test machine is in.
+		args = append([]string{"--tz", "UTC"}, args...)
+	}
+	return runLogsScanDefaultTZ(t, args, stdin)
+}
+
+// runLogsScanDefaultTZ runs logs scan as given: without --tz, in this
+// machine's zone.
+func runLogsScanDefaultTZ(t *testing.T, args []string, stdin string) (string, string, error) {
 	t.Helper()
 	ios, in, out, errOut := cmdutil.Test()
 	in.WriteString(stdin)
@@ -154,8 +167,8 @@ func TestLogsScanTZ(t *testing.T) {
 		t.Errorf("bad offset: %v", err)
 	}
 	// The default is this machine's local zone, and it is stated.
-	out, _, err = runLogsScan(t, []string{path}, "")
-	if err != nil || !strings.Contains(out, "timestamps read in   Local (") {
+	out, _, err = runLogsScanDefaultTZ(t, []string{path}, "")
+	if err != nil || !strings.Contains(out, "timestamps read in   "+time.Local.String()+" (") {
 		t.Errorf("default zone not stated as local: %v\n%s", err, out)
 	}
 }

@@ -418,9 +418,6 @@ func reproRun(opts *ReproOptions) error {
 	host := hook.HostInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
 	host.Hostname, _ = os.Hostname()
 	tool := "kvcanary " + buildinfo.String()
-	if opts.Run == "" {
-		opts.Run = fmt.Sprintf("repro-seed%d", opts.Seed)
-	}
 	ho := repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
 		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
 		ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Tool: tool, Host: host,
@@ -570,9 +567,9 @@ func reproRun(opts *ReproOptions) error {
 		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", tailErr)
 	}
 	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record, Run: opts.Run, Preflight: pf, Verdict: repro.VerdictMeasured}
-	if ctx.Err() == nil {
-		// An interrupted run's aborted sessions are errors by contract; they
-		// say nothing about the server.
+	if ctx.Err() == nil && !errors.Is(runErr, context.Canceled) {
+		// An interrupted run's aborted sessions (Ctrl-C, or q in --watch)
+		// are errors by contract; they say nothing about the server.
 		var note string
 		out.Verdict, note = repro.Assess(res.Outcomes)
 		if note != "" {
@@ -606,6 +603,12 @@ func reproRun(opts *ReproOptions) error {
 			}
 		}
 		// The rate is not a measurement: exit 3, like a preflight failure.
+		// Unless the server's log shows PD transfer failures: requests
+		// aborted by a failed transfer are the bug class itself.
+		if sl := out.ServerLog; sl != nil && sl.TransferFailures+sl.MetadataCorruptions > 0 {
+			return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s), and the server log shows %d PD transfer failures and %d metadata corruptions: the failures may be the corruption itself, see kvcanary logs scan",
+				cmdutil.Quote(first), sl.TransferFailures, sl.MetadataCorruptions))
+		}
 		return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s); no corruption was measured: check --url, --timeout and the server's log",
 			cmdutil.Quote(first)))
 	}
@@ -726,7 +729,7 @@ func reproWatch(ctx context.Context, opts *ReproOptions, bus *hook.Bus, status f
 	if run == nil {
 		run = tui.Run
 	}
-	runID := fmt.Sprintf("repro-seed%d", opts.Seed)
+	runID := opts.Run
 	stats, uiErr := run(ctx, tui.Options{Title: "kvcanary repro", Source: "repro " + cmdutil.Quote(opts.URL), Run: runID, Sub: view,
 		Done: toView, SourceStatus: status, Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Command: "repro", Run: runID},
 		In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != ""})

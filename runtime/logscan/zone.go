@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	// IANA names work where the system has no zoneinfo (slim engine
+	// containers): the binary carries the database (~450 KB).
+	_ "time/tzdata"
 )
 
 // ParseZone reads the zone a server log's timestamps are in: "" or "Local"
