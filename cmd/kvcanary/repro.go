@@ -54,6 +54,7 @@ type ReproOptions struct {
 	// Preflight and real workloads.
 	NoPreflight   bool
 	APIKey        string // --api-key, else OPENAI_API_KEY; never printed or recorded
+	apiKeyFromEnv bool   // APIKey came from OPENAI_API_KEY (said on stderr: it is sent to --url)
 	Headers       http.Header
 	Sampling      repro.Sampling
 	Conversations string // --conversations FILE.jsonl
@@ -304,6 +305,7 @@ type samplingFlags struct {
 func (o *ReproOptions) parseWorkloadFlags(fl *pflag.FlagSet, headers []string, s samplingFlags) error {
 	if !fl.Changed("api-key") {
 		o.APIKey = os.Getenv("OPENAI_API_KEY")
+		o.apiKeyFromEnv = o.APIKey != ""
 	} else if strings.TrimSpace(o.APIKey) == "" {
 		return cmdutil.UsageError("--api-key: empty key")
 	}
@@ -418,6 +420,11 @@ func reproRun(opts *ReproOptions) error {
 	host := hook.HostInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
 	host.Hostname, _ = os.Hostname()
 	tool := "kvcanary " + buildinfo.String()
+	if opts.apiKeyFromEnv {
+		// Picked up without a flag and sent to whatever --url names: say so
+		// (the name only, never the key).
+		fmt.Fprintf(opts.IO.ErrOut, "repro: sending the API key from OPENAI_API_KEY to %s\n", cmdutil.Quote(opts.URL))
+	}
 	ho := repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
 		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
 		ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Tool: tool, Host: host,
