@@ -299,7 +299,7 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	if opts.Model == "" {
 		opts.Model = discoverModel(ctx, opts.Client, endpoint, min(opts.Timeout, 10*time.Second), &opts) // with the run's key and headers
 	}
-	pub := runPublisher{opts.Publisher, opts.Run}
+	pub := hook.WithRun(opts.Publisher, opts.Run)
 	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Src: hook.Source{Proc: "repro"},
 		Body: &hook.RunStart{Tool: opts.Tool, Host: opts.Host, Config: hook.RunConfig{Engine: "remote", URL: opts.URL, Model: opts.Model,
 			Sessions: opts.Sessions, Rounds: opts.Rounds, Concurrency: opts.Concurrency, Seed: opts.Seed,

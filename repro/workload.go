@@ -157,19 +157,6 @@ func (o *HarnessOptions) samplingJSON(b []byte) []byte {
 	return b
 }
 
-// runPublisher stamps the run id on every event it forwards.
-type runPublisher struct {
-	pub hook.Publisher
-	run string
-}
-
-func (p runPublisher) Publish(ev hook.Event) {
-	if ev.Run == "" {
-		ev.Run = p.run
-	}
-	p.pub.Publish(ev)
-}
-
 // workloadExtraConfounds lists the workload keys of Extra (sampling
 // settings, conversations, headers) whose values differ between two runs.
 func workloadExtraConfounds(a, b hook.RunConfig) []Confound {

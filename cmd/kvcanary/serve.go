@@ -173,7 +173,7 @@ func simServeRun(opts *SimServeOptions) error {
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
-		pub = withRun(rec, run)
+		pub = hook.WithRun(rec, run)
 	}
 	hosts := opts.AllowHosts
 	if h, _, err := net.SplitHostPort(opts.Addr); err == nil && h != "" {

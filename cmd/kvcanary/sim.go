@@ -229,7 +229,7 @@ func simRunRun(opts *SimRunOptions) error {
 		if err != nil {
 			return cmdutil.InputError(err) // traces says "create bundle: …"
 		}
-		sink = withRun(rec, run)
+		sink = hook.WithRun(rec, run)
 	}
 	pub := hook.WithAnalyzers(sink, as...)
 	w := sim.DefaultWorkload()
@@ -401,14 +401,4 @@ func scalarLine(v any) (string, error) {
 		}
 	}
 	return strings.Join(parts, " "), nil
-}
-
-// withRun stamps run on every event that carries none before pub sees it.
-func withRun(pub hook.Publisher, run string) hook.Publisher {
-	return hook.PublishFunc(func(ev hook.Event) {
-		if ev.Run == "" {
-			ev.Run = run
-		}
-		pub.Publish(ev)
-	})
 }

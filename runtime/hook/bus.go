@@ -237,6 +237,20 @@ type Analyzer interface {
 	Summary() any
 }
 
+// WithRun returns a Publisher that stamps run on every event that carries
+// none before next sees it (an empty run passes events through as they are).
+func WithRun(next Publisher, run string) Publisher {
+	if run == "" {
+		return next
+	}
+	return PublishFunc(func(ev Event) {
+		if ev.Run == "" {
+			ev.Run = run
+		}
+		next.Publish(ev)
+	})
+}
+
 // WithAnalyzers returns a Publisher that shows each event to the analyzers, in
 // order, on the caller's goroutine (deterministic), then publishes the event
 // and any findings to next. Findings carry the triggering event's timestamp,
