@@ -213,8 +213,10 @@ with open(report + ".tmp", "w") as f:
 os.rename(report + ".tmp", report)
 if mode == "trap":
     def on_int(sig, frame):
-        print("got signal", sig, flush=True)
-        sys.exit(0)
+        # os.write, not print: the signal can land while the main thread is
+        # inside print("ready") holding stdout's buffer lock (reentrant call).
+        os.write(1, b"got signal %d\n" % sig)
+        os._exit(0)
     signal.signal(signal.SIGINT, on_int)
     signal.signal(signal.SIGTERM, on_int)
 elif mode == "ignore":
