@@ -35,10 +35,10 @@ func DefaultKeyMap() KeyMap {
 		Top:      key.NewBinding(key.WithKeys("home", "g"), key.WithHelp("g", "oldest")),
 		Bottom:   key.NewBinding(key.WithKeys("end", "G"), key.WithHelp("G", "newest (follow)")),
 		Drill:    key.NewBinding(key.WithKeys("enter"), key.WithHelp("enter", "evidence")),
-		Back:     key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back")),
+		Back:     key.NewBinding(key.WithKeys("esc", "backspace"), key.WithHelp("esc", "back, clear filter")),
 		Sort:     key.NewBinding(key.WithKeys("o"), key.WithHelp("o", "sort sessions")),
 		Reverse:  key.NewBinding(key.WithKeys("r"), key.WithHelp("r", "reverse sort")),
-		Filter:   key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter findings")),
+		Filter:   key.NewBinding(key.WithKeys("/"), key.WithHelp("/", "filter")),
 		Pause:    key.NewBinding(key.WithKeys("p"), key.WithHelp("p", "pause view")),
 		Snapshot: key.NewBinding(key.WithKeys("s"), key.WithHelp("s", "snapshot")),
 		Help:     key.NewBinding(key.WithKeys("?"), key.WithHelp("?", "help")),
@@ -48,7 +48,8 @@ func DefaultKeyMap() KeyMap {
 
 // ShortHelp implements help.KeyMap: the footer line.
 func (k KeyMap) ShortHelp() []key.Binding {
-	return []key.Binding{k.Next, k.Drill, k.Filter, k.Pause, k.Snapshot, k.Help, k.Quit}
+	// help and quit first: an 80-column footer cuts the tail, never them.
+	return []key.Binding{k.Help, k.Quit, k.Next, k.Drill, k.Filter, k.Pause, k.Snapshot}
 }
 
 // FullHelp implements help.KeyMap: the `?` view.

@@ -12,6 +12,7 @@ import (
 	"github.com/charmbracelet/bubbles/key"
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
@@ -58,8 +59,9 @@ type Options struct {
 	Cursor *Cursor
 	// Done, when set, delivers the source's end (nil) or failure.
 	Done <-chan error
-	// SnapshotDir is where `s` writes bundles (default: the working
-	// directory); Manifest is the template of their manifest.
+	// SnapshotDir is where `s` writes bundles (default: DefaultSnapshotDir,
+	// created on the first snapshot); Manifest is the template of their
+	// manifest.
 	SnapshotDir string
 	Manifest    traces.Manifest
 	// WindowEvents and WindowBytes bound the recent events kept for
@@ -158,7 +160,12 @@ type Model struct {
 	showHelp  bool
 	filtering bool
 	filterBuf string
-	status    string
+	// panelFilter: the findings filter was set by enter on an analyzer's
+	// panel; it is a view of that panel's findings, not a filter the user
+	// typed, so leaving the findings panel (tab, esc) clears it.
+	panelFilter bool
+	status      string
+	showStatus  bool // the footer shows status until the next key
 
 	start        time.Time
 	frames       uint64
@@ -181,8 +188,7 @@ type Model struct {
 func (m *Model) quit() tea.Cmd {
 	if m.writing > 0 {
 		m.quitting = true
-		m.status = "finishing the snapshot, then quitting…"
-		m.header.status = m.status
+		m.status, m.showStatus = "finishing the snapshot, then quitting…", true
 		return nil
 	}
 	return tea.Quit
@@ -334,7 +340,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.status = fmt.Sprintf("snapshot: %d events to %s", msg.Events, quoteAll(msg.Path))
 			m.lastSnapshot = msg.Path
 		}
-		m.header.status = m.status
+		m.showStatus = true
 		if m.writing <= 0 && m.quitting {
 			return m, tea.Quit
 		}
@@ -418,6 +424,8 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 			m.filtering = false
 		case tea.KeyEsc:
 			m.filtering, m.filterBuf = false, ""
+		case tea.KeyCtrlU:
+			m.filterBuf = ""
 		case tea.KeyBackspace:
 			if r := []rune(m.filterBuf); len(r) > 0 {
 				m.filterBuf = string(r[:len(r)-1])
@@ -425,9 +433,11 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		case tea.KeyRunes, tea.KeySpace:
 			m.filterBuf += string(msg.Runes)
 		}
+		m.panelFilter = false
 		m.findings, _ = m.findings.Update(FilterMsg{Filter: m.filterBuf})
 		return nil
 	}
+	m.showStatus = false
 	if m.showHelp {
 		if key.Matches(msg, m.keys.Quit) {
 			return m.quit()
@@ -456,9 +466,15 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	case key.Matches(msg, m.keys.Help):
 		m.showHelp = true
 	case key.Matches(msg, m.keys.Next):
+		m.clearPanelFilter()
 		m.setFocus((m.focus + 1) % len(m.order))
 	case key.Matches(msg, m.keys.Prev):
+		m.clearPanelFilter()
 		m.setFocus((m.focus + len(m.order) - 1) % len(m.order))
+	case key.Matches(msg, m.keys.Back) && m.findings.Filter() != "":
+		// esc clears a filter, typed or set by enter on a panel.
+		m.panelFilter, m.filterBuf = false, ""
+		m.findings, _ = m.findings.Update(FilterMsg{})
 	case key.Matches(msg, m.keys.Filter):
 		m.filtering = true
 		m.filterBuf = m.findings.Filter()
@@ -471,8 +487,7 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		}
 	case key.Matches(msg, m.keys.Snapshot):
 		m.writing++
-		m.status = "snapshot: writing…"
-		m.header.status = m.status
+		m.status, m.showStatus = "snapshot: writing…", true
 		return snapshotCmd(m.opts.SnapshotDir, m.snapshotManifest(), m.win.events(), m.win.evicted, m.figures(), m.now())
 	case key.Matches(msg, m.keys.Drill) && m.order[m.focus] == focusSessions:
 		// Enter on the sessions panel opens the sessions table.
@@ -480,15 +495,23 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 	case key.Matches(msg, m.keys.Drill) && m.order[m.focus] != focusFindings:
 		// Enter on an analyzer's panel lists that analyzer's findings.
 		if f := analyzerOf(m.order[m.focus]); f != "" {
-			m.filterBuf = f
 			m.findings, _ = m.findings.Update(FilterMsg{Filter: f})
 			m.setFocus(len(m.order) - 1)
+			m.panelFilter = true
 		}
 	default:
 		m.findings, _ = m.findings.Update(msg)
 		m.layout()
 	}
 	return nil
+}
+
+// clearPanelFilter drops a filter that enter on an analyzer's panel set.
+func (m *Model) clearPanelFilter() {
+	if m.panelFilter {
+		m.panelFilter = false
+		m.findings, _ = m.findings.Update(FilterMsg{})
+	}
 }
 
 func analyzerOf(f focusable) string {
@@ -660,7 +683,16 @@ func (m *Model) View() string {
 
 func (m *Model) footer() string {
 	if m.filtering {
-		return fit(m.st.Title.Render("/")+m.filterBuf+"█"+m.st.Muted.Render("  (enter keeps, esc clears)"), m.w)
+		return fit(m.st.Title.Render("/")+m.filterBuf+"█"+m.st.Muted.Render("  (enter keeps, esc clears, ctrl+u empties)"), m.w)
+	}
+	if m.showStatus && m.status != "" {
+		// A snapshot's path in full: the status has the line to itself
+		// until the next key.
+		tail := m.st.Muted.Render("  ? help")
+		if ansi.StringWidth(m.status)+ansi.StringWidth(tail) > m.w {
+			tail = ""
+		}
+		return fit(m.st.Status.Render(m.status)+tail, m.w)
 	}
 	m.help.Width = m.w
 	left := m.help.View(m.keys)

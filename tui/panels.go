@@ -47,6 +47,13 @@ func (p *panelBase) take(msg tea.Msg) {
 // sparkW is the sparkline width left beside a label of n cells.
 func (p *panelBase) sparkW(n int) int { return max(0, p.w-2-n) }
 
+// sparkCells is how many cells sparkRow gives the line of a series beside
+// label (the time span the panel's axis caption states).
+func (p *panelBase) sparkCells(label string, vals []float64, top float64) int {
+	sw, _ := sparkGeom(label, vals, p.w-2, top)
+	return sw
+}
+
 // notMeasured is a no-data line, wrapped to the panel so what would
 // produce the data is never cut off.
 func (p *panelBase) notMeasured(why string) []string {
@@ -69,7 +76,6 @@ type HeaderPanel struct {
 	panelBase
 	title  string
 	paused bool
-	status string
 }
 
 // NewHeaderPanel returns the header; title is the program's name line.
@@ -92,7 +98,12 @@ func (p *HeaderPanel) View() string {
 	if s == nil {
 		s = &State{}
 	}
-	l1 := st.Title.Render(p.title) + "  " + st.Label.Render("source") + " " + s.Source
+	l1 := st.Title.Render(p.title)
+	if p.paused {
+		// Right after the title: a narrow terminal cuts the source, not this.
+		l1 += "  " + st.Warn.Render("PAUSED (ingest continues)")
+	}
+	l1 += "  " + st.Label.Render("source") + " " + s.Source
 	if s.Run != "" {
 		l1 += "  " + p.num("run", s.Run)
 	}
@@ -101,9 +112,6 @@ func (p *HeaderPanel) View() string {
 	}
 	if s.Host != "" {
 		l1 += "  " + p.num("host", s.Host)
-	}
-	if p.paused {
-		l1 += "  " + st.Warn.Render("PAUSED (ingest continues)")
 	}
 	l2 := st.Muted.Render("no run.start yet: configuration unknown")
 	if c := s.Config; c != nil {
@@ -125,9 +133,6 @@ func (p *HeaderPanel) View() string {
 	}
 	if s.SourceErr != "" {
 		l3 += "  " + st.Mismatch.Render("source: "+s.SourceErr)
-	}
-	if p.status != "" {
-		l3 += "  " + st.Status.Render(p.status)
 	}
 	return strings.Join([]string{fit(l1, p.w), fit(l2, p.w), fit(l3, p.w)}, "\n")
 }
@@ -226,17 +231,20 @@ func (p *SessionsPanel) View() string {
 	if ss.Corrupted > 0 {
 		rs = st.Mismatch
 	}
-	lines = append(lines,
-		rs.Render(fmt.Sprintf("corrupt %d/%d = %s", ss.Corrupted, n, pct1(rate))),
-		st.Label.Render("95% CI ")+fmt.Sprintf("%s–%s", pct1(ss.Lo), pct1(ss.Hi)),
-		p.outcome(hook.OutcomeDone, "done", false)+"  "+p.outcome(hook.OutcomeMaxRounds, "maxr", false)+"  "+p.outcome(hook.OutcomeTimeout, "tmo", false),
-		p.outcome(hook.OutcomeLeak, "leak", true)+"  "+p.outcome(hook.OutcomeNoTool, "no_tool", true)+"  "+p.outcome(hook.OutcomeError, "err", true),
-		st.Label.Render("ok  ")+st.Spark.Render(sparkline(s.SessDone, p.sparkW(4), 0)),
-		st.Label.Render("bad ")+st.Mismatch.Render(sparkline(s.SessBad, p.sparkW(4), 0)),
-	)
+	// Decisive first (the rate, its interval, the corrupted classes); the
+	// sparklines are the first rows a short panel drops.
+	lines = append(lines, rs.Render(fmt.Sprintf("corrupt %d/%d = %s", ss.Corrupted, n, pct1(rate))))
+	items := []string{st.Label.Render("95% CI") + " " + fmt.Sprintf("%.1f–%s", 100*ss.Lo, pct1(ss.Hi)),
+		p.outcome(hook.OutcomeLeak, "leak", true), p.outcome(hook.OutcomeNoTool, "no_tool", true), p.outcome(hook.OutcomeError, "error", true),
+		p.outcome(hook.OutcomeTimeout, "timeout", true), p.outcome(hook.OutcomeMaxRounds, "maxrounds", false), p.outcome(hook.OutcomeDone, "done", false)}
+	lines = append(lines, flow(items, p.w-2)...)
 	if ss.Unknown > 0 {
 		lines = append(lines, st.Warn.Render(fmt.Sprintf("%d unknown outcome classes", ss.Unknown)))
 	}
+	lines = append(lines,
+		sparkRow(st, "ok/s ", s.SessDone, p.w-2, 0, st.Spark.Render),
+		sparkRow(st, "bad/s", s.SessBad, p.w-2, 0, st.Mismatch.Render),
+		sparkAxis(st, p.sparkCells("bad/s", s.SessBad, 0)))
 	return st.frame(fmt.Sprintf("sessions %d", ss.Total), lines, p.w, p.h, p.focused)
 }
 
@@ -275,11 +283,9 @@ func (p *ChecksumPanel) View() string {
 		if c.Mismatched > 0 {
 			mm = st.Mismatch.Render(fmt.Sprint(c.Mismatched))
 		}
-		lines = append(lines,
-			p.num("rooms", c.Rooms)+"  "+p.num("digests", human(s.ChecksumEvents)),
-			p.num("matched", c.Matched)+"  "+st.Label.Render("mismatched")+" "+mm,
-			p.num("warmup", c.Warmup)+"  "+p.num("missing", c.Missing),
-		)
+		lines = append(lines, flow([]string{st.Label.Render("mismatched") + " " + mm, p.num("rooms", c.Rooms),
+			p.num("matched", c.Matched), p.num("missing", c.Missing), p.num("warmup", c.Warmup),
+			p.num("digests", human(s.ChecksumEvents))}, p.w-2)...)
 		if len(s.Mismatches) == 0 {
 			lines = append(lines, st.Muted.Render("no mismatches"))
 		} else {
@@ -328,13 +334,12 @@ func (p *CanaryPanel) View() string {
 		if c.AllMissingStores() > 0 {
 			miss = st.Label.Render("missing") + " " + st.Mismatch.Render(fmt.Sprint(c.AllMissingStores()))
 		}
-		lines = append(lines,
-			p.num("replays", human(c.Replays))+"  "+p.num("policy", quoteAll(c.Policy)),
-			cov,
-			p.num("expected", human(c.ExpectedWrites))+"  "+p.num("transfer", human(c.BenignTransferWrites)),
-			p.num("free", human(c.FreePageWrites))+"  "+p.num("held", human(c.HeldPageWrites))+"  "+miss,
-			lpo,
-		)
+		// The decisive row first: a short panel keeps it.
+		lines = append(lines, lpo)
+		lines = append(lines, flow([]string{miss, p.num("replays", human(c.Replays)), p.num("policy", quoteAll(c.Policy))}, p.w-2)...)
+		lines = append(lines, cov)
+		lines = append(lines, flow([]string{p.num("expected", human(c.ExpectedWrites)), p.num("transfer", human(c.BenignTransferWrites)),
+			p.num("free", human(c.FreePageWrites)), p.num("held", human(c.HeldPageWrites))}, p.w-2)...)
 		if c.RewrittenStores > 0 || c.SlotCheckedReplays > 0 {
 			lines = append(lines, p.num("rewritten", human(c.RewrittenStores))+"  "+p.num("slot-checked", human(c.SlotCheckedReplays)))
 		}
@@ -368,7 +373,7 @@ func (p *GraphDiffPanel) View() string {
 		if g.Divergent > 0 {
 			dv = st.Mismatch.Render(fmt.Sprint(g.Divergent))
 		}
-		lines = append(lines, p.num("samples", human(uint64(g.Samples)))+"  "+st.Label.Render("divergent")+" "+dv)
+		lines = append(lines, flow([]string{st.Label.Render("divergent") + " " + dv, p.num("samples", human(uint64(g.Samples)))}, p.w-2)...)
 		if g.NoSamplesReason != "" {
 			lines = append(lines, st.Muted.Render(quoteAll(g.NoSamplesReason)))
 		}
@@ -422,13 +427,14 @@ func (p *SchedPanel) View() string {
 	if c.Retractions > 0 {
 		rt = st.Label.Render("retract") + " " + st.Warn.Render(fmt.Sprintf("%d (%d req)", c.Retractions, c.RetractedReqs))
 	}
+	lines = append(lines, flow([]string{rt, p.num("running", fmt.Sprintf("%d (peak %d)", c.Latest.RunningReq, c.PeakRunning)),
+		p.num("queue", c.Latest.QueueReq), p.num("usage", fmt.Sprintf("%.2f (peak %.2f)", c.Latest.TokenUsage, c.PeakUsage))}, p.w-2)...)
 	lines = append(lines,
-		p.num("running", c.Latest.RunningReq)+"  "+p.num("queue", c.Latest.QueueReq)+"  "+p.num("peak", c.PeakRunning),
-		p.num("usage", fmt.Sprintf("%.2f", c.Latest.TokenUsage))+"  "+p.num("peak", fmt.Sprintf("%.2f", c.PeakUsage))+"  "+rt,
-		st.Label.Render("run ")+st.Spark.Render(sparkline(s.SchedRunning, p.sparkW(4), 0)),
-		st.Label.Render("use ")+st.Spark.Render(sparkline(s.SchedUsage, p.sparkW(4), 1)),
-		st.Label.Render("rt  ")+st.Warn.Render(marks(s.SchedRetract, p.sparkW(4))),
-		st.Label.Render("q   ")+st.Spark.Render(sparkline(s.SchedQueue, p.sparkW(4), 0)),
+		sparkRow(st, "running", s.SchedRunning, p.w-2, 0, st.Spark.Render),
+		sparkRow(st, "usage  ", s.SchedUsage, p.w-2, 1, st.Spark.Render),
+		sparkRow(st, "queue  ", s.SchedQueue, p.w-2, 0, st.Spark.Render),
+		st.Label.Render("retract")+" "+st.Warn.Render(marks(s.SchedRetract, p.sparkCells("queue  ", s.SchedQueue, 0))),
+		sparkAxis(st, p.sparkCells("queue  ", s.SchedQueue, 0)),
 	)
 	return st.frame("scheduler", lines, p.w, p.h, p.focused)
 }
@@ -471,7 +477,7 @@ func (p *GPUPanel) View() string {
 			lines = append(lines, "  "+st.Mismatch.Render(strings.Join(bad, ", ")))
 		}
 		if u, ok := s.GPUUtil[d.Index]; ok && p.h-2 > 2*len(s.GPU.Devices)+1 {
-			lines = append(lines, st.Label.Render("  util ")+st.Spark.Render(sparkline(u, p.sparkW(7), 100)))
+			lines = append(lines, sparkRow(st, "  util%", u, p.w-2, 100, st.Spark.Render))
 		}
 	}
 	if len(s.GPU.Devices) == 0 {
@@ -509,7 +515,7 @@ func (p *CUDAPanel) View() string {
 	lines := []string{
 		p.num("calls", human(c.Calls)) + "  " + p.num("calls/s", humanRate(c.Rate)),
 		p.num("graph launches", human(c.GraphLaunches)) + "  " + errs,
-		st.Spark.Render(sparkline(s.CUDASpark, p.sparkW(0), 0)),
+		sparkRow(st, "calls/s", s.CUDASpark, p.w-2, 0, st.Spark.Render),
 	}
 	for _, t := range c.Top {
 		lines = append(lines, fmt.Sprintf("%s %s", t.Call, human(t.Count)))

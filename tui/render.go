@@ -131,3 +131,74 @@ func humanRate(r float64) string {
 func bytesGiB(b uint64) string { return fmt.Sprintf("%.1fG", float64(b)/(1<<30)) }
 
 func pct1(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }
+
+// flow packs items into lines of at most w cells, two spaces apart, in
+// order: the first items are the ones a narrow panel keeps on screen, so a
+// panel lists its decisive numbers first. An item wider than w gets a line
+// of its own (and is clipped by the frame).
+func flow(items []string, w int) []string {
+	var lines []string
+	cur, cw := "", 0
+	for _, it := range items {
+		iw := ansi.StringWidth(it)
+		switch {
+		case cur == "":
+			cur, cw = it, iw
+		case cw+2+iw <= w:
+			cur, cw = cur+"  "+it, cw+2+iw
+		default:
+			lines = append(lines, cur)
+			cur, cw = it, iw
+		}
+	}
+	if cur != "" {
+		lines = append(lines, cur)
+	}
+	return lines
+}
+
+// sparkRow is a labelled sparkline: the label, the line in the cells left
+// and, at the right, the scale — the value a full cell stands for ("top 23",
+// or the fixed top when top > 0). A series with no positive value says so.
+func sparkRow(st *Styles, label string, vals []float64, w int, top float64, style func(...string) string) string {
+	sw, scale := sparkGeom(label, vals, w, top)
+	row := st.Label.Render(label) + " " + style(sparkline(vals, sw, top))
+	if scale != "" {
+		row += " " + st.Muted.Render(scale)
+	}
+	return row
+}
+
+// sparkGeom is sparkRow's layout: the line's cells and the scale text ("" when
+// the row is too narrow for one).
+func sparkGeom(label string, vals []float64, w int, top float64) (int, string) {
+	peak := top
+	if peak <= 0 {
+		for _, v := range vals {
+			peak = math.Max(peak, v)
+		}
+	}
+	scale := "top " + fmtScale(peak)
+	lw := ansi.StringWidth(label)
+	if sw := w - lw - 1 - len(scale) - 1; sw >= 4 {
+		return sw, scale
+	}
+	return max(0, w-lw-1), ""
+}
+
+// sparkAxis is the time axis under a panel's sparklines: how much event
+// time they span (one cell a bucket of bucketNS), newest at the right.
+func sparkAxis(st *Styles, cells int) string {
+	secs := int64(cells) * bucketNS / 1e9
+	return st.Muted.Render(fmt.Sprintf("sparklines: last %ds, 1 cell = %ds →now", secs, bucketNS/1e9))
+}
+
+func fmtScale(v float64) string {
+	switch {
+	case v <= 0 || math.IsNaN(v) || math.IsInf(v, 0):
+		return "0"
+	case v < 10 && v != math.Trunc(v):
+		return fmt.Sprintf("%.2f", v)
+	}
+	return human(uint64(v + 0.5))
+}

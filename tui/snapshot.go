@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -94,6 +95,23 @@ func eventSize(ev *hook.Event) int {
 	return n
 }
 
+// DefaultSnapshotDir is where `s` writes snapshots when Options.SnapshotDir
+// is empty: $XDG_STATE_HOME/kvcanary/snapshots, or
+// ~/.local/state/kvcanary/snapshots without it (the XDG base directory
+// specification's state directory: data worth keeping across restarts, not
+// important enough for the user's documents). It is created on the first
+// snapshot.
+func DefaultSnapshotDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "kvcanary", "snapshots"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no XDG_STATE_HOME and no home directory: %w (give a snapshot directory)", err)
+	}
+	return filepath.Join(home, ".local", "state", "kvcanary", "snapshots"), nil
+}
+
 // SnapshotMsg reports a snapshot bundle written (or the error).
 type SnapshotMsg struct {
 	Path   string
@@ -107,7 +125,17 @@ type SnapshotMsg struct {
 func snapshotCmd(dir string, m traces.Manifest, evs []hook.Event, evicted uint64, figures map[string]string, now time.Time) tea.Cmd {
 	return func() tea.Msg {
 		if dir == "" {
-			dir = "."
+			d, err := DefaultSnapshotDir()
+			if err == nil {
+				err = os.MkdirAll(d, 0o700)
+			}
+			if err != nil {
+				return SnapshotMsg{Err: fmt.Errorf("snapshot directory: %w", err)}
+			}
+			dir = d
+		}
+		if abs, err := filepath.Abs(dir); err == nil {
+			dir = abs // the status line names the file in full
 		}
 		path := filepath.Join(dir, "kvcanary-snapshot-"+now.UTC().Format("20060102T150405.000Z")+traces.Extension)
 		m.Command = "watch snapshot"
