@@ -100,6 +100,12 @@ type Summary struct {
 	// RawDiffSamples counts samples whose vectors or selections differ at all:
 	// with zero divergent, it shows the tolerance absorbed real rounding.
 	RawDiffSamples int `json:"raw_diff_samples"`
+	// SelectionOnly counts samples that carried their top-k selections but
+	// no logit rows (a source's emission policy, like the twin's, sends rows
+	// on a sampled subset and on every step whose sides differ beyond
+	// rounding): they are judged on the selections, and the vector
+	// statistics (RawDiffSamples, MaxAbsDiff, cosine, KL) cover the others.
+	SelectionOnly int `json:"selection_only,omitempty"`
 
 	MaxAbsDiff        float64  `json:"max_abs_diff"`
 	MaxAbsDiffPassing float64  `json:"max_abs_diff_passing"` // largest among samples judged within tolerance
@@ -219,6 +225,9 @@ func (a *Analyzer) add(b *hook.GraphDiffSample, r *Result) SampleReport {
 	rep := Report(b, r)
 	s := &a.s
 	s.Samples++
+	if len(b.Graph) == 0 && len(b.Eager) == 0 && (len(b.TopKGraph) > 0 || len(b.TopKEager) > 0) {
+		s.SelectionOnly++
+	}
 	if r.MaxAbsDiff > 0 || r.NonFinite > 0 || len(r.Missing)+len(r.Extra) > 0 || r.FirstDiffRank >= 0 || r.LenGraph != r.LenEager {
 		s.RawDiffSamples++
 	}

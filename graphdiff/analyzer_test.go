@@ -161,3 +161,24 @@ func TestAnalyzerIgnoresOtherEvents(t *testing.T) {
 }
 
 func negInf() float64 { return math.Inf(-1) }
+
+// TestAnalyzerSelectionOnly: samples that carry selections but no logit rows
+// (a sparse emission policy) are judged on the selections and counted, so a
+// report can say the vector statistics cover fewer samples.
+func TestAnalyzerSelectionOnly(t *testing.T) {
+	base := []float32{0, 1, 2, 3, 4, 5, 6, 7}
+	sel := func(step uint64, g, e []int32) hook.Event {
+		return hook.Event{Kind: hook.KindGraphDiffSample, Body: &hook.GraphDiffSample{
+			Step: step, Request: "r1", Session: "s1", Dtype: "bf16", TopKGraph: g, TopKEager: e, K: len(e), SeqLen: 8}}
+	}
+	a := NewAnalyzer(Options{})
+	fs := observeAll(a, runStart(true),
+		sampleEv(1, "r1", "s1", slices.Clone(base), base, 4),
+		sel(2, []int32{7, 6, 5, 4}, []int32{7, 6, 5, 4}),
+		sel(3, []int32{7, 6, 5, 0}, []int32{7, 6, 5, 4}),
+	)
+	s := a.Result()
+	if s.Samples != 3 || s.SelectionOnly != 2 || s.Divergent != 1 || len(fs) != 1 || s.Reasons[ReasonSelection] != 1 {
+		t.Fatalf("samples %d selection-only %d divergent %d findings %d reasons %v", s.Samples, s.SelectionOnly, s.Divergent, len(fs), s.Reasons)
+	}
+}

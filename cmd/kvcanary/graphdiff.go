@@ -166,6 +166,16 @@ func graphDiffNoDataDetail(cfg hook.RunConfig, reason string) string {
 	return reason
 }
 
+// graphDiffRawDiff says how many samples differ by rounding, and of how
+// many with logit rows when some carried selections only.
+func graphDiffRawDiff(s *graphdiff.Summary) string {
+	n := cmdutil.Commas(uint64(s.RawDiffSamples))
+	if s.SelectionOnly > 0 {
+		n += " of " + cmdutil.Commas(uint64(s.Samples-s.SelectionOnly)) + " with logit rows"
+	}
+	return n
+}
+
 // graphDiffHeadline is the report's first line, e.g.
 // "GRAPH≠EAGER: 37/512 samples diverge (12 requests); worst top-k Jaccard 0.41".
 func graphDiffHeadline(s *graphdiff.Summary) string {
@@ -178,7 +188,7 @@ func graphDiffHeadline(s *graphdiff.Summary) string {
 	}
 	if s.Divergent == 0 {
 		return fmt.Sprintf("graph = eager within tolerance: 0/%s samples diverge (%s differ by rounding, max abs diff %s); worst top-k Jaccard %s",
-			cmdutil.Commas(uint64(s.Samples)), cmdutil.Commas(uint64(s.RawDiffSamples)), graphDiffFloat(s.MaxAbsDiff), j)
+			cmdutil.Commas(uint64(s.Samples)), graphDiffRawDiff(s), graphDiffFloat(s.MaxAbsDiff), j)
 	}
 	req := units(int64(s.DivergentRequests), "request")
 	sess := ""

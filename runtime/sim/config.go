@@ -69,15 +69,27 @@ type Instruments struct {
 	GraphDiff         bool   // graphdiff.sample on sampled steps
 	GraphDiffEvery    int    // sample every Nth replay (plus every step of flagged sessions)
 	GraphDiffTopKOnly bool   // samples carry selections only, no logit rows
-	Replay            bool   // replay per step
-	Sched             bool   // sched events
+	// GraphDiffVectorsEvery: a sample carries its two logit rows when its
+	// sides differ at all (selections, length or any bit of a logit), and
+	// otherwise on every Nth sample only; the rest carry the selections,
+	// which is all the graphdiff verdict of identical rows reads. 0 or 1:
+	// every sample carries its rows.
+	GraphDiffVectorsEvery int
+	Replay                bool // replay per step
+	Sched                 bool // sched events
 }
 
 // AllInstruments turns every instrument on with the defaults sim run uses.
 func AllInstruments() Instruments {
 	return Instruments{Checksum: true, Canary: true, CanaryPolicy: "live", GraphDiff: true,
-		GraphDiffEvery: DefaultGraphDiffEvery, Replay: true, Sched: true}
+		GraphDiffEvery: DefaultGraphDiffEvery, GraphDiffVectorsEvery: DefaultGraphDiffVectorsEvery, Replay: true, Sched: true}
 }
+
+// DefaultGraphDiffVectorsEvery is how often a graph-vs-eager sample whose
+// sides are bit-identical still carries its logit rows: one in 16 keeps a
+// sampled record of the vectors while the bundle stays small (the rows are
+// ~97% of a baseline run's bytes when every sample carries them).
+const DefaultGraphDiffVectorsEvery = 16
 
 // DefaultGraphDiffEvery is the default graph-vs-eager sampling period.
 const DefaultGraphDiffEvery = 2

@@ -436,19 +436,55 @@ func (e *Engine) graphDiff(rows []*row) {
 		s := &hook.GraphDiffSample{Step: e.replays, Request: rw.r.ID, Session: rw.r.Session, Dtype: dtype,
 			TopKGraph: slices.Clone(rw.sel), TopKEager: slices.Clone(rw.selE), K: TopK, SeqLen: rw.n}
 		if !e.cfg.Instruments.GraphDiffTopKOnly {
-			gv := make(hook.Float32s, rw.n)
-			copy(gv, rw.seen)
-			for p := len(rw.seen); p < rw.n; p++ {
-				gv[p] = float32(math.Inf(-1))
+			e.gdSamples++
+			if e.sampleRows(rw) {
+				gv := make(hook.Float32s, rw.n)
+				copy(gv, rw.seen)
+				for p := len(rw.seen); p < rw.n; p++ {
+					gv[p] = float32(math.Inf(-1))
+				}
+				s.Graph = gv
+				s.Eager = slices.Clone(hook.Float32s(rw.eager))
 			}
-			s.Graph = gv
-			s.Eager = slices.Clone(hook.Float32s(rw.eager))
 		}
 		if !slices.Equal(rw.sel, rw.selE) && rw.r.Session != "" {
 			e.flagged[rw.r.Session] = true
 		}
 		e.publish(s)
 	}
+}
+
+// sampleRows reports whether a graph-vs-eager sample carries its logit rows
+// (the emission policy of Instruments.GraphDiffVectorsEvery): on every Nth
+// sample, and whenever the two sides differ in what a selection-only sample
+// cannot show — the selections (a flagged step), the length, the argmax, or
+// a non-finite logit. A flagged session's other steps are sampled (as
+// before) but carry their selections only. The rest carry their selections only: rows that agree on
+// all of that differ at most by rounding, which the graphdiff policy judges
+// within tolerance (a source does not judge; this only keeps every row a
+// judgement could turn on).
+func (e *Engine) sampleRows(rw *row) bool {
+	n := e.cfg.Instruments.GraphDiffVectorsEvery
+	if n <= 1 || e.gdSamples%uint64(n) == 1 {
+		return true
+	}
+	if !slices.Equal(rw.sel, rw.selE) || len(rw.eager) != rw.n || len(rw.seen) != rw.n {
+		return true
+	}
+	ag, ae := -1, -1
+	for i, v := range rw.seen {
+		w := rw.eager[i]
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) || math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
+			return true
+		}
+		if ag < 0 || v > rw.seen[ag] {
+			ag = i
+		}
+		if ae < 0 || w > rw.eager[ae] {
+			ae = i
+		}
+	}
+	return ag != ae
 }
 
 // canaryBefore builds the replay's canary context and digests the pages the

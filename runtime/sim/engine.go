@@ -133,6 +133,7 @@ type Engine struct {
 	stats        Stats
 	tokensWindow int
 	flagged      map[string]bool
+	gdSamples    uint64 // graph-vs-eager samples published (sampleRows' count)
 
 	testStore    func(rw *row, owner int32)  // tests observe each out_loc store and the page's owner
 	testPadStore func(slot int, owner int32) // tests observe padded-row stores outside slot 0
