@@ -414,10 +414,14 @@ func (r *run) fileName() string {
 	if r.name == "baseline" {
 		return "baseline" + traces.Extension
 	}
-	return r.name + "-" + sanitize(r.cfg) + traces.Extension
+	if n := sanitize(r.cfg); n != "variant" {
+		return "ab-" + n + traces.Extension
+	}
+	return r.name + "-variant" + traces.Extension // a toggle of its own: numbered, so two never share a file
 }
 
-// sanitize names a toggle run's file by what differs from the default.
+// sanitize names a toggle run's file by what differs from the default, in
+// words a person reads in a directory listing ("ab-overlap-off.kvtrace").
 func sanitize(c sim.Config) string {
 	d := sim.DefaultConfig()
 	switch {
@@ -428,7 +432,10 @@ func sanitize(c sim.Config) string {
 	case c.CUDAGraphMaxBS != d.CUDAGraphMaxBS:
 		return fmt.Sprintf("cuda-graph-max-bs-%d", c.CUDAGraphMaxBS)
 	case c.MultiStreamOverlap != d.MultiStreamOverlap:
-		return fmt.Sprintf("multi-stream-overlap-%v", c.MultiStreamOverlap)
+		if c.MultiStreamOverlap {
+			return "overlap-on"
+		}
+		return "overlap-off"
 	}
 	return "variant"
 }

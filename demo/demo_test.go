@@ -44,7 +44,7 @@ func TestDecide(t *testing.T) {
 		layer, cause string
 		text         []string
 	}{
-		{"seeds", nil, "transient-compute", MechOverlap, []string{"multi-stream overlap", "--multi-stream-overlap=false", "--disable-cuda-graph also"}},
+		{"seeds", nil, "transient-compute", MechOverlap, []string{"multi-stream overlap", "--multi-stream-overlap=false", "--disable-cuda-graph (", "--index-k-dtype fp8 (", "workaround", "cause: multi-stream overlap"}},
 		{"fp8 confounded", func(e *Evidence) {
 			e.Toggles[0].Removes = false
 			e.Toggles[0].Confounds = []repro.Confound{{Name: "peak_running_req", A: 48, B: 30}}

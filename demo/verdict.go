@@ -2,6 +2,7 @@ package demo
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/kvcanary/kvcanary/repro"
@@ -42,8 +43,10 @@ func MechanismName(m string) string {
 // eager puts the fault in the captured replay's transient compute, and among
 // the toggles that remove the corruption (fewer corrupted sessions, Fisher p
 // below repro.Significance, no confound) and touch captured replay, the one
-// with the smallest scope names the mechanism. Wider fixes that include it
-// (disabling graphs turns overlap off too) are reported as consistent.
+// with the smallest scope names the mechanism: the cause. Every other toggle
+// that removed it is credited as a workaround, with how it relates to the
+// cause (disabling graphs turns overlap off along with more; fp8 index-K
+// moves the logits out of the graph arena, another condition of the fault).
 func Decide(ev Evidence) Verdict {
 	var v Verdict
 	b := ev.Baseline
@@ -128,23 +131,42 @@ func Decide(ev Evidence) Verdict {
 	} else {
 		v.Cause = strings.Join(best.Scope, "+")
 	}
-	var wider []string
-	for _, f := range fixes {
-		if f.Toggle != best.Toggle && contains(f.Scope, best.Scope) {
-			wider = append(wider, f.Toggle)
-		}
-	}
 	v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it: %d/%d → %d/%d, p = %s, no confounds", best.Toggle,
 		b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, repro.FormatP(best.FisherP)))
-	if len(wider) > 0 {
-		v.Reasons = append(v.Reasons, "consistent wider fixes: "+strings.Join(wider, ", "))
-	}
-	v.Text = fmt.Sprintf("%s inside captured decode graphs — %s removes the corruption (%d/%d → %d/%d, p = %s) while transfer is clean, the buffer pristine and graph ≠ eager",
+	v.Text = fmt.Sprintf("cause: %s inside captured decode graphs — %s removes the corruption (%d/%d → %d/%d, p = %s), the narrowest change that does, while transfer is clean, the buffer pristine and graph ≠ eager",
 		strings.Join(mechs, " + "), best.Toggle, b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, repro.FormatP(best.FisherP))
-	if len(wider) > 0 {
-		v.Text += "; " + strings.Join(wider, ", ") + " also removes it by turning it off with more"
+	if w := workarounds(b, best, fixes); len(w) > 0 {
+		v.Reasons = append(v.Reasons, "workarounds that also remove it: "+strings.Join(w, "; "))
+		v.Text += ". Also removes it (workarounds): " + strings.Join(w, "; ") +
+			". A cause is the one mechanism whose removal alone ends the corruption; a workaround ends it by turning off more, or something the fault merely needs alongside, so it hides the bug and costs what else it turns off"
 	}
 	return v
+}
+
+// workarounds credits every other toggle that removed the corruption, saying
+// in plain words how it relates to the cause: it turns the cause off along
+// with more (its scope includes the cause's), or it removes another
+// condition the fault needs (its scope does not).
+func workarounds(b repro.Summary, best ToggleResult, fixes []ToggleResult) []string {
+	var out []string
+	for _, f := range fixes {
+		if f.Toggle == best.Toggle {
+			continue
+		}
+		var more []string
+		for _, m := range f.Scope {
+			if !slices.Contains(best.Scope, m) {
+				more = append(more, MechanismName(m))
+			}
+		}
+		how := "removes a different condition the fault needs (" + strings.Join(more, " and ") + ") and leaves the cause in place"
+		if contains(f.Scope, best.Scope) {
+			how = "turns the cause off together with " + strings.Join(more, " and ")
+		}
+		out = append(out, fmt.Sprintf("%s (%d/%d → %d/%d, p = %s; %s)", f.Toggle, b.CorruptedSessions, b.Sessions,
+			f.Summary.CorruptedSessions, f.Summary.Sessions, repro.FormatP(f.FisherP), how))
+	}
+	return out
 }
 
 func touchesGraph(scope []string) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -23,6 +24,7 @@ type DemoOptions struct {
 	Rounds   int
 	Seed     uint64
 	Out      string
+	Keep     bool // keep the bundles of a temporary directory (no --out)
 	Parallel int
 	Plain    bool // print step lines even on a terminal (no dashboard)
 
@@ -48,11 +50,13 @@ printing its decisive result:
      exact p and the confounds
   9. the verdict, derived from the evidence above
 
-Every run is recorded to a bundle in --out (default: a new temporary
-directory), so each step can be re-checked with kvcanary checksum compare,
-canary report, graphdiff report and ab.`,
+Every run is recorded to a bundle. With --out DIR (or --keep) the bundles
+stay, and the demo prints the commands that re-check each step (kvcanary
+checksum compare, canary report, graphdiff report and ab); without either
+they go to a temporary directory that is removed at the end.`,
 		Example: `  kvcanary demo
   kvcanary demo --sessions 40 --rounds 4 --seed 2 --out demo-bundles
+  kvcanary demo --keep
   kvcanary demo --json | jq .verdict`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -69,7 +73,8 @@ canary report, graphdiff report and ab.`,
 	fl.IntVar(&opts.Sessions, "sessions", 80, "sessions per run")
 	fl.IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the twin's workload, rooms and stream interleaving")
-	fl.StringVar(&opts.Out, "out", "", "directory for the runs' bundles (default: a new temporary directory)")
+	fl.StringVar(&opts.Out, "out", "", "directory for the runs' bundles, kept (default: a temporary directory, removed at the end unless --keep)")
+	fl.BoolVar(&opts.Keep, "keep", false, "keep the temporary directory of bundles and print how to re-check each step")
 	fl.IntVar(&opts.Parallel, "parallel", 0, "twin runs at once (default: min(2, cores))")
 	fl.BoolVar(&opts.Plain, "plain", false, "print the steps as plain lines even when stdout is a terminal (default there: the live dashboard)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
@@ -106,16 +111,18 @@ func demoRun(opts *DemoOptions) error {
 			}
 		}})
 	if err != nil {
-		if rep != nil && plain && rep.Out != "" {
-			fmt.Fprintf(out, "\nbundles so far: %s\n", rep.Out)
+		w := io.Discard
+		if plain {
+			w = out
 		}
+		demoBundlesDone(opts, rep, w)
 		return err
 	}
 	if opts.JSON.JSON {
+		demoBundlesDone(opts, rep, io.Discard)
 		return cmdutil.WriteJSON(out, rep)
 	}
-	fmt.Fprintf(out, "\nbundles: %s\n", rep.Out)
-	fmt.Fprintf(out, "  re-check: kvcanary checksum compare %[1]s/baseline.kvtrace; kvcanary canary report %[1]s/baseline.kvtrace; kvcanary graphdiff report %[1]s/baseline.kvtrace; kvcanary ab %[1]s/baseline.kvtrace %[1]s/ab4-*.kvtrace\n", rep.Out)
+	demoBundlesDone(opts, rep, out)
 	_, err = fmt.Fprintf(out, "wall: %.1fs\n", rep.WallSeconds)
 	return err
 }
@@ -126,4 +133,73 @@ func writeDemoStep(w io.Writer, idx int, r *demo.StepResult) {
 		return
 	}
 	fmt.Fprintf(w, "%d. %s\n   %s\n", idx, r.Title, strings.ReplaceAll(r.Result, "\n", "\n   "))
+}
+
+// demoBundlesDone settles the runs' bundles once the demo ends. A temporary
+// directory (no --out) is removed unless --keep, and the report's paths are
+// cleared so nothing points at files that are gone; kept bundles are listed
+// by name with the commands that re-check each step.
+func demoBundlesDone(opts *DemoOptions, rep *demo.Report, w io.Writer) {
+	if rep == nil || rep.Out == "" {
+		return
+	}
+	if opts.Out == "" && !opts.Keep {
+		if err := os.RemoveAll(rep.Out); err != nil {
+			fmt.Fprintf(opts.IO.ErrOut, "demo: remove the temporary bundles: %s\n", cmdutil.Quote(err.Error()))
+			return
+		}
+		rep.Out = ""
+		for i := range rep.Steps {
+			rep.Steps[i].Bundle = ""
+		}
+		for i := range rep.Evidence.Toggles {
+			rep.Evidence.Toggles[i].Bundle = ""
+		}
+		fmt.Fprintln(w, "\nbundles: removed (a temporary directory); --out DIR or --keep keeps them to re-check each step")
+		return
+	}
+	fmt.Fprint(w, demoRecheck(rep))
+}
+
+// demoRecheck lists the bundles kept and the command that re-checks each step,
+// one a line, with the paths a shell takes as they are.
+func demoRecheck(rep *demo.Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nbundles: %s\n", rep.Out)
+	base := ""
+	for _, s := range rep.Steps {
+		if s.Step == demo.StepBaseline {
+			base = s.Bundle
+		}
+	}
+	if base == "" {
+		return b.String()
+	}
+	q := shellArg
+	b.WriteString("re-check:\n")
+	fmt.Fprintf(&b, "  kvcanary checksum compare %s   # 2. transfer\n", q(base))
+	fmt.Fprintf(&b, "  kvcanary canary report %s      # 3. buffer\n", q(base))
+	fmt.Fprintf(&b, "  kvcanary graphdiff report %s   # 4. compute\n", q(base))
+	for _, t := range rep.Evidence.Toggles {
+		if t.Bundle != "" {
+			fmt.Fprintf(&b, "  kvcanary ab %s %s   # A/B %s\n", q(base), q(t.Bundle), t.Toggle)
+		}
+	}
+	return b.String()
+}
+
+// shellArg is s as one shell word: as it is when it holds only characters no
+// shell treats specially, else in single quotes.
+func shellArg(s string) string {
+	safe := s != ""
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./-:+,=@%", r)) {
+			safe = false
+			break
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

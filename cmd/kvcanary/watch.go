@@ -44,7 +44,7 @@ type WatchOptions struct {
 	Record      string
 	SnapshotDir string
 
-	speedSet bool // --speed given (--sim runs unpaced without it)
+	speedSet bool // --speed given, or --sim (paced at 1x unless --speed max)
 
 	// runTUI shows the dashboard (tests replace it); default tui.Run.
 	runTUI func(context.Context, tui.Options) (tui.Stats, error)
@@ -64,8 +64,8 @@ checksums (transfer), replay canaries (buffer), graph-vs-eager samples
 Sources (exactly one):
   --listen ADDR     run a collector (unix:///path.sock, tcp://127.0.0.1:PORT)
   --bundle FILE     replay a trace bundle, paced by --speed (10x, 0.5x, max)
-  --sim             run the twin live with the engine flags below (as fast
-                    as it goes, or held to --speed to watch it unfold)
+  --sim             run the twin live with the engine flags below, paced at
+                    its step time (--speed 1x; --speed max rushes)
 
 --record FILE keeps every event of a live source (--listen, --sim) in a trace
 bundle; the view itself may drop events under load and says how many.
@@ -90,7 +90,9 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("watch: give exactly one source: --listen, --bundle or --sim")
 			}
-			opts.speedSet = cmd.Flags().Changed("speed")
+			// --sim is paced at the flag's default, 1x: one twin step per
+			// step time of wall time (--speed max rushes).
+			opts.speedSet = cmd.Flags().Changed("speed") || opts.Sim
 			if err := watchFlagsFitSource(cmd, opts); err != nil {
 				cmd.PrintErrln(cmd.UsageString())
 				return err
@@ -119,14 +121,14 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 	fl.StringVar(&opts.Run, "run", "", "with --listen: run id for events that carry none (default watch-<UTC time>)")
 	addListenLimitFlags(cmd, &opts.Limits, "with --listen: ")
 	fl.StringVar(&opts.Bundle, "bundle", "", "replay this trace bundle")
-	fl.StringVar(&opts.Speed, "speed", "1x", "event time per wall time (10x, 0.5x) or max: --bundle replays at it, --sim is held to it (default for --sim: max)")
+	fl.StringVar(&opts.Speed, "speed", "1x", "event time per wall time (10x, 0.5x) or max: --bundle replays at it; --sim is held to it, so 1x steps the twin at its step time (25ms) and max rushes")
 	fl.BoolVar(&opts.Sim, "sim", false, "run the twin live (engine flags below)")
 	opts.Engine = addEngineFlags(cmd)
 	fl.IntVar(&opts.Sessions, "sessions", 80, "with --sim: concurrent sessions")
 	fl.IntVar(&opts.Rounds, "rounds", 4, "with --sim: most rounds per session")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "with --sim: seed of the workload")
 	fl.StringVar(&opts.Record, "record", "", "record every event of a live source to this trace bundle")
-	fl.StringVar(&opts.SnapshotDir, "snapshot-dir", ".", "directory for the bundles the s key writes")
+	fl.StringVar(&opts.SnapshotDir, "snapshot-dir", "", "directory for the bundles the s key writes (default $XDG_STATE_HOME/kvcanary/snapshots or ~/.local/state/kvcanary/snapshots)")
 	return cmd
 }
 
@@ -443,10 +445,8 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 		for i := range rep.Steps {
 			writeDemoStep(out, i+1, &rep.Steps[i])
 		}
-		if rep.Out != "" {
-			fmt.Fprintf(out, "\nbundles: %s\n", rep.Out)
-		}
 	}
+	demoBundlesDone(opts, rep, out)
 	if stopped {
 		fmt.Fprintln(opts.IO.ErrOut, "demo: stopped before the verdict")
 	}

@@ -23,7 +23,8 @@ func TestWatchFlags(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	if !got.Sim || got.Sessions != 8 || got.Rounds != 2 || got.Seed != 3 || got.Record != "r.kvtrace" || got.speedSet {
+	if !got.Sim || got.Sessions != 8 || got.Rounds != 2 || got.Seed != 3 || got.Record != "r.kvtrace" || !got.speedSet || got.Speed != "1x" {
+		// --sim without --speed is paced at 1x, the twin's step time.
 		t.Fatalf("options %+v", got)
 	}
 	cfg, err := got.Engine.config(got.Seed)
@@ -124,7 +125,7 @@ func TestWatchSimRecordThenReplay(t *testing.T) {
 		o.runTUI = drainUI(t, &seen, nil)
 		return watchRun(o)
 	})
-	cmd.SetArgs([]string{"--sim", "--sessions", "3", "--rounds", "1", "--inject", "transfer-race", "--no-graphdiff", "--pool-tokens", "20000", "--record", rec})
+	cmd.SetArgs([]string{"--sim", "--sessions", "3", "--rounds", "1", "--inject", "transfer-race", "--no-graphdiff", "--pool-tokens", "20000", "--record", rec, "--speed", "max"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatalf("watch --sim: %v; stderr %s", err, errOut)
 	}

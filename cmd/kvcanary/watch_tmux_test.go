@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,7 +19,10 @@ import (
 
 // TestWatchUnderTmux runs the real binary in a real terminal: tmux at
 // 120×40, watch --bundle on a twin recording, the headline panels must
-// appear, tab moves focus, q quits with exit 0 and the exit report.
+// appear, tab moves focus, s shows the snapshot's path in full, q quits with
+// exit 0 and the exit report; at 80×24, the advertised minimum, every
+// panel's decisive number is on screen (the LIVE-PAGE-OVERWRITE row, the
+// divergent count, the help key).
 func TestWatchUnderTmux(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and drives tmux; skipped with -short")
@@ -75,7 +79,7 @@ func TestWatchUnderTmux(t *testing.T) {
 	tm("send-keys", "-t", "kvc", "Tab")
 	waitPane("kvc", "focus: sessions")
 	tm("send-keys", "-t", "kvc", "s")
-	waitPane("kvc", "snapshot: ", " events to ")
+	snapPane := waitPane("kvc", "snapshot: ", " events to ")
 	tm("send-keys", "-t", "kvc", "q")
 	pane := waitPane("kvc", "watch-exit=0")
 	if strings.Contains(pane, "focus: sessions") {
@@ -93,6 +97,21 @@ func TestWatchUnderTmux(t *testing.T) {
 	if err != nil || snap.Events == 0 || snap.Manifest.Labels["snapshot"] == "" || snap.Truncated {
 		t.Fatalf("snapshot %s: %+v, %v", snaps[0], snap, err)
 	}
+	if !strings.Contains(snapPane, snaps[0]) {
+		t.Fatalf("the pane does not show the snapshot's full path %s:\n%s", snaps[0], snapPane)
+	}
+
+	// 80×24: the decisive numbers, found on screen.
+	script = fmt.Sprintf("%s watch --bundle %s --speed max 2>/dev/null; echo watch-exit=$?; sleep 600", bin, bundle)
+	if out, err := tm("new-session", "-d", "-s", "kvc80", "-x", "80", "-y", "24", script); err != nil {
+		t.Fatalf("tmux new-session: %v %s", err, out)
+	}
+	pane = waitPane("kvc80", "LIVE-PAGE-OVERWRITE ", "divergent ", "? help", "corrupt ", "mismatched ")
+	if !regexp.MustCompile(`LIVE-PAGE-OVERWRITE \d+`).MatchString(pane) || !regexp.MustCompile(`divergent \d+`).MatchString(pane) {
+		t.Fatalf("80×24: a decisive number is cut:\n%s", pane)
+	}
+	tm("send-keys", "-t", "kvc80", "q")
+	waitPane("kvc80", "watch-exit=0")
 
 	// SIGTERM (to the watch process, by pid) also restores the terminal.
 	if _, err := exec.LookPath("pgrep"); err != nil {
