@@ -1,0 +1,103 @@
+package tui
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestMinimumSizeShowsDecisiveNumbers: at 80×24, the advertised minimum,
+// each panel's decisive number is on screen — the corruption rate, the
+// mismatched rooms, the LIVE-PAGE-OVERWRITE row, the divergent count — and
+// so is the help key.
+func TestMinimumSizeShowsDecisiveNumbers(t *testing.T) {
+	m := testModel(t, MinWidth, MinHeight, false)
+	out := m.View()
+	for _, re := range []string{`corrupt 3/12 = 25\.0%`, `mismatched 1`, `LIVE-PAGE-OVERWRITE 1`, `divergent 2`, `retract 1`, `\? help`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("80×24 lacks %s:\n%s", re, out)
+		}
+	}
+}
+
+// TestWideStatusNotCut: at 120 columns a snapshot's full path and the
+// PAUSED word are on screen.
+func TestWideStatusNotCut(t *testing.T) {
+	m := testModel(t, 120, 40, false)
+	dir := filepath.Join("/home/someone/.local/state/kvcanary/snapshots")
+	path := filepath.Join(dir, "kvcanary-snapshot-20260101T000042.000Z.kvtrace")
+	press(m, "p")
+	m.Update(SnapshotMsg{Path: path, Events: 103})
+	out := m.View()
+	if !strings.Contains(out, path) || !strings.Contains(out, "PAUSED (ingest continues)") {
+		t.Fatalf("120 columns cut the path or PAUSED:\n%s", out)
+	}
+	press(m, "p") // any key returns the footer to the keys
+	if out := m.View(); strings.Contains(out, path) || !strings.Contains(out, "? help") {
+		t.Fatalf("after a key the footer still shows the status:\n%s", out)
+	}
+}
+
+// TestFilterKeys: ctrl+u empties the filter input, esc clears an applied
+// filter, and the filter that enter on an analyzer's panel sets does not
+// outlive leaving the findings panel.
+func TestFilterKeys(t *testing.T) {
+	m := testModel(t, 120, 40, false)
+	press(m, "/", "c", "a", "n", "ctrl+u")
+	if !m.filtering || m.filterBuf != "" || m.findings.Filter() != "" {
+		t.Fatalf("ctrl+u: filtering %v input %q filter %q", m.filtering, m.filterBuf, m.findings.Filter())
+	}
+	press(m, "c", "a", "n", "a", "r", "y", "enter")
+	if m.filtering || m.findings.Filter() != "canary" || len(m.findings.shown) != 1 {
+		t.Fatalf("enter keeps: filtering %v filter %q shown %d", m.filtering, m.findings.Filter(), len(m.findings.shown))
+	}
+	press(m, "tab") // a typed filter stays across focus changes
+	if m.findings.Filter() != "canary" {
+		t.Fatalf("tab dropped a typed filter")
+	}
+	press(m, "esc")
+	if m.findings.Filter() != "" || len(m.findings.shown) != 7 {
+		t.Fatalf("esc: filter %q shown %d", m.findings.Filter(), len(m.findings.shown))
+	}
+	// enter on the graphdiff panel: its findings, until focus moves on.
+	press(m, "tab", "tab", "tab")
+	if m.Focused() != "graphdiff" {
+		t.Fatalf("focus %s, want graphdiff", m.Focused())
+	}
+	press(m, "enter")
+	if m.Focused() != "findings" || m.findings.Filter() != "graphdiff" {
+		t.Fatalf("enter on graphdiff: focus %s filter %q", m.Focused(), m.findings.Filter())
+	}
+	press(m, "tab")
+	if m.findings.Filter() != "" || len(m.findings.shown) != 7 {
+		t.Fatalf("the panel's filter stuck after tab: %q", m.findings.Filter())
+	}
+	press(m, "shift+tab", "shift+tab", "shift+tab", "shift+tab", "shift+tab", "shift+tab", "enter", "esc")
+	if m.findings.Filter() != "" {
+		t.Fatalf("esc left the panel's filter %q (focus %s)", m.findings.Filter(), m.Focused())
+	}
+}
+
+// TestSnapshotDefaultDir: without a snapshot directory, `s` writes under
+// $XDG_STATE_HOME/kvcanary/snapshots, created on demand, and names the file
+// by its absolute path.
+func TestSnapshotDefaultDir(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	m := testModel(t, 120, 40, false)
+	msg := press(m, "s")().(SnapshotMsg)
+	want := filepath.Join(state, "kvcanary", "snapshots")
+	if msg.Err != nil || filepath.Dir(msg.Path) != want {
+		t.Fatalf("snapshot %q, %v; want it in %s", msg.Path, msg.Err, want)
+	}
+	if _, err := os.Stat(msg.Path); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("XDG_STATE_HOME", "")
+	t.Setenv("HOME", state)
+	if d, err := DefaultSnapshotDir(); err != nil || d != filepath.Join(state, ".local", "state", "kvcanary", "snapshots") {
+		t.Fatalf("without XDG_STATE_HOME: %q, %v", d, err)
+	}
+}
