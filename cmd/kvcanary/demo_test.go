@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,11 @@ func TestDemoFlags(t *testing.T) {
 	}
 	if got.Sessions != 80 || got.Rounds != 4 || got.Seed != 3 || got.Out != "x" {
 		t.Fatalf("options %+v", got)
+	}
+	cmd = NewCmdDemo(f, func(o *DemoOptions) error { got = o; return nil })
+	cmd.SetArgs([]string{"--keep"})
+	if err := cmd.Execute(); err != nil || !got.Keep || got.Out != "" {
+		t.Fatalf("--keep: %v %+v", err, got)
 	}
 	cmd = NewCmdDemo(f, func(*DemoOptions) error { return nil })
 	cmd.SetArgs([]string{"--sessions", "0"})
@@ -43,12 +49,37 @@ func TestDemoPlainOutput(t *testing.T) {
 	}
 	s := out.String()
 	for _, want := range []string{"1. baseline", "CORRUPTION sessions:", "2. transfer", "3. persistent buffer", "4. transient compute",
-		"5. A/B --index-k-dtype fp8", "8. A/B --multi-stream-overlap=false", "VERDICT: ", "bundles: " + dir, "wall: "} {
+		"5. A/B --index-k-dtype fp8", "8. A/B --multi-stream-overlap=false", "VERDICT: ", "bundles: " + dir, "wall: ",
+		"kvcanary checksum compare " + dir + "/baseline.kvtrace", "kvcanary graphdiff report " + dir + "/baseline.kvtrace",
+		"kvcanary ab " + dir + "/baseline.kvtrace " + dir + "/ab-overlap-off.kvtrace", dir + "/ab-index-k-fp8.kvtrace"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}
 	}
 	if errOut.Len() != 0 {
 		t.Errorf("stderr on a non-TTY: %q", errOut)
+	}
+}
+
+// TestDemoTempBundles: without --out the bundles go to a temporary directory
+// that is removed at the end (and the report says so); --keep keeps it and
+// prints the re-check commands.
+func TestDemoTempBundles(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	for _, keep := range []bool{false, true} {
+		ios, _, out, _ := cmdutil.Test()
+		opts := &DemoOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now},
+			JSON: &cmdutil.JSONFlags{}, Sessions: 2, Rounds: 1, Seed: 1, Keep: keep}
+		if err := demoRun(opts); err != nil {
+			t.Fatal(err)
+		}
+		left, _ := filepath.Glob(filepath.Join(tmp, "kvcanary-demo-*", "*.kvtrace"))
+		switch {
+		case !keep && (len(left) != 0 || !strings.Contains(out.String(), "bundles: removed")):
+			t.Fatalf("without --out or --keep: %d bundles left in %s; output:\n%s", len(left), tmp, out)
+		case keep && (len(left) != 5 || !strings.Contains(out.String(), "kvcanary canary report "+filepath.Dir(left[0]))):
+			t.Fatalf("--keep: bundles %v; output:\n%s", left, out)
+		}
 	}
 }
