@@ -1,11 +1,14 @@
 package tui
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
 // TestMinimumSizeShowsDecisiveNumbers: at 80×24, the advertised minimum,
@@ -99,5 +102,36 @@ func TestSnapshotDefaultDir(t *testing.T) {
 	t.Setenv("HOME", state)
 	if d, err := DefaultSnapshotDir(); err != nil || d != filepath.Join(state, ".local", "state", "kvcanary", "snapshots") {
 		t.Fatalf("without XDG_STATE_HOME: %q, %v", d, err)
+	}
+}
+
+// TestSourcesGrouped: events from several hosts and roles are counted per
+// group and the header names the groups; one source keeps the host field.
+func TestSourcesGrouped(t *testing.T) {
+	var g sourceGroups
+	src := []hook.Source{{Node: "gpu-a", Proc: "sglang-prefill"}, {Node: "gpu-b", Proc: "sglang-decode"}, {Node: "gpu-a", Proc: "sglang-prefill"}, {}}
+	for i := 0; i < 10; i++ {
+		ev := hook.Event{Src: src[i%len(src)]}
+		g.add(&ev)
+	}
+	rows := g.snapshot()
+	if len(rows) != 2 || rows[0] != (SourceRow{"gpu-a/sglang-prefill", 5}) || rows[1] != (SourceRow{"gpu-b/sglang-decode", 3}) {
+		t.Fatalf("groups %+v", rows)
+	}
+	for i := 0; i < maxSourceGroups+3; i++ {
+		ev := hook.Event{Src: hook.Source{Node: fmt.Sprintf("n%03d", i)}}
+		g.add(&ev)
+		g.add(&ev)
+	}
+	rows = g.snapshot()
+	if len(rows) != maxSourceGroups+1 || rows[len(rows)-1] != (SourceRow{"other", 10}) {
+		t.Fatalf("bounded groups: %d rows, last %+v", len(rows), rows[len(rows)-1])
+	}
+	line := sourcesLine(asciiStyles(), rows[:2])
+	if !strings.Contains(line, "sources gpu-a/sglang-prefill 5 · gpu-b/sglang-decode 3") {
+		t.Fatalf("sources line %q", line)
+	}
+	if sourcesLine(asciiStyles(), rows[:1]) != "" {
+		t.Fatal("one source got a sources line")
 	}
 }

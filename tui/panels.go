@@ -110,7 +110,9 @@ func (p *HeaderPanel) View() string {
 	if s.Tool != "" {
 		l1 += "  " + st.Muted.Render(s.Tool)
 	}
-	if s.Host != "" {
+	if sl := sourcesLine(st, s.Sources); sl != "" {
+		l1 += "  " + sl // several hosts or roles: grouped, instead of one host
+	} else if s.Host != "" {
 		l1 += "  " + p.num("host", s.Host)
 	}
 	l2 := st.Muted.Render("no run.start yet: configuration unknown")

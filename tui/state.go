@@ -233,6 +233,9 @@ type State struct {
 	BySeverity               map[hook.Severity]uint64
 	Steps                    []Step
 	StepsDone                bool
+	// Sources groups the events by host and role (SourceRow), by name;
+	// nil when no event named its source.
+	Sources []SourceRow
 }
 
 // aggregator folds events into the dashboard's bounded aggregates. It is
@@ -250,6 +253,7 @@ type aggregator struct {
 
 	events, prodDropped uint64
 	byKind              [16]uint64
+	groups              sourceGroups // events by host and role, across runs
 	lastTS              int64
 	runEnded            bool
 
@@ -316,6 +320,7 @@ func (a *aggregator) resetRun() {
 // apply folds one event in.
 func (a *aggregator) apply(ev *hook.Event) {
 	a.events++
+	a.groups.add(ev)
 	if int(ev.Kind) < len(a.byKind) {
 		a.byKind[ev.Kind]++
 	}
@@ -520,7 +525,7 @@ func (a *aggregator) snapshot(spark int) State {
 		ChecksumEvents: a.checksumEvents, CanaryEvents: a.canaryEvents, GraphDiffEvents: a.graphdiffEvents,
 		Mismatches: a.mismatches, Sched: a.sched, GPU: a.gpu, GPUSamples: a.gpuSamples,
 		Findings: a.findings, FindingsTotal: a.findingsTotal, Steps: a.steps, StepsDone: a.stepsDone,
-		SessionRows: a.rows, SessionRowsTotal: a.rowsTotal,
+		SessionRows: a.rows, SessionRowsTotal: a.rowsTotal, Sources: a.groups.snapshot(),
 	}
 	s.BySeverity = make(map[hook.Severity]uint64, len(a.bySev))
 	for k, v := range a.bySev {
