@@ -694,7 +694,8 @@ func (m *Model) footer() string {
 		}
 		return fit(m.st.Status.Render(m.status)+tail, m.w)
 	}
-	m.help.Width = m.w
+	focus := "  " + m.st.Muted.Render("focus: "+m.Focused())
+	m.help.Width = max(0, m.w-ansi.StringWidth(focus)) // the keys give way, with their own ellipsis
 	left := m.help.View(m.keys)
 	if m.findings.Drilled() {
 		left = m.st.Muted.Render("esc back · ↑/↓ scroll · q quit")
@@ -702,5 +703,5 @@ func (m *Model) footer() string {
 	if m.table.Opened() {
 		left = m.st.Muted.Render("esc back · ↑/↓ move · o sort · r reverse · q quit")
 	}
-	return fit(left+"  "+m.st.Muted.Render("focus: "+m.Focused()), m.w)
+	return fit(left+focus, m.w)
 }

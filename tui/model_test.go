@@ -73,6 +73,7 @@ func TestModelGolden(t *testing.T) {
 		{"120x40", 120, 40, false, nil},
 		{"80x24", 80, 24, false, nil},
 		{"100x30-demo", 100, 30, true, nil},
+		{"80x24-demo", 80, 24, true, nil},
 		{"79x24-too-small", 79, 24, false, nil},
 		{"120x40-drill", 120, 40, false, []string{"up", "up", "enter"}},
 		{"120x40-help", 120, 40, false, []string{"?"}},
