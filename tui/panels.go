@@ -44,8 +44,6 @@ func (p *panelBase) take(msg tea.Msg) {
 	}
 }
 
-// sparkW is the sparkline width left beside a label of n cells.
-func (p *panelBase) sparkW(n int) int { return max(0, p.w-2-n) }
 
 // sparkCells is how many cells sparkRow gives the line of a series beside
 // label (the time span the panel's axis caption states).
