@@ -647,13 +647,19 @@ func (m *Model) View() string {
 		m.help.ShowAll = true
 		hv := m.help.View(m.keys)
 		m.help.ShowAll = false
-		lines := []string{"", hv, "", m.st.Muted.Render("enter on the checksum, canary or graphdiff panel lists that analyzer's findings until you leave them;"),
-			m.st.Muted.Render("enter on the sessions panel opens the sessions table (o sorts by the next column, r reverses)."),
-			m.st.Muted.Render("/ filters the findings: enter keeps the filter, esc clears it, ctrl+u empties what you typed."),
-			m.st.Muted.Render("p freezes the view while events keep being counted; s writes the recent events to a bundle"),
-			m.st.Muted.Render("(default: $XDG_STATE_HOME/kvcanary/snapshots or ~/.local/state/kvcanary/snapshots)."),
-			m.st.Muted.Render("sparklines: one cell a second of event time, newest at the right; \"top N\" is what a full cell stands for."),
-			m.st.Muted.Render("any key closes this help")}
+		notes := []string{"enter on the checksum, canary or graphdiff panel lists that analyzer's findings until you leave them;",
+			"enter on the sessions panel opens the sessions table (o sorts by the next column, r reverses).",
+			"/ filters the findings: enter keeps the filter, esc clears it, ctrl+u empties what you typed.",
+			"p freezes the view while events keep being counted; s writes the recent events to a bundle " +
+				"(default: $XDG_STATE_HOME/kvcanary/snapshots or ~/.local/state/kvcanary/snapshots).",
+			"sparklines: one cell a second of event time, newest at the right; \"top N\" is what a full cell stands for.",
+			"any key closes this help"}
+		lines := []string{"", hv, ""}
+		for _, n := range notes {
+			for _, l := range wrap(n, m.w-2) {
+				lines = append(lines, m.st.Muted.Render(l))
+			}
+		}
 		b.WriteString(m.st.frame("help", strings.Split(strings.Join(lines, "\n"), "\n"), m.w, body, true))
 	case m.findings.Drilled():
 		b.WriteString(m.findings.View())
