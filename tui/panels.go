@@ -44,7 +44,6 @@ func (p *panelBase) take(msg tea.Msg) {
 	}
 }
 
-
 // sparkCells is how many cells sparkRow gives the line of a series beside
 // label (the time span the panel's axis caption states).
 func (p *panelBase) sparkCells(label string, vals []float64, top float64) int {
