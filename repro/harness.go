@@ -39,6 +39,9 @@ type HarnessOptions struct {
 	Client     *http.Client   // nil: a keep-alive client sized for Concurrency
 	Publisher  hook.Publisher // run.start, one session event per session, run.end; nil: none
 	Progress   func(finished, total int)
+	// OnSession, when set, sees every finished session with its index
+	// (the order sessions were started in), one call at a time.
+	OnSession func(i int, sr SessionResult)
 	Tool       string        // tool version for run.start
 	Host       hook.HostInfo // host facts for run.start
 	Run        string        // run id put on every event published ("": none)
@@ -339,6 +342,9 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 					Body: SessionEvent(sr)})
 				if opts.Progress != nil {
 					opts.Progress(finished, opts.Sessions)
+				}
+				if opts.OnSession != nil {
+					opts.OnSession(i, res.PerSession[i])
 				}
 				mu.Unlock()
 			}

@@ -1,0 +1,115 @@
+package bisect
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/kvcanary/kvcanary/repro"
+)
+
+// StateFile is the bisect's saved state in its output directory.
+const StateFile = "bisect-state.json"
+
+const stateVersion = 1
+
+// State is everything a bisect has learnt; it is saved after every look,
+// so an interrupted bisect resumes with nothing re-run and nothing lost.
+type State struct {
+	Version    int         `json:"version"`
+	Plan       string      `json:"plan"`
+	PlanDigest string      `json:"plan_digest"`
+	Engine     string      `json:"engine"`
+	Arms       []*ArmState `json:"arms"` // [0] is the baseline
+}
+
+// ArmState is one arm's sessions, segments, looks and decision.
+type ArmState struct {
+	Name      string           `json:"name"`
+	Flags     []string         `json:"flags"`
+	Sessions  []Session        `json:"sessions"` // counted, in start order
+	Segments  []SegmentRecord  `json:"segments"`
+	Looks     []Look           `json:"looks,omitempty"`
+	Decision  Decision         `json:"decision"`
+	Error     string           `json:"error,omitempty"`
+	Confounds []repro.Confound `json:"confounds,omitempty"`
+	FlagDiffs []repro.FlagDiff `json:"flag_diffs,omitempty"` // settings that differ from the baseline's
+}
+
+// Session is one counted session.
+type Session struct {
+	ID      string `json:"id"` // arm/segment/the engine's session id
+	Outcome string `json:"outcome"`
+}
+
+// SegmentRecord is one server lifetime (or twin run) of an arm.
+type SegmentRecord struct {
+	Index   int    `json:"index"`
+	Seed    uint64 `json:"seed"`
+	Bundle  string `json:"bundle,omitempty"`
+	Log     string `json:"log,omitempty"`
+	Counted int    `json:"counted"`  // sessions counted from it
+	Started int    `json:"finished"` // sessions that finished in it, counted or not
+	Error   string `json:"error,omitempty"`
+}
+
+// Corrupted counts the arm's corrupted sessions.
+func (a *ArmState) Corrupted() int {
+	n := 0
+	for _, s := range a.Sessions {
+		if repro.IsCorrupted(s.Outcome) {
+			n++
+		}
+	}
+	return n
+}
+
+// NewState starts a bisect of plan.
+func NewState(p *Plan) *State {
+	st := &State{Version: stateVersion, Plan: p.Path, PlanDigest: p.Digest, Engine: p.Server.Engine}
+	st.Arms = append(st.Arms, &ArmState{Name: "baseline", Flags: p.ArmFlags(-1)})
+	for i, a := range p.Arms {
+		st.Arms = append(st.Arms, &ArmState{Name: a.Name, Flags: p.ArmFlags(i)})
+	}
+	return st
+}
+
+// LoadState reads a saved state and checks it belongs to plan.
+func LoadState(dir string, p *Plan) (*State, error) {
+	path := filepath.Join(dir, StateFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("resume: %s: %w", path, err)
+	}
+	switch {
+	case st.Version != stateVersion:
+		return nil, fmt.Errorf("resume: %s: state version %d, this kvcanary writes %d", path, st.Version, stateVersion)
+	case st.PlanDigest != p.Digest:
+		return nil, fmt.Errorf("resume: %s was made with another plan (or %s changed since): a resumed bisect must run the same plan", path, p.Path)
+	case len(st.Arms) != len(p.Arms)+1:
+		return nil, fmt.Errorf("resume: %s has %d arms, the plan %d", path, len(st.Arms)-1, len(p.Arms))
+	}
+	return &st, nil
+}
+
+// Save writes the state atomically (a temporary file renamed over it).
+func (st *State) Save(dir string) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, StateFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("save state: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/bisect"
+	"github.com/kvcanary/kvcanary/internal/buildinfo"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+)
+
+// BisectOptions are the inputs of `kvcanary bisect`.
+type BisectOptions struct {
+	IO      *cmdutil.IOStreams
+	Factory *cmdutil.Factory
+	JSON    *cmdutil.JSONFlags
+
+	Plan   string
+	Out    string
+	Resume bool
+}
+
+// NewCmdBisect builds `kvcanary bisect PLAN`.
+func NewCmdBisect(f *cmdutil.Factory, runF func(*BisectOptions) error) *cobra.Command {
+	opts := &BisectOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "bisect PLAN.toml",
+		Short: "Find which server flag removes the corruption: A/B arms judged sequentially",
+		Long: `Run the flag investigation of the seeds as one command: a baseline and one arm per
+candidate change (a flag, or a named combination), each run against its own
+server, judged against the baseline as the sessions come in.
+
+The plan is a TOML file (examples/seeds.toml runs the seeds' investigation on
+the twin; examples/seeds-serve.toml the same through kvcanary sim serve):
+
+  [server]
+  engine = "command"          # twin (in process), command, or manual
+  command = "python3 -m sglang.launch_server --model-path M --port {port} {flags}"
+  env = { CUDA_VISIBLE_DEVICES = "0,1" }
+  health = "http://127.0.0.1:{port}/health"    # default: {url}/health
+  url = "http://127.0.0.1:{port}"              # the OpenAI-compatible API
+  startup_timeout = "10m"     # wait this long for health
+  stop_grace = "30s"          # SIGTERM, then SIGKILL after this
+  log = ""                    # a log file to scan ({arm} replaced); default:
+                              # the command's own output
+  [baseline]
+  flags = ["--cuda-graph-max-bs", "32"]
+  [[arm]]
+  name = "fp8"
+  flags = ["--index-k-dtype", "fp8"]   # added to the baseline's flags
+  [workload]                  # repro's settings
+  rounds = 4
+  concurrency = 80            # sessions in flight, kept up while an arm runs
+  seed = 1
+  tool_time = "1.5s-6s"       # command/manual only, as are conversations,
+                              # temperature, top_p, max_tokens, stream,
+                              # timeout and model
+  [stats]
+  alpha = 0.05                # error of "removes it" claims, all arms together
+  beta = 0.10                 # error of "changes nothing" claims
+  min_effect = 0.10           # smallest reduction of the rate worth finding
+  budget = 160                # most sessions per arm
+  batch = 16                  # sessions between looks
+  baseline_start = 64         # baseline sessions before the first arm
+
+{port} is a free loopback port picked for each start, {flags} the arm's flags
+(shell-quoted), {self} this kvcanary binary. A command runs with /bin/sh -c in
+its own process group; its output is kept in OUT/ARM-N.log and scanned for
+scheduler lines. With engine = "manual" kvcanary prints the flags to restart
+your server with and waits for Enter.
+
+Each arm runs until the evidence decides, looking every batch sessions:
+"removes it" when Fisher's exact test (one-sided) says the arm corrupts less,
+"changes nothing" when the upper confidence bound of the reduction is below
+min_effect, "could not tell within budget" otherwise. The error is spent over
+the looks with the Lan-DeMets Pocock-type spending function and split evenly
+over the arms (Bonferroni). Sessions are counted in the order they started, so
+sessions that end early (leaks) are not over-sampled. The baseline grows when
+an arm needs more of it. A server that does not start or dies marks its arm
+failed with its log tail; the other arms go on.
+
+The state is saved after every look in OUT/bisect-state.json: after Ctrl-C,
+--resume continues with nothing re-run. Every segment is recorded as a bundle
+(OUT/ARM-N.kvtrace) for ab, checksum compare and the other reports.
+
+Exit codes: 0 the bisect finished (whatever it found), 2 usage, 3 a bad plan
+or a baseline that could not run, 130 interrupted (resume with --resume).`,
+		Example: `  kvcanary bisect examples/seeds.toml
+  kvcanary bisect examples/seeds-serve.toml --out /tmp/seeds
+  kvcanary bisect plan.toml --out runs/plan --resume
+  kvcanary bisect plan.toml --json | jq '.verdict'`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Plan = args[0]
+			if runF != nil {
+				return runF(opts)
+			}
+			return bisectRun(opts)
+		},
+	}
+	cmd.Flags().StringVar(&opts.Out, "out", "", "directory of the bundles, server logs and saved state (default: PLAN's name + .bisect, beside it)")
+	cmd.Flags().BoolVar(&opts.Resume, "resume", false, "continue the bisect saved in --out")
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+func bisectRun(opts *BisectOptions) error {
+	plan, err := bisect.LoadPlan(opts.Plan)
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	out := opts.Out
+	if out == "" {
+		out = strings.TrimSuffix(opts.Plan, filepath.Ext(opts.Plan)) + ".bisect"
+	}
+	var st *bisect.State
+	if opts.Resume {
+		if st, err = bisect.LoadState(out, plan); err != nil {
+			return cmdutil.InputError(err)
+		}
+	} else if _, err := os.Stat(filepath.Join(out, bisect.StateFile)); err == nil {
+		return cmdutil.UsageError("%s holds a bisect already: --resume to continue it, or choose another --out", out)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return cmdutil.InputError(fmt.Errorf("bisect: %w", err))
+	}
+	logf := func(format string, args ...any) { fmt.Fprintf(opts.IO.ErrOut, format+"\n", args...) }
+	eng, err := bisectEngine(opts, plan, logf)
+	if err != nil {
+		return err
+	}
+	r := &bisect.Runner{Plan: plan, Engine: eng, Out: out, State: st, Log: logf}
+	if st != nil {
+		if err := r.LoadStats(); err != nil {
+			logf("bisect: %v (confounds from the earlier segments are incomplete)", err)
+		}
+		logf("bisect: resuming %s from %s", plan.Path, filepath.Join(out, bisect.StateFile))
+	}
+	ctx := opts.Factory.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	st, runErr := r.Run(ctx)
+	rep := bisect.NewReport(plan, st, out)
+	if errors.Is(runErr, context.Canceled) {
+		logf("bisect: interrupted; %d sessions saved in %s; continue with: kvcanary bisect %s --out %s --resume",
+			rep.Sessions, out, opts.Plan, out)
+	}
+	if opts.JSON.JSON {
+		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
+			return err
+		}
+	} else if err := rep.WriteText(opts.IO.Out); err != nil {
+		return err
+	}
+	switch {
+	case runErr == nil:
+		return nil
+	case errors.Is(runErr, context.Canceled):
+		return runErr
+	default:
+		return cmdutil.InputError(fmt.Errorf("bisect: %w", runErr))
+	}
+}
+
+// bisectEngine builds the plan's engine: the twin in process (its flags
+// parsed as sim run parses them), or a server launched or restarted per arm.
+func bisectEngine(opts *BisectOptions, plan *bisect.Plan, logf func(string, ...any)) (bisect.Engine, error) {
+	tool := "kvcanary " + buildinfo.String()
+	if plan.Server.Engine == bisect.EngineTwin {
+		return &bisect.Twin{Rounds: plan.Workload.Rounds, Concurrency: plan.Workload.Concurrency, Tool: tool,
+			Config: twinConfig}, nil
+	}
+	ho, err := plan.HarnessOptions()
+	if err != nil {
+		return nil, cmdutil.InputError(err)
+	}
+	ho.Tool, ho.Host = tool, localHost()
+	self, err := os.Executable()
+	if err != nil {
+		self = "kvcanary"
+	}
+	eng := &bisect.Server{Spec: plan.Server, Harness: ho, Self: self, Log: logf}
+	if plan.Server.Engine == bisect.EngineManual {
+		in := bufio.NewReader(opts.IO.In)
+		eng.Confirm = func(ctx context.Context, arm string, flags []string, url string) error {
+			fmt.Fprintf(opts.IO.ErrOut, "bisect: %s: restart the server at %s with these flags, then press Enter:\n  %s\n",
+				arm, url, bisect.ShellQuote(flags))
+			line := make(chan error, 1)
+			go func() { _, err := in.ReadString('\n'); line <- err }()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case err := <-line:
+				if err != nil {
+					return fmt.Errorf("waiting for Enter: %w", err)
+				}
+				return nil
+			}
+		}
+	}
+	return eng, nil
+}
+
+// twinConfig parses an arm's flags with sim run's engine flags.
+func twinConfig(flags []string, seed uint64) (sim.Config, error) {
+	c := &cobra.Command{Use: "twin"}
+	ef := addEngineFlags(c)
+	if err := c.Flags().Parse(flags); err != nil {
+		return sim.Config{}, err
+	}
+	if rest := c.Flags().Args(); len(rest) > 0 {
+		return sim.Config{}, fmt.Errorf("unexpected argument %q", rest[0])
+	}
+	return ef.config(seed)
+}

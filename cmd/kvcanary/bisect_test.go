@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/bisect"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+)
+
+func runBisect(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
+	t.Helper()
+	ios, _, out, errOut := cmdutil.Test()
+	cmd := NewCmdBisect(&cmdutil.Factory{IO: ios, Ctx: ctx, Now: time.Now}, nil)
+	cmd.SetArgs(args)
+	cmd.SetOut(out)
+	cmd.SetErr(errOut)
+	err := cmd.Execute()
+	return out.String(), errOut.String(), err
+}
+
+// TestBisectSeedsOnTheTwin runs the shipped plan in process: the seeds'
+// decisions (fp8, no graphs and overlap off remove it; max-bs 64 changes
+// nothing) with fewer sessions per arm than the demo's 80.
+func TestBisectSeedsOnTheTwin(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("runs the seeds' plan on the twin (about 30 twin runs of 80 sessions); skipped with -short and -race")
+	}
+	out, stderr, err := runBisect(t, context.Background(), "../../examples/seeds.toml", "--out", t.TempDir(), "--json")
+	if err != nil {
+		t.Fatalf("bisect: %v\n%s", err, stderr)
+	}
+	var rep bisect.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	v := rep.Verdict
+	if strings.Join(v.Removes, ",") != "fp8,no-graph,overlap-off" || strings.Join(v.Nothing, ",") != "max-bs-64" || !rep.Complete {
+		t.Fatalf("verdict %+v\n%s", v, stderr)
+	}
+	armSessions := rep.Sessions - rep.Arms[0].Sessions
+	mean := float64(armSessions) / float64(len(rep.Arms)-1)
+	t.Logf("sessions: %d counted, baseline %d, arms %.1f on average (demo: 80 each)", rep.Sessions, rep.Arms[0].Sessions, mean)
+	if mean >= 80 {
+		t.Errorf("arms ran %.1f sessions on average, want fewer than the demo's 80", mean)
+	}
+}
+
+// serveWrapper is the command of the process tests: kvcanary sim serve,
+// except that an arm with --max-running-requests=7 has its server killed
+// 1.5 s after it starts (a server that dies mid-arm).
+const serveWrapper = `#!/bin/sh
+self="$1"; port="$2"; shift 2
+case " $* " in
+*" --max-running-requests=7 "*)
+	"$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms "$@" &
+	pid=$!
+	sleep 1.5
+	kill -9 $pid
+	wait $pid
+	exit 137 ;;
+esac
+exec "$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms "$@"
+`
+
+func writeProcessPlan(t *testing.T, dir string, arms string) string {
+	t.Helper()
+	wrapper := filepath.Join(dir, "serve.sh")
+	if err := os.WriteFile(wrapper, []byte(serveWrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plan := `[server]
+engine = "command"
+command = "` + wrapper + ` {self} {port} {flags}"
+startup_timeout = "30s"
+stop_grace = "5s"
+[workload]
+rounds = 2
+concurrency = 8
+tool_time = "1s"
+[stats]
+budget = 16
+batch = 8
+baseline_start = 8
+` + arms
+	path := filepath.Join(dir, "plan.toml")
+	if err := os.WriteFile(path, []byte(plan), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestBisectThroughProcesses: real server processes from the command
+// template — health wait, sessions, stop; an arm whose flags make the
+// server exit at start and one whose server is killed mid-arm are marked
+// failed with the log tail, and the others finish.
+func TestBisectThroughProcesses(t *testing.T) {
+	bin := kvcanaryBinary(t)
+	dir := t.TempDir()
+	plan := writeProcessPlan(t, dir, `
+[[arm]]
+name = "unknown-flag"
+flags = ["--no-such-flag"]
+[[arm]]
+name = "killed"
+flags = ["--max-running-requests=7"]
+[[arm]]
+name = "fp8"
+flags = ["--index-k-dtype", "fp8"]
+`)
+	out := filepath.Join(dir, "out")
+	cmd := exec.Command(bin, "bisect", plan, "--out", out, "--json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bisect: %v\n%s", err, stderr.String())
+	}
+	var rep bisect.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout.String())
+	}
+	byName := map[string]bisect.ArmReport{}
+	for _, a := range rep.Arms {
+		byName[a.Name] = a
+	}
+	if a := byName["unknown-flag"]; a.Decision != bisect.Failed || !strings.Contains(a.Error, "exited before it was healthy") || !strings.Contains(a.Error, "no-such-flag") {
+		t.Errorf("unknown-flag: %q, error %q (want the exit and the log tail naming the flag)", a.Decision, a.Error)
+	}
+	if a := byName["killed"]; a.Decision != bisect.Failed || !strings.Contains(a.Error, "exited during the sessions") {
+		t.Errorf("killed: %q, error %q", a.Decision, a.Error)
+	}
+	if a := byName["fp8"]; a.Decision == bisect.Failed || a.Decision == bisect.Undecided || a.Sessions < 8 {
+		t.Errorf("fp8: %q after %d sessions (%s)\n%s", a.Decision, a.Sessions, a.Error, stderr.String())
+	}
+	if b := byName["baseline"]; b.Sessions < 8 || len(b.Bundles) == 0 {
+		t.Errorf("baseline: %d sessions, bundles %v", b.Sessions, b.Bundles)
+	}
+	for _, f := range []string{"baseline-0.log", "baseline-0.kvtrace", "fp8-0.kvtrace", bisect.StateFile} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("evidence: %v", err)
+		}
+	}
+	// No server outlives the bisect.
+	if o, _ := exec.Command("pgrep", "-f", "sim serve --addr 127.0.0.1").Output(); len(bytes.TrimSpace(o)) > 0 {
+		t.Errorf("servers still running: %s", o)
+	}
+}
+
+// TestBisectResumeAfterSIGINT: SIGINT mid-bisect exits 130 with the state
+// saved; --resume finishes the plan without re-running a counted session.
+func TestBisectResumeAfterSIGINT(t *testing.T) {
+	bin := kvcanaryBinary(t)
+	dir := t.TempDir()
+	plan := writeProcessPlan(t, dir, `
+[[arm]]
+name = "fp8"
+flags = ["--index-k-dtype", "fp8"]
+[[arm]]
+name = "no-graph"
+flags = ["--disable-cuda-graph"]
+`)
+	out := filepath.Join(dir, "out")
+	cmd := exec.Command(bin, "bisect", plan, "--out", out)
+	pr, pw, _ := os.Pipe()
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	var log strings.Builder
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "bisect: fp8: started") {
+			time.Sleep(500 * time.Millisecond)
+			_ = cmd.Process.Signal(syscall.SIGINT)
+			break
+		}
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("after SIGINT: %v, want exit 130\n%s", err, log.String())
+	}
+	before, err := os.ReadFile(filepath.Join(out, bisect.StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st0 bisect.State
+	if err := json.Unmarshal(before, &st0); err != nil {
+		t.Fatal(err)
+	}
+	if len(st0.Arms[0].Sessions) < 8 {
+		t.Fatalf("baseline sessions saved: %d", len(st0.Arms[0].Sessions))
+	}
+	res := exec.Command(bin, "bisect", plan, "--out", out, "--resume", "--json")
+	var stdout, stderr bytes.Buffer
+	res.Stdout, res.Stderr = &stdout, &stderr
+	if err := res.Run(); err != nil {
+		t.Fatalf("resume: %v\n%s", err, stderr.String())
+	}
+	var rep bisect.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Complete {
+		t.Fatalf("not complete after resume: %+v", rep.Verdict)
+	}
+	after, err := os.ReadFile(filepath.Join(out, bisect.StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st1 bisect.State
+	if err := json.Unmarshal(after, &st1); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range st1.Arms {
+		seen := map[string]bool{}
+		for j, s := range a.Sessions {
+			if seen[s.ID] {
+				t.Fatalf("%s: session %s counted twice", a.Name, s.ID)
+			}
+			seen[s.ID] = true
+			if j < len(st0.Arms[i].Sessions) && st0.Arms[i].Sessions[j] != s {
+				t.Fatalf("%s: counted session %d changed on resume: %v → %v", a.Name, j, st0.Arms[i].Sessions[j], s)
+			}
+		}
+	}
+	// Without --resume an existing bisect is not overwritten.
+	again := exec.Command(bin, "bisect", plan, "--out", out)
+	if err := again.Run(); !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Errorf("bisect into a used --out: %v, want exit 2", err)
+	}
+}
