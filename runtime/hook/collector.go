@@ -570,7 +570,7 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		// The bundle writer's rule, applied here: what a recording would
 		// refuse is refused (and counted) at ingest, never accepted and then
 		// dropped.
-		if !admitQuick(last.size, last.jsonBody, len(ev.Src.Node)+len(ev.Src.Proc)+len(ev.Run)) {
+		if !admitQuick(last.size, last.jsonBody, len(ev.Src.Node)+len(ev.Src.Proc)+len(ev.Src.Role)+len(ev.Run)) {
 			if aerr := AdmitEvent(ev, last.size, last.jsonBody); aerr != nil {
 				reason := ReasonTooLarge
 				if !errors.Is(aerr, ErrTooLarge) {
