@@ -28,7 +28,8 @@ type CollectOptions struct {
 	JSON        *cmdutil.JSONFlags
 	Listen      string
 	Record      string
-	AllowRemote bool
+	AllowRemote bool // --insecure-remote (alias --allow-remote)
+	TLS         listenTLS
 	Run         string
 	Limits      listenLimits
 
@@ -75,8 +76,12 @@ func NewCmdCollect(f *cmdutil.Factory, runF func(*CollectOptions) error) *cobra.
 		Long: `Receive events from any number of producers at once — engine hooks, probes,
 scripts — over a Unix socket or loopback TCP, and record them to a trace bundle.
 
-ADDR is unix:///path.sock (created mode 0600) or tcp://127.0.0.1:PORT. A TCP
-address other hosts could reach is refused unless --allow-remote is given.
+ADDR is unix:///path.sock (created mode 0600) or tcp://HOST:PORT. A TCP
+address other hosts could reach needs mutual TLS (--tls-cert, --tls-key,
+--client-ca; kvcanary certs init makes them): producers without a valid client
+certificate are refused and counted, and each certificate's subject CN becomes
+its events' src.node. --insecure-remote accepts remote producers without TLS
+(with a warning on every start).
 Producers speak the wire protocol of runtime/hook/WIRE.md: binary frames (the Go
 emitter) or JSON lines, one event object per line:
 
@@ -121,7 +126,7 @@ A value of 0 turns a limit off.`,
 	}
 	cmd.Flags().StringVar(&opts.Listen, "listen", "", "address to listen on: unix:///path.sock or tcp://127.0.0.1:PORT")
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record every accepted event to this trace bundle (.kvtrace)")
-	cmd.Flags().BoolVar(&opts.AllowRemote, "allow-remote", false, "allow a TCP address reachable from other hosts (no authentication!)")
+	addListenSecurityFlags(cmd, &opts.TLS, &opts.AllowRemote, "")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "run id for events that carry none (default collect-<UTC time>)")
 	addListenLimitFlags(cmd, &opts.Limits, "")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
@@ -167,6 +172,9 @@ func collectRun(opts *CollectOptions) error {
 		},
 	}
 	opts.Limits.apply(&lo)
+	if err := opts.TLS.apply(&lo, opts.Listen, opts.AllowRemote, errOut, "collect"); err != nil {
+		return err
+	}
 	c, err := hook.Listen(opts.Listen, lo)
 	if err != nil {
 		if errors.Is(err, hook.ErrRemoteRefused) || errors.Is(err, hook.ErrBadAddress) {
