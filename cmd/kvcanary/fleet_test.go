@@ -147,6 +147,7 @@ func TestFleetTwoHostPDOverMTLS(t *testing.T) {
 		!strings.Contains(text, "prefill-host prefill r1 → decode-host decode r1") {
 		t.Errorf("compare does not attribute the mismatch to the hosts:\n%s", text)
 	}
+	t.Logf("checksum compare of the recorded bundle:\n%s", text)
 	if strings.Contains(text, "lies-about-its-name") {
 		t.Errorf("a producer-claimed host name got through:\n%s", text)
 	}
