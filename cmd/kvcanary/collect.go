@@ -54,6 +54,7 @@ type CollectSummary struct {
 	// connection by why it ended.
 	Refused      uint64            `json:"refused"`
 	RefusedBy    map[string]uint64 `json:"refused_by"`
+	LastRefusal  string            `json:"last_refusal,omitempty"` // remote address and cause (TLS: the certificate problem)
 	ClosedBy     map[string]uint64 `json:"closed_by"`
 	BufferedPeak int64             `json:"buffered_peak"`
 	BufferBudget int64             `json:"buffer_budget"`
@@ -259,7 +260,7 @@ func collectRun(opts *CollectOptions) error {
 		Listen: c.Addr(), Run: opts.Run, DurationNS: int64(now().Sub(start)),
 		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections, Bytes: st.Bytes,
 		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), LostFraming: st.LostFraming,
-		Refused: st.Refused, RefusedBy: orEmpty(st.RefusedBy), ClosedBy: orEmpty(st.ClosedBy),
+		Refused: st.Refused, RefusedBy: orEmpty(st.RefusedBy), LastRefusal: st.LastRefusal, ClosedBy: orEmpty(st.ClosedBy),
 		BufferedPeak: st.BufferedPeak, BufferBudget: st.BufferBudget,
 		DroppedProducer: producerDropped, Record: opts.Record, Conns: st.Conns,
 	}
@@ -322,6 +323,9 @@ func writeCollectSummary(w io.Writer, s CollectSummary) error {
 	b.WriteString("\n")
 	if s.Refused > 0 {
 		fmt.Fprintf(&b, "  refused connections: %d (%s)\n", s.Refused, countList(s.RefusedBy))
+		if s.LastRefusal != "" {
+			fmt.Fprintf(&b, "  last refused: %s\n", cmdutil.Quote(s.LastRefusal))
+		}
 	}
 	if limited := limitCloses(s.ClosedBy); len(limited) > 0 {
 		fmt.Fprintf(&b, "  closed by a limit: %s\n", countList(limited))

@@ -133,6 +133,9 @@ func TestFleetTwoHostPDOverMTLS(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
 		t.Fatalf("collect --json: %v\n%s", err, out)
 	}
+	if !strings.Contains(sum.LastRefusal, "tls_unknown_ca") {
+		t.Errorf("last refusal %q does not name the cause", sum.LastRefusal)
+	}
 	if sum.Events != 2*pdRooms || sum.Connections != 2 || sum.RefusedBy["tls_unknown_ca"] < 1 {
 		t.Fatalf("collect summary: %d events, %d connections, refused %v; want %d, 2 and the forger refused", sum.Events, sum.Connections, sum.RefusedBy, 2*pdRooms)
 	}
