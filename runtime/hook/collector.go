@@ -353,7 +353,7 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 			// and never holds up the producers already connected.
 			nc.Close()
 			c.refuse(refuseConnLimit)
-			c.lastRefusal.Store(nc.RemoteAddr().String() + ": over the connection limit")
+			c.lastRefusal.Store(remoteName(nc) + ": conn_limit: over the connection limit")
 			continue
 		}
 		if c.opts.TLS != nil && c.ep.network == "tcp" {
@@ -368,7 +368,7 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 				if err != nil {
 					nc.Close()
 					c.refuse(why)
-					c.lastRefusal.Store(fmt.Sprintf("%s: %s: %v", nc.RemoteAddr(), refuseNames[why], err))
+					c.lastRefusal.Store(fmt.Sprintf("%s: %s: %v", remoteName(nc), refuseNames[why], err))
 					return
 				}
 				cn := c.newConn(tc)
@@ -389,6 +389,14 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 			c.finish(cn, c.handle(cn, pub))
 		}()
 	}
+}
+
+// remoteName is nc's remote address, or "unix" when it has none.
+func remoteName(nc net.Conn) string {
+	if a := nc.RemoteAddr(); a != nil && a.String() != "" {
+		return a.String()
+	}
+	return "unix"
 }
 
 // register adds cn to the open connections; false (and cn closed) when the
