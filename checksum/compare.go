@@ -270,12 +270,16 @@ type RecordResult struct {
 
 // RoomResult is one room that did not match.
 type RoomResult struct {
-	Room           hook.Dec64   `json:"room"`
-	Class          string       `json:"class"`
-	SeqLen         int          `json:"seq_len"`
-	Reason         string       `json:"reason"`
-	Prefill        *SideDigest  `json:"prefill,omitempty"`
-	Decode         *SideDigest  `json:"decode,omitempty"`
+	Room    hook.Dec64  `json:"room"`
+	Class   string      `json:"class"`
+	SeqLen  int         `json:"seq_len"`
+	Reason  string      `json:"reason"`
+	Prefill *SideDigest `json:"prefill,omitempty"`
+	Decode  *SideDigest `json:"decode,omitempty"`
+	// PrefillFrom and DecodeFrom name the producers (host, side, rank,
+	// stage) of the digests shown as Prefill and Decode.
+	PrefillFrom    *RecordID    `json:"prefill_from,omitempty"`
+	DecodeFrom     *RecordID    `json:"decode_from,omitempty"`
 	Duplicates     []Duplicate  `json:"duplicates,omitempty"`
 	MismatchLayers []int        `json:"mismatch_layers,omitempty"` // layer ids whose layer_bsum differ (any record)
 	MismatchPages  []int        `json:"mismatch_pages,omitempty"`  // page-table indices whose page digests differ
@@ -310,6 +314,9 @@ type Report struct {
 	WarmupMaxSeqLen  int           `json:"warmup_max_seq_len"`
 	PagesLocated     int           `json:"pages_located,omitempty"` // mismatching rooms whose pages were located
 	Inputs           []InputStats  `json:"inputs"`
+	// Producers counts rooms by the producer (host, role, rank) of their
+	// records, with the class each room got (producers.go).
+	Producers []ProducerCounts `json:"producers,omitempty"`
 }
 
 // Failed reports whether the compare found a problem: any room that is not a
@@ -371,6 +378,10 @@ type Comparer struct {
 
 	report *Report
 	want   map[uint64]*roomWant // pass 2: rooms whose details are wanted
+
+	producers map[uint64]*ProducerCounts // by side<<32 | who (producers.go)
+	lastKey   [2]uint64                  // per side, the last producer tallied
+	lastProd  [2]*ProducerCounts
 }
 
 // roomWant is what pass 2 collects for one mismatching room: the details of
@@ -533,8 +544,15 @@ func (c *Comparer) Finish() *Report {
 			k++
 		}
 		r.Rooms++
+		before := len(r.NonMatching)
 		c.judge(r, room, pg, dg, ev[k0:k])
+		class := ClassMatch
+		if len(r.NonMatching) > before {
+			class = r.NonMatching[before].Class
+		}
+		c.tally(class, pg, dg)
 	}
+	r.Producers = c.producerList()
 	c.report = r
 	c.evidence = nil
 	c.sides = [2]store{}
@@ -611,11 +629,13 @@ func (c *Comparer) judge(r *Report, room uint64, pg, dg []entry, ev []evidence) 
 	if len(pd) > 0 {
 		x := pd[0].digest()
 		res.Prefill = &x
+		res.PrefillFrom = c.from(0, &pd[0])
 		res.SeqLen = x.SeqLen
 	}
 	if len(dd) > 0 {
 		x := dd[0].digest()
 		res.Decode = &x
+		res.DecodeFrom = c.from(1, &dd[0])
 		if res.Prefill == nil {
 			res.SeqLen = x.SeqLen
 		}
@@ -745,14 +765,17 @@ func (c *Comparer) agreement(res *RoomResult, room uint64, pd, dd []entry) {
 	res.Class = ClassMismatch
 	p := pd[ref].digest()
 	res.Prefill = &p
+	res.PrefillFrom = c.from(0, &pd[ref])
 	res.SeqLen = p.SeqLen
 	first := [][]entry{pd, dd}[bads[0].side][bads[0].x]
 	fd := first.digest()
 	if bads[0].side == 1 {
 		res.Decode = &fd
+		res.DecodeFrom = c.from(1, &first)
 	} else if len(dd) > 0 {
 		d := dd[0].digest()
 		res.Decode = &d
+		res.DecodeFrom = c.from(1, &dd[0])
 	}
 	plain := len(pd) == 1 && len(dd) == 1 && pd0v10(pd, dd)
 	if plain {

@@ -91,6 +91,9 @@ func (s eventSource) Each(fn func(*Record) error) (InputStats, error) {
 		st.Records++
 		rec.Line = st.Events
 		rec.Node = ev.Src.Node
+		if rec.Rank == 0 && ev.Src.Role != "" {
+			rec.Rank = int(ev.Src.Rank) // the body's rank wins; else the producer's (src.rank)
+		}
 		if err := fn(&rec); err != nil {
 			return st, err
 		}

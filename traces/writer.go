@@ -479,6 +479,20 @@ func (w *Writer) appendEvent(b []byte, ev hook.Event) ([]byte, error) {
 				b = append(b, ',')
 			}
 			b = strconv.AppendInt(append(b, `"pid":`...), int64(ev.Src.PID), 10)
+			sep = true
+		}
+		if ev.Src.Role != "" {
+			if sep {
+				b = append(b, ',')
+			}
+			b = appendJSONString(append(b, `"role":`...), ev.Src.Role)
+			sep = true
+		}
+		if ev.Src.Rank != 0 {
+			if sep {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(append(b, `"rank":`...), int64(ev.Src.Rank), 10)
 		}
 		b = append(b, '}')
 	}

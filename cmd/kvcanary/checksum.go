@@ -305,6 +305,10 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 	// With several records per room, PREFILL is the reference record and
 	// DECODE the first disagreeing decode record; REASON names them all.
 	rows := [][]string{{"ROOM", "CLASS", "SEQ_LEN", "PREFILL BSUM", "PREFILL XXH3", "DECODE BSUM", "DECODE XXH3", "PAGES", "REASON"}}
+	hosts := namedProducers(rep)
+	if hosts {
+		rows[0] = append(rows[0], "FROM")
+	}
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = len(rep.NonMatching)
@@ -334,7 +338,11 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 				if d.Rank != 0 || d.Stage != "" || d.Node != "" {
 					who = checksum.RecordID{Side: d.Side, Rank: d.Rank, Stage: d.Stage, Node: d.Node}.String()
 				}
-				rows = append(rows, []string{room, fmt.Sprintf("%s (%s)", rr.Class, cmdutil.Quote(who)), strconv.Itoa(d.SeqLen), pb, px, db, dx, "-", reason})
+				row := []string{room, fmt.Sprintf("%s (%s)", rr.Class, cmdutil.Quote(who)), strconv.Itoa(d.SeqLen), pb, px, db, dx, "-", reason}
+				if hosts {
+					row = append(row, cmdutil.Quote(producerCell(&checksum.RecordID{Side: d.Side, Rank: d.Rank, Node: d.Node})))
+				}
+				rows = append(rows, row)
 			}
 			continue
 		}
@@ -364,13 +372,20 @@ func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error
 				pages += " on " + on
 			}
 		}
-		rows = append(rows, []string{room, rr.Class, seq, pb, px, db, dx, pages, reason})
+		row := []string{room, rr.Class, seq, pb, px, db, dx, pages, reason}
+		if hosts {
+			row = append(row, cmdutil.Quote(fromCell(&rr)))
+		}
+		rows = append(rows, row)
 	}
 	if err := cmdutil.WriteTable(out, opts.IO.IsStdoutTTY(), rows); err != nil {
 		return err
 	}
 	if n := len(rep.NonMatching); n > limit {
 		fmt.Fprintf(out, "… %d more non-matching rooms (--limit 0 or --json lists all)\n", n-limit)
+	}
+	if hosts {
+		return writeProducerTable(opts, rep)
 	}
 	return nil
 }

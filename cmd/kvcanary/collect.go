@@ -28,7 +28,8 @@ type CollectOptions struct {
 	JSON        *cmdutil.JSONFlags
 	Listen      string
 	Record      string
-	AllowRemote bool
+	AllowRemote bool // --insecure-remote (alias --allow-remote)
+	TLS         listenTLS
 	Run         string
 	Limits      listenLimits
 
@@ -53,6 +54,7 @@ type CollectSummary struct {
 	// connection by why it ended.
 	Refused      uint64            `json:"refused"`
 	RefusedBy    map[string]uint64 `json:"refused_by"`
+	LastRefusal  string            `json:"last_refusal,omitempty"` // remote address and cause (TLS: the certificate problem)
 	ClosedBy     map[string]uint64 `json:"closed_by"`
 	BufferedPeak int64             `json:"buffered_peak"`
 	BufferBudget int64             `json:"buffer_budget"`
@@ -75,8 +77,12 @@ func NewCmdCollect(f *cmdutil.Factory, runF func(*CollectOptions) error) *cobra.
 		Long: `Receive events from any number of producers at once — engine hooks, probes,
 scripts — over a Unix socket or loopback TCP, and record them to a trace bundle.
 
-ADDR is unix:///path.sock (created mode 0600) or tcp://127.0.0.1:PORT. A TCP
-address other hosts could reach is refused unless --allow-remote is given.
+ADDR is unix:///path.sock (created mode 0600) or tcp://HOST:PORT. A TCP
+address other hosts could reach needs mutual TLS (--tls-cert, --tls-key,
+--client-ca; kvcanary certs init makes them): producers without a valid client
+certificate are refused and counted, and each certificate's subject CN becomes
+its events' src.node. --insecure-remote accepts remote producers without TLS
+(with a warning on every start).
 Producers speak the wire protocol of runtime/hook/WIRE.md: binary frames (the Go
 emitter) or JSON lines, one event object per line:
 
@@ -121,7 +127,7 @@ A value of 0 turns a limit off.`,
 	}
 	cmd.Flags().StringVar(&opts.Listen, "listen", "", "address to listen on: unix:///path.sock or tcp://127.0.0.1:PORT")
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record every accepted event to this trace bundle (.kvtrace)")
-	cmd.Flags().BoolVar(&opts.AllowRemote, "allow-remote", false, "allow a TCP address reachable from other hosts (no authentication!)")
+	addListenSecurityFlags(cmd, &opts.TLS, &opts.AllowRemote, "")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "run id for events that carry none (default collect-<UTC time>)")
 	addListenLimitFlags(cmd, &opts.Limits, "")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
@@ -167,6 +173,9 @@ func collectRun(opts *CollectOptions) error {
 		},
 	}
 	opts.Limits.apply(&lo)
+	if err := opts.TLS.apply(&lo, opts.Listen, opts.AllowRemote, errOut, "collect"); err != nil {
+		return err
+	}
 	c, err := hook.Listen(opts.Listen, lo)
 	if err != nil {
 		if errors.Is(err, hook.ErrRemoteRefused) || errors.Is(err, hook.ErrBadAddress) {
@@ -251,7 +260,7 @@ func collectRun(opts *CollectOptions) error {
 		Listen: c.Addr(), Run: opts.Run, DurationNS: int64(now().Sub(start)),
 		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections, Bytes: st.Bytes,
 		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), LostFraming: st.LostFraming,
-		Refused: st.Refused, RefusedBy: orEmpty(st.RefusedBy), ClosedBy: orEmpty(st.ClosedBy),
+		Refused: st.Refused, RefusedBy: orEmpty(st.RefusedBy), LastRefusal: st.LastRefusal, ClosedBy: orEmpty(st.ClosedBy),
 		BufferedPeak: st.BufferedPeak, BufferBudget: st.BufferBudget,
 		DroppedProducer: producerDropped, Record: opts.Record, Conns: st.Conns,
 	}
@@ -314,6 +323,9 @@ func writeCollectSummary(w io.Writer, s CollectSummary) error {
 	b.WriteString("\n")
 	if s.Refused > 0 {
 		fmt.Fprintf(&b, "  refused connections: %d (%s)\n", s.Refused, countList(s.RefusedBy))
+		if s.LastRefusal != "" {
+			fmt.Fprintf(&b, "  last refused: %s\n", cmdutil.Quote(s.LastRefusal))
+		}
 	}
 	if limited := limitCloses(s.ClosedBy); len(limited) > 0 {
 		fmt.Fprintf(&b, "  closed by a limit: %s\n", countList(limited))

@@ -31,7 +31,8 @@ type WatchOptions struct {
 	Factory *cmdutil.Factory
 
 	Listen      string
-	AllowRemote bool
+	AllowRemote bool // --insecure-remote (alias --allow-remote)
+	TLS         listenTLS
 	Run         string
 	Limits      listenLimits
 	Bundle      string
@@ -117,7 +118,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&opts.Listen, "listen", "", "run a collector on unix:///path.sock or tcp://127.0.0.1:PORT")
-	fl.BoolVar(&opts.AllowRemote, "allow-remote", false, "with --listen: allow a TCP address reachable from other hosts (no authentication!)")
+	addListenSecurityFlags(cmd, &opts.TLS, &opts.AllowRemote, "with --listen: ")
 	fl.StringVar(&opts.Run, "run", "", "with --listen: run id for events that carry none (default watch-<UTC time>)")
 	addListenLimitFlags(cmd, &opts.Limits, "with --listen: ")
 	fl.StringVar(&opts.Bundle, "bundle", "", "replay this trace bundle")
@@ -139,7 +140,7 @@ func watchFlagsFitSource(cmd *cobra.Command, opts *WatchOptions) error {
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch f.Name {
 		case "listen", "bundle", "sim", "record", "snapshot-dir":
-		case "allow-remote", "run", "buffer-budget-mib", "max-conns", "idle-timeout", "stall-timeout":
+		case "allow-remote", "insecure-remote", "tls-cert", "tls-key", "client-ca", "run", "buffer-budget-mib", "max-conns", "idle-timeout", "stall-timeout":
 			if opts.Listen == "" {
 				bad = append(bad, "--"+f.Name+" needs --listen")
 			}
@@ -223,6 +224,9 @@ func watchRun(opts *WatchOptions) error {
 		lo := hook.ListenOptions{AllowRemote: opts.AllowRemote, Run: opts.Run,
 			OnReject: func(uint64, error) { rejected.Add(1) }}
 		opts.Limits.apply(&lo)
+		if err := opts.TLS.apply(&lo, opts.Listen, opts.AllowRemote, opts.IO.ErrOut, "watch"); err != nil {
+			return err
+		}
 		c, err := hook.Listen(opts.Listen, lo)
 		if err != nil {
 			if errors.Is(err, hook.ErrRemoteRefused) {

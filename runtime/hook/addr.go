@@ -8,7 +8,7 @@ import (
 )
 
 // ErrRemoteRefused is returned by Listen for a TCP address that is not
-// loopback when ListenOptions.AllowRemote is false.
+// loopback when neither ListenOptions.TLS nor ListenOptions.AllowRemote is set.
 var ErrRemoteRefused = errors.New("non-loopback address refused")
 
 // ErrBadAddress is returned by Listen and Dial for an address that is not
@@ -56,7 +56,7 @@ func parseAddr(addr string) (endpoint, error) {
 func checkLoopback(ep endpoint) error {
 	host, _, _ := net.SplitHostPort(ep.address)
 	if host == "" {
-		return fmt.Errorf("listen %s: an empty host listens on every interface: %w; pass --allow-remote to accept events from other hosts", ep, ErrRemoteRefused)
+		return fmt.Errorf("listen %s: an empty host listens on every interface: %w; serve mutual TLS (--tls-cert, --tls-key, --client-ca) to accept events from other hosts, or pass --insecure-remote (formerly --allow-remote) to accept them unauthenticated", ep, ErrRemoteRefused)
 	}
 	var ips []net.IP
 	if ip := net.ParseIP(host); ip != nil {
@@ -70,7 +70,7 @@ func checkLoopback(ep endpoint) error {
 	}
 	for _, ip := range ips {
 		if !ip.IsLoopback() {
-			return fmt.Errorf("listen %s: %s is not a loopback address: %w; pass --allow-remote to accept events from other hosts", ep, ip, ErrRemoteRefused)
+			return fmt.Errorf("listen %s: %s is not a loopback address: %w; serve mutual TLS (--tls-cert, --tls-key, --client-ca) to accept events from other hosts, or pass --insecure-remote (formerly --allow-remote) to accept them unauthenticated", ep, ip, ErrRemoteRefused)
 		}
 	}
 	return nil

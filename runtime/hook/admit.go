@@ -56,7 +56,7 @@ const (
 // can reach the limit pass without work; larger ones are measured exactly,
 // without building their encoding.
 func AdmitEvent(ev Event, wireLen int, jsonBody bool) error {
-	if admitQuick(wireLen, jsonBody, len(ev.Src.Node)+len(ev.Src.Proc)+len(ev.Run)) {
+	if admitQuick(wireLen, jsonBody, len(ev.Src.Node)+len(ev.Src.Proc)+len(ev.Src.Role)+len(ev.Run)) {
 		return nil
 	}
 	n, err := EventLineLen(ev)
@@ -103,6 +103,14 @@ func EventLineLen(ev Event) (int, error) {
 		}
 		if ev.Src.PID != 0 {
 			n += len(`"pid":`) + len(strconv.AppendInt(nil, int64(ev.Src.PID), 10))
+			fields++
+		}
+		if ev.Src.Role != "" {
+			n += len(`"role":`) + stringLen(ev.Src.Role)
+			fields++
+		}
+		if ev.Src.Rank != 0 {
+			n += len(`"rank":`) + len(strconv.AppendInt(nil, int64(ev.Src.Rank), 10))
 			fields++
 		}
 		n += max(fields-1, 0)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -20,9 +21,20 @@ import (
 
 // ListenOptions configure a collector.
 type ListenOptions struct {
-	// AllowRemote permits a TCP address that is not loopback
-	// (--allow-remote on the command line).
+	// AllowRemote permits a TCP address that is not loopback without TLS
+	// (--insecure-remote on the command line): anyone who can reach the
+	// port can then send events. With TLS set it is not needed.
 	AllowRemote bool
+	// TLS, when set, makes a TCP collector speak TLS (ServerTLSConfig:
+	// TLS 1.3, client certificates checked against its client CAs) and
+	// refuse connections without a valid client certificate, counting them
+	// by reason (Stats.RefusedBy tls_*). The certificate's subject CN
+	// becomes src.node of the connection's events, overriding what the
+	// producer claims. A non-loopback address is allowed with TLS.
+	TLS *tls.Config
+	// HandshakeTimeout bounds a TLS handshake (default
+	// DefaultHandshakeTimeout).
+	HandshakeTimeout time.Duration
 	// Run is the run id given to events that arrive without one.
 	Run string
 	// Node names the host of producers on a Unix socket (default: this
@@ -95,7 +107,12 @@ type Collector struct {
 
 	closeOnce sync.Once
 	done      chan struct{}
-	drainAt   atomic.Int64 // UnixNano deadline of the drain Close started; set before done closes
+	ctx       context.Context // cancelled by Close: ends pending TLS handshakes
+	cancel    context.CancelFunc
+
+	handshaking atomic.Int64 // TLS handshakes running (count toward MaxConns)
+	lastRefusal atomic.Value // string: why the last connection was refused
+	drainAt     atomic.Int64 // UnixNano deadline of the drain Close started; set before done closes
 
 	mem       memBudget
 	refused   atomic.Uint64
@@ -136,6 +153,9 @@ type Stats struct {
 	// first buffer ("over_budget").
 	Refused   uint64            `json:"refused"`
 	RefusedBy map[string]uint64 `json:"refused_by,omitempty"`
+	// LastRefusal says why the last refused connection was refused, with
+	// its remote address (TLS refusals name the certificate problem).
+	LastRefusal string `json:"last_refusal,omitempty"`
 	// ClosedBy counts ended connections by why they ended (ConnStats.Closed).
 	ClosedBy map[string]uint64 `json:"closed_by,omitempty"`
 	// Buffered is the bytes connection buffers hold now, BufferedPeak the
@@ -153,6 +173,7 @@ type ConnStats struct {
 	Remote     string            `json:"remote,omitempty"`
 	PID        int32             `json:"pid,omitempty"`
 	Proc       string            `json:"proc,omitempty"`
+	Identity   string            `json:"identity,omitempty"` // TLS client certificate subject CN (the events' src.node)
 	Protocol   string            `json:"protocol,omitempty"` // "frames" | "jsonl"
 	Events     uint64            `json:"events"`
 	Bytes      uint64            `json:"bytes"`
@@ -173,6 +194,7 @@ func Listen(addr string, opts ListenOptions) (*Collector, error) {
 	}
 	opts = opts.withDefaults()
 	c := &Collector{ep: ep, opts: opts, done: make(chan struct{}), open: map[*conn]struct{}{}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mem.limit = opts.BufferBudget
 	c.node = opts.Node
 	if c.node == "" {
@@ -182,7 +204,7 @@ func Listen(addr string, opts ListenOptions) (*Collector, error) {
 	case "unix":
 		c.ln, c.sock, err = listenUnix(ep)
 	default:
-		if !opts.AllowRemote {
+		if !opts.AllowRemote && opts.TLS == nil {
 			if err := checkLoopback(ep); err != nil {
 				return nil, err
 			}
@@ -268,6 +290,7 @@ func (c *Collector) Close() error {
 		// Stored before done closes: a reader that sees done closed uses it.
 		c.drainAt.Store(deadline.UnixNano())
 		close(c.done)
+		c.cancel()
 		err = c.ln.Close()
 		if c.sock != nil {
 			if fi, serr := os.Lstat(c.ep.address); serr == nil && os.SameFile(fi, c.sock) {
@@ -322,7 +345,7 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 		}
 		backoff = 0
 		c.mu.Lock()
-		full := c.opts.MaxConns > 0 && len(c.open) >= c.opts.MaxConns
+		full := c.opts.MaxConns > 0 && len(c.open)+int(c.handshaking.Load()) >= c.opts.MaxConns
 		c.mu.Unlock()
 		if full {
 			// Closed at once, before any per-connection work: a flood of
@@ -330,22 +353,36 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 			// and never holds up the producers already connected.
 			nc.Close()
 			c.refuse(refuseConnLimit)
+			c.lastRefusal.Store(remoteName(nc) + ": conn_limit: over the connection limit")
+			continue
+		}
+		if c.opts.TLS != nil && c.ep.network == "tcp" {
+			// The handshake runs on the connection's goroutine: a slow or
+			// hostile client never holds up the accept loop.
+			c.handshaking.Add(1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tc, node, why, err := c.handshake(nc)
+				c.handshaking.Add(-1)
+				if err != nil {
+					nc.Close()
+					c.refuse(why)
+					c.lastRefusal.Store(fmt.Sprintf("%s: %s: %v", remoteName(nc), refuseNames[why], err))
+					return
+				}
+				cn := c.newConn(tc)
+				cn.src.Node, cn.authNode = node, true
+				if c.register(cn) {
+					c.finish(cn, c.handle(cn, pub))
+				}
+			}()
 			continue
 		}
 		cn := c.newConn(nc)
-		c.mu.Lock()
-		select {
-		case <-c.done:
-			c.mu.Unlock()
-			nc.Close()
+		if !c.register(cn) {
 			return nil
-		default:
 		}
-		// Counted and registered together, under c.mu: Stats sees
-		// Connections, Open and Conns as one snapshot.
-		c.connections.Add(1)
-		c.open[cn] = struct{}{}
-		c.mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -354,12 +391,39 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 	}
 }
 
+// remoteName is nc's remote address, or "unix" when it has none.
+func remoteName(nc net.Conn) string {
+	if a := nc.RemoteAddr(); a != nil && a.String() != "" {
+		return a.String()
+	}
+	return "unix"
+}
+
+// register adds cn to the open connections; false (and cn closed) when the
+// collector is closing.
+func (c *Collector) register(cn *conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.done:
+		cn.nc.Close()
+		return false
+	default:
+	}
+	// Counted and registered together, under c.mu: Stats sees
+	// Connections, Open and Conns as one snapshot.
+	c.connections.Add(1)
+	c.open[cn] = struct{}{}
+	return true
+}
+
 // conn is one producer connection.
 type conn struct {
 	nc       net.Conn
 	id       uint64
 	remote   string
 	src      Source // defaults filled into events
+	authNode bool   // src.Node is the TLS client certificate's CN: it overrides the producer's
 	protocol atomic.Value
 	events   atomic.Uint64
 	bytes    atomic.Uint64
@@ -391,10 +455,17 @@ func (c *Collector) newConn(nc net.Conn) *conn {
 const (
 	refuseConnLimit = iota
 	refuseOverBudget
+	refuseTLSNoCert    // TLS: the client sent no certificate
+	refuseTLSUnknownCA // TLS: signed by a CA the collector does not trust
+	refuseTLSExpired   // TLS: expired or not yet valid
+	refuseTLSBadCert   // TLS: otherwise invalid (wrong key usage, no CN, …)
+	refuseTLSHandshake // TLS: not TLS, an old version, a timeout, …
 	refuseLimit
 )
 
-var refuseNames = [refuseLimit]string{refuseConnLimit: "conn_limit", refuseOverBudget: "over_budget"}
+var refuseNames = [refuseLimit]string{refuseConnLimit: "conn_limit", refuseOverBudget: "over_budget",
+	refuseTLSNoCert: "tls_no_cert", refuseTLSUnknownCA: "tls_unknown_ca", refuseTLSExpired: "tls_expired",
+	refuseTLSBadCert: "tls_bad_cert", refuseTLSHandshake: "tls_handshake"}
 
 func (c *Collector) refuse(why int) {
 	c.refused.Add(1)
@@ -552,7 +623,7 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 			}
 			continue
 		}
-		if ev.Src.Node == "" {
+		if ev.Src.Node == "" || cn.authNode {
 			ev.Src.Node = cn.src.Node
 		}
 		if ev.Src.PID == 0 {
@@ -570,7 +641,7 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		// The bundle writer's rule, applied here: what a recording would
 		// refuse is refused (and counted) at ingest, never accepted and then
 		// dropped.
-		if !admitQuick(last.size, last.jsonBody, len(ev.Src.Node)+len(ev.Src.Proc)+len(ev.Run)) {
+		if !admitQuick(last.size, last.jsonBody, len(ev.Src.Node)+len(ev.Src.Proc)+len(ev.Src.Role)+len(ev.Run)) {
 			if aerr := AdmitEvent(ev, last.size, last.jsonBody); aerr != nil {
 				reason := ReasonTooLarge
 				if !errors.Is(aerr, ErrTooLarge) {
@@ -621,7 +692,8 @@ func (c *Collector) finish(cn *conn, closed string) {
 
 func (cn *conn) stats() ConnStats {
 	st := ConnStats{ID: cn.id, Remote: cn.remote, PID: cn.src.PID, Proc: cn.src.Proc,
-		Events: cn.events.Load(), Bytes: cn.bytes.Load(), Rejected: cn.rejected.Load()}
+		Identity: cn.identity(),
+		Events:   cn.events.Load(), Bytes: cn.bytes.Load(), Rejected: cn.rejected.Load()}
 	if p, ok := cn.protocol.Load().(string); ok {
 		st.Protocol = p
 	}
@@ -630,6 +702,13 @@ func (cn *conn) stats() ConnStats {
 	}
 	st.RejectedBy = reasonMap(&cn.byReason)
 	return st
+}
+
+func (cn *conn) identity() string {
+	if cn.authNode {
+		return cn.src.Node
+	}
+	return ""
 }
 
 func reasonMap(counts *[reasonLimit]atomic.Uint64) map[string]uint64 {
@@ -657,6 +736,9 @@ func (c *Collector) Stats() Stats {
 		Buffered:     c.mem.used.Load(),
 		BufferedPeak: c.mem.peak.Load(),
 		BufferBudget: c.mem.limit,
+	}
+	if why, ok := c.lastRefusal.Load().(string); ok {
+		st.LastRefusal = why
 	}
 	for i, name := range refuseNames {
 		if n := c.refusedBy[i].Load(); n > 0 {

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"net"
@@ -28,6 +29,12 @@ type DialOptions struct {
 	// MinBackoff and MaxBackoff bound the wait between connection attempts
 	// (defaults 50ms and 2s; the wait doubles after each failure).
 	MinBackoff, MaxBackoff time.Duration
+	// TLS makes a tcp:// connection TLS with a client certificate
+	// (ClientTLSConfig), for a collector that requires it. When nil, Dial
+	// reads KVCANARY_TLS_CERT, KVCANARY_TLS_KEY and KVCANARY_TLS_CA
+	// (ClientTLSFromEnv) for a tcp:// address; set none of them for a plain
+	// connection.
+	TLS *tls.Config
 }
 
 // EmitterStats are an emitter's counters.
@@ -85,6 +92,11 @@ func Dial(addr string, opts DialOptions) (*Emitter, error) {
 	}
 	if opts.MaxBackoff < opts.MinBackoff {
 		opts.MaxBackoff = max(2*time.Second, opts.MinBackoff)
+	}
+	if opts.TLS == nil && ep.network == "tcp" {
+		if opts.TLS, err = ClientTLSFromEnv(); err != nil {
+			return nil, fmt.Errorf("dial %s: %w", ep, err)
+		}
 	}
 	e := &Emitter{ep: ep, opts: opts,
 		buf:  make([]byte, 0, min(opts.QueueBytes, 1<<20)),
@@ -184,7 +196,14 @@ func (e *Emitter) Close() error {
 }
 
 func (e *Emitter) connect(timeout time.Duration) bool {
-	nc, err := net.DialTimeout(e.ep.network, e.ep.address, timeout)
+	var nc net.Conn
+	var err error
+	if e.opts.TLS != nil && e.ep.network == "tcp" {
+		d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: e.opts.TLS}
+		nc, err = d.Dial("tcp", e.ep.address)
+	} else {
+		nc, err = net.DialTimeout(e.ep.network, e.ep.address, timeout)
+	}
 	if err == nil {
 		if err = nc.SetWriteDeadline(time.Now().Add(e.opts.WriteTimeout)); err == nil {
 			_, err = nc.Write([]byte(FramePreamble))

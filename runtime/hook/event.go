@@ -99,11 +99,23 @@ func (k *Kind) UnmarshalText(b []byte) error {
 
 // Source says where an event was observed. Producers may leave it empty; the
 // collector fills it from the connection.
+//
+// Role and Rank place an engine process in a disaggregated (PD) deployment:
+// Role is "prefill" or "decode" (Roles), empty for sources that are not an
+// engine (a probe, the simulator, a script); Rank is its tensor-parallel rank
+// and means something only when Role is set (a Source with a Rank and no Role
+// is refused). When the collector authenticates producers with TLS client
+// certificates it overwrites Node with the certificate's subject CN.
 type Source struct {
 	Node string `json:"node,omitempty"` // host name
 	Proc string `json:"proc,omitempty"` // process name or role ("sglang-decode", "sim")
 	PID  int32  `json:"pid,omitempty"`
+	Role string `json:"role,omitempty"` // prefill | decode | "" (not an engine)
+	Rank int32  `json:"rank,omitempty"` // TP rank; only with Role
 }
+
+// Roles lists the values Source.Role may take besides "".
+var Roles = []string{"prefill", "decode"}
 
 // Event is the v1 envelope. Body is one of the *Body types below, matching Kind.
 type Event struct {

@@ -28,8 +28,9 @@ const (
 func goldenEvents() []Event {
 	ts := int64(1767225600123456789)
 	src := Source{Node: "gpu-7", Proc: "sglang-decode", PID: 4242}
+	engine := Source{Node: "gpu-7", Proc: "sglang-decode", PID: 4242, Role: "decode", Rank: 3}
 	return []Event{
-		{Kind: KindRoomChecksum, TS: ts, Src: src, Run: "r1", Body: &RoomChecksum{
+		{Kind: KindRoomChecksum, TS: ts, Src: engine, Run: "r1", Body: &RoomChecksum{
 			Room: 9223372036854775783, Side: SideDecode, SeqLen: 130, Pages: 3,
 			Bsum: 0xfedcba9876543210, Dtype: "fp8", Request: "rid-1", Rank: 3, Stage: "admitted",
 			Layers: []int{0, 1, 5}, LayerBsum: []Hex64{1, 0xffffffffffffffff, 0x8000000000000000},

@@ -463,6 +463,12 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 				case "pid":
 					sm.once(2)
 					ev.Src.PID = s.int32v()
+				case "role":
+					sm.once(3)
+					ev.Src.Role = s.str()
+				case "rank":
+					sm.once(4)
+					ev.Src.Rank = s.int32v()
 				default:
 					s.give()
 				}
@@ -484,7 +490,7 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 	if !s.ok || s.i != len(line) || !haveV || v != Version || ev.Body == nil || string(kindName) != bodyKind.String() {
 		return Event{}, false
 	}
-	if validateBody(ev.Body) != nil {
+	if validateBody(ev.Body) != nil || validateSource(bodyKind, ev.Src) != nil {
 		return Event{}, false // the slow path names the value
 	}
 	ev.Kind = bodyKind

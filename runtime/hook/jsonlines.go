@@ -251,6 +251,9 @@ func slowDecodeLine(line []byte) (Event, Reason, error) {
 	if env.Src != nil {
 		ev.Src = *env.Src
 	}
+	if err := validateSource(k, ev.Src); err != nil {
+		return Event{}, ReasonBadValue, err
+	}
 	return ev, ReasonNone, nil
 }
 

@@ -53,7 +53,27 @@ func (e Event) Validate() error {
 	if e.Body.Kind() != e.Kind {
 		return fmt.Errorf("kind %s with a %s body", e.Kind, e.Body.Kind())
 	}
+	if err := validateSource(e.Kind, e.Src); err != nil {
+		return err
+	}
 	return validateBody(e.Body)
+}
+
+// validateSource checks the envelope's src: role is empty, prefill or
+// decode; rank is not negative and set only with a role.
+func validateSource(k Kind, s Source) error {
+	switch s.Role {
+	case "", "prefill", "decode":
+	default:
+		return &valueError{k, "src role", quoteValue(s.Role) + " is not one of " + strings.Join(Roles, "|") + " (or empty)"}
+	}
+	if s.Rank < 0 {
+		return &valueError{k, "src rank", strconv.FormatInt(int64(s.Rank), 10) + " is negative"}
+	}
+	if s.Rank != 0 && s.Role == "" {
+		return &valueError{k, "src rank", strconv.FormatInt(int64(s.Rank), 10) + " is set without a role"}
+	}
+	return nil
 }
 
 // valueError is a body value the event model does not allow. Its message

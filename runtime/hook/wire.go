@@ -23,7 +23,7 @@ const (
 	frameHeaderLen = 4             // length prefix
 	frameFixedLen  = 1 + 1 + 1 + 8 // version, kind, flags, ts_ns
 	minFrameLen    = frameFixedLen // smallest legal length prefix
-	frameFlagsMask = FlagJSON | FlagSrc | FlagRun
+	frameFlagsMask = FlagJSON | FlagSrc | FlagRun | FlagRole
 )
 
 // Frame flag bits (byte 6 of a frame).
@@ -31,6 +31,7 @@ const (
 	FlagJSON = 1 << 0 // body is the kind's JSON object instead of its binary layout
 	FlagSrc  = 1 << 1 // envelope carries src (node, proc, pid)
 	FlagRun  = 1 << 2 // envelope carries the run id
+	FlagRole = 1 << 3 // envelope carries src role and rank (after run)
 )
 
 // Reason classifies why an input was rejected. Reason strings are stable: they
@@ -178,6 +179,15 @@ func appendFrameUnchecked(dst []byte, ev Event, forceJSON bool) ([]byte, error) 
 		flags |= FlagRun
 		dst = appendStr(dst, ev.Run)
 	}
+	// Role and rank get their own flag, so frames without them are
+	// byte-identical to those of producers built before the fields existed,
+	// and an older collector refuses a frame with them (bad_flags) instead of
+	// misreading it.
+	if ev.Src.Role != "" || ev.Src.Rank != 0 {
+		flags |= FlagRole
+		dst = appendStr(dst, ev.Src.Role)
+		dst = binary.AppendUvarint(dst, uint64(uint32(ev.Src.Rank)))
+	}
 	var err error
 	if binaryBody[ev.Kind] && !forceJSON {
 		dst, err = appendBinaryBody(dst, ev.Body)
@@ -188,7 +198,7 @@ func appendFrameUnchecked(dst []byte, ev Event, forceJSON bool) ([]byte, error) 
 	if err != nil {
 		return dst[:start], fmt.Errorf("encode %s frame: %w", ev.Kind, err)
 	}
-	if !utf8.ValidString(ev.Src.Node) || !utf8.ValidString(ev.Src.Proc) || !utf8.ValidString(ev.Run) {
+	if !utf8.ValidString(ev.Src.Node) || !utf8.ValidString(ev.Src.Proc) || !utf8.ValidString(ev.Run) || !utf8.ValidString(ev.Src.Role) {
 		return dst[:start], fmt.Errorf("encode %s frame: src or run is not valid UTF-8", ev.Kind)
 	}
 	n := len(dst) - start - frameHeaderLen
@@ -432,8 +442,15 @@ func decodeFramePayload(p []byte, sl *slabs) (Event, error) {
 	if flags&FlagRun != 0 {
 		ev.Run = r.str()
 	}
+	if flags&FlagRole != 0 {
+		ev.Src.Role = r.str()
+		ev.Src.Rank = int32(r.uint32v("src rank"))
+	}
 	if r.err != nil {
 		return Event{}, r.error(k.String() + " envelope")
+	}
+	if err := validateSource(k, ev.Src); err != nil {
+		return Event{}, &bodyError{ReasonBadValue, frameFixedLen, err.Error()}
 	}
 	bodyAt := r.off
 	if flags&FlagJSON != 0 {

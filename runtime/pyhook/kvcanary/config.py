@@ -18,6 +18,16 @@ default: a typo in a setting must never stop (or crash) an inference engine.
 | KVCANARY_CHECKSUM_PAGES    | 1                          | checksum_pages     |
 | KVCANARY_QUEUE             | 4096                       | queue              |
 | KVCANARY_LOG               | warning                    | log                |
+| KVCANARY_TLS_CERT          | "" (no TLS)                | tls_cert           |
+| KVCANARY_TLS_KEY           | ""                         | tls_key            |
+| KVCANARY_TLS_CA            | ""                         | tls_ca             |
+
+The three TLS_ variables make a tcp:// connection TLS 1.3 with a client
+certificate (a collector listening on a non-loopback address requires it):
+TLS_CERT and TLS_KEY are the PEM client certificate and key, TLS_CA the PEM
+CA that signed the collector's certificate. `kvcanary certs init` makes all
+of them. Setting some but not all three is refused (one warning, nothing
+sent) rather than falling back to a plain connection.
 """
 
 from __future__ import annotations
@@ -209,6 +219,9 @@ class Settings:
     checksum_pages: bool = True  # send page_bsum with room checksums
     queue: int = 4096  # emitter queue length (events)
     log: str = "warning"  # level of the "kvcanary" logger
+    tls_cert: str = ""  # PEM client certificate for a TLS (mTLS) collector
+    tls_key: str = ""  # PEM key of tls_cert
+    tls_ca: str = ""  # PEM CA that signed the collector's certificate
 
     @property
     def enabled(self) -> bool:
@@ -264,6 +277,15 @@ class Settings:
         log.setLevel(LOG_LEVELS[self.log])
 
 
+def _parse_path(s: str) -> str:
+    v = s.strip()
+    if not v:
+        raise SettingError("empty path")
+    if "\x00" in v:
+        raise SettingError("NUL byte in path")
+    return v
+
+
 def _show(v):
     if isinstance(v, frozenset):
         return ",".join(n for n in INSTRUMENTS if n in v)
@@ -282,5 +304,8 @@ _VARS = {
     "KVCANARY_CHECKSUM_PAGES": ("checksum_pages", _parse_bool),
     "KVCANARY_QUEUE": ("queue", _parse_queue),
     "KVCANARY_LOG": ("log", _parse_log),
+    "KVCANARY_TLS_CERT": ("tls_cert", _parse_path),
+    "KVCANARY_TLS_KEY": ("tls_key", _parse_path),
+    "KVCANARY_TLS_CA": ("tls_ca", _parse_path),
 }
 VARIABLES = tuple(_VARS)

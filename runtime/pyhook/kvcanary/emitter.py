@@ -108,10 +108,12 @@ def _dumps_body(body: dict) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-def encode_event(kind: str, body: dict, ts_ns: int, proc: str = "", pid: int = 0, run: str = "") -> bytes:
+def encode_event(kind: str, body: dict, ts_ns: int, proc: str = "", pid: int = 0, run: str = "",
+                 role: str = "", rank: int = 0) -> bytes:
     """One JSON line (with its newline) in the form of WIRE.md:
-    {"v":1,"kind":K,"ts_ns":N,"src":{"proc":P,"pid":PID},"run":R,"body":{…}}.
-    Empty src fields and an empty run are omitted (the collector fills them).
+    {"v":1,"kind":K,"ts_ns":N,"src":{"proc":P,"pid":PID,"role":R,"rank":N},"run":R,"body":{…}}.
+    Empty src fields and an empty run are omitted (the collector fills them);
+    rank is written only with a role (prefill|decode).
     Raises ValueError/TypeError for what JSON cannot carry (NaN, other types,
     invalid UTF-8); the emitter counts those as invalid.
     """
@@ -124,6 +126,10 @@ def encode_event(kind: str, body: dict, ts_ns: int, proc: str = "", pid: int = 0
         src["proc"] = proc
     if pid:
         src["pid"] = pid
+    if role:
+        src["role"] = role
+        if rank:
+            src["rank"] = rank
     head = '{"v":1,"kind":%s,"ts_ns":%d' % (_dumps(kind), ts_ns)
     if src:
         head += ',"src":' + _dumps(src)
@@ -143,6 +149,30 @@ def _default_proc() -> str:
     return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
 
 
+def tls_context(cert: str, key: str, ca: str):
+    """A client SSLContext for a kvcanary collector with mTLS: TLS 1.3 only,
+    the collector's certificate checked against `ca` (and its host name),
+    `cert`/`key` presented as this producer's identity (its subject CN
+    becomes src.node at the collector). Raises OSError/ValueError naming the
+    file that does not load."""
+    import ssl
+
+    missing = [n for n, v in (("KVCANARY_TLS_CERT", cert), ("KVCANARY_TLS_KEY", key), ("KVCANARY_TLS_CA", ca)) if not v]
+    if missing:
+        raise ValueError("TLS needs KVCANARY_TLS_CERT, _KEY and _CA; missing %s" % ", ".join(missing))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    try:
+        ctx.load_verify_locations(cafile=ca)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError("KVCANARY_TLS_CA %s: %s" % (ca, e)) from None
+    try:
+        ctx.load_cert_chain(certfile=cert, keyfile=key)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError("KVCANARY_TLS_CERT %s / KVCANARY_TLS_KEY %s: %s" % (cert, key, e)) from None
+    return ctx
+
+
 _live: "weakref.WeakSet[Emitter]" = weakref.WeakSet()
 
 
@@ -152,9 +182,14 @@ class Emitter:
 
     def __init__(self, addr: str | None, run: str = "", proc: str = "", queue_size: int = 4096, *,
                  write_timeout: float = 5.0, connect_timeout: float = 1.0,
-                 min_backoff: float = 0.05, max_backoff: float = 2.0):
+                 min_backoff: float = 0.05, max_backoff: float = 2.0,
+                 role: str = "", rank: int = 0, tls: tuple | None = None):
         self.run = run or ""
         self.proc = proc or ""
+        self.role, self.rank = "", 0
+        self.set_source(role, rank)
+        self._tls_files = tls  # (cert, key, ca) PEM paths for tcp://, or None
+        self._ssl = None
         self.queue_size = max(1, int(queue_size))
         self.write_timeout = write_timeout
         self.connect_timeout = connect_timeout
@@ -168,9 +203,25 @@ class Emitter:
             except SettingError as e:
                 log.warning("kvcanary: %s; events are not sent", e)
                 self.noop = True
+        if tls is not None and not self.noop:
+            try:
+                self._ssl = tls_context(*tls)
+            except (OSError, ValueError) as e:
+                log.warning("kvcanary: TLS settings: %s; events are not sent", e)
+                self.noop = True
         self._fresh()
         if not self.noop:
             _live.add(self)
+
+    def set_source(self, role: str, rank: int = 0) -> bool:
+        """Name this process's place in a PD deployment: role "prefill" or
+        "decode" (or "" for none) and its TP rank, written in every event's
+        src from now on. A value outside the model is refused (False)."""
+        if role not in ("", "prefill", "decode") or type(rank) is not int or rank < 0 or (rank and not role):
+            log.warning("kvcanary: src role %r rank %r is not prefill|decode with a rank >= 0; not set", role, rank)
+            return False
+        self.role, self.rank = role, rank
+        return True
 
     # --- state -----------------------------------------------------------------
 
@@ -316,6 +367,12 @@ class Emitter:
             else:
                 s = socket.create_connection((a.host, a.port), timeout=timeout)
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self._ssl is not None:
+                    try:
+                        s = self._ssl.wrap_socket(s, server_hostname=a.host)  # handshakes, within timeout
+                    except BaseException:
+                        s.close()
+                        raise
             s.settimeout(self.write_timeout)
         except OSError as e:
             self._last_error = "connect %s: %s" % (a, e)
@@ -344,6 +401,19 @@ class Emitter:
             p.register(self._sock, select.POLLIN | select.POLLHUP)
             if not p.poll(0):
                 return False  # nothing to read: the connection is alive
+            if self._ssl is not None and self.addr.scheme == "tcp":
+                # TLS: recv takes no flags; the collector sends no application
+                # data (nor session tickets), so a readable record is its
+                # close_notify or EOF. Read it without waiting.
+                import ssl
+
+                self._sock.setblocking(False)
+                try:
+                    return self._sock.recv(1) == b""
+                except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                    return False
+                finally:
+                    self._sock.settimeout(self.write_timeout)
             # readable: EOF (closed) or bytes a collector never sends; the socket
             # has a timeout, but poll said readable, so this recv does not wait
             return self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
@@ -354,7 +424,7 @@ class Emitter:
 
     def _encode(self, kind, body, ts_ns):
         try:
-            return encode_event(kind, body, ts_ns, self.proc, self._pid, self.run)
+            return encode_event(kind, body, ts_ns, self.proc, self._pid, self.run, self.role, self.rank)
         except Exception as e:  # noqa: BLE001 - NaN, a tensor, bad UTF-8: count, never raise
             with self._lock:
                 self._invalid += 1
@@ -387,7 +457,7 @@ class Emitter:
             body["dropped"] = dropped
         if errors:
             body["error"] = "; ".join(errors)
-        return encode_event("run.end", body, time.time_ns(), self.proc, self._pid, self.run)
+        return encode_event("run.end", body, time.time_ns(), self.proc, self._pid, self.run, self.role, self.rank)
 
     def _write(self, data: bytes, n: int) -> bool:
         """Write n encoded lines; on failure count the lines not written
@@ -516,6 +586,7 @@ def get_emitter(proc: str | None = None) -> Emitter:
         if _default is None:
             s = Settings.from_env()
             s.apply_logging()
+            tls = (s.tls_cert, s.tls_key, s.tls_ca) if (s.tls_cert or s.tls_key or s.tls_ca) else None
             _default = Emitter(s.addr, run=s.run, proc=proc if proc is not None else _default_proc(),
-                               queue_size=s.queue)
+                               queue_size=s.queue, tls=tls)
         return _default

@@ -31,6 +31,9 @@ def test_every_variable_parsed():
         "KVCANARY_CHECKSUM_PAGES": "0",
         "KVCANARY_QUEUE": "128",
         "KVCANARY_LOG": "DEBUG",
+        "KVCANARY_TLS_CERT": " /etc/kv/c.pem ",
+        "KVCANARY_TLS_KEY": "/etc/kv/k.pem",
+        "KVCANARY_TLS_CA": "/etc/kv/ca.pem",
     }
     s = Settings.from_env(env)
     assert s.addr == "unix:///tmp/x.sock" and s.enabled
@@ -43,6 +46,7 @@ def test_every_variable_parsed():
     assert s.graphdiff_layer(5) and not s.graphdiff_layer(2)
     assert s.graphdiff_logits == "full" and s.logits_mode == "full" and s.logits_k == 0
     assert s.checksum_pages is False and s.queue == 128 and s.log == "debug"
+    assert (s.tls_cert, s.tls_key, s.tls_ca) == ("/etc/kv/c.pem", "/etc/kv/k.pem", "/etc/kv/ca.pem")
     # every variable of the table is covered by this test
     assert set(env) == set(config.VARIABLES)
 

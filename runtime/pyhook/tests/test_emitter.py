@@ -431,7 +431,7 @@ def test_go_golden_lines_parse_the_same():
                 _check_strings(ev["body"], where)
                 src = ev.get("src", {})
                 again = encode_event(ev["kind"], ev["body"], ev.get("ts_ns", 0), src.get("proc", ""),
-                                     src.get("pid", 0), ev.get("run", ""))
+                                     src.get("pid", 0), ev.get("run", ""), src.get("role", ""), src.get("rank", 0))
                 want = dict(ev)
                 if "src" in want:
                     want["src"] = {k: v for k, v in want["src"].items() if k != "node"}

@@ -98,6 +98,23 @@ def kv_buffers(pool):
     return out
 
 
+def role_of(obj) -> str:
+    """PD role of the process owning obj: its (or its scheduler's)
+    disaggregation_mode (DisaggregationMode.PREFILL/DECODE, .value
+    "prefill"/"decode"), else server_args.disaggregation_mode; "" otherwise
+    ("null" and unknown values included)."""
+    for o in (obj, getattr(obj, "scheduler", None)):
+        if o is None:
+            continue
+        m = getattr(o, "disaggregation_mode", None)
+        if m is None:
+            m = getattr(getattr(o, "server_args", None), "disaggregation_mode", None)
+        v = getattr(m, "value", m)
+        if isinstance(v, str) and v.lower() in ("prefill", "decode"):
+            return v.lower()
+    return ""
+
+
 def rank_of(obj) -> int:
     """Attention-TP rank: obj.ps.tp_rank, obj.tp_rank, obj.scheduler.ps.tp_rank,
     sglang.srt.runtime_context.get_parallel().tp_rank; 0 when none exists."""

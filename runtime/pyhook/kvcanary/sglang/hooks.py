@@ -167,6 +167,20 @@ class Binding:
             notes.append("%d room checksums skipped (index-K on the host)" % self.checksum.skipped_not_held)
         return dropped, "; ".join(notes)
 
+    def note_source(self, role: str, rank: int) -> None:
+        """Stamp the emitter's src with this process's PD role and TP rank
+        (WIRE.md "Role and rank"), once: the first PD hook that runs knows
+        them (the scheduler's disaggregation_mode, its ps.tp_rank)."""
+        if getattr(self, "_source_noted", False):
+            return
+        self._source_noted = True
+        try:
+            set_source = getattr(self.emitter, "set_source", None)
+            if set_source is not None:
+                set_source(role, rank)
+        except Exception:  # noqa: BLE001 - never into the engine
+            pass
+
     def emit(self, kind: str, body: dict) -> bool:
         try:
             return bool(self.emitter.emit(kind, body))

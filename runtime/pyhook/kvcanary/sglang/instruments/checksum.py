@@ -47,13 +47,16 @@ class Checksum:
         last = args[1] if len(args) > 1 else kwargs.get("last_chunk", False)
         if not last or req is None:
             return
-        self.digest(sched, req, "prefill", "sent", A.rank_of(sched))
+        rank = A.rank_of(sched)
+        self.b.note_source(A.role_of(sched) or "prefill", rank)
+        self.digest(sched, req, "prefill", "sent", rank)
 
     def on_pop_transferred(self, result, queue, *args, **kwargs):
         if not result:
             return
         sched = getattr(queue, "scheduler", None)
         rank = A.rank_of(queue)
+        self.b.note_source(A.role_of(queue) or "decode", rank)
         for req in result:
             if not_held(req):
                 # Received into host memory (newer SGLang): restored to the
@@ -79,6 +82,7 @@ class Checksum:
         except Exception:  # noqa: BLE001 - without the bound, digest all waiting (once each)
             pass
         rank = A.rank_of(sched)
+        self.b.note_source(A.role_of(sched) or "decode", rank)
         for req in waiting[:n]:
             if not_held(req):
                 # Newer SGLang restores host-received requests inside

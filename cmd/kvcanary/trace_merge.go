@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/buildinfo"
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// TraceMergeOptions are the inputs of `kvcanary trace merge`.
+type TraceMergeOptions struct {
+	IO     *cmdutil.IOStreams
+	Ctx    context.Context
+	JSON   *cmdutil.JSONFlags
+	Paths  []string
+	Out    string
+	Align  bool
+	Window int
+}
+
+// NewCmdTraceMerge builds `kvcanary trace merge A B … -o OUT`.
+func NewCmdTraceMerge(f *cmdutil.Factory, runF func(*TraceMergeOptions) error) *cobra.Command {
+	opts := &TraceMergeOptions{IO: f.IO, Ctx: f.Ctx}
+	cmd := &cobra.Command{
+		Use:   "merge A.kvtrace B.kvtrace … -o ALL.kvtrace",
+		Short: "Merge bundles from several hosts into one timeline",
+		Long: `Merge bundles recorded on several hosts (a prefill host and a decode host of a
+PD deployment, say) into one bundle ordered by event time, so every offline
+command (checksum compare, trace inspect, watch --bundle) reads the run as one.
+
+The merge streams: memory is bounded by --window event lines per input,
+whatever the bundles' size. An event more than --window lines out of place in
+its own bundle comes out late, and is counted, never dropped.
+
+Clocks: each host stamps its own events. The merge estimates each bundle's
+clock offset against the first one from the manifests' start times (exact only
+if the recordings were started together), prints it, and records it in the
+merged manifest (labels merge.N.offset_ns). It applies the offsets only with
+--align start; otherwise events keep their timestamps (hosts synchronised by
+NTP or PTP are usually closer than a start-time estimate).
+
+Damaged and truncated inputs are merged as far as they read, with a warning
+each; their drop and refusal counts are carried into the merged footer.`,
+		Example: `  kvcanary trace merge prefill.kvtrace decode.kvtrace -o pd.kvtrace
+  kvcanary checksum compare pd.kvtrace`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Paths = args
+			if opts.Out == "" {
+				return cmdutil.UsageError("trace merge: -o OUT is required")
+			}
+			if opts.Window < 1 {
+				return cmdutil.UsageError("trace merge: --window %d: want at least 1", opts.Window)
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return traceMergeRun(opts)
+		},
+	}
+	var align string
+	cmd.Flags().StringVarP(&opts.Out, "output", "o", "", "write the merged bundle here")
+	cmd.Flags().StringVar(&align, "align", "none", "clock alignment: none (report the estimated offsets) or start (also apply them)")
+	cmd.Flags().IntVar(&opts.Window, "window", traces.DefaultMergeWindow, "event lines per input held for reordering")
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
+		switch align {
+		case "none":
+		case "start":
+			opts.Align = true
+		default:
+			return cmdutil.UsageError("trace merge: --align %q: want none or start", align)
+		}
+		return nil
+	}
+	opts.JSON = cmdutil.AddJSONFlags(cmd)
+	return cmd
+}
+
+func traceMergeRun(opts *TraceMergeOptions) error {
+	ctx := opts.Ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	outAbs, _ := filepath.Abs(opts.Out)
+	outInfo, _ := os.Stat(opts.Out)
+	var inputs []*traces.Reader
+	var files []*bundleFile
+	defer func() {
+		for _, b := range files {
+			b.Close()
+		}
+	}()
+	for _, p := range opts.Paths {
+		if a, _ := filepath.Abs(p); a == outAbs {
+			return cmdutil.UsageError("trace merge: -o %s is also an input", cmdutil.Quote(opts.Out))
+		}
+		if fi, err := os.Stat(p); err == nil && outInfo != nil && os.SameFile(fi, outInfo) {
+			return cmdutil.UsageError("trace merge: -o %s is also an input", cmdutil.Quote(opts.Out))
+		}
+		b, err := openBundle(ctx, p)
+		if err != nil {
+			return err
+		}
+		files = append(files, b)
+		inputs = append(inputs, b.Reader)
+	}
+	mo := traces.MergeOptions{Align: opts.Align, Window: opts.Window, Tool: "kvcanary " + buildinfo.String()}
+	plan := traces.PlanMerge(inputs, mo)
+	w, err := traces.Create(opts.Out, traces.MergeManifest(plan, mo, inputs[0].Manifest()))
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	start := time.Now()
+	rep, err := traces.Merge(ctx, inputs, plan, w, mo)
+	cerr := w.Close()
+	if err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		return cmdutil.InputError(err)
+	}
+	for i, in := range rep.Inputs {
+		warnBundle(opts.IO.ErrOut, in.Name, in.Truncated, in.TruncationReason, in.Skipped, inputs[i].Skips())
+	}
+	if rep.OutOfOrder > 0 {
+		fmt.Fprintf(opts.IO.ErrOut, "warning: %d events were more than --window %d lines out of place in their bundle and are written late (by up to %s); raise --window to order them\n",
+			rep.OutOfOrder, opts.Window, time.Duration(rep.MaxLatenessNS))
+	}
+	if opts.JSON.JSON {
+		return cmdutil.WriteJSON(opts.IO.Out, rep)
+	}
+	return writeMergeReport(opts.IO.Out, opts.Out, rep, time.Since(start))
+}
+
+func writeMergeReport(out io.Writer, path string, rep traces.MergeReport, took time.Duration) error {
+	q := cmdutil.Quote
+	fmt.Fprintf(out, "merged %d events from %d bundles into %s (%.1f MB of events in %s)\n",
+		rep.Events, len(rep.Inputs), q(path), float64(rep.BytesIn)/1e6, took.Round(time.Millisecond))
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "input\thost\trun\tevents\tmanifest start\tclock offset (est.)\tapplied\tdamage")
+	for _, in := range rep.Inputs {
+		damage := "-"
+		switch {
+		case in.Truncated:
+			damage = "truncated"
+		case in.Skipped > 0:
+			damage = fmt.Sprintf("%d skipped", in.Skipped)
+		}
+		started := "unknown"
+		if !in.Created.IsZero() {
+			started = in.Created.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", q(in.Name), q(orDash(in.Host)), q(orDash(in.Run)), in.Events,
+			started, signedDuration(in.OffsetNS), signedDuration(in.AppliedNS), damage)
+	}
+	tw.Flush()
+	if rep.Aligned {
+		fmt.Fprintln(out, "timestamps were shifted by the applied offsets (--align start); the merged manifest records them")
+	} else {
+		fmt.Fprintln(out, "clock offsets are estimates from the manifests' start times, recorded in the merged manifest, not applied (--align start applies them)")
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func signedDuration(ns int64) string {
+	if ns > 0 {
+		return "+" + time.Duration(ns).String()
+	}
+	return time.Duration(ns).String()
+}

@@ -1,0 +1,235 @@
+package traces
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+)
+
+// hostBundle writes a bundle of replay events stamped ts (in order given),
+// from host, its manifest created at created.
+func hostBundle(t testing.TB, dir, host string, created time.Time, ts []int64) string {
+	t.Helper()
+	p := filepath.Join(dir, host+".kvtrace")
+	w, err := Create(p, Manifest{Host: hook.HostInfo{Hostname: host}, Run: "run-" + host, Created: created})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range ts {
+		ev := hook.Event{Kind: hook.KindReplay, TS: x, Src: hook.Source{Node: host, Role: "decode", Rank: int32(i % 2)},
+			Body: &hook.Replay{Step: uint64(i), Mode: hook.ModeGraph}}
+		if err := w.Write(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.SetDropped(uint64(len(host)))
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func openAll(t testing.TB, paths ...string) []*Reader {
+	t.Helper()
+	var rs []*Reader
+	for _, p := range paths {
+		r, err := Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+func runMerge(t testing.TB, out string, opts MergeOptions, paths ...string) MergeReport {
+	t.Helper()
+	rs := openAll(t, paths...)
+	plan := PlanMerge(rs, opts)
+	w, err := Create(out, MergeManifest(plan, opts, rs[0].Manifest()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Merge(context.Background(), rs, plan, w, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func readMerged(t testing.TB, p string) (*Reader, []hook.Event) {
+	t.Helper()
+	r, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	var evs []hook.Event
+	for {
+		ev, err := r.Next()
+		if err == io.EOF {
+			return r, evs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+}
+
+func TestMergeTwoHostsIntoOneTimeline(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	base := t0.UnixNano()
+	// Host a: even steps; host b: odd ones, with local disorder (arrival
+	// order) inside the reorder window.
+	var ta, tb []int64
+	for i := 0; i < 500; i++ {
+		ta = append(ta, base+int64(2*i)*1000)
+	}
+	for i := 0; i < 500; i++ {
+		j := i ^ 1 // swap neighbours
+		tb = append(tb, base+int64(2*j+1)*1000)
+	}
+	a := hostBundle(t, dir, "prefill-host", t0, ta)
+	b := hostBundle(t, dir, "decode-host", t0.Add(1500*time.Millisecond), tb)
+	out := filepath.Join(dir, "all.kvtrace")
+	rep := runMerge(t, out, MergeOptions{Window: 8}, a, b)
+
+	if rep.Events != 1000 || rep.OutOfOrder != 0 || rep.Aligned {
+		t.Fatalf("report %+v", rep)
+	}
+	if rep.Inputs[1].OffsetNS != int64(1500*time.Millisecond) || rep.Inputs[1].AppliedNS != 0 || rep.Inputs[0].OffsetNS != 0 {
+		t.Errorf("offsets %+v: want b estimated +1.5s, not applied", rep.Inputs)
+	}
+	r, evs := readMerged(t, out)
+	if len(evs) != 1000 {
+		t.Fatalf("%d events", len(evs))
+	}
+	for i, ev := range evs {
+		if ev.TS != base+int64(i)*1000 {
+			t.Fatalf("event %d ts %d, want %d (timeline out of order)", i, ev.TS-base, int64(i)*1000)
+		}
+		want := "prefill-host"
+		if i%2 == 1 {
+			want = "decode-host"
+		}
+		if ev.Src.Node != want || ev.Src.Role != "decode" {
+			t.Fatalf("event %d src %+v, want node %s", i, ev.Src, want)
+		}
+	}
+	m := r.Manifest()
+	if m.Command != "trace merge" || m.Run != "run-prefill-host+run-decode-host" || m.Labels[LabelMergeInputs] != "2" ||
+		m.Labels["merge.1.offset_ns"] != "1500000000" || m.Labels["merge.1.applied_ns"] != "0" || m.Labels["merge.1.host"] != "decode-host" {
+		t.Errorf("merged manifest %+v", m)
+	}
+	f, ok := r.Footer()
+	if !ok || f.Dropped != uint64(len("prefill-host")+len("decode-host")) {
+		t.Errorf("footer %+v: want the inputs' drops carried over", f)
+	}
+}
+
+// With Align the estimated offset is subtracted: b's clock, 2 s ahead by
+// its manifest, is mapped onto a's.
+func TestMergeAlignAppliesAndRecordsOffsets(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	base := t0.UnixNano()
+	a := hostBundle(t, dir, "a", t0, []int64{base + 10, base + 30})
+	b := hostBundle(t, dir, "b", t0.Add(2*time.Second), []int64{base + int64(2*time.Second) + 20})
+	out := filepath.Join(dir, "all.kvtrace")
+	rep := runMerge(t, out, MergeOptions{Align: true}, a, b)
+	if !rep.Aligned || rep.Inputs[1].AppliedNS != int64(2*time.Second) {
+		t.Fatalf("report %+v", rep)
+	}
+	r, evs := readMerged(t, out)
+	var got []string
+	for _, ev := range evs {
+		got = append(got, ev.Src.Node+"@"+strconv.FormatInt(ev.TS-base, 10))
+	}
+	if strings.Join(got, " ") != "a@10 b@20 a@30" {
+		t.Errorf("aligned timeline %v", got)
+	}
+	if r.Manifest().Labels[LabelMergeAlign] != "true" || r.Manifest().Labels["merge.1.applied_ns"] != "2000000000" {
+		t.Errorf("labels %v", r.Manifest().Labels)
+	}
+}
+
+// An event further out of place than the window comes out late: counted,
+// never lost.
+func TestMergeCountsOutOfOrderBeyondWindow(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Unix(1000, 0)
+	a := hostBundle(t, dir, "a", t0, []int64{5, 6, 7, 8, 1})
+	out := filepath.Join(dir, "m.kvtrace")
+	rep := runMerge(t, out, MergeOptions{Window: 2}, a)
+	if rep.Events != 5 || rep.OutOfOrder == 0 || rep.MaxLatenessNS <= 0 {
+		t.Fatalf("report %+v: want the late event counted", rep)
+	}
+	if _, evs := readMerged(t, out); len(evs) != 5 {
+		t.Fatalf("%d events, want 5", len(evs))
+	}
+}
+
+// A truncated input is merged as far as it goes and reported.
+func TestMergeTruncatedInput(t *testing.T) {
+	dir := t.TempDir()
+	t0 := time.Unix(2000, 0)
+	var ts []int64
+	for i := 0; i < 20000; i++ {
+		ts = append(ts, int64(i))
+	}
+	a := hostBundle(t, dir, "a", t0, ts)
+	b := hostBundle(t, dir, "b", t0, []int64{3, 4})
+	raw, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(a, raw[:len(raw)*2/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "m.kvtrace")
+	rep := runMerge(t, out, MergeOptions{}, a, b)
+	if !rep.Inputs[0].Truncated || rep.Inputs[0].TruncationReason == "" || rep.Inputs[1].Truncated {
+		t.Fatalf("inputs %+v: want a reported truncated", rep.Inputs)
+	}
+	if rep.Inputs[0].Events == 0 || rep.Inputs[0].Events >= 20000 || rep.Events != rep.Inputs[0].Events+2 {
+		t.Fatalf("report %+v", rep)
+	}
+	if _, evs := readMerged(t, out); uint64(len(evs)) != rep.Events {
+		t.Fatalf("%d events in the merged bundle, report says %d", len(evs), rep.Events)
+	}
+}
+
+func TestRetimeLine(t *testing.T) {
+	ev := hook.Event{Kind: hook.KindReplay, TS: -5, Body: &hook.Replay{Mode: hook.ModeGraph}}
+	line, _ := ev.MarshalJSON()
+	got, err := retimeLine(nil, line, 1234)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, _, err := hook.DecodeJSONLine(got)
+	if err != nil || back.TS != 1234 {
+		t.Fatalf("%s: %v %d", got, err, back.TS)
+	}
+	// A line in another member order goes through the decoder.
+	odd := []byte(`{"kind":"replay","v":1,"body":{"mode":"graph"},"ts_ns":7}`)
+	got, err = retimeLine(nil, odd, 99)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, _, err = hook.DecodeJSONLine(got); err != nil || back.TS != 99 {
+		t.Fatalf("%s: %v", got, err)
+	}
+}
