@@ -134,4 +134,16 @@ func TestSourcesGrouped(t *testing.T) {
 	if sourcesLine(asciiStyles(), rows[:1]) != "" {
 		t.Fatal("one source got a sources line")
 	}
+	// An engine that states its role and rank is grouped by them, not by
+	// its process name.
+	var r sourceGroups
+	for _, s := range []hook.Source{{Node: "h1", Proc: "sglang", Role: "prefill", Rank: 0}, {Node: "h1", Proc: "sglang", Role: "prefill", Rank: 1},
+		{Node: "h2", Proc: "sglang", Role: "decode", Rank: 1}, {Node: "h1", Proc: "sglang", Role: "prefill", Rank: 1}} {
+		ev := hook.Event{Src: s}
+		r.add(&ev)
+	}
+	rows = r.snapshot()
+	if len(rows) != 3 || rows[1] != (SourceRow{"h1/prefill r1", 2}) || rows[2] != (SourceRow{"h2/decode r1", 1}) {
+		t.Fatalf("role groups %+v", rows)
+	}
 }

@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -31,25 +32,27 @@ type sourceGroups struct {
 	cached  bool
 }
 
-// sourceKey names an event's group: host and role. The role is Src.Proc,
-// which engines set to their side ("sglang-prefill", "sglang-decode").
+// sourceKey names an event's group: host, then the engine's role and rank
+// when it states them ("decode-host/decode r1"), else its process name.
 func sourceKey(src hook.Source) string {
+	who := src.Proc
+	if src.Role != "" {
+		who = fmt.Sprintf("%s r%d", src.Role, src.Rank)
+	}
 	switch {
-	case src.Node == "" && src.Proc == "":
-		return ""
 	case src.Node == "":
-		return src.Proc
-	case src.Proc == "":
+		return who
+	case who == "":
 		return src.Node
 	}
-	return src.Node + "/" + src.Proc
+	return src.Node + "/" + who
 }
 
 func (g *sourceGroups) add(ev *hook.Event) {
-	if ev.Src.Node == "" && ev.Src.Proc == "" {
+	if ev.Src.Node == "" && ev.Src.Proc == "" && ev.Src.Role == "" {
 		return
 	}
-	if g.cached && ev.Src.Node == g.last.Node && ev.Src.Proc == g.last.Proc {
+	if g.cached && ev.Src == g.last {
 		if g.lastRow < 0 {
 			g.other++
 		} else {
