@@ -323,3 +323,59 @@ func TestCollectMetricsScrapedByPrometheus(t *testing.T) {
 		t.Errorf("stderr does not say where metrics are served: %q", errOut)
 	}
 }
+
+// The command lines deploy/ ships parse with the real commands: the systemd
+// unit's ExecStart and the DaemonSet's collector and probe containers.
+func TestDeployCommandLinesParse(t *testing.T) {
+	unit, err := os.ReadFile("../../deploy/systemd/kvcanary-collect.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := os.ReadFile("../../deploy/kubernetes/kvcanary-daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ios, _, _, _ := cmdutil.Test()
+	f := &cmdutil.Factory{IO: ios}
+	var lines [][]string
+	for _, l := range strings.Split(string(unit), "\n") {
+		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			lines = append(lines, strings.Fields(rest)[1:])
+		}
+	}
+	// The containers' args: "- collect" then "- --flag=value" lines.
+	var cur []string
+	for _, l := range strings.Split(string(ds), "\n") {
+		s := strings.TrimSpace(l)
+		switch {
+		case s == "args:":
+			cur = []string{}
+		case cur != nil && strings.HasPrefix(s, "- "):
+			cur = append(cur, strings.TrimPrefix(s, "- "))
+		case cur != nil:
+			lines = append(lines, cur)
+			cur = nil
+		}
+	}
+	if len(lines) != 3 {
+		t.Fatalf("found %d command lines in deploy/, want 3 (unit, collector, probe): %q", len(lines), lines)
+	}
+	for _, args := range lines {
+		ran := false
+		switch args[0] {
+		case "collect":
+			c := NewCmdCollect(f, func(o *CollectOptions) error { ran = o.Export.MetricsAddr != ""; return nil })
+			c.SetArgs(args[1:])
+			err = c.Execute()
+		case "probe":
+			c := NewCmdProbe(f, func(o *ProbeCUDAOptions) error { ran = true; return nil })
+			c.SetArgs(args[1:])
+			err = c.Execute()
+		default:
+			t.Fatalf("unexpected command line %q", args)
+		}
+		if err != nil || !ran {
+			t.Errorf("%q: %v (ran with --metrics-addr: %v)", args, err, ran)
+		}
+	}
+}
