@@ -37,10 +37,9 @@ type Options struct {
 type Tally struct {
 	opts Options
 
-	last atomic.Pointer[source] // the source of the previous event
+	set atomic.Pointer[sourceSet]
 
-	mu          sync.RWMutex
-	sources     map[srcKey]*source
+	mu          sync.Mutex // held to add a source
 	order       []*source
 	overflowSrc *source // events past MaxSources; not in sources
 	overflow    atomic.Uint64
@@ -88,7 +87,7 @@ func NewTally(opts Options) *Tally {
 	if opts.MaxSources <= 0 {
 		opts.MaxSources = DefaultMaxSources
 	}
-	return &Tally{opts: opts, sources: map[srcKey]*source{}}
+	return &Tally{opts: opts}
 }
 
 // SetCollector makes the collector's counters (connections, rejections)
@@ -121,6 +120,32 @@ func sourceRoleRank(src hook.Source) (role, rank string) {
 	return "", ""
 }
 
+// sourceSet is an immutable snapshot of the known sources, replaced
+// (copy on write, under mu) when a new one appears: lookups take no lock.
+type sourceSet struct {
+	list  []*source
+	byKey map[srcKey]*source
+}
+
+// linearMax is the most sources looked up by a scan instead of the map
+// (comparing a few keys is cheaper than hashing four strings).
+const linearMax = 8
+
+func (set *sourceSet) find(k srcKey) *source {
+	if set == nil {
+		return nil
+	}
+	if len(set.list) <= linearMax {
+		for _, s := range set.list {
+			if s.key == k {
+				return s
+			}
+		}
+		return nil
+	}
+	return set.byKey[k]
+}
+
 func (t *Tally) source(ev *hook.Event) *source {
 	run := ev.Run
 	if run == "" {
@@ -128,32 +153,38 @@ func (t *Tally) source(ev *hook.Event) *source {
 	}
 	role, rank := sourceRoleRank(ev.Src)
 	k := srcKey{run: run, host: ev.Src.Node, role: role, rank: rank}
-	if s := t.last.Load(); s != nil && s.key == k {
+	if s := t.set.Load().find(k); s != nil {
 		return s
 	}
-	t.mu.RLock()
-	s := t.sources[k]
-	t.mu.RUnlock()
-	if s == nil {
-		t.mu.Lock()
-		s = t.sources[k]
-		switch {
-		case s != nil:
-		case len(t.sources) >= t.opts.MaxSources:
-			if t.overflowSrc == nil {
-				t.overflowSrc = &source{key: srcKey{host: OverflowHost}, overflow: true}
-				t.order = append(t.order, t.overflowSrc)
-			}
-			t.mu.Unlock()
-			return t.overflowSrc // not cached in last: its key is not k
-		default:
-			s = &source{key: k}
-			t.sources[k] = s
-			t.order = append(t.order, s)
-		}
-		t.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.set.Load()
+	if s := old.find(k); s != nil {
+		return s
 	}
-	t.last.Store(s)
+	var n int
+	if old != nil {
+		n = len(old.list)
+	}
+	if n >= t.opts.MaxSources {
+		if t.overflowSrc == nil {
+			t.overflowSrc = &source{key: srcKey{host: OverflowHost}, overflow: true}
+			t.order = append(t.order, t.overflowSrc)
+		}
+		return t.overflowSrc
+	}
+	s := &source{key: k}
+	next := &sourceSet{list: make([]*source, 0, n+1), byKey: make(map[srcKey]*source, n+1)}
+	if old != nil {
+		next.list = append(next.list, old.list...)
+		for key, v := range old.byKey {
+			next.byKey[key] = v
+		}
+	}
+	next.list = append(next.list, s)
+	next.byKey[k] = s
+	t.set.Store(next)
+	t.order = append(t.order, s)
 	return s
 }
 
@@ -249,9 +280,9 @@ func findingClass(f *hook.Finding) string {
 // in the family's label order. It reads counters without stopping Publish:
 // a scrape sees each counter at some moment during the call.
 func (t *Tally) Collect(fn func(f *Family, value float64, labels ...string)) {
-	t.mu.RLock()
+	t.mu.Lock()
 	srcs := slices.Clone(t.order)
-	t.mu.RUnlock()
+	t.mu.Unlock()
 	u := func(v uint64) float64 { return float64(v) }
 	for _, s := range srcs {
 		k := s.key
