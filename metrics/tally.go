@@ -99,7 +99,7 @@ func (t *Tally) SetCollector(stats func() hook.Stats) {
 }
 
 // AddDropCounter reports fn's count as events dropped for reason (a sink of
-// this process that fell behind: "otlp_queue", "view").
+// this process that fell behind: "otlp_queue").
 func (t *Tally) AddDropCounter(reason string, fn func() uint64) {
 	t.extraMu.Lock()
 	t.drops = append(t.drops, dropFunc{reason, fn})

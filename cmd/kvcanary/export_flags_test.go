@@ -8,12 +8,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -377,5 +379,46 @@ func TestDeployCommandLinesParse(t *testing.T) {
 		if err != nil || !ran {
 			t.Errorf("%q: %v (ran with --metrics-addr: %v)", args, err, ran)
 		}
+	}
+}
+
+// start wires both sinks: the OTLP exporter reaches the endpoint and stop
+// reports its counts; /metrics is served where stderr says.
+func TestExportStartAndStop(t *testing.T) {
+	var posts atomic.Int64
+	otel := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer otel.Close()
+	var stderr bytes.Buffer
+	o := exportOptions{MetricsAddr: "127.0.0.1:0", OTLPEndpoint: otel.URL}
+	sinks, stop, err := o.start(context.Background(), &stderr, exportSource{Run: "r-exp"})
+	if err != nil || len(sinks) != 1 {
+		t.Fatalf("start: %d sinks, %v", len(sinks), err)
+	}
+	pub := withSinks(nil, sinks)
+	pub.Publish(hook.Event{Kind: hook.KindSession, TS: 1, Body: &hook.Session{ID: "a", Outcome: hook.OutcomeLeak}})
+	pub.Publish(hook.Event{Kind: hook.KindReplay, TS: 2, Body: &hook.Replay{Mode: "graph"}})
+	_, after, ok := strings.Cut(stderr.String(), "metrics: serving http://")
+	if !ok {
+		t.Fatalf("stderr does not say where /metrics is: %q", stderr.String())
+	}
+	addr := strings.TrimSuffix(strings.Fields(after)[0], "/metrics")
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `kvcanary_sessions_total{host="",outcome="leak",rank="",role="",run="r-exp"} 1`) {
+		t.Errorf("scrape lacks the leaked session under run r-exp:\n%s", body)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "otlp: 1 records exported, 0 failed, 0 dropped") || posts.Load() < 2 {
+		t.Errorf("%d posts; stderr:\n%s", posts.Load(), stderr.String())
 	}
 }
