@@ -1,6 +1,3 @@
-// Package deploy holds kvcanary's deployment recipe (Prometheus rules, a
-// Grafana dashboard, a systemd unit, a Kubernetes DaemonSet); this test
-// checks the fields the recipe relies on without a cluster.
 package deploy
 
 import (

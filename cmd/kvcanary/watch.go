@@ -261,6 +261,10 @@ func watchRun(opts *WatchOptions) error {
 		if collector != nil {
 			collector.Close()
 		}
+		bus.Close()
+		if recErr != nil {
+			<-recErr
+		}
 		return err
 	}
 	defer stopExport()
