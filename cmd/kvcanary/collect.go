@@ -32,6 +32,7 @@ type CollectOptions struct {
 	TLS         listenTLS
 	Run         string
 	Limits      listenLimits
+	Export      exportOptions
 
 	// ready, when set (tests), is called once the collector is listening.
 	ready func(*hook.Collector)
@@ -130,6 +131,7 @@ A value of 0 turns a limit off.`,
 	addListenSecurityFlags(cmd, &opts.TLS, &opts.AllowRemote, "")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "run id for events that carry none (default collect-<UTC time>)")
 	addListenLimitFlags(cmd, &opts.Limits, "")
+	addExportFlags(cmd, &opts.Export)
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -183,6 +185,12 @@ func collectRun(opts *CollectOptions) error {
 		}
 		return cmdutil.InputError(err)
 	}
+	sinks, stopExport, err := opts.Export.start(ctx, errOut, exportSource{Run: opts.Run, Collector: c})
+	if err != nil {
+		c.Close()
+		return err
+	}
+	defer stopExport()
 
 	// Events flow collector -> bus -> lossless bundle writer. The collector
 	// serialises Publish; producer-reported drops are tallied on the way.
@@ -246,7 +254,7 @@ func collectRun(opts *CollectOptions) error {
 		}
 	}()
 
-	serveErr := c.Serve(ctx, pub)
+	serveErr := c.Serve(ctx, withSinks(pub, sinks))
 	close(progressDone)
 	<-progressStopped
 	st := c.Stats() // final: Serve waited for every connection

@@ -34,6 +34,7 @@ type SimServeOptions struct {
 	StepTime    time.Duration
 	AllowHosts  []string      // Host names accepted besides loopback ones
 	BodyTimeout time.Duration // bound on receiving a request body
+	Export      exportOptions
 	JSON        *cmdutil.JSONFlags
 
 	// Ready, when set, receives the listening address once the server accepts
@@ -119,6 +120,7 @@ closes the bundle (engine events plus one session event per session).`,
 	fl.StringVar(&opts.Record, "record", "", "record engine and session events to this trace bundle")
 	fl.StringVar(&opts.Run, "run", "", "with --record: run `ID` of the bundle and every event (default serve-seed<seed>)")
 	fl.DurationVar(&opts.StepTime, "step-time", server.EngineStepTime, "least wall time of one engine step, as on a GPU, so clients' tool time spans a known number of steps (0: as fast as the machine allows)")
+	addExportFlags(cmd, &opts.Export)
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -175,6 +177,15 @@ func simServeRun(opts *SimServeOptions) error {
 		}
 		pub = hook.WithRun(rec, run)
 	}
+	sinks, stopExport, err := opts.Export.start(opts.Factory.Ctx, opts.IO.ErrOut, exportSource{Run: cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed)), Warmup: twinWarmup})
+	if err != nil {
+		if rec != nil {
+			rec.Close()
+		}
+		return err
+	}
+	defer stopExport()
+	pub = withSinks(pub, sinks)
 	hosts := opts.AllowHosts
 	if h, _, err := net.SplitHostPort(opts.Addr); err == nil && h != "" {
 		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {

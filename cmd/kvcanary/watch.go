@@ -44,6 +44,7 @@ type WatchOptions struct {
 	Seed        uint64
 	Record      string
 	SnapshotDir string
+	Export      exportOptions
 
 	speedSet bool // --speed given, or --sim (paced at 1x unless --speed max)
 
@@ -130,6 +131,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 	fl.Uint64Var(&opts.Seed, "seed", 1, "with --sim: seed of the workload")
 	fl.StringVar(&opts.Record, "record", "", "record every event of a live source to this trace bundle")
 	fl.StringVar(&opts.SnapshotDir, "snapshot-dir", "", "directory for the bundles the s key writes (default $XDG_STATE_HOME/kvcanary/snapshots or ~/.local/state/kvcanary/snapshots)")
+	addExportFlags(cmd, &opts.Export)
 	return cmd
 }
 
@@ -139,7 +141,7 @@ func watchFlagsFitSource(cmd *cobra.Command, opts *WatchOptions) error {
 	var bad []string
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch f.Name {
-		case "listen", "bundle", "sim", "record", "snapshot-dir":
+		case "listen", "bundle", "sim", "record", "snapshot-dir", "metrics-addr", "otlp-endpoint":
 		case "allow-remote", "insecure-remote", "tls-cert", "tls-key", "client-ca", "run", "buffer-budget-mib", "max-conns", "idle-timeout", "stall-timeout":
 			if opts.Listen == "" {
 				bad = append(bad, "--"+f.Name+" needs --listen")
@@ -260,7 +262,19 @@ func watchRun(opts *WatchOptions) error {
 		go func() { recErr <- traces.Record(sub, w) }()
 	}
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: warmup})
-	pub := hook.WithAnalyzers(bus, as...)
+	sinks, stopExport, err := opts.Export.start(ctx, opts.IO.ErrOut, exportSource{Run: man.Run, Collector: collector, Analyzers: as})
+	if err != nil {
+		if collector != nil {
+			collector.Close()
+		}
+		bus.Close()
+		if recErr != nil {
+			<-recErr
+		}
+		return err
+	}
+	defer stopExport()
+	pub := hook.WithAnalyzers(withSinks(bus, sinks), as...)
 
 	var status func() string
 	var simDone, simTotal atomic.Int64

@@ -46,6 +46,7 @@ type WrapOptions struct {
 	Config   []string // KEY=VALUE engine settings the user states
 	CacheDir string
 	Drain    time.Duration
+	Export   exportOptions
 
 	// Settings are the KVCANARY_* variables set from flags the user gave,
 	// in flag order; settings not given are left to the Python defaults.
@@ -182,6 +183,7 @@ checksum compare, canary report or graphdiff report for a check's exit code.`,
 		usage := fmt.Sprintf("%s; sets %s", s.usage, s.env)
 		fl.StringVar(&values[i], s.flag, s.def, usage)
 	}
+	addExportFlags(cmd, &opts.Export)
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -493,7 +495,13 @@ func wrapRun(opts *WrapOptions) error {
 		view = bus.Live("tui", tui.DefaultLiveCapacity)
 	}
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: checksum.DefaultWarmupMaxSeqLen})
-	tally := &wrapTally{next: bus, findings: map[string]int{}}
+	sinks, stopExport, err := opts.Export.start(context.Background(), errOut, exportSource{Run: opts.Run, Collector: c, Analyzers: as})
+	if err != nil {
+		wrapStopRecording(bus, recErr)
+		return err
+	}
+	defer stopExport()
+	tally := &wrapTally{next: withSinks(bus, sinks), findings: map[string]int{}}
 	pub := hook.WithAnalyzers(tally, as...)
 	// Published before Serve starts: the collector serialises its own
 	// Publish calls, not ours. Settings not stated are unknown in it.
