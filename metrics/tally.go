@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -108,16 +109,14 @@ func (t *Tally) AddDropCounter(reason string, fn func() uint64) {
 
 // sourceRoleRank returns the role and rank labels of an event source.
 //
-// MERGE(F): engineer F adds hook.Source.Role ("prefill" | "decode" | "")
-// and Rank (meaningful only when Role is set). Once they exist, this body is:
-//
-//	if src.Role == "" {
-//		return "", ""
-//	}
-//	return src.Role, strconv.Itoa(int(src.Rank))
+// sourceRoleRank are the role and rank labels of an engine's events: the
+// role the producer states (the validator admits prefill, decode or none)
+// and its rank, only with a role.
 func sourceRoleRank(src hook.Source) (role, rank string) {
-	_ = src
-	return "", ""
+	if src.Role == "" {
+		return "", ""
+	}
+	return src.Role, strconv.Itoa(int(src.Rank))
 }
 
 // sourceSet is an immutable snapshot of the known sources, replaced

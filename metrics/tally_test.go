@@ -230,6 +230,7 @@ func TestCollectorAndDrops(t *testing.T) {
 func TestServe(t *testing.T) {
 	tally := NewTally(Options{Run: "r"})
 	tally.Publish(hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Mode: "graph"}})
+	tally.Publish(hook.Event{Kind: hook.KindReplay, Src: hook.Source{Node: "gpu-b", Role: "decode", Rank: 3}, Body: &hook.Replay{Mode: "eager"}})
 	srv, err := Serve("127.0.0.1:0", tally)
 	if err != nil {
 		t.Fatal(err)
@@ -247,6 +248,7 @@ func TestServe(t *testing.T) {
 	text := string(body)
 	for _, want := range []string{
 		`kvcanary_replays_total{host="",mode="graph",rank="",role="",run="r"} 1`,
+		`kvcanary_replays_total{host="gpu-b",mode="eager",rank="3",role="decode",run="r"} 1`,
 		"# HELP kvcanary_events_total", "# TYPE kvcanary_replays_total counter", "go_goroutines",
 	} {
 		if !strings.Contains(text, want) {

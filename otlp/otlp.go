@@ -376,8 +376,8 @@ func severity(s hook.Severity) (log.Severity, string) {
 
 // sourceAttrs are the event's source: run, host, process.
 //
-// MERGE(F): add kvcanary.role and kvcanary.rank from hook.Source.Role/Rank
-// (rank only when a role is set) once engineer F's fields exist.
+// sourceAttrs are a record's source attributes: run, host, process, pid,
+// and an engine's role and rank (rank only with a role).
 func sourceAttrs(ev hook.Event) []attribute.KeyValue {
 	kv := []attribute.KeyValue{attribute.String("kvcanary.run", ev.Run)}
 	if ev.Src.Node != "" {
@@ -388,6 +388,9 @@ func sourceAttrs(ev hook.Event) []attribute.KeyValue {
 	}
 	if ev.Src.PID != 0 {
 		kv = append(kv, attribute.Int("kvcanary.pid", int(ev.Src.PID)))
+	}
+	if ev.Src.Role != "" {
+		kv = append(kv, attribute.String("kvcanary.role", ev.Src.Role), attribute.Int("kvcanary.rank", int(ev.Src.Rank)))
 	}
 	return kv
 }

@@ -112,7 +112,7 @@ func (rv *receiver) records() (recs []*logspb.LogRecord, res []map[string]any) {
 }
 
 var (
-	finding = hook.Event{Kind: hook.KindFinding, TS: 1700000000123456789, Run: "run-7", Src: hook.Source{Node: "decode-0", Proc: "sglang", PID: 42},
+	finding = hook.Event{Kind: hook.KindFinding, TS: 1700000000123456789, Run: "run-7", Src: hook.Source{Node: "decode-0", Proc: "sglang", PID: 42, Role: "decode", Rank: 1},
 		Body: &hook.Finding{Analyzer: "canary", Severity: hook.SevError, Summary: "LIVE-PAGE-OVERWRITE: step 9 changed page 3",
 			Evidence: map[string]string{"class": "LIVE-PAGE-OVERWRITE", "page": "3", "step": "9"}}}
 	session = hook.Event{Kind: hook.KindSession, TS: 1700000000223456789, Run: "run-7", Src: hook.Source{Node: "client-1"},
@@ -150,7 +150,7 @@ func TestExportsRecordsAndMetrics(t *testing.T) {
 		f.GetTimeUnixNano() != uint64(finding.TS) || f.GetBody().GetStringValue() != "LIVE-PAGE-OVERWRITE: step 9 changed page 3" {
 		t.Errorf("finding record: event %q severity %v time %d body %q", f.GetEventName(), f.GetSeverityNumber(), f.GetTimeUnixNano(), f.GetBody().GetStringValue())
 	}
-	for k, v := range map[string]any{"kvcanary.run": "run-7", "kvcanary.host": "decode-0", "kvcanary.proc": "sglang", "kvcanary.pid": int64(42),
+	for k, v := range map[string]any{"kvcanary.run": "run-7", "kvcanary.host": "decode-0", "kvcanary.proc": "sglang", "kvcanary.pid": int64(42), "kvcanary.role": "decode", "kvcanary.rank": int64(1),
 		"kvcanary.analyzer": "canary", "kvcanary.severity": "error", "kvcanary.evidence.class": "LIVE-PAGE-OVERWRITE", "kvcanary.evidence.page": "3"} {
 		if fa[k] != v {
 			t.Errorf("finding attribute %s = %#v, want %#v", k, fa[k], v)
