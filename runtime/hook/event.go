@@ -729,21 +729,7 @@ type envelope struct {
 
 // MarshalJSON encodes e in the JSON-lines form (without the trailing
 // newline). It refuses what Validate refuses, so every line it writes reads.
-func (e Event) MarshalJSON() ([]byte, error) {
-	if err := e.Validate(); err != nil {
-		return nil, fmt.Errorf("marshal event: %w", err)
-	}
-	body, err := json.Marshal(e.Body)
-	if err != nil {
-		return nil, fmt.Errorf("marshal %s body: %w", e.Kind, err)
-	}
-	env := envelope{V: Version, Kind: e.Kind.String(), TS: e.TS, Run: e.Run, Body: body}
-	if e.Src != (Source{}) {
-		src := e.Src
-		env.Src = &src
-	}
-	return json.Marshal(env)
-}
+func (e Event) MarshalJSON() ([]byte, error) { return AppendJSON(nil, e) }
 
 // UnmarshalJSON decodes one JSON-lines event. It accepts exactly what
 // DecodeJSONLine accepts: it rejects unknown versions and kinds, a missing

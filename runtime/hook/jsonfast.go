@@ -414,7 +414,7 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 		case "body":
 			m.once(5)
 			// The canonical order puts kind before body; otherwise give up.
-			k := kindByName(kindName)
+			k := KindByName(kindName)
 			if !fastBody[k] || s.peek() != '{' {
 				s.give()
 				break

@@ -3,6 +3,8 @@
 
 package hook
 
+import "strconv"
+
 // isNilBody reports whether b is a typed nil pointer of a body type.
 func isNilBody(b Body) bool {
 	switch v := b.(type) {
@@ -32,9 +34,9 @@ func isNilBody(b Body) bool {
 	return false
 }
 
-// kindByName maps a kind's JSON name to its Kind without allocating
+// KindByName maps a kind's JSON name ("room.checksum") to its Kind without allocating
 // (KindInvalid when unknown).
-func kindByName(name []byte) Kind {
+func KindByName(name []byte) Kind {
 	switch string(name) {
 	case "run.start":
 		return KindRunStart
@@ -60,6 +62,38 @@ func kindByName(name []byte) Kind {
 		return KindFinding
 	}
 	return KindInvalid
+}
+
+// appendSourceJSON appends src as encoding/json writes it.
+func appendSourceJSON(b []byte, src Source) []byte {
+	b = append(b, '{')
+	sep := false
+	_ = sep
+	if src.Node != "" {
+		if sep {
+			b = append(b, ',')
+		}
+		b = append(b, `"node":`...)
+		b = appendJSONString(b, src.Node)
+		sep = true
+	}
+	if src.Proc != "" {
+		if sep {
+			b = append(b, ',')
+		}
+		b = append(b, `"proc":`...)
+		b = appendJSONString(b, src.Proc)
+		sep = true
+	}
+	if src.PID != 0 {
+		if sep {
+			b = append(b, ',')
+		}
+		b = append(b, `"pid":`...)
+		b = strconv.AppendInt(b, int64(src.PID), 10)
+		sep = true
+	}
+	return append(b, '}')
 }
 
 // slabs hands out bodies of the high-rate kinds (//hook:fastjson slab)

@@ -45,12 +45,12 @@ func TestSchemaCoverage(t *testing.T) {
 		}
 	}
 	for _, k := range Kinds() {
-		if got := kindByName([]byte(k.String())); got != k {
-			t.Errorf("kindByName(%q) = %v", k, got)
+		if got := KindByName([]byte(k.String())); got != k {
+			t.Errorf("KindByName(%q) = %v", k, got)
 		}
 	}
-	if got := kindByName([]byte("nope")); got != KindInvalid {
-		t.Errorf("kindByName(nope) = %v", got)
+	if got := KindByName([]byte("nope")); got != KindInvalid {
+		t.Errorf("KindByName(nope) = %v", got)
 	}
 }
 

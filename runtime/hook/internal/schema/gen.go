@@ -31,7 +31,7 @@ func Generate(dir string) (map[string][]byte, error) {
 	}
 	out := map[string][]byte{}
 	for name, gen := range map[string]func() (string, error){
-		SchemaFile:   s.genSchema,
+		SchemaFile:   func() (string, error) { src, err := s.genSchema(); return "import \"strconv\"\n\n" + src, err },
 		BinaryFile:   s.genBinary,
 		FastJSONFile: s.genFastJSON,
 		ValidateFile: s.genValidate,
@@ -215,11 +215,14 @@ func (s *Schema) genSchema() (string, error) {
 		fmt.Fprintf(&b, "\tcase *%s:\n\t\treturn v == nil\n", k.Body.Name)
 	}
 	b.WriteString("\t}\n\treturn false\n}\n\n")
-	b.WriteString("// kindByName maps a kind's JSON name to its Kind without allocating\n// (KindInvalid when unknown).\nfunc kindByName(name []byte) Kind {\n\tswitch string(name) {\n")
+	b.WriteString("// KindByName maps a kind's JSON name (\"room.checksum\") to its Kind without allocating\n// (KindInvalid when unknown).\nfunc KindByName(name []byte) Kind {\n\tswitch string(name) {\n")
 	for _, k := range s.Kinds {
 		fmt.Fprintf(&b, "\tcase %q:\n\t\treturn %s\n", k.Name, k.Const)
 	}
 	b.WriteString("\t}\n\treturn KindInvalid\n}\n\n")
+	if err := s.genSourceJSON(&b); err != nil {
+		return "", err
+	}
 	b.WriteString("// slabs hands out bodies of the high-rate kinds (//hook:fastjson slab)\n// from chunks of slabN, so a decoder allocates once per slabN events\n// instead of once per event. Every body is a distinct, never reused\n// element; a chunk stays reachable while any of its bodies is. A nil\n// *slabs allocates each body on its own.\ntype slabs struct {\n")
 	for _, k := range s.Kinds {
 		if k.Body.Slab {
@@ -234,6 +237,37 @@ func (s *Schema) genSchema() (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// genSourceJSON writes appendSourceJSON: Source as encoding/json writes
+// it, without reflection.
+func (s *Schema) genSourceJSON(b *strings.Builder) error {
+	src := s.Structs["Source"]
+	b.WriteString("// appendSourceJSON appends src as encoding/json writes it.\nfunc appendSourceJSON(b []byte, src Source) []byte {\n\tb = append(b, '{')\n\tsep := false\n\t_ = sep\n")
+	for _, f := range src.Fields {
+		basic, named := s.basic(f.Type)
+		x := "src." + f.Go
+		var cond, app string
+		switch basic {
+		case "string":
+			cond, app = x+` != ""`, "appendJSONString(b, "+x+")"
+			if named != "" {
+				app = "appendJSONString(b, string(" + x + "))"
+			}
+		case "int", "int32", "int64":
+			cond, app = x+" != 0", "strconv.AppendInt(b, int64("+x+"), 10)"
+		case "uint32", "uint64":
+			cond, app = x+" != 0", "strconv.AppendUint(b, uint64("+x+"), 10)"
+		default:
+			return fmt.Errorf("Source.%s: no JSON encoder for type %s (add one in runtime/hook/internal/schema/gen.go)", f.Go, typeString(f.Type))
+		}
+		if !f.OmitEmpty {
+			cond = "true"
+		}
+		fmt.Fprintf(b, "\tif %s {\n\t\tif sep {\n\t\t\tb = append(b, ',')\n\t\t}\n\t\tb = append(b, `%q:`...)\n\t\tb = %s\n\t\tsep = true\n\t}\n", cond, f.JSON, app)
+	}
+	b.WriteString("\treturn append(b, '}')\n}\n\n")
+	return nil
 }
 
 func lowerFirst(s string) string {

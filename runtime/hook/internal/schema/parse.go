@@ -67,11 +67,12 @@ type Struct struct {
 
 // Field is one struct field.
 type Field struct {
-	Go     string
-	JSON   string
-	Type   ast.Expr
-	Alias  string
-	Checks []Check
+	Go        string
+	JSON      string
+	OmitEmpty bool
+	Type      ast.Expr
+	Alias     string
+	Checks    []Check
 }
 
 // Check is one field rule.
@@ -193,7 +194,9 @@ func parseStruct(name string, st *ast.StructType, doc *ast.CommentGroup) (*Struc
 				continue
 			}
 			f := &Field{Go: n.Name, Type: fl.Type, Alias: tag.Get("jsonalias")}
-			f.JSON, _, _ = strings.Cut(tag.Get("json"), ",")
+			var opts string
+			f.JSON, opts, _ = strings.Cut(tag.Get("json"), ",")
+			f.OmitEmpty = strings.Contains(","+opts+",", ",omitempty,")
 			if f.JSON == "" {
 				f.JSON = n.Name
 			}
