@@ -351,6 +351,11 @@ func decodeJSONBody(k Kind, b []byte, checkDups bool) (Body, error) {
 	if body, ok := v2DecodeBody(k, b, checkDups); ok {
 		return body, nil
 	}
+	return v1DecodeBody(k, b, checkDups)
+}
+
+// v1DecodeBody is decodeJSONBody with encoding/json alone.
+func v1DecodeBody(k Kind, b []byte, checkDups bool) (Body, error) {
 	body, err := NewBody(k)
 	if err != nil {
 		return nil, &reasonError{ReasonUnknownKind, err}

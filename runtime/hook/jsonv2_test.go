@@ -85,3 +85,20 @@ func FuzzJSONv2(f *testing.F) {
 		}
 	})
 }
+
+func TestFoldedRepeatPossible(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{`{"kind":"replay","kind":"x"}`, false},
+		{`{"kind":"replay","KIND":"x"}`, true},
+		{`{"kind":"replay","k\u0069nd":"x"}`, true},
+		{"{\"kind\":1,\"\u212aind\":2}", true},
+		{`{"a":"HTTP"}`, true},
+	} {
+		if got := foldedRepeatPossible([]byte(tc.in)); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
