@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -421,7 +420,7 @@ func (r *Reader) nextRecord(checkEvents bool) (RawRecord, error) {
 				continue
 			}
 			if !fast {
-				rec.Kind, rec.TS, err = eventProbe(line)
+				rec.Kind, rec.TS, err = hook.PeekJSONLine(line)
 				if err != nil {
 					r.skip(pos, "%v", err)
 					continue
@@ -577,7 +576,7 @@ func (r *Reader) interrupted() error {
 // "", unusable ones a reason. For events in the writer's canonical form, fast
 // is true and kind and ts are set.
 func classify(line []byte) (typ RecordType, kind hook.Kind, ts int64, fast bool, reason string) {
-	if kind, ts, ok := eventPrefix(line); ok {
+	if kind, ts, ok := hook.PeekCanonicalJSONLine(line); ok {
 		return RecordEvent, kind, ts, true, ""
 	}
 	switch {
@@ -609,113 +608,8 @@ func classify(line []byte) (typ RecordType, kind hook.Kind, ts int64, fast bool,
 	return 0, 0, 0, false, "unknown record: none of the keys v, kind, kvtrace, kvtrace_footer"
 }
 
-// kindOf maps a kind name to its Kind without allocating (KindInvalid when
-// unknown); TestKindOf keeps it in step with hook.
-func kindOf(name []byte) hook.Kind {
-	switch string(name) {
-	case "run.start":
-		return hook.KindRunStart
-	case "run.end":
-		return hook.KindRunEnd
-	case "room.checksum":
-		return hook.KindRoomChecksum
-	case "replay":
-		return hook.KindReplay
-	case "canary.pages":
-		return hook.KindCanaryPages
-	case "graphdiff.sample":
-		return hook.KindGraphDiffSample
-	case "session":
-		return hook.KindSession
-	case "sched":
-		return hook.KindSched
-	case "gpu":
-		return hook.KindGPU
-	case "cuda":
-		return hook.KindCUDA
-	case "finding":
-		return hook.KindFinding
-	}
-	if k, err := hook.ParseKind(string(name)); err == nil {
-		return k // a kind added to hook after this switch was written
-	}
-	return hook.KindInvalid
-}
+// kindOf and eventPrefix are hook's (kept under these names for
+// reader_internal_test.go).
+func kindOf(name []byte) hook.Kind { return hook.KindByName(name) }
 
-var eventHead = []byte(`{"v":1,"kind":"`)
-
-// eventPrefix reads kind and ts_ns from an event line in the canonical field
-// order the writer produces: {"v":1,"kind":"K","ts_ns":N,...
-func eventPrefix(line []byte) (hook.Kind, int64, bool) {
-	if !bytes.HasPrefix(line, eventHead) {
-		return 0, 0, false
-	}
-	rest := line[len(eventHead):]
-	q := bytes.IndexByte(rest, '"')
-	if q < 0 {
-		return 0, 0, false
-	}
-	k := kindOf(rest[:q])
-	if k == hook.KindInvalid {
-		return 0, 0, false
-	}
-	rest = rest[q+1:]
-	const tsKey = `,"ts_ns":`
-	if !bytes.HasPrefix(rest, []byte(tsKey)) {
-		return 0, 0, false
-	}
-	rest = rest[len(tsKey):]
-	i := 0
-	if i < len(rest) && rest[i] == '-' {
-		i++
-	}
-	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
-		i++
-	}
-	if i == 0 || i >= len(rest) || (rest[i] != ',' && rest[i] != '}') {
-		return 0, 0, false
-	}
-	digits := rest[:i]
-	neg := digits[0] == '-'
-	if neg {
-		digits = digits[1:]
-	}
-	if len(digits) == 0 || len(digits) > 19 { // 19 digits cannot overflow uint64
-		return 0, 0, false
-	}
-	var u uint64
-	for _, c := range digits {
-		u = u*10 + uint64(c-'0')
-	}
-	switch {
-	case !neg && u <= math.MaxInt64:
-		return k, int64(u), true
-	case neg && u <= math.MaxInt64+1:
-		return k, int64(-u), true // -u wraps to the negative value for MaxInt64+1 too
-	}
-	return 0, 0, false
-}
-
-// eventProbe reads kind and ts_ns from an event line in any field order.
-func eventProbe(line []byte) (hook.Kind, int64, error) {
-	var env struct {
-		V    *int   `json:"v"`
-		Kind string `json:"kind"`
-		TS   int64  `json:"ts_ns"`
-	}
-	if err := json.Unmarshal(line, &env); err != nil {
-		return 0, 0, fmt.Errorf("bad event line: %w", err)
-	}
-	if env.V == nil || *env.V != hook.Version {
-		v := "none"
-		if env.V != nil {
-			v = strconv.Itoa(*env.V)
-		}
-		return 0, 0, fmt.Errorf("unsupported event version %s (this build reads version %d)", v, hook.Version)
-	}
-	k, err := hook.ParseKind(env.Kind)
-	if err != nil {
-		return 0, 0, err
-	}
-	return k, env.TS, nil
-}
+func eventPrefix(line []byte) (hook.Kind, int64, bool) { return hook.PeekCanonicalJSONLine(line) }

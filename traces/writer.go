@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -28,11 +27,13 @@ var ErrClosed = errors.New("bundle writer closed")
 // compressed and written by a second goroutine, so encoding events and
 // compressing the previous frame overlap; always Close a Writer.
 type Writer struct {
-	mu     sync.Mutex
-	dst    io.Writer
-	file   *os.File // set by Create; synced and closed by Close
-	name   string
-	buf    []byte // pending JSON lines, ending on '\n'
+	mu   sync.Mutex
+	dst  io.Writer
+	file *os.File // set by Create; synced and closed by Close
+	name string
+	buf  []byte // pending JSON lines, ending on '\n'
+	// body and bodyJS are unused since events are encoded by
+	// hook.AppendJSON; TestWriterLineIsHookForm still sets them.
 	body   bytes.Buffer
 	bodyJS *json.Encoder
 	closed bool
@@ -115,7 +116,6 @@ func newWriter(dst io.Writer, name string, m Manifest, interval time.Duration, n
 		m.Created = now()
 	}
 	w := &Writer{dst: dst, name: name, now: now, interval: interval}
-	w.bodyJS = json.NewEncoder(&w.body)
 	line, err := json.Marshal(manifestRecord{Manifest: &m})
 	if err != nil {
 		return nil, fmt.Errorf("create bundle %s: encode manifest: %w", name, err)
@@ -442,80 +442,9 @@ func Record(sub *hook.Subscription, w *Writer) error {
 	return cerr
 }
 
-// appendEvent appends ev in the JSON-lines form of hook.Event.MarshalJSON,
-// byte for byte, without encoding the envelope through reflection.
+// appendEvent appends ev in hook's JSON-lines form (hook.AppendJSON).
 func (w *Writer) appendEvent(b []byte, ev hook.Event) ([]byte, error) {
-	if ev.Body == nil {
-		return b, fmt.Errorf("%s event has no body", ev.Kind)
-	}
-	if ev.Body.Kind() != ev.Kind {
-		return b, fmt.Errorf("kind %s with a %s body", ev.Kind, ev.Body.Kind())
-	}
-	w.body.Reset()
-	if err := w.bodyJS.Encode(ev.Body); err != nil {
-		return b, fmt.Errorf("encode %s body: %w", ev.Kind, err)
-	}
-	body := bytes.TrimSuffix(w.body.Bytes(), []byte{'\n'})
-	b = append(b, `{"v":1,"kind":"`...)
-	b = append(b, ev.Kind.String()...)
-	b = append(b, `","ts_ns":`...)
-	b = strconv.AppendInt(b, ev.TS, 10)
-	if ev.Src != (hook.Source{}) {
-		b = append(b, `,"src":{`...)
-		sep := false
-		if ev.Src.Node != "" {
-			b = appendJSONString(append(b, `"node":`...), ev.Src.Node)
-			sep = true
-		}
-		if ev.Src.Proc != "" {
-			if sep {
-				b = append(b, ',')
-			}
-			b = appendJSONString(append(b, `"proc":`...), ev.Src.Proc)
-			sep = true
-		}
-		if ev.Src.PID != 0 {
-			if sep {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(append(b, `"pid":`...), int64(ev.Src.PID), 10)
-			sep = true
-		}
-		if ev.Src.Role != "" {
-			if sep {
-				b = append(b, ',')
-			}
-			b = appendJSONString(append(b, `"role":`...), ev.Src.Role)
-			sep = true
-		}
-		if ev.Src.Rank != 0 {
-			if sep {
-				b = append(b, ',')
-			}
-			b = strconv.AppendInt(append(b, `"rank":`...), int64(ev.Src.Rank), 10)
-		}
-		b = append(b, '}')
-	}
-	if ev.Run != "" {
-		b = appendJSONString(append(b, `,"run":`...), ev.Run)
-	}
-	b = append(b, `,"body":`...)
-	b = append(b, body...)
-	return append(b, '}'), nil
-}
-
-// appendJSONString appends s as encoding/json would (HTML-safe escaping).
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s) // strings always marshal
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	return hook.AppendJSON(b, ev)
 }
 
 // Recording is a bundle fed through a bus of its own: producers publish to it

@@ -4,15 +4,15 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"reflect"
 	"sort"
 	"strconv"
 	"unicode/utf8"
 )
 
-// Binary body layouts, hand-written (no reflection on the hot path). Each
-// layout lists the body struct's fields in declaration order; WIRE.md is the
-// normative table. Encoding primitives:
+// Binary body encoding primitives. The layouts themselves — which fields, in
+// which order, which appended groups — are generated from event.go into
+// binary_gen.go (go generate ./runtime/hook); WIRE.md's layout table is
+// generated from the same source. Encoding primitives:
 //
 //	u32/u64/f64  fixed little-endian
 //	uvarint      unsigned LEB128 (encoding/binary.AppendUvarint)
@@ -21,92 +21,6 @@ import (
 //	bool         one byte, 0 or 1
 //	list         uvarint element count, then the elements
 //	f32s         uvarint element count, then count×4 bytes of LE float32
-
-// binaryFieldCount is the number of struct fields each binary layout encodes.
-// init compares it with the struct: a kind whose struct gained a field the
-// layout does not know yet is sent with a JSON body instead (correct, slower),
-// and TestBinaryLayoutsCoverEveryField fails until binary.go catches up.
-var binaryFieldCount = map[reflect.Type]int{
-	reflect.TypeFor[RunEnd]():          4,
-	reflect.TypeFor[RoomChecksum]():    14,
-	reflect.TypeFor[Replay]():          5,
-	reflect.TypeFor[PageChange]():      4,
-	reflect.TypeFor[CanaryPages]():     16,
-	reflect.TypeFor[GraphDiffSample](): 12,
-	reflect.TypeFor[Session]():         10,
-	reflect.TypeFor[Sched]():           9,
-	reflect.TypeFor[CUDA]():            10,
-	reflect.TypeFor[Finding]():         4,
-}
-
-// binaryKindTypes are the struct types a kind's binary layout depends on.
-var binaryKindTypes = map[Kind][]reflect.Type{
-	KindRunEnd:          {reflect.TypeFor[RunEnd]()},
-	KindRoomChecksum:    {reflect.TypeFor[RoomChecksum]()},
-	KindReplay:          {reflect.TypeFor[Replay]()},
-	KindCanaryPages:     {reflect.TypeFor[CanaryPages](), reflect.TypeFor[PageChange]()},
-	KindGraphDiffSample: {reflect.TypeFor[GraphDiffSample]()},
-	KindSession:         {reflect.TypeFor[Session]()},
-	KindSched:           {reflect.TypeFor[Sched]()},
-	KindCUDA:            {reflect.TypeFor[CUDA]()},
-	KindFinding:         {reflect.TypeFor[Finding]()},
-}
-
-// binaryBody[k] says AppendFrame writes kind k with its binary layout.
-// run.start (nested configuration) and gpu (nested, 1 Hz telemetry whose
-// fields grow with NVML) always travel as JSON.
-var binaryBody [kindLimit]bool
-
-func init() {
-	for k, types := range binaryKindTypes {
-		ok := true
-		for _, t := range types {
-			if t.NumField() != binaryFieldCount[t] {
-				ok = false
-			}
-		}
-		binaryBody[k] = ok
-	}
-}
-
-// layoutDrift lists struct types whose field count differs from their binary
-// layout (for the test that keeps binary.go current).
-func layoutDrift() []string {
-	var out []string
-	for t, n := range binaryFieldCount {
-		if t.NumField() != n {
-			out = append(out, fmt.Sprintf("%s has %d fields, its binary layout encodes %d", t.Name(), t.NumField(), n))
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-func isNilBody(b Body) bool {
-	switch v := b.(type) {
-	case *RunStart:
-		return v == nil
-	case *RunEnd:
-		return v == nil
-	case *RoomChecksum:
-		return v == nil
-	case *Replay:
-		return v == nil
-	case *CanaryPages:
-		return v == nil
-	case *GraphDiffSample:
-		return v == nil
-	case *Session:
-		return v == nil
-	case *Sched:
-		return v == nil
-	case *CUDA:
-		return v == nil
-	case *Finding:
-		return v == nil
-	}
-	return false
-}
 
 // ---------------------------------------------------------------------------
 // Encoder primitives.
@@ -158,163 +72,53 @@ func (e *enc) f64(field string, v float64) {
 	e.b = binary.LittleEndian.AppendUint64(e.b, math.Float64bits(v))
 }
 
-func (e *enc) f32s(v []float32) {
+func (e *enc) f32s(_ string, v []float32) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
 	for _, f := range v {
 		e.b = binary.LittleEndian.AppendUint32(e.b, math.Float32bits(f))
 	}
 }
 
-func (e *enc) u32s(v []uint32) {
+func (e *enc) u32s(_ string, v []uint32) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
 	for _, x := range v {
 		e.b = binary.AppendUvarint(e.b, uint64(x))
 	}
 }
 
-func (e *enc) pageChanges(v []PageChange) {
-	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
-	for i := range v {
-		c := &v[i]
-		e.b = binary.AppendUvarint(e.b, uint64(c.Page))
-		e.str("owner", c.Owner)
-		e.b = appendU64(e.b, uint64(c.Before))
-		e.b = appendU64(e.b, uint64(c.After))
-	}
-}
-
-func (e *enc) hex64s(v []Hex64) {
+func (e *enc) hex64s(_ string, v []Hex64) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
 	for _, h := range v {
 		e.b = appendU64(e.b, uint64(h))
 	}
 }
 
-func (e *enc) ints(v []int) {
+func (e *enc) ints(_ string, v []int) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
 	for _, x := range v {
 		e.b = appendInt(e.b, x)
 	}
 }
 
-func (e *enc) i32s(v []int32) {
+func (e *enc) i32s(_ string, v []int32) {
 	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
 	for _, x := range v {
 		e.b = binary.AppendVarint(e.b, int64(x))
 	}
 }
 
-// appendBinaryBody appends body's binary layout.
-func appendBinaryBody(dst []byte, body Body) ([]byte, error) {
-	e := enc{b: dst}
-	switch v := body.(type) {
-	case *RunEnd:
-		e.b = binary.AppendVarint(e.b, v.WallNS)
-		e.b = binary.AppendVarint(e.b, v.Steps)
-		e.b = binary.AppendUvarint(e.b, v.Dropped)
-		e.str("error", v.Error)
-	case *RoomChecksum:
-		e.b = appendU64(e.b, uint64(v.Room))
-		e.str("side", string(v.Side))
-		e.b = appendInt(e.b, v.SeqLen)
-		e.b = appendInt(e.b, v.Pages)
-		e.b = appendU64(e.b, uint64(v.Bsum))
-		e.b = appendU64(e.b, uint64(v.XXH3))
-		e.str("dtype", v.Dtype)
-		e.str("request", v.Request)
-		e.hex64s(v.PageSum)
-		// Appended in checksum spec v1.1 (multi-layer, multi-rank).
-		e.b = appendInt(e.b, v.Rank)
-		e.str("stage", v.Stage)
-		e.ints(v.Layers)
-		e.hex64s(v.LayerBsum)
-		e.hex64s(v.PageBsum)
-	case *Replay:
-		e.b = binary.AppendUvarint(e.b, v.Step)
-		e.b = appendInt(e.b, v.BatchSize)
-		e.b = appendInt(e.b, v.Bucket)
-		e.str("mode", v.Mode)
-		e.b = binary.AppendVarint(e.b, v.DurNS)
-	case *CanaryPages:
-		e.b = binary.AppendUvarint(e.b, v.Step)
-		e.str("policy", v.Policy)
-		e.b = appendInt(e.b, v.PagesTotal)
-		e.b = appendInt(e.b, v.PagesChecked)
-		e.pageChanges(v.Changed)
-		e.u32s(v.Expected)
-		e.u32s(v.Transfer)
-		e.strs("running", v.Running)
-		e.u32s(v.Padding)
-		e.strs("expected_owner", v.ExpectedOwner)
-		e.b = appendInt(e.b, v.LivePages)
-		e.b = appendInt(e.b, v.LiveChecked)
-		e.pageChanges(v.Collateral)
-		e.u32s(v.Rewritten)
-		e.b = appendBool(e.b, v.SlotChecked)
-		e.str("phase", v.Phase)
-	case *GraphDiffSample:
-		e.b = binary.AppendUvarint(e.b, v.Step)
-		e.str("request", v.Request)
-		e.str("session", v.Session)
-		e.str("dtype", v.Dtype)
-		e.f32s(v.Graph)
-		e.f32s(v.Eager)
-		e.f32s(v.Ref)
-		e.i32s(v.TopKGraph)
-		e.i32s(v.TopKEager)
-		e.b = appendInt(e.b, v.K)
-		e.b = appendInt(e.b, v.SeqLen)
-		e.str("source", v.Source)
-	case *Session:
-		e.str("id", v.ID)
-		e.str("outcome", v.Outcome)
-		e.b = appendInt(e.b, v.Rounds)
-		e.str("reason", v.Reason)
-		e.strs("finish_reasons", v.FinishReasons)
-		e.b = appendBool(e.b, v.Loop)
-		e.b = appendBool(e.b, v.Deviated)
-		e.strs("requests", v.Requests)
-		e.b = appendInt(e.b, v.Round)
-		e.str("excerpt", v.Excerpt)
-	case *Sched:
-		e.str("phase", v.Phase)
-		e.b = appendInt(e.b, v.RunningReq)
-		e.b = appendInt(e.b, v.QueueReq)
-		e.b = appendInt(e.b, v.Tokens)
-		e.f64("token_usage", v.TokenUsage)
-		e.b = appendInt(e.b, v.Retracted)
-		e.f64("new_token_ratio", v.NewTokenRatio)
-		e.b = appendBool(e.b, v.CUDAGraph)
-		e.f64("gen_throughput", v.GenThroughput)
-	case *CUDA:
-		e.str("call", v.Call)
-		e.b = binary.AppendUvarint(e.b, uint64(v.PID))
-		e.b = binary.AppendUvarint(e.b, uint64(v.TID))
-		e.b = appendU64(e.b, uint64(v.Stream))
-		e.b = appendU64(e.b, uint64(v.GraphExec))
-		e.b = appendU64(e.b, uint64(v.Arg))
-		e.b = binary.AppendVarint(e.b, v.StartNS)
-		e.b = binary.AppendVarint(e.b, v.EndNS)
-		e.b = binary.AppendVarint(e.b, int64(v.Ret))
-		e.b = binary.AppendUvarint(e.b, v.Bytes)
-	case *Finding:
-		e.str("analyzer", v.Analyzer)
-		e.str("severity", string(v.Severity))
-		e.str("summary", v.Summary)
-		keys := make([]string, 0, len(v.Evidence))
-		for k := range v.Evidence {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		e.b = binary.AppendUvarint(e.b, uint64(len(keys)))
-		for _, k := range keys {
-			e.str("evidence key", k)
-			e.str("evidence value", v.Evidence[k])
-		}
-	default:
-		return dst, fmt.Errorf("no binary layout for %T", body)
+// strMap appends a map as a list of key/value string pairs sorted by key.
+func (e *enc) strMap(field string, m map[string]string) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	return e.b, e.err
+	sort.Strings(keys)
+	e.b = binary.AppendUvarint(e.b, uint64(len(keys)))
+	for _, k := range keys {
+		e.str(field+" key", k)
+		e.str(field+" value", m[k])
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -585,22 +389,6 @@ func (r *reader) u32list(field string) []uint32 {
 	return out
 }
 
-func (r *reader) pageChanges(field string) []PageChange {
-	n := r.count(field, 1+1+8+8)
-	if n == 0 {
-		return nil
-	}
-	out := make([]PageChange, n)
-	for i := range out {
-		c := &out[i]
-		c.Page = r.uint32v("page")
-		c.Owner = r.str()
-		c.Before = Hex64(r.u64())
-		c.After = Hex64(r.u64())
-	}
-	return out
-}
-
 // end reports whether the body has been consumed exactly. A layout's
 // appended fields are read only when bytes are left, so a frame from a
 // producer built before they existed still decodes (they are absent).
@@ -646,17 +434,7 @@ func (r *reader) i32list(field string) []int32 {
 	return out
 }
 
-// slabs hands out bodies of the high-rate kinds from chunks of slabN, so a
-// decoder allocates once per slabN events instead of once per event. Every
-// body is a distinct, never reused element; a chunk stays reachable while
-// any of its bodies is. A nil *slabs allocates each body on its own.
-type slabs struct {
-	replay []Replay
-	sched  []Sched
-	room   []RoomChecksum
-	cuda   []CUDA
-}
-
+// slabN is how many bodies of one kind a slab chunk holds (see slabs).
 const slabN = 64
 
 func take[T any](pool *[]T) *T {
@@ -668,166 +446,24 @@ func take[T any](pool *[]T) *T {
 	return v
 }
 
-func (s *slabs) newReplay() *Replay {
-	if s == nil {
-		return &Replay{}
+func (r *reader) int32v(field string) int32 {
+	v := r.varint()
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		r.fail(ReasonBadBody, "%s %d overflows int32", field, v)
 	}
-	return take(&s.replay)
+	return int32(v)
 }
 
-func (s *slabs) newSched() *Sched {
-	if s == nil {
-		return &Sched{}
+// strMap reads a list of key/value string pairs into a map (nil when empty).
+func (r *reader) strMap(field string) map[string]string {
+	n := r.count(field, 2)
+	if n == 0 {
+		return nil
 	}
-	return take(&s.sched)
-}
-
-func (s *slabs) newRoom() *RoomChecksum {
-	if s == nil {
-		return &RoomChecksum{}
+	m := make(map[string]string, n)
+	for range n {
+		key := r.str()
+		m[key] = r.str()
 	}
-	return take(&s.room)
-}
-
-func (s *slabs) newCUDA() *CUDA {
-	if s == nil {
-		return &CUDA{}
-	}
-	return take(&s.cuda)
-}
-
-// decodeBinaryBody decodes kind k's binary layout; errors are left in r.
-func decodeBinaryBody(k Kind, r *reader, sl *slabs) Body {
-	switch k {
-	case KindRunEnd:
-		return &RunEnd{WallNS: r.varint(), Steps: r.varint(), Dropped: r.uvarint(), Error: r.str()}
-	case KindRoomChecksum:
-		v := sl.newRoom()
-		v.Room = Dec64(r.u64())
-		v.Side = Side(r.str())
-		v.SeqLen = r.int()
-		v.Pages = r.int()
-		v.Bsum = Hex64(r.u64())
-		v.XXH3 = Hex64(r.u64())
-		v.Dtype = r.str()
-		v.Request = r.str()
-		v.PageSum = r.hex64s("page_xxh3")
-		if r.end() {
-			return v // a producer from before checksum spec v1.1
-		}
-		v.Rank = r.int()
-		v.Stage = r.str()
-		v.Layers = r.intList("layers")
-		v.LayerBsum = r.hex64s("layer_bsum")
-		v.PageBsum = r.hex64s("page_bsum")
-		return v
-	case KindReplay:
-		v := sl.newReplay()
-		v.Step = r.uvarint()
-		v.BatchSize = r.int()
-		v.Bucket = r.int()
-		v.Mode = r.str()
-		v.DurNS = r.varint()
-		return v
-	case KindCanaryPages:
-		v := &CanaryPages{}
-		v.Step = r.uvarint()
-		v.Policy = r.str()
-		v.PagesTotal = r.int()
-		v.PagesChecked = r.int()
-		v.Changed = r.pageChanges("changed")
-		v.Expected = r.u32list("expected")
-		v.Transfer = r.u32list("transfer")
-		v.Running = r.strs("running")
-		v.Padding = r.u32list("padding")
-		v.ExpectedOwner = r.strs("expected_owner")
-		v.LivePages = r.int()
-		v.LiveChecked = r.int()
-		v.Collateral = r.pageChanges("collateral")
-		v.Rewritten = r.u32list("rewritten")
-		v.SlotChecked = r.bool("slot_checked")
-		if r.end() {
-			return v // a producer from before phase
-		}
-		v.Phase = r.str()
-		return v
-	case KindGraphDiffSample:
-		v := &GraphDiffSample{}
-		v.Step = r.uvarint()
-		v.Request = r.str()
-		v.Session = r.str()
-		v.Dtype = r.str()
-		v.Graph = r.f32s("graph")
-		v.Eager = r.f32s("eager")
-		v.Ref = r.f32s("ref")
-		v.TopKGraph = r.i32list("topk_graph")
-		v.TopKEager = r.i32list("topk_eager")
-		v.K = r.int()
-		v.SeqLen = r.int()
-		if r.end() {
-			return v // a producer from before source
-		}
-		v.Source = r.str()
-		return v
-	case KindSession:
-		v := &Session{}
-		v.ID = r.str()
-		v.Outcome = r.str()
-		v.Rounds = r.int()
-		v.Reason = r.str()
-		v.FinishReasons = r.strs("finish_reasons")
-		v.Loop = r.bool("loop")
-		v.Deviated = r.bool("deviated")
-		v.Requests = r.strs("requests")
-		if r.end() {
-			return v // a producer from before round and excerpt
-		}
-		v.Round = r.int()
-		v.Excerpt = r.str()
-		return v
-	case KindSched:
-		v := sl.newSched()
-		v.Phase = r.str()
-		v.RunningReq = r.int()
-		v.QueueReq = r.int()
-		v.Tokens = r.int()
-		v.TokenUsage = r.f64("token_usage")
-		v.Retracted = r.int()
-		v.NewTokenRatio = r.f64("new_token_ratio")
-		v.CUDAGraph = r.bool("cuda_graph")
-		v.GenThroughput = r.f64("gen_throughput")
-		return v
-	case KindCUDA:
-		v := sl.newCUDA()
-		v.Call = r.str()
-		v.PID = r.uint32v("pid")
-		v.TID = r.uint32v("tid")
-		v.Stream = Hex64(r.u64())
-		v.GraphExec = Hex64(r.u64())
-		v.Arg = Hex64(r.u64())
-		v.StartNS = r.varint()
-		v.EndNS = r.varint()
-		ret := r.varint()
-		if ret < math.MinInt32 || ret > math.MaxInt32 {
-			r.fail(ReasonBadBody, "ret %d overflows int32", ret)
-		}
-		v.Ret = int32(ret)
-		v.Bytes = r.uvarint()
-		return v
-	case KindFinding:
-		v := &Finding{}
-		v.Analyzer = r.str()
-		v.Severity = Severity(r.str())
-		v.Summary = r.str()
-		if n := r.count("evidence", 2); n > 0 {
-			v.Evidence = make(map[string]string, n)
-			for range n {
-				key := r.str()
-				v.Evidence[key] = r.str()
-			}
-		}
-		return v
-	}
-	r.fail(ReasonBadBody, "no binary layout for %s", k)
-	return nil
+	return m
 }

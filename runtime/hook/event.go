@@ -404,9 +404,11 @@ type RunStart struct {
 }
 
 // RunEnd closes a run.
+//
+//hook:binary wall_ns steps dropped error
 type RunEnd struct {
-	WallNS  int64  `json:"wall_ns"`
-	Steps   int64  `json:"steps,omitempty"`
+	WallNS  int64  `json:"wall_ns" check:"min=0"`
+	Steps   int64  `json:"steps,omitempty" check:"min=0"`
 	Dropped uint64 `json:"dropped,omitempty"` // events the producer dropped
 	Error   string `json:"error,omitempty"`
 }
@@ -421,11 +423,15 @@ const (
 )
 
 // RoomChecksum is one side's digest of one room's index-K, in token order.
+//
+//hook:binary room side seq_len pages bsum xxh3 dtype request page_xxh3 |checksum-spec-v1.1 rank stage layers layer_bsum page_bsum
+//hook:fastjson slab
+//hook:values `layers` strictly ascending, each ≥ 0; `layer_bsum` as long as `layers` (both absent, or parallel); `page_bsum`, when present, has exactly ⌈`seq_len`/64⌉ entries (one per page-table entry the room's tokens occupy, checksum/SPEC.md §4, §9)
 type RoomChecksum struct {
 	Room    Dec64   `json:"room"` // bootstrap_room
-	Side    Side    `json:"side"`
-	SeqLen  int     `json:"seq_len"`
-	Pages   int     `json:"pages"`
+	Side    Side    `json:"side" check:"oneof=prefill|decode"`
+	SeqLen  int     `json:"seq_len" check:"min=0"`
+	Pages   int     `json:"pages" check:"min=0"`
 	Bsum    Hex64   `json:"bsum"`
 	XXH3    Hex64   `json:"xxh3"`
 	Dtype   string  `json:"dtype,omitempty"`   // "bf16" | "fp8"
@@ -435,12 +441,12 @@ type RoomChecksum struct {
 	// replicated across those ranks, so every rank of both sides must agree;
 	// records of different ranks are never duplicates of each other. 0 for a
 	// single-rank producer.
-	Rank int `json:"rank,omitempty"`
+	Rank int `json:"rank,omitempty" check:"min=0"`
 	// Stage says where on its side the digest was taken: "" (unstated),
 	// "sent" (prefill, after the last chunk was handed to the transfer),
 	// "transferred" (decode, as the bytes landed), "admitted" (decode, just
 	// before the request's first decode step). checksum/SPEC.md §9.
-	Stage string `json:"stage,omitempty"`
+	Stage string `json:"stage,omitempty" check:"oneof=|sent|transferred|admitted"`
 	// Layers lists the layer ids digested, in the order of LayerBsum. Empty
 	// for a single index-K buffer (spec v1.0). With layers, Bsum is the bsum
 	// of the layer digests as words at positions Layers[i] (SPEC §9).
@@ -454,12 +460,15 @@ type RoomChecksum struct {
 }
 
 // Replay is one decode step.
+//
+//hook:binary step bs bucket mode dur_ns
+//hook:fastjson slab
 type Replay struct {
 	Step      uint64 `json:"step"`
-	BatchSize int    `json:"bs"`
-	Bucket    int    `json:"bucket,omitempty"` // captured graph batch bucket; 0 when eager
-	Mode      string `json:"mode"`             // "graph" | "eager"
-	DurNS     int64  `json:"dur_ns"`
+	BatchSize int    `json:"bs" check:"min=0"`
+	Bucket    int    `json:"bucket,omitempty" check:"min=0"` // captured graph batch bucket; 0 when eager
+	Mode      string `json:"mode" check:"oneof=graph|eager"`
+	DurNS     int64  `json:"dur_ns" check:"min=0"`
 }
 
 // PageChange is one index-K page whose digest changed across a replay.
@@ -472,11 +481,14 @@ type PageChange struct {
 
 // CanaryPages is what one replay did to the index-K pool: the pages it changed
 // and what the canary analyzer needs to judge them.
+//
+//hook:binary step policy pages_total pages_checked changed expected transfer running padding expected_owner live_pages live_checked collateral rewritten slot_checked | phase
+//hook:values `expected_owner` is empty or as long as `expected` (it is parallel to it)
 type CanaryPages struct {
 	Step         uint64       `json:"step"`
 	Policy       string       `json:"policy,omitempty"` // "live" | "all" | "sweep:N"
-	PagesTotal   int          `json:"pages_total"`
-	PagesChecked int          `json:"pages_checked"`
+	PagesTotal   int          `json:"pages_total" check:"min=0"`
+	PagesChecked int          `json:"pages_checked" check:"min=0"`
 	Changed      []PageChange `json:"changed,omitempty"`
 	Expected     []uint32     `json:"expected,omitempty"` // pages holding this step's out_loc stores
 	Transfer     []uint32     `json:"transfer,omitempty"` // pages receiving an in-flight transfer
@@ -492,8 +504,8 @@ type CanaryPages struct {
 	// LivePages is the number of pages owned by running requests at this replay;
 	// LiveChecked is how many of them were digested. Their ratio is the live
 	// coverage the canary report states (100% under every built-in policy).
-	LivePages   int `json:"live_pages,omitempty"`
-	LiveChecked int `json:"live_checked,omitempty"`
+	LivePages   int `json:"live_pages,omitempty" check:"min=0"`
+	LiveChecked int `json:"live_checked,omitempty" check:"min=0"`
 	// Collateral lists expected pages on which bytes outside this step's
 	// stored slots changed (the source compares those pages slot by slot, a
 	// copy from before the replay against the page after; Before/After are the
@@ -515,7 +527,7 @@ type CanaryPages struct {
 	// after-snapshot to this step's before-snapshot: writers outside a graph
 	// replay, such as speculative-decoding moves, PD transfers landing and
 	// host restores). canary/SPEC.md §7.
-	Phase string `json:"phase,omitempty"`
+	Phase string `json:"phase,omitempty" check:"oneof=|replay|between"`
 }
 
 // GraphDiffSample holds what the captured replay and an eager rerun computed
@@ -528,6 +540,9 @@ type CanaryPages struct {
 // all a sample carries. K is the selection budget (the indexer's top-k) and
 // SeqLen the request's cached length at this step (positions 0..SeqLen-1), so a
 // judge can tell "missing the newest positions" from any other difference.
+//
+//hook:binary step request session dtype graph eager ref topk_graph topk_eager k seq_len | source
+//hook:values `source` is empty, `next_token_logits`, or `indexer_topk.L` with `L` a layer id in plain decimal (`0`, `17`; no sign, no leading zero, below 2^31)
 type GraphDiffSample struct {
 	Step      uint64   `json:"step"`
 	Request   string   `json:"request"`
@@ -538,8 +553,8 @@ type GraphDiffSample struct {
 	Ref       Float32s `json:"ref,omitempty"`   // optional float64-accumulated reference, rounded to float32
 	TopKGraph []int32  `json:"topk_graph,omitempty"`
 	TopKEager []int32  `json:"topk_eager,omitempty"`
-	K         int      `json:"k,omitempty"`       // selection budget; 0: len(TopKEager), else graphdiff's default
-	SeqLen    int      `json:"seq_len,omitempty"` // cached positions of the request at this step
+	K         int      `json:"k,omitempty" check:"min=0"`       // selection budget; 0: len(TopKEager), else graphdiff's default
+	SeqLen    int      `json:"seq_len,omitempty" check:"min=0"` // cached positions of the request at this step
 	// Source names what the vectors are: "" (index logits over cached
 	// positions, as the twin emits), "next_token_logits" (vocabulary logits
 	// of the step), or "indexer_topk.L" (the sparse indexer's selections at
@@ -564,15 +579,18 @@ var Outcomes = []string{OutcomeDone, OutcomeMaxRounds, OutcomeLeak, OutcomeNoToo
 const MaxExcerpt = 2048
 
 // Session is a finished session.
+//
+//hook:binary id outcome rounds reason finish_reasons loop deviated requests | round excerpt
+//hook:fastjson
 type Session struct {
 	ID      string `json:"id"`
-	Outcome string `json:"outcome"`
-	Rounds  int    `json:"rounds"`
+	Outcome string `json:"outcome" check:"oneof=done|maxrounds|leak|no_tool|error|timeout"`
+	Rounds  int    `json:"rounds" check:"min=0"`
 	// Reason says why the session ended as it did ("tool-call markup
 	// <tool_call> in content", "HTTP 503: …"); repro --json names it the
 	// same. Bundles from before it was named "reason" carry it as "error":
 	// both decode into Reason.
-	Reason        string   `json:"reason,omitempty"`
+	Reason        string   `json:"reason,omitempty" jsonalias:"error"`
 	FinishReasons []string `json:"finish_reasons,omitempty"`
 	Loop          bool     `json:"loop,omitempty"`     // an n-gram loop was seen in the output
 	Deviated      bool     `json:"deviated,omitempty"` // ground truth from the twin: output left the script
@@ -580,11 +598,11 @@ type Session struct {
 	// Round is the round (1-based) that went wrong: the reply judged leak
 	// or no_tool, or the request that failed; 0 when none did or it is
 	// unknown. Requests[Round-1] is that reply's request id when it has one.
-	Round int `json:"round,omitempty"`
+	Round int `json:"round,omitempty" check:"min=0"`
 	// Excerpt is the reply text that ended a corrupted session, at most
 	// MaxExcerpt bytes (a cut one ends with "… [N bytes in all]"), or, in a
 	// redacted bundle, "redacted: N bytes, sha256 HEX".
-	Excerpt string `json:"excerpt,omitempty"`
+	Excerpt string `json:"excerpt,omitempty" check:"maxlen=MaxExcerpt"`
 }
 
 // UnmarshalJSON implements json.Unmarshaler: Session's fields, plus the
@@ -606,13 +624,16 @@ func (b *Session) UnmarshalJSON(data []byte) error {
 }
 
 // Sched is a scheduler observation: a batch line or a retraction.
+//
+//hook:binary phase running_req queue_req tokens token_usage retracted new_token_ratio cuda_graph gen_throughput
+//hook:fastjson slab
 type Sched struct {
 	Phase         string  `json:"phase,omitempty"` // "decode" | "prefill" | "retract"
-	RunningReq    int     `json:"running_req"`
-	QueueReq      int     `json:"queue_req"`
-	Tokens        int     `json:"tokens"`
+	RunningReq    int     `json:"running_req" check:"min=0"`
+	QueueReq      int     `json:"queue_req" check:"min=0"`
+	Tokens        int     `json:"tokens" check:"min=0"`
 	TokenUsage    float64 `json:"token_usage"`
-	Retracted     int     `json:"retracted,omitempty"`
+	Retracted     int     `json:"retracted,omitempty" check:"min=0"`
 	NewTokenRatio float64 `json:"new_token_ratio,omitempty"`
 	CUDAGraph     bool    `json:"cuda_graph"`
 	GenThroughput float64 `json:"gen_throughput,omitempty"`
@@ -656,6 +677,9 @@ type GPU struct {
 }
 
 // CUDA is one driver API call seen by the eBPF probe.
+//
+//hook:binary call pid tid stream graph_exec arg start_ns end_ns ret bytes
+//hook:fastjson slab
 type CUDA struct {
 	Call      string `json:"call"` // resolved symbol, e.g. "cuGraphLaunch"
 	PID       uint32 `json:"pid"`
@@ -680,9 +704,11 @@ const (
 )
 
 // Finding is an analyzer's judgement with the evidence behind it.
+//
+//hook:binary analyzer severity summary evidence
 type Finding struct {
 	Analyzer string            `json:"analyzer"`
-	Severity Severity          `json:"severity"`
+	Severity Severity          `json:"severity" check:"oneof=info|warn|error"`
 	Summary  string            `json:"summary"`
 	Evidence map[string]string `json:"evidence,omitempty"`
 }
@@ -715,21 +741,7 @@ type envelope struct {
 
 // MarshalJSON encodes e in the JSON-lines form (without the trailing
 // newline). It refuses what Validate refuses, so every line it writes reads.
-func (e Event) MarshalJSON() ([]byte, error) {
-	if err := e.Validate(); err != nil {
-		return nil, fmt.Errorf("marshal event: %w", err)
-	}
-	body, err := json.Marshal(e.Body)
-	if err != nil {
-		return nil, fmt.Errorf("marshal %s body: %w", e.Kind, err)
-	}
-	env := envelope{V: Version, Kind: e.Kind.String(), TS: e.TS, Run: e.Run, Body: body}
-	if e.Src != (Source{}) {
-		src := e.Src
-		env.Src = &src
-	}
-	return json.Marshal(env)
-}
+func (e Event) MarshalJSON() ([]byte, error) { return AppendJSON(nil, e) }
 
 // UnmarshalJSON decodes one JSON-lines event. It accepts exactly what
 // DecodeJSONLine accepts: it rejects unknown versions and kinds, a missing

@@ -103,7 +103,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	if os.Getenv("KVCANARY_WRITE_FUZZ_SEEDS") != "1" {
 		t.Skip("set KVCANARY_WRITE_FUZZ_SEEDS=1 to regenerate testdata/fuzz")
 	}
-	for name, seeds := range map[string][][]byte{"FuzzFrameDecoder": frameSeeds(t), "FuzzJSONLines": jsonSeeds(t)} {
+	for name, seeds := range map[string][][]byte{"FuzzFrameDecoder": frameSeeds(t), "FuzzJSONLines": jsonSeeds(t), "FuzzJSONv2": jsonSeeds(t)} {
 		dir := filepath.Join("testdata", "fuzz", name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)

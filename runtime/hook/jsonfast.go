@@ -1,13 +1,10 @@
 package hook
 
-import (
-	"reflect"
-	"slices"
-	"strconv"
-	"strings"
-)
+import "strconv"
 
-// A hand-written fast path for the JSON-lines form. It accepts only plain,
+// A fast path for the JSON-lines form: the envelope here, the body and src
+// decoders generated from event.go into jsonfast_gen.go (kinds marked
+// //hook:fastjson). It accepts only plain,
 // canonical input (exact lower-case keys, unescaped strings, integer literals
 // for integer fields) and gives up — returning ok=false — on anything else,
 // so the caller falls back to encoding/json. It also gives up on what the
@@ -376,52 +373,13 @@ func (s *jscan) skip() {
 	}
 }
 
-// fastBodies are the kinds with a fast JSON body decoder and the JSON keys
-// each decoder knows. init disables a decoder whose struct has gained a key
-// (TestFastJSONKeysCurrent fails until jsonfast.go catches up).
-var fastBodies = map[Kind][]string{
-	KindReplay:       {"step", "bs", "bucket", "mode", "dur_ns"},
-	KindSched:        {"phase", "running_req", "queue_req", "tokens", "token_usage", "retracted", "new_token_ratio", "cuda_graph", "gen_throughput"},
-	KindRoomChecksum: {"room", "side", "seq_len", "pages", "bsum", "xxh3", "dtype", "request", "page_xxh3", "rank", "stage", "layers", "layer_bsum", "page_bsum"},
-	KindSession:      {"id", "outcome", "rounds", "reason", "finish_reasons", "loop", "deviated", "requests", "round", "excerpt"},
-	KindCUDA:         {"call", "pid", "tid", "stream", "graph_exec", "arg", "start_ns", "end_ns", "ret", "bytes"},
-}
-
-var fastBody [kindLimit]bool
-
-func init() {
-	for k, keys := range fastBodies {
-		fastBody[k] = slices.Equal(sortedKeys(keys), jsonKeysOf(k))
+// intList reads an array of int literals.
+func (s *jscan) intList() []int {
+	out := []int{}
+	for e := s.elems(); e.next(); {
+		out = append(out, s.intv())
 	}
-}
-
-func sortedKeys(keys []string) []string {
-	out := slices.Clone(keys)
-	slices.Sort(out)
 	return out
-}
-
-// jsonKeysOf lists the JSON keys of kind k's body struct, sorted.
-func jsonKeysOf(k Kind) []string {
-	body, err := NewBody(k)
-	if err != nil {
-		return nil
-	}
-	t := reflect.TypeOf(body).Elem()
-	var keys []string
-	for i := range t.NumField() {
-		tag := t.Field(i).Tag.Get("json")
-		name, _, _ := strings.Cut(tag, ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = t.Field(i).Name
-		}
-		keys = append(keys, name)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // fastLine decodes a canonical JSON line, or gives up.
@@ -452,32 +410,12 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 			ev.Run = s.str()
 		case "src":
 			m.once(4)
-			for sm := s.members(); sm.next(); {
-				switch string(sm.key) {
-				case "node":
-					sm.once(0)
-					ev.Src.Node = s.str()
-				case "proc":
-					sm.once(1)
-					ev.Src.Proc = s.str()
-				case "pid":
-					sm.once(2)
-					ev.Src.PID = s.int32v()
-				case "role":
-					sm.once(3)
-					ev.Src.Role = s.str()
-				case "rank":
-					sm.once(4)
-					ev.Src.Rank = s.int32v()
-				default:
-					s.give()
-				}
-			}
+			fastSource(&s, &ev.Src)
 		case "body":
 			m.once(5)
 			// The canonical order puts kind before body; otherwise give up.
-			k, err := ParseKind(string(kindName))
-			if err != nil || !fastBody[k] || s.peek() != '{' {
+			k := KindByName(kindName)
+			if !fastBody[k] || s.peek() != '{' {
 				s.give()
 				break
 			}
@@ -495,203 +433,4 @@ func fastLineSlabs(line []byte, sl *slabs) (Event, bool) {
 	}
 	ev.Kind = bodyKind
 	return ev, true
-}
-
-func fastBodyDecode(k Kind, s *jscan, sl *slabs) Body {
-	switch k {
-	case KindReplay:
-		v := sl.newReplay()
-		for m := s.members(); m.next(); {
-			switch string(m.key) {
-			case "step":
-				m.once(0)
-				v.Step = s.uint64v()
-			case "bs":
-				m.once(1)
-				v.BatchSize = s.intv()
-			case "bucket":
-				m.once(2)
-				v.Bucket = s.intv()
-			case "mode":
-				m.once(3)
-				v.Mode = s.str()
-			case "dur_ns":
-				m.once(4)
-				v.DurNS = s.int64v()
-			default:
-				s.give()
-			}
-		}
-		return v
-	case KindSched:
-		v := sl.newSched()
-		for m := s.members(); m.next(); {
-			switch string(m.key) {
-			case "phase":
-				m.once(0)
-				v.Phase = s.str()
-			case "running_req":
-				m.once(1)
-				v.RunningReq = s.intv()
-			case "queue_req":
-				m.once(2)
-				v.QueueReq = s.intv()
-			case "tokens":
-				m.once(3)
-				v.Tokens = s.intv()
-			case "token_usage":
-				m.once(4)
-				v.TokenUsage = s.float64v()
-			case "retracted":
-				m.once(5)
-				v.Retracted = s.intv()
-			case "new_token_ratio":
-				m.once(6)
-				v.NewTokenRatio = s.float64v()
-			case "cuda_graph":
-				m.once(7)
-				v.CUDAGraph = s.boolv()
-			case "gen_throughput":
-				m.once(8)
-				v.GenThroughput = s.float64v()
-			default:
-				s.give()
-			}
-		}
-		return v
-	case KindRoomChecksum:
-		v := sl.newRoom()
-		for m := s.members(); m.next(); {
-			switch string(m.key) {
-			case "room":
-				m.once(0)
-				v.Room = Dec64(s.u64v())
-			case "side":
-				m.once(1)
-				v.Side = Side(s.str())
-			case "seq_len":
-				m.once(2)
-				v.SeqLen = s.intv()
-			case "pages":
-				m.once(3)
-				v.Pages = s.intv()
-			case "bsum":
-				m.once(4)
-				v.Bsum = Hex64(s.u64v())
-			case "xxh3":
-				m.once(5)
-				v.XXH3 = Hex64(s.u64v())
-			case "dtype":
-				m.once(6)
-				v.Dtype = s.str()
-			case "request":
-				m.once(7)
-				v.Request = s.str()
-			case "page_xxh3":
-				m.once(8)
-				v.PageSum = s.hex64List()
-			case "rank":
-				m.once(9)
-				v.Rank = s.intv()
-			case "stage":
-				m.once(10)
-				v.Stage = s.str()
-			case "layers":
-				m.once(11)
-				ls := []int{}
-				for e := s.elems(); e.next(); {
-					ls = append(ls, s.intv())
-				}
-				v.Layers = ls
-			case "layer_bsum":
-				m.once(12)
-				v.LayerBsum = s.hex64List()
-			case "page_bsum":
-				m.once(13)
-				v.PageBsum = s.hex64List()
-			default:
-				s.give()
-			}
-		}
-		return v
-	case KindSession:
-		v := &Session{}
-		for m := s.members(); m.next(); {
-			switch string(m.key) {
-			case "id":
-				m.once(0)
-				v.ID = s.str()
-			case "outcome":
-				m.once(1)
-				v.Outcome = s.str()
-			case "rounds":
-				m.once(2)
-				v.Rounds = s.intv()
-			case "reason", "error": // "error": older producers' name
-				m.once(3)
-				v.Reason = s.str()
-			case "finish_reasons":
-				m.once(4)
-				v.FinishReasons = s.strList()
-			case "loop":
-				m.once(5)
-				v.Loop = s.boolv()
-			case "deviated":
-				m.once(6)
-				v.Deviated = s.boolv()
-			case "requests":
-				m.once(7)
-				v.Requests = s.strList()
-			case "round":
-				m.once(8)
-				v.Round = s.intv()
-			case "excerpt":
-				m.once(9)
-				v.Excerpt = s.str()
-			default:
-				s.give()
-			}
-		}
-		return v
-	case KindCUDA:
-		v := sl.newCUDA()
-		for m := s.members(); m.next(); {
-			switch string(m.key) {
-			case "call":
-				m.once(0)
-				v.Call = s.str()
-			case "pid":
-				m.once(1)
-				v.PID = s.uint32v()
-			case "tid":
-				m.once(2)
-				v.TID = s.uint32v()
-			case "stream":
-				m.once(3)
-				v.Stream = Hex64(s.u64v())
-			case "graph_exec":
-				m.once(4)
-				v.GraphExec = Hex64(s.u64v())
-			case "arg":
-				m.once(5)
-				v.Arg = Hex64(s.u64v())
-			case "start_ns":
-				m.once(6)
-				v.StartNS = s.int64v()
-			case "end_ns":
-				m.once(7)
-				v.EndNS = s.int64v()
-			case "ret":
-				m.once(8)
-				v.Ret = s.int32v()
-			case "bytes":
-				m.once(9)
-				v.Bytes = s.uint64v()
-			default:
-				s.give()
-			}
-		}
-		return v
-	}
-	return nil
 }

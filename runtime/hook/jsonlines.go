@@ -221,8 +221,19 @@ func firstInvalidUTF8(b []byte) int {
 	return len(b)
 }
 
-// slowDecodeLine decodes a line with encoding/json and classifies errors.
+// slowDecodeLine decodes a line the fast path gave up on: with json v2
+// (go-json-experiment/json) when it decodes and the event is valid, else with
+// encoding/json, which stays the authority on every error (its wording and
+// classification are part of the contract), so both give exactly one result.
 func slowDecodeLine(line []byte) (Event, Reason, error) {
+	if ev, ok := v2DecodeLine(line); ok {
+		return ev, ReasonNone, nil
+	}
+	return v1DecodeLine(line)
+}
+
+// v1DecodeLine decodes a line with encoding/json and classifies errors.
+func v1DecodeLine(line []byte) (Event, Reason, error) {
 	var env envelope
 	if err := json.Unmarshal(line, &env); err != nil {
 		r := jsonReasonFor(line, err)
@@ -340,6 +351,14 @@ func decodeJSONBody(k Kind, b []byte, checkDups bool) (Body, error) {
 	if len(bytes.TrimSpace(b)) == 0 || string(bytes.TrimSpace(b)) == "null" {
 		return nil, &reasonError{ReasonBadBody, fmt.Errorf("%s event has no body", k)}
 	}
+	if body, ok := v2DecodeBody(k, b, checkDups); ok {
+		return body, nil
+	}
+	return v1DecodeBody(k, b, checkDups)
+}
+
+// v1DecodeBody is decodeJSONBody with encoding/json alone.
+func v1DecodeBody(k Kind, b []byte, checkDups bool) (Body, error) {
 	body, err := NewBody(k)
 	if err != nil {
 		return nil, &reasonError{ReasonUnknownKind, err}

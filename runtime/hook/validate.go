@@ -16,8 +16,10 @@ import (
 // and configuration echoed from an engine are not constrained. WIRE.md
 // ("Values") lists every rule.
 //
-// One mechanism serves every path: a body type with constraints implements
-// validator, and validateBody is the one place that asks. The frame decoder,
+// The per-field rules (enumerations, minimums, bounds) are `check` tags in
+// event.go, generated into validate_gen.go; the cross-field rules are the
+// validateMore methods below. One mechanism serves every path: a body type
+// with constraints implements validator, and validateBody is the one place that asks. The frame decoder,
 // both JSON-lines paths (the fast path gives up on an invalid body so the
 // slow path reports it), Event.UnmarshalJSON, AppendFrame/AppendFrameJSON,
 // Event.MarshalJSON (and so the Emitter) and Event.Validate all call it, so
@@ -95,19 +97,18 @@ func notOneOf(k Kind, field, v string, allowed []string) error {
 	return &valueError{k, field, quoteValue(v) + " is not one of " + strings.Join(allowed, "|")}
 }
 
-func negative(k Kind, field string, v int64) error {
-	return &valueError{k, field, strconv.FormatInt(v, 10) + " is negative"}
+// outOfRange is a number below its field's minimum (check:"min=N").
+func outOfRange(k Kind, field string, v, min int64) error {
+	if min == 0 {
+		return &valueError{k, field, strconv.FormatInt(v, 10) + " is negative"}
+	}
+	return &valueError{k, field, strconv.FormatInt(v, 10) + " is below " + strconv.FormatInt(min, 10)}
 }
 
-// Allowed values of the enumerated fields, in the order error messages list
-// them.
-var (
-	sides      = []string{string(SidePrefill), string(SideDecode)}
-	modes      = []string{ModeGraph, ModeEager}
-	severities = []string{string(SevInfo), string(SevWarn), string(SevError)}
-	stages     = []string{`""`, StageSent, StageTransferred, StageAdmitted}
-	phases     = []string{`""`, PhaseReplay, PhaseBetween}
-)
+// tooLong is a string over its field's bound (check:"maxlen=CONST").
+func tooLong(k Kind, field string, n, max int) error {
+	return &valueError{k, field, fmt.Sprintf("is %d bytes, over the %d-byte bound", n, max)}
+}
 
 // Checksum stages: where on its side a room digest was taken
 // (checksum/SPEC.md §9). "" is unstated.
@@ -171,41 +172,9 @@ func ValidOutcome(s string) bool {
 	return false
 }
 
-func (b *Session) validate() error {
-	if !ValidOutcome(b.Outcome) {
-		return notOneOf(KindSession, "outcome", b.Outcome,
-			[]string{OutcomeDone, OutcomeMaxRounds, OutcomeLeak, OutcomeNoTool, OutcomeError, OutcomeTimeout})
-	}
-	if b.Rounds < 0 {
-		return negative(KindSession, "rounds", int64(b.Rounds))
-	}
-	if b.Round < 0 {
-		return negative(KindSession, "round", int64(b.Round))
-	}
-	if len(b.Excerpt) > MaxExcerpt {
-		return &valueError{KindSession, "excerpt", fmt.Sprintf("is %d bytes, over the %d-byte bound", len(b.Excerpt), MaxExcerpt)}
-	}
-	return nil
-}
-
-func (b *RoomChecksum) validate() error {
-	if b.Side != SidePrefill && b.Side != SideDecode {
-		return notOneOf(KindRoomChecksum, "side", string(b.Side), sides)
-	}
-	if b.SeqLen < 0 {
-		return negative(KindRoomChecksum, "seq_len", int64(b.SeqLen))
-	}
-	if b.Pages < 0 {
-		return negative(KindRoomChecksum, "pages", int64(b.Pages))
-	}
-	if b.Rank < 0 {
-		return negative(KindRoomChecksum, "rank", int64(b.Rank))
-	}
-	switch b.Stage {
-	case "", StageSent, StageTransferred, StageAdmitted:
-	default:
-		return notOneOf(KindRoomChecksum, "stage", b.Stage, stages)
-	}
+// validateMore checks RoomChecksum's cross-field rules (its per-field
+// rules are generated into validate_gen.go).
+func (b *RoomChecksum) validateMore() error {
 	for i, l := range b.Layers {
 		if l < 0 {
 			return &valueError{KindRoomChecksum, "layers", fmt.Sprintf("entry %d is %d; layer ids are 0 or more", i, l)}
@@ -228,87 +197,21 @@ func (b *RoomChecksum) validate() error {
 	return nil
 }
 
-func (b *Replay) validate() error {
-	if b.Mode != ModeGraph && b.Mode != ModeEager {
-		return notOneOf(KindReplay, "mode", b.Mode, modes)
-	}
-	switch {
-	case b.BatchSize < 0:
-		return negative(KindReplay, "bs", int64(b.BatchSize))
-	case b.Bucket < 0:
-		return negative(KindReplay, "bucket", int64(b.Bucket))
-	case b.DurNS < 0:
-		return negative(KindReplay, "dur_ns", b.DurNS)
-	}
-	return nil
-}
-
-func (b *RunEnd) validate() error {
-	switch {
-	case b.WallNS < 0:
-		return negative(KindRunEnd, "wall_ns", b.WallNS)
-	case b.Steps < 0:
-		return negative(KindRunEnd, "steps", b.Steps)
-	}
-	return nil
-}
-
-func (b *CanaryPages) validate() error {
-	switch {
-	case b.PagesTotal < 0:
-		return negative(KindCanaryPages, "pages_total", int64(b.PagesTotal))
-	case b.PagesChecked < 0:
-		return negative(KindCanaryPages, "pages_checked", int64(b.PagesChecked))
-	case b.LivePages < 0:
-		return negative(KindCanaryPages, "live_pages", int64(b.LivePages))
-	case b.LiveChecked < 0:
-		return negative(KindCanaryPages, "live_checked", int64(b.LiveChecked))
-	}
+// validateMore checks CanaryPages' cross-field rules.
+func (b *CanaryPages) validateMore() error {
 	if len(b.ExpectedOwner) > 0 && len(b.ExpectedOwner) != len(b.Expected) {
 		return &valueError{KindCanaryPages, "expected_owner", fmt.Sprintf(
 			"has %d entries and expected %d; it must be empty or parallel to expected", len(b.ExpectedOwner), len(b.Expected))}
 	}
-	switch b.Phase {
-	case "", PhaseReplay, PhaseBetween:
-	default:
-		return notOneOf(KindCanaryPages, "phase", b.Phase, phases)
-	}
 	return nil
 }
 
-func (b *GraphDiffSample) validate() error {
-	switch {
-	case b.K < 0:
-		return negative(KindGraphDiffSample, "k", int64(b.K))
-	case b.SeqLen < 0:
-		return negative(KindGraphDiffSample, "seq_len", int64(b.SeqLen))
-	}
+// validateMore checks GraphDiffSample's source grammar.
+func (b *GraphDiffSample) validateMore() error {
 	if b.Source != "" && b.Source != SourceNextTokenLogits {
 		if _, _, err := ParseGraphDiffSource(b.Source); err != nil {
 			return &valueError{KindGraphDiffSample, "source", err.Error()}
 		}
 	}
 	return nil
-}
-
-func (b *Sched) validate() error {
-	switch {
-	case b.RunningReq < 0:
-		return negative(KindSched, "running_req", int64(b.RunningReq))
-	case b.QueueReq < 0:
-		return negative(KindSched, "queue_req", int64(b.QueueReq))
-	case b.Tokens < 0:
-		return negative(KindSched, "tokens", int64(b.Tokens))
-	case b.Retracted < 0:
-		return negative(KindSched, "retracted", int64(b.Retracted))
-	}
-	return nil
-}
-
-func (b *Finding) validate() error {
-	switch b.Severity {
-	case SevInfo, SevWarn, SevError:
-		return nil
-	}
-	return notOneOf(KindFinding, "severity", string(b.Severity), severities)
 }
