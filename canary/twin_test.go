@@ -12,6 +12,7 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
 
 // Acceptance tests of issue 5 against the twin (runtime/sim): the canary
@@ -311,7 +312,7 @@ func TestTwinSpecMove(t *testing.T) {
 	}
 	live := 0
 	for _, f := range bad.o.findings {
-		if f.Evidence["phase"] != canary.PhaseBetween {
+		if f.Evidence["phase"] != string(pagediff.PhaseBetween) {
 			t.Fatalf("spec-move: finding outside the between phase: %+v", f)
 		}
 		if f.Evidence["class"] != canary.ClassLiveOverwrite.String() {

@@ -10,6 +10,7 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 )
 
 // twinRooms runs a small twin workload with only the checksum instrument on
@@ -127,8 +128,8 @@ func TestTwinTransferRaceLocatesLateChunk(t *testing.T) {
 		if !slices.Equal(rr.MismatchPages, want) {
 			t.Errorf("room %d (%d pages, chunks of %d): mismatching page-table entries %v, want the one late chunk %v", rr.Room, pages, chunk, rr.MismatchPages, want)
 		}
-		if tr := rr.MismatchTokens; len(tr) != 1 || tr[0].Lo != lo*checksum.PageTokens || tr[0].Hi != min(hi*checksum.PageTokens, rr.SeqLen) {
-			t.Errorf("room %d: token ranges %v, want the late chunk's tokens [%d,%d)", rr.Room, tr, lo*checksum.PageTokens, min(hi*checksum.PageTokens, rr.SeqLen))
+		if tr := rr.MismatchTokens; len(tr) != 1 || tr[0].Lo != lo*kvlayout.PageTokens || tr[0].Hi != min(hi*kvlayout.PageTokens, rr.SeqLen) {
+			t.Errorf("room %d: token ranges %v, want the late chunk's tokens [%d,%d)", rr.Room, tr, lo*kvlayout.PageTokens, min(hi*kvlayout.PageTokens, rr.SeqLen))
 		}
 	}
 	t.Logf("transfer-race: %s (%d located)", rep.Headline(), located)

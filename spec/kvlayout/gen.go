@@ -1,4 +1,4 @@
-package checksum
+package kvlayout
 
 import "encoding/binary"
 

@@ -1,4 +1,4 @@
-package checksum
+package kvlayout
 
 import (
 	"encoding/binary"
@@ -100,6 +100,10 @@ const (
 	mixM2  = 0x94D049BB133111EB
 )
 
+// BsumK is bsum's position stride K, the golden-ratio odd constant
+// (SPEC.md §2); the layer combine and the vector generator use it too.
+const BsumK uint64 = bsumK
+
 // Mix64 is the splitmix64 finalizer used by bsum.
 func Mix64(z uint64) uint64 {
 	z = (z ^ (z >> 30)) * mixM1
@@ -186,7 +190,7 @@ func (l Layout) TokenBytesAt(arena []byte, p uint32, s int) []byte {
 
 func (l Layout) mustCheck(arena []byte, pages []uint32, seqLen int) {
 	if err := l.Check(arena, pages, seqLen); err != nil {
-		panic("checksum: " + err.Error())
+		panic("kvlayout: " + err.Error())
 	}
 }
 

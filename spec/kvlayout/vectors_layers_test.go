@@ -1,4 +1,4 @@
-package checksum
+package kvlayout
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
-// layersVector is one entry of testdata/vectors_layers.json (SPEC.md §9.5).
+// layersVector is one entry of checksum/testdata/vectors_layers.json (SPEC.md §9.5).
 type layersVector struct {
 	Name       string       `json:"name"`
 	Dtype      string       `json:"dtype"`
@@ -97,11 +97,11 @@ func refLayers(l Layout, v layersVector) (layerBsum []uint64, bsum, x uint64, pa
 	return layerBsum, bsum, xxh3.Hash(all), pageBsum
 }
 
-// TestVectorsLayers checks testdata/vectors_layers.json (the Python side
+// TestVectorsLayers checks checksum/testdata/vectors_layers.json (the Python side
 // reads the same file) against the Go code and the literal reference. Run
 // with -update to rewrite it after a deliberate, versioned change of SPEC §9.
 func TestVectorsLayers(t *testing.T) {
-	path := filepath.Join("testdata", "vectors_layers.json")
+	path := filepath.Join(specDir, "testdata", "vectors_layers.json")
 	if *update {
 		var all []layersVector
 		for _, in := range layersVectorInputs {

@@ -1,4 +1,4 @@
-package checksum
+package kvlayout
 
 import (
 	"bytes"
@@ -11,9 +11,13 @@ import (
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
+// specDir holds SPEC.md and the test vectors this package is pinned by; they
+// stay beside the checksum analyzer, where the Python side reads them too.
+var specDir = filepath.Join("..", "..", "checksum")
+
 var update = flag.Bool("update", false, "rewrite checksum/testdata/vectors.json from the generator")
 
-// vector is one entry of testdata/vectors.json (SPEC.md §5).
+// vector is one entry of checksum/testdata/vectors.json (SPEC.md §5).
 type vector struct {
 	Name       string       `json:"name"`
 	Dtype      string       `json:"dtype"`
@@ -65,7 +69,7 @@ func computeVector(t *testing.T, in vector) vector {
 // TestVectors checks the committed SPEC vectors. Run with -update to rewrite
 // them after a deliberate, documented change of the SPEC.
 func TestVectors(t *testing.T) {
-	path := filepath.Join("testdata", "vectors.json")
+	path := filepath.Join(specDir, "testdata", "vectors.json")
 	if *update {
 		var all []vector
 		for _, in := range vectorInputs {
