@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/openaiwire"
 )
 
 // MaxConversationLine bounds one line of a conversations file.
@@ -253,7 +254,7 @@ func parseConversation(text []byte, index int) (Conversation, error) {
 
 // judgeCalls checks a round's well-formed calls against expect_tools:
 // no_tool when the round has an expected name and no call has it.
-func (c *Conversation) judgeCalls(round int, calls []wireCall) (outcome, reason string) {
+func (c *Conversation) judgeCalls(round int, calls []openaiwire.ToolCall) (outcome, reason string) {
 	if round >= len(c.ExpectTools) {
 		return "", ""
 	}
