@@ -9,9 +9,9 @@ import (
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
 
@@ -69,7 +69,7 @@ func twinConfig() sim.Config {
 func corrupted(res sim.Result) int {
 	n := 0
 	for _, s := range res.PerSession {
-		if repro.IsCorrupted(s.Outcome) {
+		if outcome.IsCorrupted(s.Outcome) {
 			n++
 		}
 	}
@@ -80,7 +80,7 @@ func corrupted(res sim.Result) int {
 // index-K scores) and still corrupts sessions in the baseline.
 func twinWorkload() sim.Workload {
 	w := sim.DefaultWorkload()
-	w.Judge = repro.Classifier{}.Outcome
+	w.Judge = outcome.Classifier{}.Outcome
 	w.Sessions, w.Rounds = 12, 3
 	return w
 }

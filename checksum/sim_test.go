@@ -7,10 +7,10 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/checksum"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/spec/kvlayout"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // twinRooms runs a small twin workload with only the checksum instrument on
@@ -20,7 +20,7 @@ func twinRooms(t *testing.T, cfg sim.Config) ([]*hook.RoomChecksum, []*hook.Find
 	t.Helper()
 	cfg.Instruments = sim.Instruments{Checksum: true}
 	w := sim.DefaultWorkload()
-	w.Judge = repro.Classifier{}.Outcome
+	w.Judge = outcome.Classifier{}.Outcome
 	w.Sessions, w.Rounds = 12, 2
 	if testing.Short() || raceEnabled {
 		w.Sessions, w.Rounds = 3, 1

@@ -2,9 +2,8 @@ package demo
 
 import (
 	"fmt"
+	"github.com/kvcanary/kvcanary/sessions"
 	"strings"
-
-	"github.com/kvcanary/kvcanary/repro"
 )
 
 // Verdict is the investigation's conclusion.
@@ -41,7 +40,7 @@ func MechanismName(m string) string {
 // transfer or an overwritten buffer names that layer; with both clean, graph ≠
 // eager puts the fault in the captured replay's transient compute, and among
 // the toggles that remove the corruption (fewer corrupted sessions, Fisher p
-// below repro.Significance, no confound) and touch captured replay, the one
+// below sessions.Significance, no confound) and touch captured replay, the one
 // with the smallest scope names the mechanism. Wider fixes that include it
 // (disabling graphs turns overlap off too) are reported as consistent.
 func Decide(ev Evidence) Verdict {
@@ -81,18 +80,18 @@ func Decide(ev Evidence) Verdict {
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it but touches no captured-replay mechanism", t.Toggle))
 		case len(t.Confounds) > 0 && t.Summary.CorruptedSessions < b.CorruptedSessions:
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s lowers it but is confounded (%s)", t.Toggle, confoundNames(t.Confounds)))
-		case t.Summary.CorruptedSessions < b.CorruptedSessions && t.FisherP >= repro.Significance:
+		case t.Summary.CorruptedSessions < b.CorruptedSessions && t.FisherP >= sessions.Significance:
 			underpowered++
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s lowers it (%d/%d → %d/%d) but p = %s is not significant at this size", t.Toggle,
-				b.CorruptedSessions, b.Sessions, t.Summary.CorruptedSessions, t.Summary.Sessions, repro.FormatP(t.FisherP)))
+				b.CorruptedSessions, b.Sessions, t.Summary.CorruptedSessions, t.Summary.Sessions, sessions.FormatP(t.FisherP)))
 		default:
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s does not remove it (%d/%d, p = %s)", t.Toggle,
-				t.Summary.CorruptedSessions, t.Summary.Sessions, repro.FormatP(t.FisherP)))
+				t.Summary.CorruptedSessions, t.Summary.Sessions, sessions.FormatP(t.FisherP)))
 		}
 	}
 	if len(fixes) == 0 && underpowered > 0 {
 		v.Text = fmt.Sprintf("graph ≠ eager puts the fault in captured compute, but %d sessions are too few to tell which toggle removes it: "+
-			"%d toggle(s) lower it without reaching p < %g — rerun with more sessions (the seeds ran 80 × 4)", b.Sessions, underpowered, repro.Significance)
+			"%d toggle(s) lower it without reaching p < %g — rerun with more sessions (the seeds ran 80 × 4)", b.Sessions, underpowered, sessions.Significance)
 		return v
 	}
 	if len(fixes) == 0 {
@@ -135,12 +134,12 @@ func Decide(ev Evidence) Verdict {
 		}
 	}
 	v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it: %d/%d → %d/%d, p = %s, no confounds", best.Toggle,
-		b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, repro.FormatP(best.FisherP)))
+		b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, sessions.FormatP(best.FisherP)))
 	if len(wider) > 0 {
 		v.Reasons = append(v.Reasons, "consistent wider fixes: "+strings.Join(wider, ", "))
 	}
 	v.Text = fmt.Sprintf("%s inside captured decode graphs — %s removes the corruption (%d/%d → %d/%d, p = %s) while transfer is clean, the buffer pristine and graph ≠ eager",
-		strings.Join(mechs, " + "), best.Toggle, b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, repro.FormatP(best.FisherP))
+		strings.Join(mechs, " + "), best.Toggle, b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, sessions.FormatP(best.FisherP))
 	if len(wider) > 0 {
 		v.Text += "; " + strings.Join(wider, ", ") + " also removes it by turning it off with more"
 	}
@@ -170,7 +169,7 @@ func contains(set, sub []string) bool {
 	return true
 }
 
-func confoundNames(cs []repro.Confound) string {
+func confoundNames(cs []sessions.Confound) string {
 	var n []string
 	for _, c := range cs {
 		n = append(n, c.Name)

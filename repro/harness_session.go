@@ -16,6 +16,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/spec/openaiwire"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // DefaultMaxResponseBytes bounds the bytes read of one response (JSON body
@@ -157,7 +158,7 @@ func fnvString(s string) uint64 {
 // response is one parsed answer.
 type response struct {
 	id    string
-	round Round
+	round outcome.Round
 	calls []openaiwire.ToolCall
 }
 
@@ -236,16 +237,16 @@ func (d *driver) session(ctx context.Context, i int) SessionResult {
 		sr.Rounds++
 		sr.Requests = append(sr.Requests, resp.id)
 		sr.FinishReasons = append(sr.FinishReasons, resp.round.FinishReason)
-		if HasLoop(resp.round.Content, 4, 4) || HasLoop(resp.round.ReasoningContent, 4, 4) {
+		if outcome.HasLoop(resp.round.Content, 4, 4) || outcome.HasLoop(resp.round.ReasoningContent, 4, 4) {
 			sr.Loop = true
 		}
-		outcome, reason := o.Classifier.Judge(round, sr.ToolRounds, resp.round)
-		if outcome == "" && conv != nil {
-			outcome, reason = conv.judgeCalls(round, resp.calls)
+		oc, reason := o.Classifier.Judge(round, sr.ToolRounds, resp.round)
+		if oc == "" && conv != nil {
+			oc, reason = conv.judgeCalls(round, resp.calls)
 		}
-		if outcome != "" {
-			sr.Outcome, sr.Reason = outcome, reason
-			if IsCorrupted(outcome) {
+		if oc != "" {
+			sr.Outcome, sr.Reason = string(oc), reason
+			if outcome.IsCorrupted(oc) {
 				sr.Output = Excerpt(resp.round.Content + resp.round.ReasoningContent)
 			}
 			return sr

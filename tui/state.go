@@ -10,8 +10,8 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 const (
@@ -360,7 +360,7 @@ func (a *aggregator) apply(ev *hook.Event) {
 		if b.Deviated {
 			a.deviated++
 		}
-		if repro.IsCorrupted(b.Outcome) {
+		if outcome.IsCorrupted(b.Outcome) {
 			a.corrupted++
 			a.sessBad.add(ev.TS, 1)
 		} else {
@@ -464,7 +464,7 @@ func (a *aggregator) addFinding(ev *hook.Event, b *hook.Finding) {
 // corrupted one: kind, session, round, request id and excerpt, quoted.
 func (a *aggregator) addSession(ev *hook.Event, b *hook.Session) {
 	a.rowsTotal++
-	r := SessionRow{Seq: a.rowsTotal, TS: ev.TS, ID: quoteAll(b.ID), Outcome: quoteAll(b.Outcome), Corrupted: repro.IsCorrupted(b.Outcome),
+	r := SessionRow{Seq: a.rowsTotal, TS: ev.TS, ID: quoteAll(b.ID), Outcome: quoteAll(b.Outcome), Corrupted: outcome.IsCorrupted(b.Outcome),
 		Rounds: b.Rounds, Round: b.Round, Reason: quoteAll(b.Reason), Excerpt: quoteAll(b.Excerpt)}
 	req := ""
 	if b.Round >= 1 && b.Round <= len(b.Requests) {
@@ -530,7 +530,7 @@ func (a *aggregator) snapshot(spark int) State {
 	for k, v := range a.outcomes {
 		out[k] = v
 	}
-	lo, hi := repro.Wilson(a.corrupted, a.sessions-a.unknown, repro.Z95)
+	lo, hi := outcome.Wilson(a.corrupted, a.sessions-a.unknown, outcome.Z95)
 	s.Sessions = SessionsState{Outcomes: out, Total: a.sessions, Corrupted: a.corrupted, Unknown: a.unknown, Lo: lo, Hi: hi, Deviated: a.deviated}
 	now := a.lastTS / bucketNS
 	s.SessDone, s.SessBad = a.sessDone.window(now, spark), a.sessBad.window(now, spark)

@@ -12,10 +12,10 @@ import (
 
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/spec/kvlayout"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -260,7 +260,7 @@ func twinBundle(t *testing.T, inject []string) string {
 	cfg.Inject = inject
 	cfg.Instruments = sim.Instruments{Checksum: true}
 	wl := sim.DefaultWorkload()
-	wl.Judge = repro.Classifier{}.Outcome
+	wl.Judge = outcome.Classifier{}.Outcome
 	wl.Sessions, wl.Rounds = 3, 1
 	var werr error
 	if _, err := sim.Run(context.Background(), cfg, wl, hook.PublishFunc(func(ev hook.Event) {

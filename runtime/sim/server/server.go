@@ -46,7 +46,7 @@ type Options struct {
 	Publisher hook.Publisher // engine events and, at Close, one session event per session; nil: none
 	// Judge classifies each reply as a client sees it, so that the session
 	// events Close publishes carry outcomes (sim serve passes
-	// repro.Classifier{}.Outcome). The server itself only observes: with
+	// outcome.Classifier{}.Outcome). The server itself only observes: with
 	// no Judge, records carry no outcome and Close publishes no sessions.
 	Judge   sim.Judge
 	MaxBody int64 // request body limit (default DefaultMaxBody)

@@ -1,4 +1,4 @@
-package repro
+package outcome
 
 import (
 	"testing"
@@ -34,7 +34,7 @@ func TestClassifierOutcome(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("%s: Outcome(%d, %d, %q, %d, %q) = %q, want %q", tc.name, tc.round, tc.toolRounds, tc.content, tc.toolCalls, tc.finish, got, tc.want)
 		}
-		if want, _ := tc.c.Judge(tc.round, tc.toolRounds, Round{Content: tc.content, ToolCalls: tc.toolCalls, FinishReason: tc.finish}); got != want {
+		if want, _ := tc.c.Judge(tc.round, tc.toolRounds, Round{Content: tc.content, ToolCalls: tc.toolCalls, FinishReason: tc.finish}); got != string(want) {
 			t.Errorf("%s: Outcome %q differs from Judge %q", tc.name, got, want)
 		}
 	}

@@ -1,6 +1,7 @@
-package repro
+package sessions
 
 import (
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"math"
 	"math/big"
 	"testing"
@@ -96,7 +97,7 @@ func TestWilson(t *testing.T) {
 		{10, 60, 0.0931317697919145, 0.2803161316361453},
 	}
 	for _, c := range cases {
-		lo, hi := Wilson(c.k, c.n, Z95)
+		lo, hi := outcome.Wilson(c.k, c.n, outcome.Z95)
 		if math.Abs(lo-c.lo) > 1e-12 || math.Abs(hi-c.hi) > 1e-12 {
 			t.Errorf("Wilson(%d,%d) = [%v, %v], want [%v, %v]", c.k, c.n, lo, hi, c.lo, c.hi)
 		}
@@ -104,15 +105,15 @@ func TestWilson(t *testing.T) {
 			t.Errorf("Wilson(%d,%d) = [%v, %v] excludes the point estimate", c.k, c.n, lo, hi)
 		}
 	}
-	if lo, hi := Wilson(0, 0, Z95); lo != 0 || hi != 1 {
+	if lo, hi := outcome.Wilson(0, 0, outcome.Z95); lo != 0 || hi != 1 {
 		t.Errorf("Wilson(0,0) = [%v, %v]", lo, hi)
 	}
-	if lo, hi := Wilson(90, 80, Z95); lo < 0.9 || hi != 1 {
+	if lo, hi := outcome.Wilson(90, 80, outcome.Z95); lo < 0.9 || hi != 1 {
 		t.Errorf("k > n not clamped: [%v, %v]", lo, hi)
 	}
 	// Narrower with more data.
-	_, h1 := Wilson(10, 100, Z95)
-	_, h2 := Wilson(100, 1000, Z95)
+	_, h1 := outcome.Wilson(10, 100, outcome.Z95)
+	_, h2 := outcome.Wilson(100, 1000, outcome.Z95)
 	if h2 >= h1 {
 		t.Errorf("interval did not narrow: %v >= %v", h2, h1)
 	}

@@ -1,4 +1,4 @@
-package repro
+package sessions
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // SchedStats are the scheduler facts of a run, from its sched events. Its
@@ -36,7 +37,7 @@ type RunStats struct {
 	Config       hook.RunConfig
 	HaveManifest bool // SetManifest was called or a run.start event was seen
 
-	Outcomes         Outcomes
+	Outcomes         outcome.Counts
 	UnknownOutcomes  int // session events with a class this build does not know
 	MaxSessionRounds int // the most rounds any session ran
 	Deviated         int // sessions the twin marked as having left the script
@@ -149,7 +150,9 @@ func (r *RunStats) Wall() time.Duration {
 }
 
 // Summary is the run's Summary.
-func (r *RunStats) Summary() Summary { return SummaryOf(r.Outcomes, r.Rounds(), r.Wall()) }
+func (r *RunStats) Summary() outcome.Summary {
+	return outcome.SummaryOf(r.Outcomes, r.Rounds(), r.Wall())
+}
 
 // GPUCount is the number of GPUs the host reported, or else the most devices
 // seen in one telemetry sample; 0 when unknown.

@@ -1,4 +1,4 @@
-package repro
+package sessions
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 func abBaseCfg() hook.RunConfig {
@@ -46,8 +47,8 @@ func TestSeedsRoundsConfound(t *testing.T) {
 	a.Rounds = 6
 	b := abBaseCfg()
 	b.IndexKDtype = "fp8"
-	A := statsRunSpec{cfg: a, host: abHost("pd", 8), tool: "v1", outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, running: []int{60}, usage: 0.3}.stats("bf16.kvtrace")
-	B := statsRunSpec{cfg: b, host: abHost("pd", 8), tool: "v1", outcomes: Outcomes{Done: 77, NoTool: 1, Error: 2}, rounds: 4, running: []int{58}, usage: 0.3}.stats("fp8.kvtrace")
+	A := statsRunSpec{cfg: a, host: abHost("pd", 8), tool: "v1", outcomes: outcome.Counts{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, running: []int{60}, usage: 0.3}.stats("bf16.kvtrace")
+	B := statsRunSpec{cfg: b, host: abHost("pd", 8), tool: "v1", outcomes: outcome.Counts{Done: 77, NoTool: 1, Error: 2}, rounds: 4, running: []int{58}, usage: 0.3}.stats("fp8.kvtrace")
 	r := Compare(A, B, CompareOptions{})
 	if r.FlagUnderTest == nil || r.FlagUnderTest.Name != "index_k_dtype" || r.FlagUnderTest.A != "bf16" || r.FlagUnderTest.B != "fp8" {
 		t.Fatalf("flag under test = %+v", r.FlagUnderTest)
@@ -61,8 +62,8 @@ func TestSeedsRoundsConfound(t *testing.T) {
 	}
 	// Equal rounds: the confound goes away.
 	b.Rounds, a.Rounds = 4, 4
-	A = statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
-	B = statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	A = statsRunSpec{cfg: a, outcomes: outcome.Counts{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
+	B = statsRunSpec{cfg: b, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4}.stats("b")
 	if _, ok := abFindConfound(Compare(A, B, CompareOptions{}).Confounds, "rounds"); ok {
 		t.Error("rounds confound with equal rounds")
 	}
@@ -73,15 +74,15 @@ func TestSeedsRoundsConfound(t *testing.T) {
 func TestSeedsPeakConcurrencyConfound(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
 	b.IndexKDtype = "fp8"
-	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4, running: []int{20, 37, 30}, usage: 0.5}.stats("bf16")
-	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 79, NoTool: 1}, rounds: 4, running: []int{12, 24, 20}, usage: 0.5}.stats("fp8")
+	A := statsRunSpec{cfg: a, outcomes: outcome.Counts{MaxRounds: 66, Leak: 14}, rounds: 4, running: []int{20, 37, 30}, usage: 0.5}.stats("bf16")
+	B := statsRunSpec{cfg: b, outcomes: outcome.Counts{MaxRounds: 79, NoTool: 1}, rounds: 4, running: []int{12, 24, 20}, usage: 0.5}.stats("fp8")
 	r := Compare(A, B, CompareOptions{})
 	c, ok := abFindConfound(r.Confounds, "peak_running_req")
 	if !ok || c.A != 37 || c.B != 24 || !strings.Contains(c.Note, "run B's peak concurrency is 35% lower (24 vs 37)") {
 		t.Fatalf("peak concurrency confound: %+v", r.Confounds)
 	}
 	// Within 20%: not a confound.
-	B = statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{31}, usage: 0.5}.stats("fp8")
+	B = statsRunSpec{cfg: b, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4, running: []int{31}, usage: 0.5}.stats("fp8")
 	if _, ok := abFindConfound(Compare(A, B, CompareOptions{}).Confounds, "peak_running_req"); ok {
 		t.Error("37 vs 31 (16%) flagged")
 	}
@@ -92,8 +93,8 @@ func TestSeedsHardwareConfound(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
 	a.Disaggregation = "none"
 	b.IndexKDtype = "fp8"
-	A := statsRunSpec{cfg: a, host: abHost("single", 4), tool: "v1", outcomes: Outcomes{MaxRounds: 77, NoTool: 3}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{3}}.stats("bf16-single")
-	B := statsRunSpec{cfg: b, host: abHost("pd-decode", 8), tool: "v1", outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{58}, usage: 0.26}.stats("fp8-pd")
+	A := statsRunSpec{cfg: a, host: abHost("single", 4), tool: "v1", outcomes: outcome.Counts{MaxRounds: 77, NoTool: 3}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{3}}.stats("bf16-single")
+	B := statsRunSpec{cfg: b, host: abHost("pd-decode", 8), tool: "v1", outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4, running: []int{58}, usage: 0.26}.stats("fp8-pd")
 	r := Compare(A, B, CompareOptions{Flag: "index_k_dtype"})
 	names := strings.Join(abConfoundNames(r.Confounds), ",")
 	for _, want := range []string{"disaggregation", "gpu_count", "host", "peak_token_usage", "retractions"} {
@@ -119,8 +120,8 @@ func TestMoreThanOneFlagWithoutName(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
 	b.CUDAGraphMaxBS = 64
 	b.MultiStreamOverlap = hook.Bool(false)
-	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
-	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	A := statsRunSpec{cfg: a, outcomes: outcome.Counts{MaxRounds: 66, Leak: 14}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4}.stats("b")
 	r := Compare(A, B, CompareOptions{})
 	if r.FlagUnderTest != nil || len(r.DifferingFlags) != 2 {
 		t.Fatalf("flag under test %+v, diffs %+v", r.FlagUnderTest, r.DifferingFlags)
@@ -145,8 +146,8 @@ func TestOtherConfounds(t *testing.T) {
 	b.Extra = map[string]string{"attention-backend": "flashinfer"}
 	ha, hb := abHost("x", 4), abHost("x", 4)
 	hb.GPUs[0].Name = "H200"
-	A := statsRunSpec{cfg: a, host: ha, tool: "v1", outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
-	B := statsRunSpec{cfg: b, host: hb, tool: "v2", outcomes: Outcomes{MaxRounds: 40}, rounds: 4}.stats("b")
+	A := statsRunSpec{cfg: a, host: ha, tool: "v1", outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, host: hb, tool: "v2", outcomes: outcome.Counts{MaxRounds: 40}, rounds: 4}.stats("b")
 	rep := Compare(A, B, CompareOptions{})
 	if rep.FlagUnderTest == nil || rep.FlagUnderTest.Name != "extra.attention-backend" || rep.FlagUnderTest.A != "fa3" || rep.FlagUnderTest.B != "flashinfer" {
 		t.Errorf("the one differing flag (an extra) is not the flag under test: %+v", rep.FlagUnderTest)
@@ -161,8 +162,8 @@ func TestOtherConfounds(t *testing.T) {
 		t.Errorf("same abHost/count flagged: %s", names)
 	}
 	// Scheduler data in one run only.
-	A = statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{5}}.stats("a")
-	B = statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	A = statsRunSpec{cfg: a, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4, running: []int{5}}.stats("a")
+	B = statsRunSpec{cfg: a, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4}.stats("b")
 	r := Compare(A, B, CompareOptions{})
 	if got := strings.Join(abConfoundNames(r.Confounds), ","); got != "sched_data" {
 		t.Errorf("confounds = %s", got)
@@ -179,8 +180,8 @@ func TestToolTimeAndStepTimeConfounds(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
 	a.ToolTime, b.ToolTime = "0s", "1.5s-6s"
 	a.StepTime, b.StepTime = "0s", "25ms"
-	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
-	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	A := statsRunSpec{cfg: a, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4}.stats("b")
 	rep := Compare(A, B, CompareOptions{})
 	if rep.FlagUnderTest != nil || len(rep.DifferingFlags) != 0 {
 		t.Errorf("workload settings taken for engine flags: %+v %+v", rep.FlagUnderTest, rep.DifferingFlags)
@@ -193,7 +194,7 @@ func TestToolTimeAndStepTimeConfounds(t *testing.T) {
 		t.Errorf("step_time confound %+v in %v", st, abConfoundNames(rep.Confounds))
 	}
 	a.ToolTime, a.StepTime = "", ""
-	A = statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("a")
+	A = statsRunSpec{cfg: a, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4}.stats("a")
 	if got := abConfoundNames(Compare(A, B, CompareOptions{}).Confounds); len(got) != 0 {
 		t.Errorf("unknown tool and step time compared as different: %v", got)
 	}
@@ -204,8 +205,8 @@ func TestToolTimeAndStepTimeConfounds(t *testing.T) {
 func TestRetractionCorrelationNotes(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
 	b.MultiStreamOverlap = hook.Bool(false)
-	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 68, Leak: 12}, rounds: 4, running: []int{24}, usage: 0.26}.stats("pd-decode")
-	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{2, 1}}.stats("small-pool")
+	A := statsRunSpec{cfg: a, outcomes: outcome.Counts{MaxRounds: 68, Leak: 12}, rounds: 4, running: []int{24}, usage: 0.26}.stats("pd-decode")
+	B := statsRunSpec{cfg: b, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4, running: []int{60}, usage: 1.0, retracts: []int{2, 1}}.stats("small-pool")
 	r := Compare(A, B, CompareOptions{})
 	notes := strings.Join(r.Notes, "\n")
 	if !strings.Contains(notes, "retractions occurred in a run with no corruption (run B: 3 requests retracted, 0/80 sessions corrupted): not causal evidence") {
@@ -224,8 +225,8 @@ func TestABJSONContract(t *testing.T) {
 	a.Rounds = 6
 	b := abBaseCfg()
 	b.IndexKDtype = "fp8"
-	A := statsRunSpec{cfg: a, outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, wall: 300 * time.Second}.stats("bf16")
-	B := statsRunSpec{cfg: b, outcomes: Outcomes{Done: 77, NoTool: 1, Error: 2}, rounds: 4}.stats("fp8")
+	A := statsRunSpec{cfg: a, outcomes: outcome.Counts{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 6, wall: 300 * time.Second}.stats("bf16")
+	B := statsRunSpec{cfg: b, outcomes: outcome.Counts{Done: 77, NoTool: 1, Error: 2}, rounds: 4}.stats("fp8")
 	r := Compare(A, B, CompareOptions{})
 	raw, err := json.Marshal(r)
 	if err != nil {
@@ -265,8 +266,8 @@ func TestABJSONContract(t *testing.T) {
 func TestWriteText(t *testing.T) {
 	a, b := abBaseCfg(), abBaseCfg()
 	b.IndexKDtype = "fp8"
-	A := statsRunSpec{cfg: a, outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 4}.stats("bf16\x1b[31m.kvtrace")
-	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 79, NoTool: 1}, rounds: 4}.stats("fp8.kvtrace")
+	A := statsRunSpec{cfg: a, outcomes: outcome.Counts{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 4}.stats("bf16\x1b[31m.kvtrace")
+	B := statsRunSpec{cfg: b, outcomes: outcome.Counts{MaxRounds: 79, NoTool: 1}, rounds: 4}.stats("fp8.kvtrace")
 	var buf bytes.Buffer
 	if err := Compare(A, B, CompareOptions{}).WriteText(&buf); err != nil {
 		t.Fatal(err)
@@ -327,8 +328,8 @@ func TestWriteTextQuotesFlagNames(t *testing.T) {
 	a.Extra = map[string]string{"x\x1b[2J": "1"}
 	b.Extra = map[string]string{"x\x1b[2J": "2"}
 	b.CUDAGraphMaxBS = 64
-	A := statsRunSpec{cfg: a, outcomes: Outcomes{MaxRounds: 70, Leak: 10}, rounds: 4}.stats("a")
-	B := statsRunSpec{cfg: b, outcomes: Outcomes{MaxRounds: 80}, rounds: 4}.stats("b")
+	A := statsRunSpec{cfg: a, outcomes: outcome.Counts{MaxRounds: 70, Leak: 10}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: b, outcomes: outcome.Counts{MaxRounds: 80}, rounds: 4}.stats("b")
 	for _, opts := range []CompareOptions{{}, {Flag: "extra.x\x1b[2J"}} {
 		var buf bytes.Buffer
 		if err := Compare(A, B, opts).WriteText(&buf); err != nil {

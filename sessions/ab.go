@@ -1,4 +1,4 @@
-package repro
+package sessions
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/safetext"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 )
 
 // Significance is the level at which Compare's verdict calls a difference
@@ -25,7 +27,7 @@ type ClassRate struct {
 // Arm is one side of an A/B comparison: the run's Summary (its keys at the
 // top level) plus per-class rates and the facts confounds are computed from.
 type Arm struct {
-	Summary
+	outcome.Summary
 	Name      string               `json:"name"`
 	Rates     map[string]ClassRate `json:"rates"` // by outcome class, plus "corrupted"
 	Sched     SchedStats           `json:"sched"`
@@ -81,8 +83,8 @@ func abArmOf(r *RunStats) Arm {
 		Summary: s, Name: r.Name, Rates: map[string]ClassRate{}, Sched: r.Sched, Config: r.Config,
 		Tool: r.Tool, Host: r.Host.Hostname, GPUCount: r.GPUCount(), GPUModel: r.GPUModels(), Truncated: r.Truncated,
 	}
-	for _, c := range hook.Outcomes {
-		arm.Rates[c] = abClassRate(s.Outcomes.Get(c), s.Sessions)
+	for _, c := range outcome.Classes() {
+		arm.Rates[string(c)] = abClassRate(s.Outcomes.Get(string(c)), s.Sessions)
 	}
 	arm.Rates["corrupted"] = abClassRate(s.CorruptedSessions, s.Sessions)
 	return arm
@@ -93,7 +95,7 @@ func abClassRate(k, n int) ClassRate {
 	if n > 0 {
 		cr.Rate = float64(k) / float64(n)
 	}
-	cr.Wilson95[0], cr.Wilson95[1] = Wilson(k, n, Z95)
+	cr.Wilson95[0], cr.Wilson95[1] = outcome.Wilson(k, n, outcome.Z95)
 	return cr
 }
 
@@ -132,7 +134,7 @@ func abNotes(a, b *RunStats, flag string, diffs []FlagDiff) []string {
 	case len(diffs) == 0:
 		out = append(out, "no engine flag differs between the runs: this compares two runs of one configuration (a repeat, or a change recorded nowhere)")
 	case flag != "" && !abHasFlag(diffs, flag) && !abHasFlag(UnknownFlagDiffs(a.Config, b.Config), flag) &&
-		(settingText(a.Config, flag) != "" || a.Config.Engine == "sim"):
+		(runconfig.SettingText(a.Config, flag) != "" || a.Config.Engine == "sim"):
 		out = append(out, fmt.Sprintf("the flag under test %q has the same value in both runs", flag))
 	}
 	out = append(out, unknownNotes(a.Config, b.Config, flag)...)
@@ -152,7 +154,7 @@ func unknownNotes(a, b hook.RunConfig, flag string) []string {
 			safetext.Quote(u.Name), abValue(v), known, provText(pick(known == "A", a, b), u.Name), unknown))
 	}
 	var both []string
-	ua, ub := UnknownSettings(a), UnknownSettings(b)
+	ua, ub := runconfig.UnknownSettings(a), runconfig.UnknownSettings(b)
 	for _, n := range ua {
 		if slices.Contains(ub, n) {
 			both = append(both, n)
@@ -162,7 +164,7 @@ func unknownNotes(a, b hook.RunConfig, flag string) []string {
 		out = append(out, fmt.Sprintf("%s unknown in both runs: a change there cannot be seen (record against a server that reports its settings, or state them with repro --label KEY=VALUE)",
 			strings.Join(both, ", ")))
 	}
-	if flag != "" && settingText(a, flag) == "" && settingText(b, flag) == "" && a.Engine != "sim" && b.Engine != "sim" {
+	if flag != "" && runconfig.SettingText(a, flag) == "" && runconfig.SettingText(b, flag) == "" && a.Engine != "sim" && b.Engine != "sim" {
 		out = append(out, fmt.Sprintf("the flag under test %q is unknown in both runs", flag))
 	}
 	return out

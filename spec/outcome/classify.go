@@ -1,10 +1,6 @@
-package repro
+package outcome
 
-import (
-	"strings"
-
-	"github.com/kvcanary/kvcanary/runtime/hook"
-)
+import "strings"
 
 // DefaultLeakMarkers are the tool-call markups whose presence in a message's
 // content or reasoning_content means the server's tool-call parser did not
@@ -57,12 +53,12 @@ func (c Classifier) Leak(text string) string {
 //     well-formed tool call;
 //   - done: a plain-text answer where one is allowed;
 //   - "": at least one well-formed tool call.
-func (c Classifier) Judge(round, toolRounds int, r Round) (outcome, reason string) {
+func (c Classifier) Judge(round, toolRounds int, r Round) (outcome Class, reason string) {
 	if m := c.Leak(r.Content); m != "" {
-		return hook.OutcomeLeak, "tool-call markup " + m + " in content"
+		return Leak, "tool-call markup " + m + " in content"
 	}
 	if m := c.Leak(r.ReasoningContent); m != "" {
-		return hook.OutcomeLeak, "tool-call markup " + m + " in reasoning_content"
+		return Leak, "tool-call markup " + m + " in reasoning_content"
 	}
 	if r.ToolCalls > 0 {
 		return "", ""
@@ -72,9 +68,9 @@ func (c Classifier) Judge(round, toolRounds int, r Round) (outcome, reason strin
 		if r.BadToolCalls > 0 {
 			reason = "malformed tool call (finish " + r.FinishReason + ")"
 		}
-		return hook.OutcomeNoTool, reason
+		return NoTool, reason
 	}
-	return hook.OutcomeDone, ""
+	return Done, ""
 }
 
 // Outcome is Judge for a client that sees a reply as its content, how many
@@ -82,10 +78,10 @@ func (c Classifier) Judge(round, toolRounds int, r Round) (outcome, reason strin
 // content, no malformed calls), and needs only the outcome: leak, no_tool,
 // done, or "" when the session goes on. Its signature is the twin driver's
 // judge (sim.Judge), so `sim run` and `repro` classify sessions with one
-// classifier: set Workload.Judge = repro.Classifier{}.Outcome.
+// classifier: set Workload.Judge = outcome.Classifier{}.Outcome.
 func (c Classifier) Outcome(round, toolRounds int, content string, toolCalls int, finish string) string {
 	outcome, _ := c.Judge(round, toolRounds, Round{Content: content, ToolCalls: toolCalls, FinishReason: finish})
-	return outcome
+	return string(outcome)
 }
 
 // HasLoop reports an n-gram loop: some run of n words that repeats at least

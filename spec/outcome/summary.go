@@ -1,15 +1,13 @@
-package repro
+package outcome
 
 import (
 	"fmt"
 	"time"
-
-	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
-// Outcomes counts sessions per outcome class. Its JSON form is the
+// Counts counts sessions per outcome class. Its JSON form is the
 // "outcomes" object of the Summary contract.
-type Outcomes struct {
+type Counts struct {
 	Done      int `json:"done"`
 	MaxRounds int `json:"maxrounds"`
 	Leak      int `json:"leak"`
@@ -18,21 +16,21 @@ type Outcomes struct {
 	Timeout   int `json:"timeout"`
 }
 
-// Add counts one session of the given class (hook.Outcome* names). It
+// Add counts one session of class c (a session event's outcome field). It
 // reports false, counting nothing, for an unknown class.
-func (o *Outcomes) Add(outcome string) bool {
-	switch outcome {
-	case hook.OutcomeDone:
+func (o *Counts) Add(c string) bool {
+	switch Class(c) {
+	case Done:
 		o.Done++
-	case hook.OutcomeMaxRounds:
+	case MaxRounds:
 		o.MaxRounds++
-	case hook.OutcomeLeak:
+	case Leak:
 		o.Leak++
-	case hook.OutcomeNoTool:
+	case NoTool:
 		o.NoTool++
-	case hook.OutcomeError:
+	case Error:
 		o.Error++
-	case hook.OutcomeTimeout:
+	case Timeout:
 		o.Timeout++
 	default:
 		return false
@@ -41,38 +39,44 @@ func (o *Outcomes) Add(outcome string) bool {
 }
 
 // Get returns the count of one class (0 for an unknown class).
-func (o Outcomes) Get(outcome string) int {
-	switch outcome {
-	case hook.OutcomeDone:
+func (o Counts) Get(c string) int {
+	switch Class(c) {
+	case Done:
 		return o.Done
-	case hook.OutcomeMaxRounds:
+	case MaxRounds:
 		return o.MaxRounds
-	case hook.OutcomeLeak:
+	case Leak:
 		return o.Leak
-	case hook.OutcomeNoTool:
+	case NoTool:
 		return o.NoTool
-	case hook.OutcomeError:
+	case Error:
 		return o.Error
-	case hook.OutcomeTimeout:
+	case Timeout:
 		return o.Timeout
 	}
 	return 0
 }
 
 // Total is the number of sessions counted.
-func (o Outcomes) Total() int {
+func (o Counts) Total() int {
 	return o.Done + o.MaxRounds + o.Leak + o.NoTool + o.Error + o.Timeout
 }
 
 // Corrupted is the number of corrupted sessions: leak + no_tool + error.
-func (o Outcomes) Corrupted() int { return o.Leak + o.NoTool + o.Error }
+func (o Counts) Corrupted() int { return o.Leak + o.NoTool + o.Error }
 
 // OKish is the seeds' "ok-ish" count: done + maxrounds.
-func (o Outcomes) OKish() int { return o.Done + o.MaxRounds }
+func (o Counts) OKish() int { return o.Done + o.MaxRounds }
 
-// IsCorrupted reports whether an outcome class counts as corrupted.
-func IsCorrupted(outcome string) bool {
-	return outcome == hook.OutcomeLeak || outcome == hook.OutcomeNoTool || outcome == hook.OutcomeError
+// IsCorrupted reports whether an outcome class counts as corrupted: leak,
+// no_tool or error.
+// It takes a Class or the string of a session's outcome field.
+func IsCorrupted[S ~string](c S) bool {
+	switch Class(c) {
+	case Leak, NoTool, Error:
+		return true
+	}
+	return false
 }
 
 // Summary is the shared JSON shape of `sim run --json`, `repro --json` and
@@ -81,7 +85,7 @@ func IsCorrupted(outcome string) bool {
 type Summary struct {
 	Sessions          int        `json:"sessions"`
 	Rounds            int        `json:"rounds"` // rounds per session the run was configured for
-	Outcomes          Outcomes   `json:"outcomes"`
+	Outcomes          Counts     `json:"outcomes"`
 	CorruptedSessions int        `json:"corrupted_sessions"` // leak + no_tool + error
 	CorruptionRate    float64    `json:"corruption_rate"`    // corrupted / sessions; 0 when there are none
 	Wilson95          [2]float64 `json:"wilson95"`           // 95% Wilson interval of the rate
@@ -90,7 +94,7 @@ type Summary struct {
 
 // SummaryOf derives a Summary from outcome counts, the configured rounds per
 // session and the run's wall time.
-func SummaryOf(o Outcomes, rounds int, wall time.Duration) Summary {
+func SummaryOf(o Counts, rounds int, wall time.Duration) Summary {
 	n := o.Total()
 	k := o.Corrupted()
 	s := Summary{Sessions: n, Rounds: rounds, Outcomes: o, CorruptedSessions: k, WallSeconds: wall.Seconds()}

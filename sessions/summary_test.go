@@ -1,4 +1,4 @@
-package repro
+package sessions
 
 import (
 	"encoding/json"
@@ -10,32 +10,33 @@ import (
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/logscan"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 func TestHeadlineSeedsForm(t *testing.T) {
 	cases := []struct {
-		o    Outcomes
+		o    outcome.Counts
 		want string
 	}{
-		{Outcomes{Done: 8, MaxRounds: 58, Leak: 14},
+		{outcome.Counts{Done: 8, MaxRounds: 58, Leak: 14},
 			"CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 ok-ish[done/maxrounds]=66) 95% CI [10.7%, 27.3%]"},
-		{Outcomes{Done: 8, MaxRounds: 26, Leak: 6},
+		{outcome.Counts{Done: 8, MaxRounds: 26, Leak: 6},
 			"CORRUPTION sessions: 6/40 = 15% (leak=6 no_tool=0 error=0 ok-ish[done/maxrounds]=34) 95% CI [7.1%, 29.1%]"},
-		{Outcomes{Done: 77, NoTool: 1, Error: 2},
+		{outcome.Counts{Done: 77, NoTool: 1, Error: 2},
 			"CORRUPTION sessions: 3/80 = 4% (leak=0 no_tool=1 error=2 ok-ish[done/maxrounds]=77) 95% CI [1.3%, 10.5%]"},
-		{Outcomes{Done: 70, Timeout: 10},
+		{outcome.Counts{Done: 70, Timeout: 10},
 			"CORRUPTION sessions: 0/80 = 0% (leak=0 no_tool=0 error=0 timeout=10 ok-ish[done/maxrounds]=70) 95% CI [0.0%, 4.6%]"},
-		{Outcomes{}, "CORRUPTION sessions: 0/0 = 0% (leak=0 no_tool=0 error=0 ok-ish[done/maxrounds]=0) 95% CI [0.0%, 100.0%]"},
+		{outcome.Counts{}, "CORRUPTION sessions: 0/0 = 0% (leak=0 no_tool=0 error=0 ok-ish[done/maxrounds]=0) 95% CI [0.0%, 100.0%]"},
 	}
 	for _, c := range cases {
-		if got := SummaryOf(c.o, 4, time.Second).Headline(); got != c.want {
+		if got := outcome.SummaryOf(c.o, 4, time.Second).Headline(); got != c.want {
 			t.Errorf("headline\n got %s\nwant %s", got, c.want)
 		}
 	}
 }
 
 func TestSummaryJSONContract(t *testing.T) {
-	s := SummaryOf(Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, 4, 1500*time.Millisecond)
+	s := outcome.SummaryOf(outcome.Counts{Done: 8, MaxRounds: 58, Leak: 14}, 4, 1500*time.Millisecond)
 	b, err := json.Marshal(s)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +65,7 @@ func TestSummaryJSONContract(t *testing.T) {
 }
 
 func TestOutcomesAdd(t *testing.T) {
-	var o Outcomes
+	var o outcome.Counts
 	for _, c := range hook.Outcomes {
 		if !o.Add(c) {
 			t.Errorf("Add(%q) rejected", c)
@@ -80,7 +81,7 @@ func TestOutcomesAdd(t *testing.T) {
 		if o.Get(c) != 1 {
 			t.Errorf("Get(%q) = %d", c, o.Get(c))
 		}
-		if IsCorrupted(c) != (c == hook.OutcomeLeak || c == hook.OutcomeNoTool || c == hook.OutcomeError) {
+		if outcome.IsCorrupted(c) != (c == hook.OutcomeLeak || c == hook.OutcomeNoTool || c == hook.OutcomeError) {
 			t.Errorf("IsCorrupted(%q) wrong", c)
 		}
 	}
@@ -91,7 +92,7 @@ type statsRunSpec struct {
 	cfg        hook.RunConfig
 	host       hook.HostInfo
 	tool       string
-	outcomes   Outcomes
+	outcomes   outcome.Counts
 	rounds     int   // rounds each session reports
 	running    []int // decode batch #running-req, in order
 	usage      float64
@@ -140,7 +141,7 @@ func TestRunStatsFromEvents(t *testing.T) {
 	spec := statsRunSpec{
 		cfg:  hook.RunConfig{Engine: "sim", IndexKDtype: "bf16", CUDAGraph: hook.Bool(true), Sessions: 80, Rounds: 4, Concurrency: 80},
 		host: hook.HostInfo{Hostname: "box", GPUs: []hook.GPUInfo{{Name: "H200"}, {Name: "H200"}}},
-		tool: "v1", outcomes: Outcomes{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 3,
+		tool: "v1", outcomes: outcome.Counts{Done: 8, MaxRounds: 58, Leak: 14}, rounds: 3,
 		running: []int{10, 60, 40}, usage: 1.0, retracts: []int{3}, wall: 2 * time.Second,
 	}
 	r := spec.stats("base")
@@ -209,7 +210,7 @@ func (s *eventSlice) Next() (hook.Event, error) {
 }
 
 func TestReadRun(t *testing.T) {
-	spec := statsRunSpec{outcomes: Outcomes{Done: 3, Leak: 1}, rounds: 2}
+	spec := statsRunSpec{outcomes: outcome.Counts{Done: 3, Leak: 1}, rounds: 2}
 	r := NewRunStats("s")
 	if err := ReadRun(&eventSlice{evs: spec.events()}, r); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package repro
+package sessions
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 )
 
 // Confound is one way two runs differ besides the flag under test. A and B
@@ -107,8 +108,8 @@ func flagDiffs(a, b hook.RunConfig) (diffs, unknown []FlagDiff) {
 
 func settingMap(rc hook.RunConfig) map[string]any {
 	m := map[string]any{}
-	for _, s := range knownSettings(rc) {
-		m[s.name] = s.value
+	for _, s := range runconfig.KnownSettings(rc) {
+		m[s.Name] = s.Value
 	}
 	m["inject"] = sortedJoin(rc.Inject) // kvcanary's own faults: always known ("" none)
 	return m
@@ -120,11 +121,11 @@ func settingOrder(a, b hook.RunConfig) []string {
 	seen := map[string]bool{}
 	var rest []string
 	for _, rc := range []hook.RunConfig{a, b} {
-		for _, s := range knownSettings(rc) {
-			if !seen[s.name] && (strings.HasPrefix(s.name, "extra.") || strings.HasPrefix(s.name, "server.")) {
-				rest = append(rest, s.name)
+		for _, s := range runconfig.KnownSettings(rc) {
+			if !seen[s.Name] && (strings.HasPrefix(s.Name, "extra.") || strings.HasPrefix(s.Name, "server.")) {
+				rest = append(rest, s.Name)
 			}
-			seen[s.name] = true
+			seen[s.Name] = true
 		}
 	}
 	sort.Strings(rest)
@@ -264,4 +265,29 @@ func absInt(x int) int {
 		return -x
 	}
 	return x
+}
+
+// workloadExtraConfounds lists the workload keys of Extra (sampling
+// settings, conversations, headers) whose values differ between two runs.
+func workloadExtraConfounds(a, b hook.RunConfig) []Confound {
+	keys := map[string]bool{}
+	for k := range a.Extra {
+		keys[k] = runconfig.IsWorkloadExtra(k)
+	}
+	for k := range b.Extra {
+		keys[k] = runconfig.IsWorkloadExtra(k)
+	}
+	var names []string
+	for k, w := range keys {
+		if w && a.Extra[k] != b.Extra[k] {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	var cs []Confound
+	for _, k := range names {
+		cs = append(cs, Confound{Name: "extra." + k, A: a.Extra[k], B: b.Extra[k],
+			Note: "the client's workload differs (sampling, conversations or request headers): it changes what the model says, so the runs are not a like-for-like comparison"})
+	}
+	return cs
 }
