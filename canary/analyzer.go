@@ -98,8 +98,11 @@ func (a *Analyzer) emit(emit func(hook.Event), f *hook.Finding) {
 	emit(hook.Event{Kind: hook.KindFinding, Body: f})
 }
 
-// Summary implements hook.Analyzer; it returns a Summary.
-func (a *Analyzer) Summary() any {
+// Summary implements hook.Analyzer; it returns Result's Summary.
+func (a *Analyzer) Summary() any { return a.Result() }
+
+// Result returns the run-level aggregate so far.
+func (a *Analyzer) Result() Summary {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.run.Summary()
