@@ -59,9 +59,7 @@ func (a *Analyzer) Observe(ev hook.Event, emit func(hook.Event)) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch ph := pagediff.Phase(obs.Phase); {
-	case ph.Valid():
-	default:
+	if !pagediff.Phase(obs.Phase).Valid() {
 		a.unknown++
 		return
 	}
