@@ -7,9 +7,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -25,7 +26,7 @@ type Twin struct {
 }
 
 // Run implements Engine: one twin run per wave.
-func (e *Twin) Run(ctx context.Context, seg Segment, stats *repro.RunStats, observe func(int, string, string) bool) error {
+func (e *Twin) Run(ctx context.Context, seg Segment, stats *sessions.RunStats, observe func(int, string, string) bool) error {
 	for w := range maxWaves(seg.Sessions, e.Concurrency) {
 		stop, err := e.wave(ctx, seg, w, stats, observe)
 		if err != nil || stop {
@@ -43,14 +44,14 @@ func errWavesExhausted(sessions int) error {
 	return fmt.Errorf("the waves ended before %d sessions could be counted in start order (a session never finished)", sessions)
 }
 
-func (e *Twin) wave(ctx context.Context, seg Segment, w int, stats *repro.RunStats, observe func(int, string, string) bool) (bool, error) {
+func (e *Twin) wave(ctx context.Context, seg Segment, w int, stats *sessions.RunStats, observe func(int, string, string) bool) (bool, error) {
 	cfg, err := e.Config(seg.Flags, seg.WaveSeed(w))
 	if err != nil {
 		return false, fmt.Errorf("flags %s: %w", strings.Join(seg.Flags, " "), err)
 	}
 	wl := sim.DefaultWorkload()
 	wl.Sessions, wl.Rounds, wl.Tool = e.Concurrency, e.Rounds, e.Tool
-	wl.Judge = repro.Classifier{}.Outcome
+	wl.Judge = outcome.Classifier{}.Outcome
 	rc := cfg.RunConfig()
 	rc.Sessions, rc.Rounds, rc.Concurrency = wl.Sessions, wl.Rounds, wl.Sessions
 	rc.ToolTime = wl.ToolTime()

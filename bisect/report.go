@@ -6,7 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // Report is a finished (or interrupted) bisect, for people and --json.
@@ -23,17 +24,17 @@ type Report struct {
 
 // ArmReport is one arm's line.
 type ArmReport struct {
-	Name      string           `json:"name"`
-	Flags     []string         `json:"flags"`
-	Sessions  int              `json:"sessions"`
-	Corrupted int              `json:"corrupted"`
-	Rate      float64          `json:"rate"`
-	Wilson95  [2]float64       `json:"wilson95"`
-	Last      *Look            `json:"last_look,omitempty"`
-	Decision  Decision         `json:"decision"`
-	Error     string           `json:"error,omitempty"`
-	Confounds []repro.Confound `json:"confounds"`
-	Bundles   []string         `json:"bundles"`
+	Name      string              `json:"name"`
+	Flags     []string            `json:"flags"`
+	Sessions  int                 `json:"sessions"`
+	Corrupted int                 `json:"corrupted"`
+	Rate      float64             `json:"rate"`
+	Wilson95  [2]float64          `json:"wilson95"`
+	Last      *Look               `json:"last_look,omitempty"`
+	Decision  Decision            `json:"decision"`
+	Error     string              `json:"error,omitempty"`
+	Confounds []sessions.Confound `json:"confounds"`
+	Bundles   []string            `json:"bundles"`
 }
 
 // Verdict sorts the arms by what the evidence says.
@@ -54,12 +55,12 @@ func NewReport(p *Plan, st *State, out string) Report {
 		ar := ArmReport{Name: a.Name, Flags: a.Flags, Sessions: n, Corrupted: k, Decision: a.Decision, Error: a.Error,
 			Confounds: a.Confounds, Bundles: []string{}}
 		if ar.Confounds == nil {
-			ar.Confounds = []repro.Confound{}
+			ar.Confounds = []sessions.Confound{}
 		}
 		if n > 0 {
 			ar.Rate = float64(k) / float64(n)
 		}
-		ar.Wilson95[0], ar.Wilson95[1] = repro.Wilson(k, n, repro.Z95)
+		ar.Wilson95[0], ar.Wilson95[1] = outcome.Wilson(k, n, outcome.Z95)
 		if len(a.Looks) > 0 {
 			l := a.Looks[len(a.Looks)-1]
 			ar.Last = &l
@@ -134,7 +135,7 @@ func (r Report) WriteText(w io.Writer) error {
 	for i, a := range r.Arms {
 		p, dec := "-", string(a.Decision)
 		if a.Last != nil {
-			p = fmt.Sprintf("%s (%s)", repro.FormatP(a.Last.P), repro.FormatP(a.Last.PLevel))
+			p = fmt.Sprintf("%s (%s)", sessions.FormatP(a.Last.P), sessions.FormatP(a.Last.PLevel))
 		}
 		if i == 0 {
 			dec = "baseline"

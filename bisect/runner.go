@@ -8,8 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -47,7 +48,7 @@ type Engine interface {
 	// goroutine at a time; when observe returns true, Run stops and returns
 	// nil. Events go to stats (for confounds). An error means the segment
 	// could not run: the server did not start, died, or ctx ended.
-	Run(ctx context.Context, seg Segment, stats *repro.RunStats, observe func(i int, id, outcome string) (stop bool)) error
+	Run(ctx context.Context, seg Segment, stats *sessions.RunStats, observe func(i int, id, outcome string) (stop bool)) error
 }
 
 // Runner performs a bisect.
@@ -60,7 +61,7 @@ type Runner struct {
 	State *State // a resumed state; nil starts afresh
 	// Stats holds each arm's run statistics by name (for confounds); a
 	// resumed bisect fills them from the bundles of earlier segments.
-	Stats map[string]*repro.RunStats
+	Stats map[string]*sessions.RunStats
 	Log   func(format string, args ...any) // progress lines; nil: none
 }
 
@@ -74,7 +75,7 @@ func (r *Runner) Run(ctx context.Context) (*State, error) {
 		r.State = NewState(r.Plan)
 	}
 	if r.Stats == nil {
-		r.Stats = map[string]*repro.RunStats{}
+		r.Stats = map[string]*sessions.RunStats{}
 	}
 	if r.Log == nil {
 		r.Log = func(string, ...any) {}
@@ -122,7 +123,7 @@ func (r *Runner) armStep(ctx context.Context, i int, d Design) error {
 	bn, bk := len(base.Sessions), base.Corrupted()
 	k := a.Corrupted()
 	return r.segment(ctx, i, target-n, func(s Session) bool {
-		if repro.IsCorrupted(s.Outcome) {
+		if outcome.IsCorrupted(s.Outcome) {
 			k++
 		}
 		n := len(a.Sessions)
@@ -133,7 +134,7 @@ func (r *Runner) armStep(ctx context.Context, i int, d Design) error {
 		a.Looks = append(a.Looks, l)
 		a.Decision = l.Decision
 		r.Log("bisect: %s look at %d: %d/%d corrupted vs baseline %d/%d; p=%s (level %s), reduction ≤ %.3f (min effect %.2f)%s",
-			a.Name, n, k, n, bk, bn, repro.FormatP(l.P), repro.FormatP(l.PLevel), l.Upper, d.MinEffect, decisionSuffix(l.Decision))
+			a.Name, n, k, n, bk, bn, sessions.FormatP(l.P), sessions.FormatP(l.PLevel), l.Upper, d.MinEffect, decisionSuffix(l.Decision))
 		if err := r.save(); err != nil {
 			r.Log("bisect: %v", err)
 		}
@@ -191,7 +192,7 @@ func (r *Runner) segment(ctx context.Context, i, want int, each func(Session) (s
 	rec := &a.Segments[idx]
 	stats := r.Stats[a.Name]
 	if stats == nil {
-		stats = repro.NewRunStats(a.Name)
+		stats = sessions.NewRunStats(a.Name)
 		r.Stats[a.Name] = stats
 	}
 	done := map[int]Session{}
@@ -249,7 +250,7 @@ func (r *Runner) confounds() {
 		if s == nil {
 			continue
 		}
-		diffs, _, cs := repro.Confounds(base, s, "")
+		diffs, _, cs := sessions.Confounds(base, s, "")
 		a.FlagDiffs = diffs
 		own := flagNames(r.Plan.Arms[i].Flags)
 		a.Confounds = a.Confounds[:0]
@@ -320,7 +321,7 @@ func firstLine(s string) string {
 // resumed bisect's confounds cover every segment).
 func (r *Runner) LoadStats() error {
 	if r.Stats == nil {
-		r.Stats = map[string]*repro.RunStats{}
+		r.Stats = map[string]*sessions.RunStats{}
 	}
 	var errs []error
 	for _, a := range r.State.Arms {
@@ -344,7 +345,7 @@ func (r *Runner) loadBundle(arm, path string) error {
 	defer br.Close()
 	st := r.Stats[arm]
 	if st == nil {
-		st = repro.NewRunStats(arm)
+		st = sessions.NewRunStats(arm)
 		m := br.Manifest()
 		st.SetManifest(m.Tool, m.Created, m.Host, m.Config)
 		r.Stats[arm] = st

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/sessions"
 )
 
 // scripted is an engine whose session i of a segment is corrupted when
@@ -28,7 +28,7 @@ type scripted struct {
 	seen        int
 }
 
-func (s *scripted) Run(ctx context.Context, seg Segment, _ *repro.RunStats, observe func(int, string, string) bool) error {
+func (s *scripted) Run(ctx context.Context, seg Segment, _ *sessions.RunStats, observe func(int, string, string) bool) error {
 	for w := range maxWaves(seg.Sessions, s.wave) {
 		order := make([]int, 0, s.wave)
 		for i := range s.wave { // corrupted first

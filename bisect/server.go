@@ -19,6 +19,7 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/logscan"
+	"github.com/kvcanary/kvcanary/sessions"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -43,7 +44,7 @@ type Server struct {
 const tailBytes = 4 << 10
 
 // Run implements Engine.
-func (e *Server) Run(ctx context.Context, seg Segment, stats *repro.RunStats, observe func(int, string, string) bool) (err error) {
+func (e *Server) Run(ctx context.Context, seg Segment, stats *sessions.RunStats, observe func(int, string, string) bool) (err error) {
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -143,7 +144,7 @@ func (e *Server) start(ctx context.Context, cmdline string, seg Segment, out *ri
 // harness runs the segment's waves against the server at url; a server
 // that exits while they run fails the segment. The server log (its output,
 // or the plan's log file) is scanned for scheduler lines throughout.
-func (e *Server) harness(ctx context.Context, seg Segment, url, logPath string, stats *repro.RunStats, observe func(int, string, string) bool,
+func (e *Server) harness(ctx context.Context, seg Segment, url, logPath string, stats *sessions.RunStats, observe func(int, string, string) bool,
 	exited chan error, out *ringBuffer) error {
 	ho := e.Harness
 	ho.URL, ho.Sessions = url, e.Harness.Concurrency

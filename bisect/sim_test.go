@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/sessions"
 )
 
 // bernoulli is an engine whose sessions are corrupted independently with a
@@ -17,7 +17,7 @@ type bernoulli struct {
 	rng   *rand.Rand
 }
 
-func (b *bernoulli) Run(ctx context.Context, seg Segment, _ *repro.RunStats, observe func(int, string, string) bool) error {
+func (b *bernoulli) Run(ctx context.Context, seg Segment, _ *sessions.RunStats, observe func(int, string, string) bool) error {
 	p := b.rates[seg.Arm]
 	for i := range seg.Sessions {
 		outcome := hook.OutcomeDone

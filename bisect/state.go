@@ -6,7 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // StateFile is the bisect's saved state in its output directory.
@@ -26,15 +27,15 @@ type State struct {
 
 // ArmState is one arm's sessions, segments, looks and decision.
 type ArmState struct {
-	Name      string           `json:"name"`
-	Flags     []string         `json:"flags"`
-	Sessions  []Session        `json:"sessions"` // counted, in start order
-	Segments  []SegmentRecord  `json:"segments"`
-	Looks     []Look           `json:"looks,omitempty"`
-	Decision  Decision         `json:"decision"`
-	Error     string           `json:"error,omitempty"`
-	Confounds []repro.Confound `json:"confounds,omitempty"`
-	FlagDiffs []repro.FlagDiff `json:"flag_diffs,omitempty"` // settings that differ from the baseline's
+	Name      string              `json:"name"`
+	Flags     []string            `json:"flags"`
+	Sessions  []Session           `json:"sessions"` // counted, in start order
+	Segments  []SegmentRecord     `json:"segments"`
+	Looks     []Look              `json:"looks,omitempty"`
+	Decision  Decision            `json:"decision"`
+	Error     string              `json:"error,omitempty"`
+	Confounds []sessions.Confound `json:"confounds,omitempty"`
+	FlagDiffs []sessions.FlagDiff `json:"flag_diffs,omitempty"` // settings that differ from the baseline's
 }
 
 // Session is one counted session.
@@ -58,7 +59,7 @@ type SegmentRecord struct {
 func (a *ArmState) Corrupted() int {
 	n := 0
 	for _, s := range a.Sessions {
-		if repro.IsCorrupted(s.Outcome) {
+		if outcome.IsCorrupted(s.Outcome) {
 			n++
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // Design is the sequential test every arm gets against the baseline.
@@ -186,8 +186,8 @@ func ReductionUpper(k, n, bk, bn int, level float64) float64 {
 	}
 	z := zUpper(level)
 	pa, pb := float64(k)/float64(n), float64(bk)/float64(bn)
-	loA, _ := repro.Wilson(k, n, z)
-	_, hiB := repro.Wilson(bk, bn, z)
+	loA, _ := outcome.Wilson(k, n, z)
+	_, hiB := outcome.Wilson(bk, bn, z)
 	return min(1, pb-pa+math.Sqrt((hiB-pb)*(hiB-pb)+(pa-loA)*(pa-loA)))
 }
 

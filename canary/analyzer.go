@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
 
 // AnalyzerName is the analyzer's name and its section key in run reports.
@@ -58,9 +59,7 @@ func (a *Analyzer) Observe(ev hook.Event, emit func(hook.Event)) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	switch obs.Phase {
-	case "", PhaseReplay, PhaseBetween:
-	default:
+	if !pagediff.Phase(obs.Phase).Valid() {
 		a.unknown++
 		return
 	}
@@ -97,8 +96,11 @@ func (a *Analyzer) emit(emit func(hook.Event), f *hook.Finding) {
 	emit(hook.Event{Kind: hook.KindFinding, Body: f})
 }
 
-// Summary implements hook.Analyzer; it returns a Summary.
-func (a *Analyzer) Summary() any {
+// Summary implements hook.Analyzer; it returns Result's Summary.
+func (a *Analyzer) Summary() any { return a.Result() }
+
+// Result returns the run-level aggregate so far.
+func (a *Analyzer) Result() Summary {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.run.Summary()
@@ -159,7 +161,7 @@ func BetweenLiveOverwriteFinding(step uint64, policy string, p hook.PageChange) 
 	f := LiveOverwriteFinding(step, policy, p)
 	f.Summary = fmt.Sprintf("LIVE-PAGE-OVERWRITE: page %d of running request %s changed between replays (before step %d) outside the writes expected there",
 		p.Page, strconv.Quote(p.Owner), step)
-	f.Evidence["phase"] = PhaseBetween
+	f.Evidence["phase"] = string(pagediff.PhaseBetween)
 	return f
 }
 
@@ -173,6 +175,6 @@ func BetweenMissingStoreFinding(step uint64, policy string, m MissingStore) *hoo
 		who = " of request " + strconv.Quote(m.Owner)
 	}
 	f.Summary = fmt.Sprintf("missing store: expected page %d%s did not change between replays (before step %d)", m.Page, who, step)
-	f.Evidence["phase"] = PhaseBetween
+	f.Evidence["phase"] = string(pagediff.PhaseBetween)
 	return f
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
 
 // benchPool is 524,288 page digests (8 GiB of 16 KiB pages) with owners: 256
@@ -65,7 +66,7 @@ func benchDiffClassify(b *testing.B, changedFrac float64) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		idx = Diff(p.before, p.after, idx[:0])
+		idx = pagediff.Diff(p.before, p.after, idx[:0])
 		chg = Changes(checked, p.before, p.after, idx, owner, chg[:0])
 		obs.Step = uint64(i)
 		obs.Changed = chg
@@ -92,7 +93,7 @@ func BenchmarkDiff524k(b *testing.B) {
 	var idx []uint32
 	b.SetBytes(2 * 8 * benchPages)
 	for b.Loop() {
-		idx = Diff(p.before, p.after, idx[:0])
+		idx = pagediff.Diff(p.before, p.after, idx[:0])
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/op")
 }

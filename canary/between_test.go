@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
 
 // TestBetweenPhaseCountsApart: between-phase observations (SPEC.md §7) are
@@ -27,7 +28,7 @@ func TestBetweenPhaseCountsApart(t *testing.T) {
 	// not land; page 30 of a request still receiving its transfer changed;
 	// page 40, free, changed.
 	a.Observe(hook.Event{Kind: hook.KindCanaryPages, Body: &hook.CanaryPages{
-		Phase: PhaseBetween, Step: 8, Policy: "live", PagesTotal: 100, PagesChecked: 10, LivePages: 12, LiveChecked: 9,
+		Phase: string(pagediff.PhaseBetween), Step: 8, Policy: "live", PagesTotal: 100, PagesChecked: 10, LivePages: 12, LiveChecked: 9,
 		Expected: []uint32{5, 20}, ExpectedOwner: []string{"a", "c"}, Running: []string{"a", "b", "c"}, Transfer: []uint32{30},
 		Changed:     []hook.PageChange{chg(5, "a"), chg(12, "b"), chg(30, "incoming"), chg(40, "")},
 		SlotChecked: true,
@@ -55,17 +56,17 @@ func TestBetweenPhaseCountsApart(t *testing.T) {
 		t.Fatalf("%d findings, want a live overwrite and a missing store: %+v", len(findings), findings)
 	}
 	live, miss := findings[0], findings[1]
-	if live.Evidence["phase"] != PhaseBetween || live.Evidence["victim"] != "b" || live.Evidence["page"] != "12" ||
+	if live.Evidence["phase"] != string(pagediff.PhaseBetween) || live.Evidence["victim"] != "b" || live.Evidence["page"] != "12" ||
 		live.Evidence["step"] != "8" || live.Evidence["class"] != ClassLiveOverwrite.String() || !strings.Contains(live.Summary, "between replays") {
 		t.Errorf("between live finding: %+v", live)
 	}
-	if miss.Evidence["phase"] != PhaseBetween || miss.Evidence["class"] != ClassMissingStore || miss.Evidence["page"] != "20" ||
+	if miss.Evidence["phase"] != string(pagediff.PhaseBetween) || miss.Evidence["class"] != ClassMissingStore || miss.Evidence["page"] != "20" ||
 		miss.Evidence["owner"] != "c" || !strings.Contains(miss.Summary, "between replays") {
 		t.Errorf("between missing-store finding: %+v", miss)
 	}
 	// Replay findings carry no phase (unchanged shape).
 	a.Observe(hook.Event{Kind: hook.KindCanaryPages, Body: &hook.CanaryPages{
-		Phase: PhaseReplay, Step: 8, Running: []string{"b"}, Changed: []hook.PageChange{chg(12, "b")},
+		Phase: string(pagediff.PhaseReplay), Step: 8, Running: []string{"b"}, Changed: []hook.PageChange{chg(12, "b")},
 	}}, emit)
 	if f := findings[len(findings)-1]; f.Evidence["phase"] != "" || strings.Contains(f.Summary, "between") {
 		t.Errorf("replay finding: %+v", f)
@@ -81,7 +82,7 @@ func TestBetweenPhaseCountsApart(t *testing.T) {
 // moved row is rewritten, not missing.
 func TestBetweenPhaseCollateralAndRewritten(t *testing.T) {
 	r := Classify(&hook.CanaryPages{
-		Phase: PhaseBetween, Step: 3, Expected: []uint32{5, 6}, Running: []string{"a", "b"},
+		Phase: string(pagediff.PhaseBetween), Step: 3, Expected: []uint32{5, 6}, Running: []string{"a", "b"},
 		Changed: []hook.PageChange{chg(5, "a")}, Collateral: []hook.PageChange{chg(5, "a")},
 		Rewritten: []uint32{6}, SlotChecked: true,
 	})

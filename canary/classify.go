@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
 
 // Class is the verdict on one changed page. The order is report order, least
@@ -78,12 +79,6 @@ type MissingStore struct {
 	Owner string `json:"owner,omitempty"` // from CanaryPages.ExpectedOwner when the source sets it
 }
 
-// Phases of a canary.pages observation (hook.CanaryPages.Phase).
-const (
-	PhaseReplay  = "replay"  // before/after one decode step ("" means the same)
-	PhaseBetween = "between" // the previous check's after-snapshot to this step's before-snapshot (SPEC.md §7)
-)
-
 // ReplayResult is the classification of one replay, or of one between-phase
 // check (Between true: the window before replay Step).
 type ReplayResult struct {
@@ -132,7 +127,7 @@ type Classifier struct {
 // beyond pages_total, mismatched expected_owner length) are judged as listed.
 func (c *Classifier) Classify(obs *hook.CanaryPages, r *ReplayResult) {
 	*r = ReplayResult{
-		Between: obs.Phase == PhaseBetween,
+		Between: pagediff.Phase(obs.Phase) == pagediff.PhaseBetween,
 		Step:    obs.Step, Policy: obs.Policy,
 		PagesTotal: obs.PagesTotal, PagesChecked: obs.PagesChecked,
 		LivePages: obs.LivePages, LiveChecked: obs.LiveChecked, SlotChecked: obs.SlotChecked,

@@ -1,6 +1,7 @@
 // Package canary judges what a CUDA graph replay did to the paged index-K
-// pool. A source (the twin, an engine hook) digests the pages a Policy selects
-// before and after each replay, finds the changed ones with Diff, and
+// pool. A source (the twin, an engine hook) digests the pages a pagediff.Policy
+// selects before and after each replay, finds the changed ones with
+// pagediff.Diff (the spec leaf spec/pagediff), and
 // publishes a hook.CanaryPages observation (and, before each replay, a
 // phase "between" observation comparing the previous replay's after-snapshot
 // with the pages as they are now, for writers outside a replay such as
@@ -12,8 +13,8 @@
 // log lines (ParseViolation, ScanLog). SPEC.md defines the semantics sources
 // must follow.
 //
-// Error contract: Diff, Policy and classification never fail and never panic
-// on any input (out-of-range pages are ignored, never indexed). ParsePolicy
-// and ParseViolation return errors naming the offending text and its byte
+// Error contract: classification never fails and never panics
+// on any input (out-of-range pages are ignored, never indexed).
+// ParseViolation returns errors naming the offending text and its byte
 // offset; the report readers wrap them with file:line.
 package canary

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // BenchmarkTwinCanaryCost measures what the canary costs the twin's decode
@@ -18,7 +18,7 @@ import (
 // (target: live ≥ 0.95; all is reported, not bounded).
 func BenchmarkTwinCanaryCost(b *testing.B) {
 	w := sim.DefaultWorkload()
-	w.Judge = repro.Classifier{}.Outcome
+	w.Judge = outcome.Classifier{}.Outcome
 	w.Sessions, w.Rounds = 8, 1
 	for _, policy := range []string{"live", "all"} {
 		b.Run(policy, func(b *testing.B) {

@@ -9,9 +9,10 @@ import (
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/outcome"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
 
 // Acceptance tests of issue 5 against the twin (runtime/sim): the canary
@@ -68,7 +69,7 @@ func twinConfig() sim.Config {
 func corrupted(res sim.Result) int {
 	n := 0
 	for _, s := range res.PerSession {
-		if repro.IsCorrupted(s.Outcome) {
+		if outcome.IsCorrupted(s.Outcome) {
 			n++
 		}
 	}
@@ -79,7 +80,7 @@ func corrupted(res sim.Result) int {
 // index-K scores) and still corrupts sessions in the baseline.
 func twinWorkload() sim.Workload {
 	w := sim.DefaultWorkload()
-	w.Judge = repro.Classifier{}.Outcome
+	w.Judge = outcome.Classifier{}.Outcome
 	w.Sessions, w.Rounds = 12, 3
 	return w
 }
@@ -311,7 +312,7 @@ func TestTwinSpecMove(t *testing.T) {
 	}
 	live := 0
 	for _, f := range bad.o.findings {
-		if f.Evidence["phase"] != canary.PhaseBetween {
+		if f.Evidence["phase"] != string(pagediff.PhaseBetween) {
 			t.Fatalf("spec-move: finding outside the between phase: %+v", f)
 		}
 		if f.Evidence["class"] != canary.ClassLiveOverwrite.String() {

@@ -242,11 +242,14 @@ func joinInts(xs []int) string {
 	return string(b)
 }
 
-// Summary implements hook.Analyzer: a Summary value. Rooms still waiting for
+// Summary implements hook.Analyzer; it returns Result's Summary.
+func (a *Analyzer) Summary() any { return a.Result() }
+
+// Result returns the run-level aggregate so far. Rooms still waiting for
 // their second side count as missing, or as warmup when short or when the one
 // side is a decode digest of 0 (not transferred), as Compare classifies them
 // (SPEC.md §8: warmup takes precedence over missing).
-func (a *Analyzer) Summary() any {
+func (a *Analyzer) Result() Summary {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.sum

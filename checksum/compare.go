@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 )
 
 // DefaultWarmupMaxSeqLen is the seq_len at or below which a room is a warmup.
@@ -150,7 +151,7 @@ func layersKey(layers []int) uint32 {
 	}
 	var s uint64
 	for i, l := range layers {
-		s += Mix64(uint64(l) ^ uint64(i+1)*bsumK)
+		s += kvlayout.Mix64(uint64(l) ^ uint64(i+1)*kvlayout.BsumK)
 	}
 	return uint32(s^s>>32) | 1
 }
@@ -1077,10 +1078,10 @@ func DiffPages(prefill, decode []uint64, seqLen int) ([]int, []TokenRange) {
 func tokenRanges(pages []int, seqLen int) []TokenRange {
 	var toks []TokenRange
 	for _, i := range pages {
-		lo := i * PageTokens
-		hi := min(lo+PageTokens, seqLen)
+		lo := i * kvlayout.PageTokens
+		hi := min(lo+kvlayout.PageTokens, seqLen)
 		if hi <= lo { // a page past seq_len: name its slots anyway
-			hi = lo + PageTokens
+			hi = lo + kvlayout.PageTokens
 		}
 		if n := len(toks); n > 0 && toks[n-1].Hi == lo {
 			toks[n-1].Hi = hi

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/cputime"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 )
 
 // benchLog returns about size bytes of a realistic checksum log: prefixed
@@ -19,7 +20,7 @@ func benchLog(size int) []byte {
 		case 0:
 			b = append(b, "[2026-03-01 10:02:03 DP0 TP0] Decode batch. #running-req: 31, #token: 51234, token usage: 0.42, gen throughput (token/s): 1234.5\n"...)
 		case 1, 2:
-			r := Record{Room: i * 0x9E3779B97F4A7C15 >> 1, Side: hook.SidePrefill, SeqLen: int(i % 9000), Pages: int(i%9000+63) / 64, Bsum: Mix64(i), XXH3: Mix64(i + 1)}
+			r := Record{Room: i * 0x9E3779B97F4A7C15 >> 1, Side: hook.SidePrefill, SeqLen: int(i % 9000), Pages: int(i%9000+63) / 64, Bsum: kvlayout.Mix64(i), XXH3: kvlayout.Mix64(i + 1)}
 			if i%4 == 2 {
 				r.Side = hook.SideDecode
 			}
@@ -30,9 +31,9 @@ func benchLog(size int) []byte {
 			b = append(b, "2026-03-01 10:02:04 kvcanary room_checksum side=decode room="...)
 			b = strconv.AppendUint(b, i, 10)
 			b = append(b, " seq_len=4096 pages=64 bsum="...)
-			b = strconv.AppendUint(b, Mix64(i), 10)
+			b = strconv.AppendUint(b, kvlayout.Mix64(i), 10)
 			b = append(b, " xxh3="...)
-			b = strconv.AppendUint(b, Mix64(i+7), 10)
+			b = strconv.AppendUint(b, kvlayout.Mix64(i+7), 10)
 			b = append(b, '\n')
 		}
 	}
@@ -80,9 +81,9 @@ func benchCompare(b *testing.B, rooms int) {
 				if side == 1 {
 					k = uint64(rooms - 1 - i)
 				}
-				r.Room = Mix64(k) >> 1
+				r.Room = kvlayout.Mix64(k) >> 1
 				r.SeqLen, r.Pages = 1000+int(k%5000), 16+int(k%79)
-				r.Bsum, r.XXH3 = Mix64(k+1), Mix64(k+2)
+				r.Bsum, r.XXH3 = kvlayout.Mix64(k+1), kvlayout.Mix64(k+2)
 				if side == 1 && k%10000 == 0 {
 					r.XXH3++
 				}

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 )
 
 // rrec is a v1.1 record: rank and stage set.
@@ -120,7 +121,7 @@ func TestCompareRanksAndStages(t *testing.T) {
 
 // copyRoom copies a room's pages from src into other physical pages of a
 // fresh arena, as a PD transfer does.
-func copyRoom(l Layout, src []byte, srcPages, dstPages []uint32, dstPagesTotal int) []byte {
+func copyRoom(l kvlayout.Layout, src []byte, srcPages, dstPages []uint32, dstPagesTotal int) []byte {
 	pb := l.PageBytes()
 	dst := make([]byte, dstPagesTotal*pb)
 	for i := range srcPages {
@@ -139,16 +140,16 @@ func TestCompareNamesLayerAndPage(t *testing.T) {
 	ids := []int{0, 2, 4, 6}
 	srcPages, dstPages := []uint32{5, 0, 3}, []uint32{1, 7, 2}
 	const seqLen = 170
-	var pre, dec, bad []LayerArena
+	var pre, dec, bad []kvlayout.LayerArena
 	for _, id := range ids {
-		a := GenArena(l, 90+uint64(id), 6)
-		pre = append(pre, LayerArena{Layer: id, Arena: a})
-		dec = append(dec, LayerArena{Layer: id, Arena: copyRoom(l, a, srcPages, dstPages, 8)})
-		bad = append(bad, LayerArena{Layer: id, Arena: copyRoom(l, a, srcPages, dstPages, 8)})
+		a := kvlayout.GenArena(l, 90+uint64(id), 6)
+		pre = append(pre, kvlayout.LayerArena{Layer: id, Arena: a})
+		dec = append(dec, kvlayout.LayerArena{Layer: id, Arena: copyRoom(l, a, srcPages, dstPages, 8)})
+		bad = append(bad, kvlayout.LayerArena{Layer: id, Arena: copyRoom(l, a, srcPages, dstPages, 8)})
 	}
 	// Token 100 = entry 1, slot 36: one K byte on layer 4 (index 2).
 	bad[2].Arena[int(dstPages[1])*l.PageBytes()+36*128+5] ^= 0x80
-	ev := func(layers []LayerArena, pages []uint32, side hook.Side, rank int, stage string) Record {
+	ev := func(layers []kvlayout.LayerArena, pages []uint32, side hook.Side, rank int, stage string) Record {
 		rc := NewLayersRoomEvent(l, layers, pages, seqLen, 77, side)
 		rc.Rank, rc.Stage, rc.XXH3 = rank, stage, 0
 		r, err := RecordFromEvent(rc)
@@ -216,10 +217,10 @@ func TestCompareTwoBundles(t *testing.T) {
 	for room := uint64(1); room <= 20; room++ {
 		for rank := range 4 {
 			pevs = append(pevs, hook.Event{Kind: hook.KindRoomChecksum, Src: hook.Source{Node: "prefill-0"}, Body: &hook.RoomChecksum{
-				Room: hook.Dec64(room), Side: hook.SidePrefill, SeqLen: 100, Pages: 2, Bsum: hook.Hex64(Mix64(room)), Rank: rank, Stage: hook.StageSent,
+				Room: hook.Dec64(room), Side: hook.SidePrefill, SeqLen: 100, Pages: 2, Bsum: hook.Hex64(kvlayout.Mix64(room)), Rank: rank, Stage: hook.StageSent,
 				PageBsum: []hook.Hex64{1, hook.Hex64(room)}}})
 			for _, st := range []string{hook.StageTransferred, hook.StageAdmitted} {
-				b, pg := Mix64(room), room
+				b, pg := kvlayout.Mix64(room), room
 				if room == 13 && rank == 2 && st == hook.StageAdmitted {
 					b, pg = b+1, pg+1
 				}

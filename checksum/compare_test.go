@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 )
 
 func rec(side hook.Side, room uint64, seqLen int, bsum, xxh3 uint64) Record {
@@ -147,7 +148,7 @@ func TestCompareUnattributedEvidenceFails(t *testing.T) {
 
 func TestCompareLocatesPages(t *testing.T) {
 	l := mustLayout(t, "bf16")
-	src := GenArena(l, 61, 6)
+	src := kvlayout.GenArena(l, 61, 6)
 	srcPages := []uint32{5, 0, 3, 1}
 	const seqLen = 230
 	dst := make([]byte, 8*l.PageBytes())
@@ -176,7 +177,7 @@ func TestCompareLocatesPages(t *testing.T) {
 		t.Fatalf("pages %v tokens %v, want [1 2] and [64,192)", got.MismatchPages, got.MismatchTokens)
 	}
 	// The tokens named are exactly the ones that differ.
-	toks := DiffTokens(l, src, srcPages, dst, dstPages, seqLen)
+	toks := kvlayout.DiffTokens(l, src, srcPages, dst, dstPages, seqLen)
 	if len(toks) != 2 || toks[0] < 64 || toks[1] >= 192 {
 		t.Errorf("DiffTokens %v outside the located range", toks)
 	}
@@ -286,7 +287,7 @@ var errEOF = io.EOF
 func TestRadixSort(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 100, 5000} {
 		for _, gen := range []func(i int) uint64{
-			func(i int) uint64 { return Mix64(uint64(i)) },
+			func(i int) uint64 { return kvlayout.Mix64(uint64(i)) },
 			func(i int) uint64 { return uint64(n - i) },
 			func(i int) uint64 { return 7 },
 			func(i int) uint64 { return uint64(i%3) << 56 },
@@ -303,4 +304,13 @@ func TestRadixSort(t *testing.T) {
 			}
 		}
 	}
+}
+
+func mustLayout(t testing.TB, dtype string) kvlayout.Layout {
+	t.Helper()
+	l, err := kvlayout.NewLayout(dtype)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

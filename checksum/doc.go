@@ -1,14 +1,14 @@
 // Package checksum owns the per-room index-K digests that prove or refute
 // corruption in a prefill→decode KV transfer, and judges them.
 //
-// It defines the digests once (SPEC.md, pinned by testdata/vectors.json):
-// bsum, an order-free, position-mixing sum a GPU can compute in one parallel
+// SPEC.md defines the digests once, pinned by testdata/vectors.json: bsum, an
+// order-free, position-mixing sum a GPU can compute in one parallel
 // reduction, and xxh3, XXH3-64 of the room's token-order bytes, both over the
 // bf16 and fp8 index-K layouts, plus per-page digests that locate a mismatch
-// to pages and tokens. Sources (the twin, engine hooks) call Room, RoomPages
-// and Pages exactly as a real engine hook would. Spec v1.1 (SPEC.md §9) adds
-// digests over several layers' buffers (RoomLayers, CombineLayers), per-page
-// bsums (RoomPageBsums) and the rank and stage of a digest.
+// to pages and tokens; spec v1.1 (SPEC.md §9) adds digests over several
+// layers' buffers, per-page bsums and the rank and stage of a digest. The Go
+// code of the digests lives in the spec leaf spec/kvlayout, which sources
+// (the twin, engine hooks) import instead of this analyzer.
 //
 // It reads room records from bundle events, kvcanary's own room_checksum log
 // line and SGLang's "KV checksum mismatch" aborts, compares prefill against

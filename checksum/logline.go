@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 )
 
 // LineKind says what ParseLine found in one log line.
@@ -192,10 +193,10 @@ func (p *LineParser) parseRecord(rest []byte, rec *Record) (LineKind, error) {
 		case "dtype":
 			bit = fDtype
 			switch string(val) {
-			case DtypeBF16:
-				rec.Dtype = DtypeBF16
-			case DtypeFP8:
-				rec.Dtype = DtypeFP8
+			case kvlayout.DtypeBF16:
+				rec.Dtype = kvlayout.DtypeBF16
+			case kvlayout.DtypeFP8:
+				rec.Dtype = kvlayout.DtypeFP8
 			default:
 				rec.Dtype = string(val)
 			}

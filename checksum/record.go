@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 )
 
 // Record is one side's checksum of one room, from any input: a room.checksum
@@ -88,13 +89,13 @@ func (r *Record) Event() *hook.RoomChecksum {
 // NewRoomEvent digests a room and returns its room.checksum body, with the
 // per-page digests (RoomPages) a compare needs to locate a mismatch. This is
 // the one call an engine-side hook (or the twin) makes per room and side.
-func NewRoomEvent(l Layout, arena []byte, pages []uint32, seqLen int, room uint64, side hook.Side) *hook.RoomChecksum {
-	d := Room(l, arena, pages, seqLen)
+func NewRoomEvent(l kvlayout.Layout, arena []byte, pages []uint32, seqLen int, room uint64, side hook.Side) *hook.RoomChecksum {
+	d := kvlayout.Room(l, arena, pages, seqLen)
 	rc := &hook.RoomChecksum{
 		Room: hook.Dec64(room), Side: side, SeqLen: seqLen, Pages: len(pages),
 		Bsum: hook.Hex64(d.Bsum), XXH3: hook.Hex64(d.XXH3), Dtype: l.Dtype,
 	}
-	for _, v := range RoomPages(l, arena, pages, seqLen, nil) {
+	for _, v := range kvlayout.RoomPages(l, arena, pages, seqLen, nil) {
 		rc.PageSum = append(rc.PageSum, hook.Hex64(v))
 	}
 	return rc

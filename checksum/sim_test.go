@@ -7,9 +7,10 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/checksum"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // twinRooms runs a small twin workload with only the checksum instrument on
@@ -19,7 +20,7 @@ func twinRooms(t *testing.T, cfg sim.Config) ([]*hook.RoomChecksum, []*hook.Find
 	t.Helper()
 	cfg.Instruments = sim.Instruments{Checksum: true}
 	w := sim.DefaultWorkload()
-	w.Judge = repro.Classifier{}.Outcome
+	w.Judge = outcome.Classifier{}.Outcome
 	w.Sessions, w.Rounds = 12, 2
 	if testing.Short() || raceEnabled {
 		w.Sessions, w.Rounds = 3, 1
@@ -127,8 +128,8 @@ func TestTwinTransferRaceLocatesLateChunk(t *testing.T) {
 		if !slices.Equal(rr.MismatchPages, want) {
 			t.Errorf("room %d (%d pages, chunks of %d): mismatching page-table entries %v, want the one late chunk %v", rr.Room, pages, chunk, rr.MismatchPages, want)
 		}
-		if tr := rr.MismatchTokens; len(tr) != 1 || tr[0].Lo != lo*checksum.PageTokens || tr[0].Hi != min(hi*checksum.PageTokens, rr.SeqLen) {
-			t.Errorf("room %d: token ranges %v, want the late chunk's tokens [%d,%d)", rr.Room, tr, lo*checksum.PageTokens, min(hi*checksum.PageTokens, rr.SeqLen))
+		if tr := rr.MismatchTokens; len(tr) != 1 || tr[0].Lo != lo*kvlayout.PageTokens || tr[0].Hi != min(hi*kvlayout.PageTokens, rr.SeqLen) {
+			t.Errorf("room %d: token ranges %v, want the late chunk's tokens [%d,%d)", rr.Room, tr, lo*kvlayout.PageTokens, min(hi*kvlayout.PageTokens, rr.SeqLen))
 		}
 	}
 	t.Logf("transfer-race: %s (%d located)", rep.Headline(), located)

@@ -14,9 +14,10 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -59,7 +60,7 @@ type Options struct {
 // Toggle is one A/B arm: a flag change against the baseline.
 type Toggle struct {
 	Name  string            // as a command line says it: "--multi-stream-overlap=false"
-	Flag  string            // repro.EngineFlagDiffs name: "multi_stream_overlap"
+	Flag  string            // sessions.EngineFlagDiffs name: "multi_stream_overlap"
 	Apply func(*sim.Config) // the change
 	// Scope lists the mechanisms the change turns off or moves out of the
 	// captured graph; Decide prefers the fix with the smallest scope.
@@ -116,12 +117,12 @@ type StepResult struct {
 
 // ToggleResult is one A/B arm's evidence.
 type ToggleResult struct {
-	Toggle    string           `json:"toggle"`
-	Flag      string           `json:"flag"`
-	Scope     []string         `json:"scope"`
-	Summary   repro.Summary    `json:"summary"`
-	FisherP   float64          `json:"fisher_p"`
-	Confounds []repro.Confound `json:"confounds"`
+	Toggle    string              `json:"toggle"`
+	Flag      string              `json:"flag"`
+	Scope     []string            `json:"scope"`
+	Summary   outcome.Summary     `json:"summary"`
+	FisherP   float64             `json:"fisher_p"`
+	Confounds []sessions.Confound `json:"confounds"`
 	// Removes: fewer corrupted sessions than the baseline with p < 0.05 and
 	// no confound.
 	Removes bool   `json:"removes_corruption"`
@@ -130,19 +131,19 @@ type ToggleResult struct {
 
 // Evidence is everything Decide needs.
 type Evidence struct {
-	Baseline           repro.Summary  `json:"baseline"`
-	Rooms              int            `json:"rooms"`
-	RoomsMatched       int            `json:"rooms_matched"`
-	RoomsWarmup        int            `json:"rooms_warmup"`
-	RoomsMismatched    int            `json:"rooms_mismatched"`
-	RoomsMissing       int            `json:"rooms_missing"`
-	Replays            uint64         `json:"replays"`
-	LivePageOverwrites uint64         `json:"live_page_overwrites"`
-	GraphDiffSamples   int            `json:"graphdiff_samples"`
-	DivergentSamples   int            `json:"divergent_samples"`
-	DivergentSessions  int            `json:"divergent_sessions"`
-	DivergentLeaked    int            `json:"divergent_sessions_leaked"`
-	Toggles            []ToggleResult `json:"toggles"`
+	Baseline           outcome.Summary `json:"baseline"`
+	Rooms              int             `json:"rooms"`
+	RoomsMatched       int             `json:"rooms_matched"`
+	RoomsWarmup        int             `json:"rooms_warmup"`
+	RoomsMismatched    int             `json:"rooms_mismatched"`
+	RoomsMissing       int             `json:"rooms_missing"`
+	Replays            uint64          `json:"replays"`
+	LivePageOverwrites uint64          `json:"live_page_overwrites"`
+	GraphDiffSamples   int             `json:"graphdiff_samples"`
+	DivergentSamples   int             `json:"divergent_samples"`
+	DivergentSessions  int             `json:"divergent_sessions"`
+	DivergentLeaked    int             `json:"divergent_sessions_leaked"`
+	Toggles            []ToggleResult  `json:"toggles"`
 }
 
 // TransferClean: every non-warmup room matched and none is missing.
@@ -209,7 +210,7 @@ type run struct {
 	name    string
 	cfg     sim.Config
 	bundle  string
-	stats   *repro.RunStats
+	stats   *sessions.RunStats
 	result  sim.Result
 	sums    map[string]any // analyzer summaries (baseline only)
 	seconds float64
@@ -336,13 +337,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if err := wait(step, r); err != nil {
 			return rep, fmt.Errorf("demo: run with %s: %w", t.Name, err)
 		}
-		ab := repro.Compare(b.stats, r.stats, repro.CompareOptions{Flag: t.Flag})
+		ab := sessions.Compare(b.stats, r.stats, sessions.CompareOptions{Flag: t.Flag})
 		tr := ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: r.stats.Summary(), FisherP: ab.FisherP,
 			Confounds: ab.Confounds, Bundle: r.bundle}
 		if tr.Confounds == nil {
-			tr.Confounds = []repro.Confound{}
+			tr.Confounds = []sessions.Confound{}
 		}
-		tr.Removes = tr.Summary.CorruptedSessions < ev.Baseline.CorruptedSessions && tr.FisherP < repro.Significance && len(tr.Confounds) == 0
+		tr.Removes = tr.Summary.CorruptedSessions < ev.Baseline.CorruptedSessions && tr.FisherP < sessions.Significance && len(tr.Confounds) == 0
 		ev.Toggles = append(ev.Toggles, tr)
 		finish(StepResult{Step: step, Title: "A/B " + t.Name, Result: toggleLine(ev.Baseline, tr), Pass: tr.Removes,
 			Bundle: r.bundle, Seconds: r.seconds})
@@ -362,7 +363,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func(int, int)) error {
 	t0 := time.Now()
 	r.bundle = filepath.Join(o.Out, r.fileName())
-	r.stats = repro.NewRunStats(r.bundle)
+	r.stats = sessions.NewRunStats(r.bundle)
 	rc := r.cfg.RunConfig()
 	rc.Sessions, rc.Rounds, rc.Concurrency = o.Sessions, o.Rounds, o.Sessions
 	host := hook.HostInfo{OS: "sim", Arch: "twin"}
@@ -392,7 +393,7 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 	}), as...)
 	wl := sim.DefaultWorkload()
 	wl.Sessions, wl.Rounds, wl.Tool, wl.Progress = o.Sessions, o.Rounds, o.Tool, progress
-	wl.Judge = repro.Classifier{}.Outcome // the twin observes; repro judges, as against a real server
+	wl.Judge = outcome.Classifier{}.Outcome // the twin observes; repro judges, as against a real server
 	cfg := r.cfg
 	if o.Parallel > 1 {
 		cfg.Workers = 1 // runs, not rows, share the cores
@@ -510,7 +511,7 @@ func evidenceSteps(ev Evidence, bundle string) []StepResult {
 	return out
 }
 
-func toggleLine(base repro.Summary, tr ToggleResult) string {
+func toggleLine(base outcome.Summary, tr ToggleResult) string {
 	s := tr.Summary
 	conf := "no confounds"
 	if n := len(tr.Confounds); n > 0 {
@@ -526,14 +527,14 @@ func toggleLine(base repro.Summary, tr ToggleResult) string {
 	switch {
 	case tr.Removes:
 		effect = "removes it"
-	case s.CorruptedSessions < base.CorruptedSessions && tr.FisherP < repro.Significance:
+	case s.CorruptedSessions < base.CorruptedSessions && tr.FisherP < sessions.Significance:
 		effect = "lowers it, but confounded"
-	case s.CorruptedSessions > base.CorruptedSessions && tr.FisherP < repro.Significance:
+	case s.CorruptedSessions > base.CorruptedSessions && tr.FisherP < sessions.Significance:
 		effect = "makes it worse"
 	case s.CorruptedSessions < base.CorruptedSessions:
 		effect = "lowers it, but not significantly at this size"
 	}
 	return fmt.Sprintf("%d/%d → %d/%d corrupted (%.0f%% → %.0f%%), Fisher p = %s, %s: %s",
 		base.CorruptedSessions, base.Sessions, s.CorruptedSessions, s.Sessions, 100*base.CorruptionRate, 100*s.CorruptionRate,
-		repro.FormatP(tr.FisherP), conf, effect)
+		sessions.FormatP(tr.FisherP), conf, effect)
 }

@@ -10,19 +10,20 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/internal/analyzers"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
 func seedsEvidence() Evidence {
-	base := repro.SummaryOf(repro.Outcomes{Done: 50, MaxRounds: 17, Leak: 11, NoTool: 2}, 4, 0)
-	clean := repro.SummaryOf(repro.Outcomes{Done: 60, MaxRounds: 20}, 4, 0)
+	base := outcome.SummaryOf(outcome.Counts{Done: 50, MaxRounds: 17, Leak: 11, NoTool: 2}, 4, 0)
+	clean := outcome.SummaryOf(outcome.Counts{Done: 60, MaxRounds: 20}, 4, 0)
 	same := base
-	arm := func(t Toggle, s repro.Summary, p float64, removes bool, conf ...repro.Confound) ToggleResult {
+	arm := func(t Toggle, s outcome.Summary, p float64, removes bool, conf ...sessions.Confound) ToggleResult {
 		if conf == nil {
-			conf = []repro.Confound{}
+			conf = []sessions.Confound{}
 		}
 		return ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: s, FisherP: p, Confounds: conf, Removes: removes}
 	}
@@ -47,7 +48,7 @@ func TestDecide(t *testing.T) {
 		{"seeds", nil, "transient-compute", MechOverlap, []string{"multi-stream overlap", "--multi-stream-overlap=false", "--disable-cuda-graph (", "--index-k-dtype fp8 (", "workaround", "cause: multi-stream overlap"}},
 		{"fp8 confounded", func(e *Evidence) {
 			e.Toggles[0].Removes = false
-			e.Toggles[0].Confounds = []repro.Confound{{Name: "peak_running_req", A: 48, B: 30}}
+			e.Toggles[0].Confounds = []sessions.Confound{{Name: "peak_running_req", A: 48, B: 30}}
 		}, "transient-compute", MechOverlap, []string{"multi-stream overlap"}},
 		{"overlap does not fix", func(e *Evidence) {
 			e.Toggles[3].Removes = false
@@ -62,10 +63,10 @@ func TestDecide(t *testing.T) {
 			}
 		}, "transient-compute", "", []string{"no toggle removes it"}},
 		{"too few sessions", func(e *Evidence) {
-			e.Baseline = repro.SummaryOf(repro.Outcomes{Done: 4, Leak: 4}, 2, 0)
+			e.Baseline = outcome.SummaryOf(outcome.Counts{Done: 4, Leak: 4}, 2, 0)
 			for i := range e.Toggles {
 				e.Toggles[i].Removes = false
-				e.Toggles[i].Summary = repro.SummaryOf(repro.Outcomes{Done: 8}, 2, 0)
+				e.Toggles[i].Summary = outcome.SummaryOf(outcome.Counts{Done: 8}, 2, 0)
 				e.Toggles[i].FisherP = 0.0769
 			}
 		}, "transient-compute", "", []string{"8 sessions are too few", "4 toggle(s) lower it", "rerun with more sessions"}},
@@ -75,7 +76,7 @@ func TestDecide(t *testing.T) {
 		{"transfer dirty", func(e *Evidence) { e.RoomsMismatched = 3 }, "transfer", "pd-transfer", []string{"3 of 279 rooms"}},
 		{"buffer overwritten", func(e *Evidence) { e.LivePageOverwrites = 7 }, "persistent-buffer", "live-page-overwrite", []string{"7 live pages"}},
 		{"graph equals eager", func(e *Evidence) { e.DivergentSamples = 0 }, "", "", []string{"outside the instrumented layers"}},
-		{"clean baseline", func(e *Evidence) { e.Baseline = repro.SummaryOf(repro.Outcomes{Done: 80}, 4, 0) }, "", "", []string{"nothing to localize"}},
+		{"clean baseline", func(e *Evidence) { e.Baseline = outcome.SummaryOf(outcome.Counts{Done: 80}, 4, 0) }, "", "", []string{"nothing to localize"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := seedsEvidence()
@@ -226,9 +227,9 @@ func checkSteps(t *testing.T, rep *Report, updates []Update, n int) {
 // TestToggleLine: a toggle's step line names what the numbers support — a
 // drop that misses significance is not "does not remove it".
 func TestToggleLine(t *testing.T) {
-	base := repro.SummaryOf(repro.Outcomes{Done: 4, Leak: 4}, 2, 0)
-	clean := repro.SummaryOf(repro.Outcomes{Done: 8}, 2, 0)
-	worse := repro.SummaryOf(repro.Outcomes{Leak: 8}, 2, 0)
+	base := outcome.SummaryOf(outcome.Counts{Done: 4, Leak: 4}, 2, 0)
+	clean := outcome.SummaryOf(outcome.Counts{Done: 8}, 2, 0)
+	worse := outcome.SummaryOf(outcome.Counts{Leak: 8}, 2, 0)
 	for _, tc := range []struct {
 		name string
 		tr   ToggleResult
@@ -236,7 +237,7 @@ func TestToggleLine(t *testing.T) {
 	}{
 		{"removes", ToggleResult{Summary: clean, FisherP: 0.001, Removes: true}, ": removes it"},
 		{"underpowered", ToggleResult{Summary: clean, FisherP: 0.0769}, ": lowers it, but not significantly at this size"},
-		{"confounded", ToggleResult{Summary: clean, FisherP: 0.001, Confounds: []repro.Confound{{Name: "rounds", A: 6, B: 4}}}, ": lowers it, but confounded"},
+		{"confounded", ToggleResult{Summary: clean, FisherP: 0.001, Confounds: []sessions.Confound{{Name: "rounds", A: 6, B: 4}}}, ": lowers it, but confounded"},
 		{"worse", ToggleResult{Summary: worse, FisherP: 0.01}, ": makes it worse"},
 		{"same", ToggleResult{Summary: base, FisherP: 1}, ": does not remove it"},
 	} {

@@ -8,7 +8,7 @@
 //  4. compute: graph-vs-eager divergence of the captured replay;
 //  5. A/B toggles (index-K fp8, --disable-cuda-graph, --cuda-graph-max-bs 64,
 //     --multi-stream-overlap=false), each against the baseline with Fisher's
-//     exact p and the confounds of repro.Compare;
+//     exact p and the confounds of sessions.Compare;
 //  6. the verdict (Decide): the layer the decisive tests leave, and within
 //     captured compute the narrowest unconfounded toggle that removes the
 //     corruption.

@@ -5,7 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // Verdict is the investigation's conclusion.
@@ -42,7 +43,7 @@ func MechanismName(m string) string {
 // transfer or an overwritten buffer names that layer; with both clean, graph ≠
 // eager puts the fault in the captured replay's transient compute, and among
 // the toggles that remove the corruption (fewer corrupted sessions, Fisher p
-// below repro.Significance, no confound) and touch captured replay, the one
+// below sessions.Significance, no confound) and touch captured replay, the one
 // with the smallest scope names the mechanism: the cause. Every other toggle
 // that removed it is credited as a workaround, with how it relates to the
 // cause (disabling graphs turns overlap off along with more; fp8 index-K
@@ -84,18 +85,18 @@ func Decide(ev Evidence) Verdict {
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it but touches no captured-replay mechanism", t.Toggle))
 		case len(t.Confounds) > 0 && t.Summary.CorruptedSessions < b.CorruptedSessions:
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s lowers it but is confounded (%s)", t.Toggle, confoundNames(t.Confounds)))
-		case t.Summary.CorruptedSessions < b.CorruptedSessions && t.FisherP >= repro.Significance:
+		case t.Summary.CorruptedSessions < b.CorruptedSessions && t.FisherP >= sessions.Significance:
 			underpowered++
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s lowers it (%d/%d → %d/%d) but p = %s is not significant at this size", t.Toggle,
-				b.CorruptedSessions, b.Sessions, t.Summary.CorruptedSessions, t.Summary.Sessions, repro.FormatP(t.FisherP)))
+				b.CorruptedSessions, b.Sessions, t.Summary.CorruptedSessions, t.Summary.Sessions, sessions.FormatP(t.FisherP)))
 		default:
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s does not remove it (%d/%d, p = %s)", t.Toggle,
-				t.Summary.CorruptedSessions, t.Summary.Sessions, repro.FormatP(t.FisherP)))
+				t.Summary.CorruptedSessions, t.Summary.Sessions, sessions.FormatP(t.FisherP)))
 		}
 	}
 	if len(fixes) == 0 && underpowered > 0 {
 		v.Text = fmt.Sprintf("graph ≠ eager puts the fault in captured compute, but %d sessions are too few to tell which toggle removes it: "+
-			"%d toggle(s) lower it without reaching p < %g — rerun with more sessions (the seeds ran 80 × 4)", b.Sessions, underpowered, repro.Significance)
+			"%d toggle(s) lower it without reaching p < %g — rerun with more sessions (the seeds ran 80 × 4)", b.Sessions, underpowered, sessions.Significance)
 		return v
 	}
 	if len(fixes) == 0 {
@@ -132,9 +133,9 @@ func Decide(ev Evidence) Verdict {
 		v.Cause = strings.Join(best.Scope, "+")
 	}
 	v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it: %d/%d → %d/%d, p = %s, no confounds", best.Toggle,
-		b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, repro.FormatP(best.FisherP)))
+		b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, sessions.FormatP(best.FisherP)))
 	v.Text = fmt.Sprintf("cause: %s inside captured decode graphs — %s removes the corruption (%d/%d → %d/%d, p = %s), the narrowest change that does, while transfer is clean, the buffer pristine and graph ≠ eager",
-		strings.Join(mechs, " + "), best.Toggle, b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, repro.FormatP(best.FisherP))
+		strings.Join(mechs, " + "), best.Toggle, b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, sessions.FormatP(best.FisherP))
 	if w := workarounds(b, best, fixes); len(w) > 0 {
 		v.Reasons = append(v.Reasons, "workarounds that also remove it: "+strings.Join(w, "; "))
 		v.Text += ". Also removes it (workarounds): " + strings.Join(w, "; ") +
@@ -147,7 +148,7 @@ func Decide(ev Evidence) Verdict {
 // in plain words how it relates to the cause: it turns the cause off along
 // with more (its scope includes the cause's), or it removes another
 // condition the fault needs (its scope does not).
-func workarounds(b repro.Summary, best ToggleResult, fixes []ToggleResult) []string {
+func workarounds(b outcome.Summary, best ToggleResult, fixes []ToggleResult) []string {
 	var out []string
 	for _, f := range fixes {
 		if f.Toggle == best.Toggle {
@@ -164,7 +165,7 @@ func workarounds(b repro.Summary, best ToggleResult, fixes []ToggleResult) []str
 			how = "turns the cause off together with " + strings.Join(more, " and ")
 		}
 		out = append(out, fmt.Sprintf("%s (%d/%d → %d/%d, p = %s; %s)", f.Toggle, b.CorruptedSessions, b.Sessions,
-			f.Summary.CorruptedSessions, f.Summary.Sessions, repro.FormatP(f.FisherP), how))
+			f.Summary.CorruptedSessions, f.Summary.Sessions, sessions.FormatP(f.FisherP), how))
 	}
 	return out
 }
@@ -192,7 +193,7 @@ func contains(set, sub []string) bool {
 	return true
 }
 
-func confoundNames(cs []repro.Confound) string {
+func confoundNames(cs []sessions.Confound) string {
 	var n []string
 	for _, c := range cs {
 		n = append(n, c.Name)

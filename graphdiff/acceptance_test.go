@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/graphdiff"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // twinRun runs the twin with every instrument on through the graphdiff
@@ -31,7 +31,7 @@ func twinRun(t *testing.T, seed uint64, sessions, rounds int, mod func(*sim.Conf
 		mod(&cfg)
 	}
 	w := sim.DefaultWorkload()
-	w.Judge = repro.Classifier{}.Outcome
+	w.Judge = outcome.Classifier{}.Outcome
 	w.Sessions, w.Rounds = sessions, rounds
 	an := graphdiff.NewAnalyzer(graphdiff.Options{})
 	out := twinOut{outcome: map[string]string{}}

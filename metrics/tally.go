@@ -10,6 +10,7 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
 
 // DefaultMaxSources bounds the distinct (run, host, role, rank) label sets a
@@ -337,21 +338,21 @@ func (t *Tally) Collect(fn func(f *Family, value float64, labels ...string)) {
 			fn(FamRooms, float64(s.Missing), run, "one_side")
 			fn(FamRoomMismatches, float64(s.Mismatched), run)
 		case canary.Summary:
-			page := func(phase string, exp, benign, free, held, live, missing uint64) {
-				fn(FamCanaryPages, u(exp), run, canary.ClassExpectedStore.String(), phase)
-				fn(FamCanaryPages, u(benign), run, canary.ClassBenignTransfer.String(), phase)
-				fn(FamCanaryPages, u(free), run, canary.ClassFreePage.String(), phase)
-				fn(FamCanaryPages, u(held), run, canary.ClassHeldPage.String(), phase)
-				fn(FamCanaryPages, u(live), run, canary.ClassLiveOverwrite.String(), phase)
-				fn(FamMissingStores, u(missing), run, phase)
+			page := func(phase pagediff.Phase, exp, benign, free, held, live, missing uint64) {
+				fn(FamCanaryPages, u(exp), run, canary.ClassExpectedStore.String(), string(phase))
+				fn(FamCanaryPages, u(benign), run, canary.ClassBenignTransfer.String(), string(phase))
+				fn(FamCanaryPages, u(free), run, canary.ClassFreePage.String(), string(phase))
+				fn(FamCanaryPages, u(held), run, canary.ClassHeldPage.String(), string(phase))
+				fn(FamCanaryPages, u(live), run, canary.ClassLiveOverwrite.String(), string(phase))
+				fn(FamMissingStores, u(missing), run, string(phase))
 			}
-			page(canary.PhaseReplay, s.ExpectedWrites, s.BenignTransferWrites, s.FreePageWrites, s.HeldPageWrites, s.LivePageOverwrites, s.MissingStores)
+			page(pagediff.PhaseReplay, s.ExpectedWrites, s.BenignTransferWrites, s.FreePageWrites, s.HeldPageWrites, s.LivePageOverwrites, s.MissingStores)
 			live := s.LivePageOverwrites
 			if b := s.Between; b != nil {
-				page(canary.PhaseBetween, b.ExpectedWrites, b.BenignTransferWrites, b.FreePageWrites, b.HeldPageWrites, b.LivePageOverwrites, b.MissingStores)
+				page(pagediff.PhaseBetween, b.ExpectedWrites, b.BenignTransferWrites, b.FreePageWrites, b.HeldPageWrites, b.LivePageOverwrites, b.MissingStores)
 				live += b.LivePageOverwrites
 			} else {
-				page(canary.PhaseBetween, 0, 0, 0, 0, 0, 0)
+				page(pagediff.PhaseBetween, 0, 0, 0, 0, 0, 0)
 			}
 			fn(FamLiveOverwrites, u(live), run)
 			fn(FamSuppressed, u(s.FindingsSuppressed), run, canary.AnalyzerName)

@@ -14,9 +14,9 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // value sums the gathered series of family name whose labels include want.
@@ -73,7 +73,7 @@ func twinRun(t testing.TB, sessions int, next hook.Publisher) (sim.Result, []hoo
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
 	w := sim.DefaultWorkload()
 	w.Sessions, w.Rounds = sessions, 3
-	w.Judge = repro.Classifier{}.Outcome
+	w.Judge = outcome.Classifier{}.Outcome
 	res, err := sim.Run(context.Background(), cfg, w, hook.WithRun(hook.WithAnalyzers(next, as...), "twin-1"))
 	if err != nil {
 		t.Fatalf("twin run: %v", err)

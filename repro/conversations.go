@@ -13,7 +13,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/openaiwire"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // MaxConversationLine bounds one line of a conversations file.
@@ -253,7 +254,7 @@ func parseConversation(text []byte, index int) (Conversation, error) {
 
 // judgeCalls checks a round's well-formed calls against expect_tools:
 // no_tool when the round has an expected name and no call has it.
-func (c *Conversation) judgeCalls(round int, calls []wireCall) (outcome, reason string) {
+func (c *Conversation) judgeCalls(round int, calls []openaiwire.ToolCall) (oc outcome.Class, reason string) {
 	if round >= len(c.ExpectTools) {
 		return "", ""
 	}
@@ -265,7 +266,7 @@ func (c *Conversation) judgeCalls(round int, calls []wireCall) (outcome, reason 
 		}
 		got = append(got, fmt.Sprintf("%q", call.Function.Name))
 	}
-	return hook.OutcomeNoTool, fmt.Sprintf("called %s, expected %q", strings.Join(got, ", "), want)
+	return outcome.NoTool, fmt.Sprintf("called %s, expected %q", strings.Join(got, ", "), want)
 }
 
 // prepareConversations checks the options' conversations (they must come

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 )
 
 func TestReadConversations(t *testing.T) {
@@ -187,7 +188,7 @@ func TestWorkloadExtraAndScrub(t *testing.T) {
 		t.Errorf("extra %v\nwant  %v", got, want)
 	}
 	for k := range got {
-		if !IsWorkloadExtra(k) {
+		if !runconfig.IsWorkloadExtra(k) {
 			t.Errorf("%s is not a workload key", k)
 		}
 	}
@@ -203,25 +204,5 @@ func TestWorkloadExtraAndScrub(t *testing.T) {
 	bad := 2.5
 	if err := (Sampling{Temperature: &bad}).validate(); err == nil {
 		t.Error("temperature 2.5 accepted")
-	}
-}
-
-func TestAssess(t *testing.T) {
-	for _, tc := range []struct {
-		o       Outcomes
-		verdict string
-	}{
-		{Outcomes{Error: 3}, VerdictServerFailed},
-		{Outcomes{Error: 2, Timeout: 1}, VerdictServerFailed},
-		{Outcomes{Error: 2, Done: 1}, VerdictMeasured},
-		{Outcomes{NoTool: 1, Done: 3}, VerdictNeedsControl}, // 25%
-		{Outcomes{NoTool: 1, Done: 4}, VerdictMeasured},     // 20%
-		{Outcomes{Leak: 4}, VerdictMeasured},
-		{Outcomes{}, VerdictMeasured},
-	} {
-		v, note := Assess(tc.o)
-		if v != tc.verdict || (v == VerdictMeasured) != (note == "") {
-			t.Errorf("%+v: %s %q, want %s", tc.o, v, note, tc.verdict)
-		}
 	}
 }

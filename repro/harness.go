@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // HarnessOptions configure RunHarness.
@@ -35,7 +36,7 @@ type HarnessOptions struct {
 	// calls, a session waits ToolTime.Delay(Seed, session, round) before
 	// sending the results. Zero answers at once.
 	ToolTime   ToolTime
-	Classifier Classifier
+	Classifier outcome.Classifier
 	Client     *http.Client   // nil: a keep-alive client sized for Concurrency
 	Publisher  hook.Publisher // run.start, one session event per session, run.end; nil: none
 	Progress   func(finished, total int)
@@ -146,7 +147,7 @@ func (t ToolTime) validate() error {
 // SessionResult is one harness session.
 type SessionResult struct {
 	ID            string   `json:"id"`
-	Outcome       string   `json:"outcome"`
+	Outcome       string   `json:"outcome"`     // an outcome.Class
 	Rounds        int      `json:"rounds"`      // requests answered
 	ToolRounds    int      `json:"tool_rounds"` // rounds that had to call a tool
 	FinishReasons []string `json:"finish_reasons"`
@@ -158,7 +159,7 @@ type SessionResult struct {
 
 // HarnessResult is a harness run: the Summary contract plus extras.
 type HarnessResult struct {
-	Summary
+	outcome.Summary
 	URL           string          `json:"url"`
 	Model         string          `json:"model"`
 	Concurrency   int             `json:"concurrency"`
@@ -173,7 +174,7 @@ type HarnessResult struct {
 func (r *HarnessResult) Corrupted() []string {
 	var out []string
 	for _, s := range r.PerSession {
-		if IsCorrupted(s.Outcome) {
+		if outcome.IsCorrupted(s.Outcome) {
 			out = append(out, s.ID)
 		}
 	}
@@ -315,7 +316,7 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	res := &HarnessResult{URL: opts.URL, Model: opts.Model, Concurrency: opts.Concurrency, ToolTime: opts.ToolTime.String(), FinishReasons: map[string]int{},
 		PerSession: make([]SessionResult, opts.Sessions)}
 	var mu sync.Mutex
-	var outcomes Outcomes
+	var outcomes outcome.Counts
 	finished := 0
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -359,7 +360,7 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 		opts.Client.CloseIdleConnections()
 	}
 	wall := time.Since(start)
-	res.Summary = SummaryOf(outcomes, opts.Rounds, wall)
+	res.Summary = outcome.SummaryOf(outcomes, opts.Rounds, wall)
 	end := &hook.RunEnd{WallNS: int64(wall)}
 	if err := ctx.Err(); err != nil {
 		end.Error = err.Error()

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/openaiwire"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // DefaultMaxResponseBytes bounds the bytes read of one response (JSON body
@@ -156,17 +158,34 @@ func fnvString(s string) uint64 {
 // response is one parsed answer.
 type response struct {
 	id    string
-	round Round
-	calls []wireCall
+	round outcome.Round
+	calls []openaiwire.ToolCall
 }
 
-type wireCall struct {
-	ID       string `json:"id"`
-	Type     string `json:"type"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+// appendCalls writes calls as a message's tool_calls array, every call with
+// its id, type and function (an empty id stays "": the tool message answers
+// it by that id). No calls is null, as encoding/json writes a nil slice.
+func appendCalls(m *bytes.Buffer, calls []openaiwire.ToolCall) {
+	if calls == nil {
+		m.WriteString("null")
+		return
+	}
+	m.WriteByte('[')
+	for i, c := range calls {
+		if i > 0 {
+			m.WriteByte(',')
+		}
+		m.WriteString(`{"id":`)
+		m.Write(quoteJSON(c.ID))
+		m.WriteString(`,"type":`)
+		m.Write(quoteJSON(c.Type))
+		m.WriteString(`,"function":{"name":`)
+		m.Write(quoteJSON(c.Function.Name))
+		m.WriteString(`,"arguments":`)
+		m.Write(quoteJSON(c.Function.Arguments))
+		m.WriteString(`}}`)
+	}
+	m.WriteByte(']')
 }
 
 func quoteJSON(s string) []byte {
@@ -218,16 +237,16 @@ func (d *driver) session(ctx context.Context, i int) SessionResult {
 		sr.Rounds++
 		sr.Requests = append(sr.Requests, resp.id)
 		sr.FinishReasons = append(sr.FinishReasons, resp.round.FinishReason)
-		if HasLoop(resp.round.Content, 4, 4) || HasLoop(resp.round.ReasoningContent, 4, 4) {
+		if outcome.HasLoop(resp.round.Content, 4, 4) || outcome.HasLoop(resp.round.ReasoningContent, 4, 4) {
 			sr.Loop = true
 		}
-		outcome, reason := o.Classifier.Judge(round, sr.ToolRounds, resp.round)
-		if outcome == "" && conv != nil {
-			outcome, reason = conv.judgeCalls(round, resp.calls)
+		oc, reason := o.Classifier.Judge(round, sr.ToolRounds, resp.round)
+		if oc == "" && conv != nil {
+			oc, reason = conv.judgeCalls(round, resp.calls)
 		}
-		if outcome != "" {
-			sr.Outcome, sr.Reason = outcome, reason
-			if IsCorrupted(outcome) {
+		if oc != "" {
+			sr.Outcome, sr.Reason = string(oc), reason
+			if outcome.IsCorrupted(oc) {
 				sr.Output = Excerpt(resp.round.Content + resp.round.ReasoningContent)
 			}
 			return sr
@@ -240,9 +259,8 @@ func (d *driver) session(ctx context.Context, i int) SessionResult {
 		} else {
 			m.Write(quoteJSON(resp.round.Content))
 		}
-		calls, _ := json.Marshal(resp.calls)
 		m.WriteString(`,"tool_calls":`)
-		m.Write(calls)
+		appendCalls(&m, resp.calls)
 		m.WriteByte('}')
 		msgs = append(msgs, m.Bytes())
 		for _, c := range resp.calls {
@@ -383,20 +401,6 @@ func errorMessage(body []byte) string {
 	return strconv.Quote(clip(string(body), 200))
 }
 
-type wireMessage struct {
-	Content          *string    `json:"content"`
-	ReasoningContent *string    `json:"reasoning_content"`
-	ToolCalls        []wireCall `json:"tool_calls"`
-}
-
-type wireResponse struct {
-	ID      string `json:"id"`
-	Choices []struct {
-		Message      wireMessage `json:"message"`
-		FinishReason *string     `json:"finish_reason"`
-	} `json:"choices"`
-}
-
 func readJSON(r io.Reader) (*response, error) { return readJSONLimit(r, maxResponse) }
 
 func readJSONLimit(r io.Reader, limit int) (*response, error) {
@@ -410,7 +414,7 @@ func readJSONLimit(r io.Reader, limit int) (*response, error) {
 	if t := bytes.TrimSpace(body); len(t) > 0 && t[0] == '<' {
 		return nil, fmt.Errorf("HTML or XML body, not JSON: %s", strconv.Quote(clip(string(t), 80)))
 	}
-	var w wireResponse
+	var w openaiwire.Response
 	if err := json.Unmarshal(body, &w); err != nil {
 		return nil, fmt.Errorf("invalid JSON response: %w", jsonOffset(body, err))
 	}
@@ -441,7 +445,7 @@ func jsonOffset(body []byte, err error) error {
 }
 
 // setCalls keeps well-formed calls and counts the rest.
-func (r *response) setCalls(calls []wireCall) {
+func (r *response) setCalls(calls []openaiwire.ToolCall) {
 	for _, c := range calls {
 		args := strings.TrimSpace(c.Function.Arguments)
 		if args == "" {
@@ -460,29 +464,6 @@ func (r *response) setCalls(calls []wireCall) {
 	r.round.ToolCalls = len(r.calls)
 }
 
-type streamChunk struct {
-	ID      string `json:"id"`
-	Choices []struct {
-		Delta struct {
-			Content          *string `json:"content"`
-			ReasoningContent *string `json:"reasoning_content"`
-			ToolCalls        []struct {
-				Index    *int   `json:"index"`
-				ID       string `json:"id"`
-				Type     string `json:"type"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Error *struct {
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // readStream assembles a server-sent-events answer. It needs "data: [DONE]":
 // a stream that ends before it was cut.
 func readStream(r io.Reader) (*response, error) { return readStreamLimit(r, maxResponse) }
@@ -493,7 +474,7 @@ func readStreamLimit(r io.Reader, limit int) (*response, error) {
 	br := bufio.NewReaderSize(r, 32<<10)
 	out := &response{}
 	var content, reasoning strings.Builder
-	var calls []wireCall
+	var calls []openaiwire.ToolCall
 	var names, args [][]byte // calls' pieces, joined at the end (+= would copy quadratically)
 	events := 0
 	for {
@@ -529,7 +510,7 @@ func readStreamLimit(r io.Reader, limit int) (*response, error) {
 					return out, nil
 				}
 				events++
-				var ch streamChunk
+				var ch openaiwire.Chunk
 				if jerr := json.Unmarshal(data, &ch); jerr != nil {
 					return nil, fmt.Errorf("stream event %d: invalid JSON: %w", events, jsonOffset(data, jerr))
 				}
@@ -555,7 +536,7 @@ func readStreamLimit(r io.Reader, limit int) (*response, error) {
 							return nil, fmt.Errorf("stream event %d: tool call index %d", events, idx)
 						}
 						for len(calls) <= idx {
-							calls = append(calls, wireCall{})
+							calls = append(calls, openaiwire.ToolCall{})
 							names, args = append(names, nil), append(args, nil)
 						}
 						cl := &calls[idx]

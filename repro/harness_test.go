@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // fakeChat answers like a well-behaved model: a tool call while the session
@@ -131,7 +132,7 @@ func TestHarnessOutcomes(t *testing.T) {
 }
 
 func TestHarnessClassifiesLeaksAndNoTool(t *testing.T) {
-	for _, m := range DefaultLeakMarkers {
+	for _, m := range outcome.DefaultLeakMarkers {
 		res := runFake(t, fakeChat(t, func(int) (string, string) { return "sure " + m + " get_weather", "" }),
 			HarnessOptions{Sessions: 6, Rounds: 3, Model: "m"})
 		if res.Outcomes.Leak+res.Outcomes.MaxRounds != 6 || res.Outcomes.Leak == 0 {
@@ -145,7 +146,7 @@ func TestHarnessClassifiesLeaksAndNoTool(t *testing.T) {
 	}
 	// A configured marker replaces the defaults.
 	res = runFake(t, fakeChat(t, func(int) (string, string) { return "BEGIN_CALL x", "" }),
-		HarnessOptions{Sessions: 6, Rounds: 3, Model: "m", Classifier: Classifier{Markers: []string{"BEGIN_CALL"}}})
+		HarnessOptions{Sessions: 6, Rounds: 3, Model: "m", Classifier: outcome.Classifier{Markers: []string{"BEGIN_CALL"}}})
 	if res.Outcomes.Leak == 0 {
 		t.Errorf("custom marker: %+v", res.Outcomes)
 	}
@@ -323,25 +324,25 @@ func TestHarnessCancel(t *testing.T) {
 }
 
 func TestClassifierAndLoops(t *testing.T) {
-	var c Classifier
+	var c outcome.Classifier
 	for _, tc := range []struct {
 		round, toolRounds int
-		r                 Round
+		r                 outcome.Round
 		want              string
 	}{
-		{0, 1, Round{ToolCalls: 1, FinishReason: "tool_calls"}, ""},
-		{0, 1, Round{Content: "text", FinishReason: "stop"}, hook.OutcomeNoTool},
-		{0, 1, Round{Content: "cut", FinishReason: "length"}, hook.OutcomeNoTool},
-		{1, 1, Round{Content: "answer", FinishReason: "stop"}, hook.OutcomeDone},
-		{1, 1, Round{Content: "x <｜tool▁calls▁begin｜>", ToolCalls: 1}, hook.OutcomeLeak},
-		{2, 1, Round{ReasoningContent: "<function_calls>"}, hook.OutcomeLeak},
-		{0, 2, Round{BadToolCalls: 1, FinishReason: "tool_calls"}, hook.OutcomeNoTool},
+		{0, 1, outcome.Round{ToolCalls: 1, FinishReason: "tool_calls"}, ""},
+		{0, 1, outcome.Round{Content: "text", FinishReason: "stop"}, hook.OutcomeNoTool},
+		{0, 1, outcome.Round{Content: "cut", FinishReason: "length"}, hook.OutcomeNoTool},
+		{1, 1, outcome.Round{Content: "answer", FinishReason: "stop"}, hook.OutcomeDone},
+		{1, 1, outcome.Round{Content: "x <｜tool▁calls▁begin｜>", ToolCalls: 1}, hook.OutcomeLeak},
+		{2, 1, outcome.Round{ReasoningContent: "<function_calls>"}, hook.OutcomeLeak},
+		{0, 2, outcome.Round{BadToolCalls: 1, FinishReason: "tool_calls"}, hook.OutcomeNoTool},
 	} {
-		if got, _ := c.Judge(tc.round, tc.toolRounds, tc.r); got != tc.want {
+		if got, _ := c.Judge(tc.round, tc.toolRounds, tc.r); string(got) != tc.want {
 			t.Errorf("Judge(%d, %d, %+v) = %q, want %q", tc.round, tc.toolRounds, tc.r, got, tc.want)
 		}
 	}
-	if !HasLoop(strings.Repeat("the cache is full ", 5), 4, 4) || HasLoop("a b c d e f g h i j k l m n o p", 4, 4) || HasLoop("", 4, 4) {
+	if !outcome.HasLoop(strings.Repeat("the cache is full ", 5), 4, 4) || outcome.HasLoop("a b c d e f g h i j k l m n o p", 4, 4) || outcome.HasLoop("", 4, 4) {
 		t.Error("HasLoop")
 	}
 	if ToolRoundsFor(1, 0, 1) != 1 {

@@ -11,6 +11,7 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // startTwin serves a twin with instruments off on a loopback test server.
@@ -94,7 +95,7 @@ func checkGroundTruth(t *testing.T, stream bool, sessions, rounds int, seed uint
 			isBroken = isBroken || broken[id]
 			isDev = isDev || deviated[id]
 		}
-		if repro.IsCorrupted(s.Outcome) {
+		if outcome.IsCorrupted(s.Outcome) {
 			corrupted = append(corrupted, s.ID)
 			if !isDev {
 				t.Errorf("session %s is %s but the twin served it exactly the script", s.ID, s.Outcome)

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // Excerpt bounds a reply's text for keeping as evidence: s itself when it
@@ -98,11 +99,11 @@ func (r Redactor) Publish(ev hook.Event) {
 // failedRound is the 1-based round that ended a session badly: the reply
 // judged leak or no_tool (the last one answered), the request that failed
 // (the one after), or 0 when the session ended well.
-func failedRound(outcome string, rounds int) int {
-	switch outcome {
-	case hook.OutcomeLeak, hook.OutcomeNoTool:
+func failedRound(c outcome.Class, rounds int) int {
+	switch c {
+	case outcome.Leak, outcome.NoTool:
 		return rounds
-	case hook.OutcomeError, hook.OutcomeTimeout:
+	case outcome.Error, outcome.Timeout:
 		return rounds + 1
 	}
 	return 0
@@ -113,5 +114,5 @@ func failedRound(outcome string, rounds int) int {
 // bounded excerpt of the reply that ended it.
 func SessionEvent(sr SessionResult) *hook.Session {
 	return &hook.Session{ID: sr.ID, Outcome: sr.Outcome, Rounds: sr.Rounds, Reason: sr.Reason, FinishReasons: sr.FinishReasons,
-		Loop: sr.Loop, Requests: sr.Requests, Round: failedRound(sr.Outcome, sr.Rounds), Excerpt: Excerpt(sr.Output)}
+		Loop: sr.Loop, Requests: sr.Requests, Round: failedRound(outcome.Class(sr.Outcome), sr.Rounds), Excerpt: Excerpt(sr.Output)}
 }

@@ -9,12 +9,12 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 )
 
 // ServerInfo is what a server said about its own settings.
@@ -188,108 +188,6 @@ func secretArg(key string) bool {
 	return false
 }
 
-// serverArgCompared reports whether a server-reported arg is an engine
-// setting worth comparing between two runs: not an address, a path, a
-// seed, a version or the server's live state, which differ between any
-// two launches without changing the engine's behaviour.
-func serverArgCompared(key string) bool {
-	k := strings.ToLower(key)
-	if strings.Contains(k, ".") {
-		return false // nested structures: live scheduler state (internal_states), versions
-	}
-	for _, w := range strings.Split(k, "_") {
-		switch w {
-		case "port", "host", "path", "dir", "seed", "version", "url", "addr", "ip", "log", "file", "throughput",
-			"tokenizer", "key", "name", "prometheus", "metrics", "timeout", "interval", "watchdog", "last":
-			return false
-		}
-	}
-	return true
-}
-
-// serverFields maps SGLang server args onto RunConfig fields: the arg's
-// name and how to set the field from its flattened value.
-var serverFields = []struct {
-	arg, setting string
-	set          func(rc *hook.RunConfig, v string) bool
-}{
-	{"disable_cuda_graph", "cuda_graph", func(rc *hook.RunConfig, v string) bool {
-		b, err := strconv.ParseBool(v)
-		if err == nil {
-			rc.CUDAGraph = hook.Bool(!b)
-		}
-		return err == nil
-	}},
-	{"cuda_graph_max_bs", "cuda_graph_max_bs", func(rc *hook.RunConfig, v string) bool {
-		n, err := strconv.Atoi(v)
-		if err == nil && n > 0 {
-			rc.CUDAGraphMaxBS = n
-		}
-		return err == nil && n > 0
-	}},
-	{"max_running_requests", "max_running_requests", func(rc *hook.RunConfig, v string) bool {
-		n, err := strconv.Atoi(v)
-		if err == nil && n > 0 {
-			rc.MaxRunningRequests = n
-		}
-		return err == nil && n > 0
-	}},
-	{"max_total_num_tokens", "pool_tokens", func(rc *hook.RunConfig, v string) bool {
-		n, err := strconv.Atoi(v)
-		if err == nil && n > 0 {
-			rc.PoolTokens = n
-		}
-		return err == nil && n > 0
-	}},
-	// Not SGLang server args; the twin reports them (SGLang takes
-	// multi-stream overlap from SGLANG_OPT_USE_MULTI_STREAM_OVERLAP).
-	{"index_k_dtype", "index_k_dtype", func(rc *hook.RunConfig, v string) bool {
-		if v != "fp8" && v != "bf16" {
-			return false
-		}
-		rc.IndexKDtype = v
-		return true
-	}},
-	{"multi_stream_overlap", "multi_stream_overlap", func(rc *hook.RunConfig, v string) bool {
-		b, err := strconv.ParseBool(v)
-		if err == nil {
-			rc.MultiStreamOverlap = hook.Bool(b)
-		}
-		return err == nil
-	}},
-	{"kvcanary_inject", "inject", func(rc *hook.RunConfig, v string) bool {
-		rc.Inject = nil
-		if v != "" {
-			rc.Inject = strings.Split(v, ",")
-		}
-		return true
-	}},
-	{"disaggregation_mode", "disaggregation", func(rc *hook.RunConfig, v string) bool {
-		switch v {
-		case "":
-			return false
-		case "null", "none":
-			rc.Disaggregation = "none" // SGLang's value without disaggregation
-		case "prefill", "decode", "pd":
-			rc.Disaggregation = "pd"
-		default:
-			rc.Disaggregation = v
-		}
-		return true
-	}},
-}
-
-// serverMapped reports whether a server arg is carried by a RunConfig field
-// (then only the field is compared, not "server.<arg>" too).
-func serverMapped(arg string) bool {
-	for _, f := range serverFields {
-		if f.arg == arg {
-			return true
-		}
-	}
-	return false
-}
-
 // ApplyServerInfo records what the server reported in rc: ServerArgs, and
 // the fields it determines with provenance "server". A server-reported
 // value replaces a label for the same setting; conflicts are returned as
@@ -299,20 +197,20 @@ func ApplyServerInfo(rc *hook.RunConfig, info ServerInfo) (notes []string) {
 		return nil
 	}
 	rc.ServerArgs = maps.Clone(info.Args)
-	for _, f := range serverFields {
-		v, ok := info.Args[f.arg]
+	for _, f := range runconfig.ServerFields {
+		v, ok := info.Args[f.Arg]
 		if !ok {
 			continue
 		}
-		before := settingText(*rc, f.setting)
-		wasLabel := provOf(*rc, f.setting) == hook.ProvLabel
-		if !f.set(rc, v) {
+		before := runconfig.SettingText(*rc, f.Setting)
+		wasLabel := runconfig.ProvOf(*rc, f.Setting) == hook.ProvLabel
+		if !f.Set(rc, v) {
 			continue
 		}
-		if after := settingText(*rc, f.setting); wasLabel && before != after {
-			notes = append(notes, fmt.Sprintf("label %s=%s contradicts the server (%s=%s); the server's value is kept", f.setting, before, f.arg, v))
+		if after := runconfig.SettingText(*rc, f.Setting); wasLabel && before != after {
+			notes = append(notes, fmt.Sprintf("label %s=%s contradicts the server (%s=%s); the server's value is kept", f.Setting, before, f.Arg, v))
 		}
-		setProv(rc, f.setting, hook.ProvServer)
+		runconfig.SetProv(rc, f.Setting, hook.ProvServer)
 	}
 	return notes
 }
@@ -373,7 +271,7 @@ func SetSetting(rc *hook.RunConfig, key, value, prov string) error {
 	if err != nil {
 		return err
 	}
-	setProv(rc, name, prov)
+	runconfig.SetProv(rc, name, prov)
 	return nil
 }
 
@@ -432,7 +330,7 @@ func MergeSettings(dst *hook.RunConfig, src hook.RunConfig) {
 		dst.Extra[k] = v
 	}
 	for k, v := range src.Provenance {
-		setProv(dst, k, v)
+		runconfig.SetProv(dst, k, v)
 	}
 	if src.ServerArgs != nil {
 		dst.ServerArgs = maps.Clone(src.ServerArgs)
@@ -442,86 +340,4 @@ func MergeSettings(dst *hook.RunConfig, src hook.RunConfig) {
 		// of older bundles' rules (see hook.RunConfig.UnmarshalJSON).
 		dst.Provenance = map[string]string{}
 	}
-}
-
-func setProv(rc *hook.RunConfig, name, prov string) {
-	if rc.Provenance == nil {
-		rc.Provenance = map[string]string{}
-	}
-	rc.Provenance[name] = prov
-}
-
-func provOf(rc hook.RunConfig, name string) string { return rc.Provenance[name] }
-
-// settingText is a setting's value as text, "" when unknown.
-func settingText(rc hook.RunConfig, name string) string {
-	if name == "inject" { // kvcanary's own faults: always known
-		if len(rc.Inject) == 0 {
-			return "none"
-		}
-		return sortedJoin(rc.Inject)
-	}
-	for _, s := range knownSettings(rc) {
-		if s.name == name {
-			return fmt.Sprint(s.value)
-		}
-	}
-	return ""
-}
-
-// UnknownSettings lists the boolean engine settings rc does not know, in
-// EngineFlags order.
-func UnknownSettings(rc hook.RunConfig) []string {
-	var out []string
-	if rc.CUDAGraph == nil {
-		out = append(out, "cuda_graph")
-	}
-	if rc.MultiStreamOverlap == nil {
-		out = append(out, "multi_stream_overlap")
-	}
-	return out
-}
-
-type setting struct {
-	name  string
-	value any
-}
-
-// knownSettings lists rc's known engine settings in EngineFlags order,
-// then extra.<key> and server.<arg> sorted.
-func knownSettings(rc hook.RunConfig) []setting {
-	var out []setting
-	str := func(name, v string) {
-		if v != "" {
-			out = append(out, setting{name, v})
-		}
-	}
-	num := func(name string, v int) {
-		if v > 0 {
-			out = append(out, setting{name, v})
-		}
-	}
-	str("index_k_dtype", rc.IndexKDtype)
-	if rc.CUDAGraph != nil {
-		out = append(out, setting{"cuda_graph", *rc.CUDAGraph})
-	}
-	num("cuda_graph_max_bs", rc.CUDAGraphMaxBS)
-	if rc.MultiStreamOverlap != nil {
-		out = append(out, setting{"multi_stream_overlap", *rc.MultiStreamOverlap})
-	}
-	str("disaggregation", rc.Disaggregation)
-	num("max_running_requests", rc.MaxRunningRequests)
-	num("pool_tokens", rc.PoolTokens)
-	for _, k := range slices.Sorted(maps.Keys(rc.Extra)) {
-		if IsWorkloadExtra(k) {
-			continue // the client's workload (WorkloadExtra): a confound, never the flag under test
-		}
-		out = append(out, setting{"extra." + k, rc.Extra[k]})
-	}
-	for _, k := range slices.Sorted(maps.Keys(rc.ServerArgs)) {
-		if serverArgCompared(k) && !serverMapped(k) {
-			out = append(out, setting{"server." + k, rc.ServerArgs[k]})
-		}
-	}
-	return out
 }

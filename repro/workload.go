@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 )
 
 // Sampling are the sampling settings a harness sends with every chat
@@ -30,22 +30,13 @@ func (s Sampling) validate() error {
 	return nil
 }
 
-// WorkloadExtraPrefix starts the RunConfig.Extra keys that describe the
-// client's workload rather than an engine flag: sampling settings, the
-// conversations file, header names. ab reads them as workload confounds,
-// never as the flag under test.
-const WorkloadExtraPrefix = "workload."
-
-// IsWorkloadExtra reports whether an Extra key is a workload key.
-func IsWorkloadExtra(key string) bool { return strings.HasPrefix(key, WorkloadExtraPrefix) }
-
 // WorkloadExtra is what the options add to the run configuration's Extra:
 // the sampling settings and max_tokens sent, the conversations' source and
 // digest, and the names (never the values) of extra headers; whether an API
 // key was sent, never the key. nil when there is nothing to add.
 func (o *HarnessOptions) WorkloadExtra() map[string]string {
 	m := map[string]string{}
-	put := func(k, v string) { m[WorkloadExtraPrefix+k] = v }
+	put := func(k, v string) { m[runconfig.WorkloadExtraPrefix+k] = v }
 	if o.MaxTokens > 0 {
 		put("max_tokens", strconv.Itoa(o.MaxTokens))
 	}
@@ -155,29 +146,4 @@ func (o *HarnessOptions) samplingJSON(b []byte) []byte {
 		b = strconv.AppendInt(b, *s, 10)
 	}
 	return b
-}
-
-// workloadExtraConfounds lists the workload keys of Extra (sampling
-// settings, conversations, headers) whose values differ between two runs.
-func workloadExtraConfounds(a, b hook.RunConfig) []Confound {
-	keys := map[string]bool{}
-	for k := range a.Extra {
-		keys[k] = IsWorkloadExtra(k)
-	}
-	for k := range b.Extra {
-		keys[k] = IsWorkloadExtra(k)
-	}
-	var names []string
-	for k, w := range keys {
-		if w && a.Extra[k] != b.Extra[k] {
-			names = append(names, k)
-		}
-	}
-	sort.Strings(names)
-	var cs []Confound
-	for _, k := range names {
-		cs = append(cs, Confound{Name: "extra." + k, A: a.Extra[k], B: b.Extra[k],
-			Note: "the client's workload differs (sampling, conversations or request headers): it changes what the model says, so the runs are not a like-for-like comparison"})
-	}
-	return cs
 }

@@ -35,7 +35,7 @@
 // Error contract: nothing here panics on input. Event text that came from
 // outside (finding summaries and evidence, request ids, run labels, session
 // reasons and excerpts) is quoted
-// with cmdutil.Quote before it reaches the terminal. Run returns the first
+// with safetext.Quote before it reaches the terminal. Run returns the first
 // error of the program or of a source (a bundle that cannot be read names the
 // file); bubbletea restores the terminal on panics and signals, and sources
 // started here recover their own panics into that error.

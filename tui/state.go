@@ -9,9 +9,9 @@ import (
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
-	"github.com/kvcanary/kvcanary/internal/cmdutil"
-	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/internal/safetext"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 const (
@@ -336,15 +336,15 @@ func (a *aggregator) apply(ev *hook.Event) {
 		}
 		a.seenStart, a.startRun = true, ev.Run
 		cfg := b.Config
-		a.config, a.tool = &cfg, cmdutil.Quote(b.Tool)
+		a.config, a.tool = &cfg, safetext.Quote(b.Tool)
 		if ev.Run != "" {
-			a.run = cmdutil.Quote(ev.Run)
+			a.run = safetext.Quote(ev.Run)
 		}
 		a.host = b.Host.Hostname
 		if a.host == "" {
 			a.host = strings.Trim(b.Host.OS+"/"+b.Host.Arch, "/")
 		}
-		a.host = cmdutil.Quote(a.host)
+		a.host = safetext.Quote(a.host)
 	case *hook.RunEnd:
 		a.prodDropped += b.Dropped
 		a.runEnded = true
@@ -365,7 +365,7 @@ func (a *aggregator) apply(ev *hook.Event) {
 		if b.Deviated {
 			a.deviated++
 		}
-		if repro.IsCorrupted(b.Outcome) {
+		if outcome.IsCorrupted(b.Outcome) {
 			a.corrupted++
 			a.sessBad.add(ev.TS, 1)
 		} else {
@@ -429,8 +429,8 @@ func (a *aggregator) addFinding(ev *hook.Event, b *hook.Finding) {
 	a.findingsTotal++
 	a.bySev[b.Severity]++
 	it := FindingItem{
-		Seq: a.findingsTotal, TS: ev.TS, Analyzer: cmdutil.Quote(b.Analyzer), Severity: b.Severity,
-		Summary: cmdutil.Quote(b.Summary),
+		Seq: a.findingsTotal, TS: ev.TS, Analyzer: safetext.Quote(b.Analyzer), Severity: b.Severity,
+		Summary: safetext.Quote(b.Summary),
 	}
 	if ev.Src.Proc != "" || ev.Src.Node != "" {
 		src := ev.Src.Proc
@@ -440,7 +440,7 @@ func (a *aggregator) addFinding(ev *hook.Event, b *hook.Finding) {
 		if ev.Src.PID != 0 {
 			src += "[" + strconv.Itoa(int(ev.Src.PID)) + "]"
 		}
-		it.Source = cmdutil.Quote(src)
+		it.Source = safetext.Quote(src)
 	}
 	keys := make([]string, 0, len(b.Evidence))
 	for k := range b.Evidence {
@@ -448,7 +448,7 @@ func (a *aggregator) addFinding(ev *hook.Event, b *hook.Finding) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		it.Evidence = append(it.Evidence, KV{cmdutil.Quote(k), cmdutil.Quote(b.Evidence[k])})
+		it.Evidence = append(it.Evidence, KV{safetext.Quote(k), safetext.Quote(b.Evidence[k])})
 	}
 	if len(a.findings) >= maxFindings {
 		// Start a fresh slice with the newest half: slices handed out in
@@ -469,7 +469,7 @@ func (a *aggregator) addFinding(ev *hook.Event, b *hook.Finding) {
 // corrupted one: kind, session, round, request id and excerpt, quoted.
 func (a *aggregator) addSession(ev *hook.Event, b *hook.Session) {
 	a.rowsTotal++
-	r := SessionRow{Seq: a.rowsTotal, TS: ev.TS, ID: quoteAll(b.ID), Outcome: quoteAll(b.Outcome), Corrupted: repro.IsCorrupted(b.Outcome),
+	r := SessionRow{Seq: a.rowsTotal, TS: ev.TS, ID: quoteAll(b.ID), Outcome: quoteAll(b.Outcome), Corrupted: outcome.IsCorrupted(b.Outcome),
 		Rounds: b.Rounds, Round: b.Round, Reason: quoteAll(b.Reason), Excerpt: quoteAll(b.Excerpt)}
 	req := ""
 	if b.Round >= 1 && b.Round <= len(b.Requests) {
@@ -535,7 +535,7 @@ func (a *aggregator) snapshot(spark int) State {
 	for k, v := range a.outcomes {
 		out[k] = v
 	}
-	lo, hi := repro.Wilson(a.corrupted, a.sessions-a.unknown, repro.Z95)
+	lo, hi := outcome.Wilson(a.corrupted, a.sessions-a.unknown, outcome.Z95)
 	s.Sessions = SessionsState{Outcomes: out, Total: a.sessions, Corrupted: a.corrupted, Unknown: a.unknown, Lo: lo, Hi: hi, Deviated: a.deviated}
 	now := a.lastTS / bucketNS
 	s.SessDone, s.SessBad = a.sessDone.window(now, spark), a.sessBad.window(now, spark)
@@ -555,7 +555,7 @@ func (a *aggregator) snapshot(spark int) State {
 		s.CUDA.Rate = w[0] // the last complete second
 	}
 	for c, n := range a.cudaBy {
-		s.CUDA.Top = append(s.CUDA.Top, CallCount{cmdutil.Quote(c), n})
+		s.CUDA.Top = append(s.CUDA.Top, CallCount{safetext.Quote(c), n})
 	}
 	sort.Slice(s.CUDA.Top, func(i, j int) bool {
 		if s.CUDA.Top[i].Count != s.CUDA.Top[j].Count {

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
-	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/sessions"
 )
 
 // ABOptions are the inputs of `kvcanary ab`.
@@ -57,9 +57,9 @@ bundle cannot be read, 2 on usage errors.`,
 		Args: usageArgs(cobra.ExactArgs(2)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.PathA, opts.PathB = args[0], args[1]
-			if opts.Flag != "" && !repro.IsEngineFlag(opts.Flag) {
+			if opts.Flag != "" && !sessions.IsEngineFlag(opts.Flag) {
 				return cmdutil.UsageError("--flag %s: not an engine flag (want one of %s, extra.<name> or server.<arg>)",
-					cmdutil.Quote(opts.Flag), strings.Join(repro.EngineFlags, ", "))
+					cmdutil.Quote(opts.Flag), strings.Join(sessions.EngineFlags, ", "))
 			}
 			if runF != nil {
 				return runF(opts)
@@ -81,17 +81,17 @@ func abRun(opts *ABOptions) error {
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
-	for _, r := range []*repro.RunStats{a, b} {
+	for _, r := range []*sessions.RunStats{a, b} {
 		warnRun(opts.IO.ErrOut, r)
 	}
-	rep := repro.Compare(a, b, repro.CompareOptions{Flag: opts.Flag})
+	rep := sessions.Compare(a, b, sessions.CompareOptions{Flag: opts.Flag})
 	if opts.JSON.JSON {
 		return cmdutil.WriteJSON(opts.IO.Out, rep)
 	}
 	return rep.WriteText(opts.IO.Out)
 }
 
-func warnRun(w io.Writer, r *repro.RunStats) {
+func warnRun(w io.Writer, r *sessions.RunStats) {
 	if r.Truncated {
 		fmt.Fprintf(w, "warning: %s: bundle is truncated; counts cover what was recorded\n", cmdutil.Quote(r.Name))
 	}

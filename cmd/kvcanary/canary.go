@@ -142,7 +142,7 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 	if err != nil {
 		return err
 	}
-	s := an.Summary().(canary.Summary)
+	s := an.Result()
 	if br.kinds[hook.KindCanaryPages] == 0 {
 		br.warn(opts.IO.ErrOut, opts.Path)
 		nd := cmdutil.NewNoData(cmdutil.InstrumentCanary, opts.Path, br.events, "event")

@@ -5,16 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/zeebo/xxh3"
 
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/input"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -140,7 +138,7 @@ func (b bundleStream) Close() error {
 }
 
 func checksumCompareRun(opts *ChecksumCompareOptions) error {
-	if err := checkDistinctInputs(opts.Paths); err != nil {
+	if err := input.CheckDistinct(opts.Paths); err != nil {
 		return cmdutil.InputError(err)
 	}
 	var srcs []checksum.Source
@@ -226,71 +224,6 @@ func checksumNoData(srcs []checksum.Source) *cmdutil.NoData {
 		return cmdutil.NewNoData(cmdutil.InstrumentChecksum, s.Name(), uint64(max(s.last.Events, 0)), "event")
 	}
 	return nil
-}
-
-// checkDistinctInputs rejects a file passed twice: the same path, the same
-// inode (hard link, symlink) or the same content. Its records would count
-// twice (identical repeats are counted once, but nothing would say one side
-// is missing).
-func checkDistinctInputs(paths []string) error {
-	type input struct {
-		path string
-		abs  string
-		fi   os.FileInfo
-		hash uint64
-	}
-	var seen []input
-	for _, p := range paths {
-		in := input{path: p}
-		in.abs, _ = filepath.Abs(p)
-		for _, o := range seen {
-			if o.abs == in.abs {
-				return fmt.Errorf("input %s is given twice (the same file): pass each host's or side's input once", cmdutil.Quote(p))
-			}
-		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			return fmt.Errorf("open input: %w", err)
-		}
-		in.fi = fi
-		for i := range seen {
-			o := &seen[i]
-			if os.SameFile(o.fi, fi) {
-				return fmt.Errorf("inputs %s and %s are the same file", cmdutil.Quote(o.path), cmdutil.Quote(p))
-			}
-			if o.fi.Size() != fi.Size() || fi.Size() == 0 || !o.fi.Mode().IsRegular() || !fi.Mode().IsRegular() {
-				continue
-			}
-			if o.hash == 0 {
-				if o.hash, err = hashFile(o.path); err != nil {
-					return err
-				}
-			}
-			if in.hash == 0 {
-				if in.hash, err = hashFile(p); err != nil {
-					return err
-				}
-			}
-			if o.hash == in.hash {
-				return fmt.Errorf("inputs %s and %s have identical content: one file was passed twice", cmdutil.Quote(o.path), cmdutil.Quote(p))
-			}
-		}
-		seen = append(seen, in)
-	}
-	return nil
-}
-
-func hashFile(p string) (uint64, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return 0, fmt.Errorf("open input: %w", err)
-	}
-	defer f.Close()
-	h := xxh3.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return 0, fmt.Errorf("read %s: %w", p, err)
-	}
-	return h.Sum64(), nil
 }
 
 func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error {

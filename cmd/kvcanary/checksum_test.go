@@ -12,9 +12,10 @@ import (
 
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -68,7 +69,7 @@ func seedLogs(t *testing.T, mismatchRoom uint64) (string, string) {
 	fmt.Fprintln(&d, "[2026-03-01 10:00:00 TP0] kvcanary room_checksum side=decode room=0 seq_len=4 pages=1 bsum=0 xxh3=0")
 	fmt.Fprintln(&d, "@@ garbage @@")
 	for room := uint64(1); room < 112; room++ {
-		b, x := checksum.Mix64(room), checksum.Mix64(room+1)
+		b, x := kvlayout.Mix64(room), kvlayout.Mix64(room+1)
 		fmt.Fprintf(&p, "I1201 rank=0] kvcanary room_checksum side=prefill room=%d seq_len=%d pages=%d bsum=%d xxh3=%#x\n", 7000+room, 100+room, 2+room/64, b, x)
 		if room == mismatchRoom {
 			x++
@@ -259,7 +260,7 @@ func twinBundle(t *testing.T, inject []string) string {
 	cfg.Inject = inject
 	cfg.Instruments = sim.Instruments{Checksum: true}
 	wl := sim.DefaultWorkload()
-	wl.Judge = repro.Classifier{}.Outcome
+	wl.Judge = outcome.Classifier{}.Outcome
 	wl.Sessions, wl.Rounds = 3, 1
 	var werr error
 	if _, err := sim.Run(context.Background(), cfg, wl, hook.PublishFunc(func(ev hook.Event) {
@@ -340,22 +341,22 @@ func hostBundle(t *testing.T, dir, name, node string, rcs []*hook.RoomChecksum) 
 // and admission. Compare exits 1 and names the record, layer, page and
 // tokens, in text and JSON; the prefill ranks may also come as per-rank logs.
 func TestChecksumCompareTwoHostBundles(t *testing.T) {
-	l, _ := checksum.NewLayout("fp8")
+	l, _ := kvlayout.NewLayout("fp8")
 	srcPages, dstPages := []uint32{3, 0, 2}, []uint32{1, 4, 0}
 	const seqLen = 150
-	var pre, dec, bad []checksum.LayerArena
+	var pre, dec, bad []kvlayout.LayerArena
 	for _, id := range []int{0, 1, 2} {
-		a := checksum.GenArena(l, 40+uint64(id), 4)
-		pre = append(pre, checksum.LayerArena{Layer: id, Arena: a})
+		a := kvlayout.GenArena(l, 40+uint64(id), 4)
+		pre = append(pre, kvlayout.LayerArena{Layer: id, Arena: a})
 		d := make([]byte, 5*l.PageBytes())
 		for i := range srcPages {
 			copy(d[int(dstPages[i])*l.PageBytes():][:l.PageBytes()], a[int(srcPages[i])*l.PageBytes():][:l.PageBytes()])
 		}
-		dec = append(dec, checksum.LayerArena{Layer: id, Arena: d})
-		bad = append(bad, checksum.LayerArena{Layer: id, Arena: slices.Clone(d)})
+		dec = append(dec, kvlayout.LayerArena{Layer: id, Arena: d})
+		bad = append(bad, kvlayout.LayerArena{Layer: id, Arena: slices.Clone(d)})
 	}
 	bad[2].Arena[int(dstPages[1])*l.PageBytes()+3*128] ^= 1 // token 67, layer 2
-	ev := func(layers []checksum.LayerArena, pages []uint32, room uint64, side hook.Side, rank int, stage string) *hook.RoomChecksum {
+	ev := func(layers []kvlayout.LayerArena, pages []uint32, room uint64, side hook.Side, rank int, stage string) *hook.RoomChecksum {
 		rc := checksum.NewLayersRoomEvent(l, layers, pages, seqLen, room, side)
 		rc.Rank, rc.Stage, rc.XXH3 = rank, stage, 0
 		return rc

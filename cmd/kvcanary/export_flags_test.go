@@ -24,9 +24,9 @@ import (
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // Each of the four streaming commands takes both export flags.
@@ -220,7 +220,7 @@ func TestCollectMetricsScrapedByPrometheus(t *testing.T) {
 	as := analyzers.All(analyzers.Options{})
 	w := sim.DefaultWorkload()
 	w.Sessions, w.Rounds = 24, 3
-	w.Judge = repro.Classifier{}.Outcome
+	w.Judge = outcome.Classifier{}.Outcome
 	res, err := sim.Run(context.Background(), cfg, w, fanOut([]hook.Publisher{em, hook.WithAnalyzers(hook.PublishFunc(func(hook.Event) {}), as...)}))
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/pki"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -24,7 +25,7 @@ import (
 const pdRooms = 64
 
 func pdEvent(room uint64, side hook.Side, faulty bool) hook.Event {
-	b, x := checksum.Mix64(room), checksum.Mix64(room+1)
+	b, x := kvlayout.Mix64(room), kvlayout.Mix64(room+1)
 	if faulty {
 		b ^= 1 << 17
 	}

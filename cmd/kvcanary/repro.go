@@ -21,6 +21,9 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/logscan"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 	"github.com/kvcanary/kvcanary/traces"
 	"github.com/kvcanary/kvcanary/tui"
 )
@@ -271,7 +274,7 @@ func reproSettings(opts *ReproOptions, client *http.Client) hook.RunConfig {
 		for _, n := range repro.ApplyServerInfo(&rc, info) {
 			fmt.Fprintf(opts.IO.ErrOut, "repro: %s\n", cmdutil.Quote(n))
 		}
-		if unknown := repro.UnknownSettings(rc); len(unknown) > 0 {
+		if unknown := runconfig.UnknownSettings(rc); len(unknown) > 0 {
 			fmt.Fprintf(opts.IO.ErrOut, "repro: settings from %s; unknown: %s (state them with --label KEY=VALUE)\n", info.Endpoint, strings.Join(unknown, ", "))
 		} else {
 			fmt.Fprintf(opts.IO.ErrOut, "repro: settings from %s\n", info.Endpoint)
@@ -386,14 +389,14 @@ func (s *syncPublisher) Publish(ev hook.Event) {
 // reproJSON is `repro --json`: the Summary contract plus extras.
 type reproJSON struct {
 	*repro.HarnessResult
-	Sched     *repro.SchedStats `json:"sched,omitempty"`
-	Deviated  int               `json:"deviated_sessions,omitempty"`
-	ServerLog *logscan.Summary  `json:"server_log,omitempty"`
-	Bundle    string            `json:"bundle,omitempty"`
-	Run       string            `json:"run,omitempty"`
+	Sched     *sessions.SchedStats `json:"sched,omitempty"`
+	Deviated  int                  `json:"deviated_sessions,omitempty"`
+	ServerLog *logscan.Summary     `json:"server_log,omitempty"`
+	Bundle    string               `json:"bundle,omitempty"`
+	Run       string               `json:"run,omitempty"`
 	// Preflight is the passed preflight (absent with --no-preflight).
 	Preflight *repro.PreflightResult `json:"preflight,omitempty"`
-	// Verdict says how to read the rate (repro.Assess): "measured",
+	// Verdict says how to read the rate (sessions.Assess): "measured",
 	// "server_failed" (exit 3) or "needs_control"; Notes say why.
 	Verdict string   `json:"verdict"`
 	Notes   []string `json:"notes,omitempty"`
@@ -427,7 +430,7 @@ func reproRun(opts *ReproOptions) error {
 	}
 	ho := repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
 		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
-		ToolTime: opts.ToolTime, Classifier: repro.Classifier{Markers: opts.Markers}, Tool: tool, Host: host,
+		ToolTime: opts.ToolTime, Classifier: outcome.Classifier{Markers: opts.Markers}, Tool: tool, Host: host,
 		Run: opts.Run, APIKey: opts.APIKey, Headers: opts.Headers, Sampling: opts.Sampling}
 	if opts.Conversations != "" {
 		convs, digest, err := repro.LoadConversations(opts.Conversations)
@@ -462,7 +465,7 @@ func reproRun(opts *ReproOptions) error {
 	}
 	ho.Model = opts.Model
 	settings := reproSettings(opts, ho.HeaderClient())
-	stats := repro.NewRunStats(opts.Record)
+	stats := sessions.NewRunStats(opts.Record)
 	pubs := []hook.Publisher{stats}
 	var rec *traces.Recording
 	if opts.Record != "" {
@@ -573,12 +576,12 @@ func reproRun(opts *ReproOptions) error {
 	if tailErr != nil && tailErr != context.Canceled {
 		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", tailErr)
 	}
-	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record, Run: opts.Run, Preflight: pf, Verdict: repro.VerdictMeasured}
+	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record, Run: opts.Run, Preflight: pf, Verdict: sessions.VerdictMeasured}
 	if ctx.Err() == nil && !errors.Is(runErr, context.Canceled) {
 		// An interrupted run's aborted sessions (Ctrl-C, or q in --watch)
 		// are errors by contract; they say nothing about the server.
 		var note string
-		out.Verdict, note = repro.Assess(res.Outcomes)
+		out.Verdict, note = sessions.Assess(res.Outcomes)
 		if note != "" {
 			out.Notes = append(out.Notes, note)
 		}
@@ -601,7 +604,7 @@ func reproRun(opts *ReproOptions) error {
 	if runErr != nil {
 		return runErr
 	}
-	if out.Verdict == repro.VerdictServerFailed {
+	if out.Verdict == sessions.VerdictServerFailed {
 		first := ""
 		for _, s := range res.PerSession {
 			if s.Reason != "" {
@@ -641,7 +644,7 @@ func progressBar(w io.Writer, label string, now func() time.Time) func(done, tot
 }
 
 func writeReproText(w io.Writer, r reproJSON) error {
-	if r.Verdict == repro.VerdictServerFailed {
+	if r.Verdict == sessions.VerdictServerFailed {
 		fmt.Fprintf(w, "NO MEASUREMENT: all %d sessions ended in error or timeout; the server failed, so this run says nothing about corruption\n", r.Sessions)
 	} else {
 		fmt.Fprintln(w, r.Headline())
@@ -686,7 +689,7 @@ func writeReproText(w io.Writer, r reproJSON) error {
 	}
 	shown := 0
 	for _, s := range r.PerSession {
-		if !repro.IsCorrupted(s.Outcome) {
+		if !outcome.IsCorrupted(s.Outcome) {
 			continue
 		}
 		if shown == 5 {

@@ -21,6 +21,8 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -268,7 +270,7 @@ func TestReproSamplingRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep repro.ABReport
+	var rep sessions.ABReport
 	if err := json.Unmarshal([]byte(abOut), &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +324,7 @@ func TestReproConversationsTwin(t *testing.T) {
 		t.Fatalf("%v: %s", err, errOut)
 	}
 	var got struct {
-		repro.Summary
+		outcome.Summary
 		Requests   int                   `json:"requests"`
 		PerSession []repro.SessionResult `json:"per_session"`
 		Run        string                `json:"run"`

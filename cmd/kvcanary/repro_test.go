@@ -20,6 +20,8 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 func TestReproFlags(t *testing.T) {
@@ -155,9 +157,9 @@ func TestReproRecordsForAB(t *testing.T) {
 		}
 	}
 	var s struct {
-		repro.Summary
-		Model string           `json:"model"`
-		Sched repro.SchedStats `json:"sched"`
+		outcome.Summary
+		Model string              `json:"model"`
+		Sched sessions.SchedStats `json:"sched"`
 	}
 	if err := json.Unmarshal([]byte(out), &s); err != nil {
 		t.Fatal(err)
@@ -198,7 +200,7 @@ func TestReproRecordsForAB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep repro.ABReport
+	var rep sessions.ABReport
 	if err := json.Unmarshal([]byte(abOut), &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +209,7 @@ func TestReproRecordsForAB(t *testing.T) {
 	}
 	// The tool time is recorded with the run as workload, like the
 	// concurrency: both are confounds, and no engine flag differs.
-	byName := map[string]repro.Confound{}
+	byName := map[string]sessions.Confound{}
 	for _, c := range rep.Confounds {
 		byName[c.Name] = c
 	}
@@ -286,7 +288,7 @@ func TestReproAllErrorsExits3(t *testing.T) {
 		Verdict string   `json:"verdict"`
 		Notes   []string `json:"notes"`
 	}
-	if cmdutil.ExitCode(err) != cmdutil.ExitInput || json.Unmarshal([]byte(out), &got) != nil || got.Verdict != repro.VerdictServerFailed || len(got.Notes) != 1 {
+	if cmdutil.ExitCode(err) != cmdutil.ExitInput || json.Unmarshal([]byte(out), &got) != nil || got.Verdict != sessions.VerdictServerFailed || len(got.Notes) != 1 {
 		t.Fatalf("--json: err %v, %s", err, out)
 	}
 }

@@ -2,25 +2,24 @@ package main
 
 import (
 	"context"
-
-	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/sessions"
 )
 
-// runStatsFromBundle reads a trace bundle (.kvtrace) into a repro.RunStats:
+// runStatsFromBundle reads a trace bundle (.kvtrace) into a sessions.RunStats:
 // the manifest's tool, host and configuration, then every event. A bundle
 // cut short is read to its last complete frame and marked Truncated; damaged
 // records are skipped and counted in Skipped. Errors name the file. (It
 // lives with the CLI: repro judges events and does not read bundles.)
-func runStatsFromBundle(path string) (*repro.RunStats, error) {
+func runStatsFromBundle(path string) (*sessions.RunStats, error) {
 	br, err := openBundle(context.Background(), path)
 	if err != nil {
 		return nil, err
 	}
 	defer br.Close()
 	m := br.Manifest()
-	r := repro.NewRunStats(path)
+	r := sessions.NewRunStats(path)
 	r.SetManifest(m.Tool, m.Created, m.Host, m.Config)
-	if err := repro.ReadRun(br, r); err != nil {
+	if err := sessions.ReadRun(br, r); err != nil {
 		return r, err // the reader's errors name the bundle and the byte offset
 	}
 	r.Truncated = br.Truncated()

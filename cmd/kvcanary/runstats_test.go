@@ -2,15 +2,14 @@ package main
 
 import (
 	"fmt"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
+	"github.com/kvcanary/kvcanary/traces"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kvcanary/kvcanary/repro"
-	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/traces"
 )
 
 func TestRunStatsFromBundle(t *testing.T) {
@@ -42,7 +41,7 @@ func TestRunStatsFromBundle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := repro.Outcomes{Done: 79, NoTool: 1}
+	want := outcome.Counts{Done: 79, NoTool: 1}
 	if r.Tool != "kvcanary test" || !reflect.DeepEqual(r.Config, cfg) || r.Outcomes != want || r.Truncated || r.Sched.PeakRunningReq != 30 {
 		t.Errorf("from bundle: tool=%q cfg=%+v outcomes=%+v truncated=%v sched=%+v", r.Tool, r.Config, r.Outcomes, r.Truncated, r.Sched)
 	}

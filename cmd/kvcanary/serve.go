@@ -13,9 +13,9 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -193,7 +193,7 @@ func simServeRun(opts *SimServeOptions) error {
 		}
 	}
 	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub, StepTime: opts.StepTime,
-		Judge: repro.Classifier{}.Outcome, AllowedHosts: hosts, BodyTimeout: opts.BodyTimeout})
+		Judge: outcome.Classifier{}.Outcome, AllowedHosts: hosts, BodyTimeout: opts.BodyTimeout})
 	if err != nil {
 		if rec != nil {
 			rec.Close()

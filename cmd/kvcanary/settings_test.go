@@ -3,6 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/traces"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,12 +16,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kvcanary/kvcanary/repro"
-	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/runtime/sim"
-	"github.com/kvcanary/kvcanary/runtime/sim/server"
-	"github.com/kvcanary/kvcanary/traces"
 )
 
 // serveTwin serves the twin (instruments off) as `kvcanary sim serve` does.
@@ -101,7 +100,7 @@ func TestReproServerSettingsAB(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var rep repro.ABReport
+			var rep sessions.ABReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatal(err)
 			}

@@ -18,9 +18,9 @@ import (
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -235,7 +235,7 @@ func simRunRun(opts *SimRunOptions) error {
 	w := sim.DefaultWorkload()
 	w.Sessions, w.Rounds = opts.Sessions, opts.Rounds
 	w.Tool = "kvcanary " + buildinfo.String()
-	w.Judge = repro.Classifier{}.Outcome // the twin observes; repro judges, as `kvcanary repro` does a real server
+	w.Judge = outcome.Classifier{}.Outcome // the twin observes; repro judges, as `kvcanary repro` does a real server
 	if opts.IO.IsStderrTTY() {
 		last := time.Time{}
 		w.Progress = func(done, total int) {
@@ -267,14 +267,14 @@ func simRunRun(opts *SimRunOptions) error {
 	return writeSimRunText(opts.IO.Out, cfg, res, sections)
 }
 
-// simSummary is the run's repro.Summary (the shared sessions/outcomes/rate
+// simSummary is the run's outcome.Summary (the shared sessions/outcomes/rate
 // shape every reproducer reports).
-func simSummary(res sim.Result) repro.Summary {
-	var o repro.Outcomes
+func simSummary(res sim.Result) outcome.Summary {
+	var o outcome.Counts
 	for _, s := range res.PerSession {
 		o.Add(s.Outcome)
 	}
-	return repro.SummaryOf(o, res.Rounds, time.Duration(res.WallSeconds*float64(time.Second)))
+	return outcome.SummaryOf(o, res.Rounds, time.Duration(res.WallSeconds*float64(time.Second)))
 }
 
 // simRunJSON is the one --json object of sim run.

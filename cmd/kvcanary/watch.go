@@ -18,9 +18,9 @@ import (
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 	"github.com/kvcanary/kvcanary/tui"
 )
@@ -308,7 +308,7 @@ func watchRun(opts *WatchOptions) error {
 				w := sim.DefaultWorkload()
 				w.Sessions, w.Rounds = opts.Sessions, opts.Rounds
 				w.Tool = "kvcanary " + buildinfo.String()
-				w.Judge = repro.Classifier{}.Outcome // the twin observes; repro judges
+				w.Judge = outcome.Classifier{}.Outcome // the twin observes; repro judges
 				simTotal.Store(int64(w.Sessions))
 				w.Progress = func(done, total int) { simDone.Store(int64(done)); simTotal.Store(int64(total)) }
 				_, err = sim.Run(ctx, simCfg, w, tui.Paced(ctx, pub, speed))

@@ -9,5 +9,9 @@
 // returns a *FormatError naming the file, what it is and what to do, rather
 // than a verdict over bytes it did not understand.
 //
-// This is a leaf package: it imports only the standard library.
+// CheckDistinct rejects a file passed twice among a command's inputs (same
+// path, same inode or same bytes).
+//
+// This is a leaf package: it imports only the standard library and
+// internal/safetext.
 package input

@@ -2,15 +2,14 @@ package sim
 
 import (
 	"fmt"
-
-	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 )
 
 // Arena is one worker's index-K pool: a byte arena of fixed-size pages in the
 // layout's format. Page 0 is reserved as the padding page (SGLang points the
 // out_cache_loc of padded graph rows at slot 0).
 type Arena struct {
-	L     checksum.Layout
+	L     kvlayout.Layout
 	Buf   []byte
 	Pages int
 	// Gen counts writes per page. Every write primitive (Store, CopyPage)
@@ -22,7 +21,7 @@ type Arena struct {
 
 // NewArena allocates an arena of pages pages of dtype.
 func NewArena(dtype string, pages int) (*Arena, error) {
-	l, err := checksum.NewLayout(dtype)
+	l, err := kvlayout.NewLayout(dtype)
 	if err != nil {
 		return nil, fmt.Errorf("new arena: %w", err)
 	}
@@ -32,7 +31,7 @@ func NewArena(dtype string, pages int) (*Arena, error) {
 	return &Arena{L: l, Buf: make([]byte, pages*l.PageBytes()), Pages: pages, Gen: make([]uint32, pages)}, nil
 }
 
-func (a *Arena) fp8() bool { return a.L.Dtype == checksum.DtypeFP8 }
+func (a *Arena) fp8() bool { return a.L.Dtype == kvlayout.DtypeFP8 }
 
 // Store encodes key into token slot slot (page*64 + offset).
 func (a *Arena) Store(slot int, key []float32) {

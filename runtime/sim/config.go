@@ -2,14 +2,13 @@ package sim
 
 import (
 	"fmt"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
 // Fault names accepted by Config.Inject.
@@ -150,7 +149,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("prefill pool %d tokens: want at least %d", c.PrefillPoolTokens, ContextLen)
 	}
 	if c.Instruments.Canary {
-		if _, err := canary.ParsePolicy(c.Instruments.CanaryPolicy); err != nil {
+		if _, err := pagediff.ParsePolicy(c.Instruments.CanaryPolicy); err != nil {
 			return fmt.Errorf("canary-policy: %w", err)
 		}
 	}

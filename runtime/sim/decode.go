@@ -4,15 +4,14 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
-
-	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/checksum"
-	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
 // row is one batch row's inputs and results for a decode step.
@@ -592,7 +591,7 @@ func (e *Engine) slotCheck(cp *hook.CanaryPages, pages []uint32, rows []*row) {
 			dA, dB = e.digA[i], e.digB[i]
 		} else {
 			// Not digested (no built-in policy skips an expected page).
-			dA, dB = checksum.Page(e.dec.L, before, 0), checksum.Page(e.dec.L, after, 0)
+			dA, dB = kvlayout.Page(e.dec.L, before, 0), kvlayout.Page(e.dec.L, after, 0)
 		}
 		switch {
 		case collateral:
@@ -623,7 +622,7 @@ func (e *Engine) pageDigests(pages []uint32, dst []uint64, verify bool) []uint64
 			dst = append(dst, e.digCache[p])
 			continue
 		}
-		d := checksum.Page(e.dec.L, e.dec.Buf, p)
+		d := kvlayout.Page(e.dec.L, e.dec.Buf, p)
 		e.digCache[p], e.digGen[p], e.digOK[p] = d, e.dec.Gen[p], true
 		dst = append(dst, d)
 	}
@@ -632,7 +631,7 @@ func (e *Engine) pageDigests(pages []uint32, dst []uint64, verify bool) []uint64
 
 func (e *Engine) canaryAfter(cp *hook.CanaryPages, pages []uint32, rows []*row) {
 	e.digB = e.pageDigests(pages, e.digB[:0], e.replays%uint64(e.canaryVerify) == 0)
-	e.changed = canary.Diff(e.digA, e.digB, e.changed[:0])
+	e.changed = pagediff.Diff(e.digA, e.digB, e.changed[:0])
 	e.slotCheck(cp, pages, rows)
 	for _, i := range e.changed {
 		p := pages[i]

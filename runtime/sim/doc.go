@@ -15,11 +15,11 @@
 //
 // The twin is a source: it observes and never judges. Run parses each reply
 // the way the server's tool-call parser does (ParseDSML) and asks the
-// caller's Workload.Judge — in kvcanary repro.Classifier.Outcome, the
+// caller's Workload.Judge — in kvcanary outcome.Classifier.Outcome, the
 // classifier repro applies to a real server — whether the session ends and
 // how; only an aborted request is classified error by the driver itself, as
 // the HTTP harness classifies a failed request. Result holds the outcome
-// counts; rates and intervals are the analyzers' (repro.SummaryOf).
+// counts; rates and intervals are the analyzers' (outcome.SummaryOf).
 //
 // Error contract: configuration and request errors are returned (naming the
 // flag or request); Run without a judge is an error; nothing in the package

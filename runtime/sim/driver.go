@@ -13,7 +13,7 @@ import (
 // Judge decides a session's fate from what a client sees of round round's
 // reply (0-based) in a session whose first toolRounds rounds must call a
 // tool: an outcome that ends the session (hook.OutcomeLeak, OutcomeNoTool,
-// OutcomeDone, …) or "" when the session goes on. repro.Classifier.Outcome is one.
+// OutcomeDone, …) or "" when the session goes on. outcome.Classifier.Outcome is one.
 type Judge func(round, toolRounds int, content string, toolCalls int, finish string) string
 
 // Workload describes the deterministic multi-turn tool-calling sessions of
@@ -62,7 +62,7 @@ type SessionResult struct {
 
 // Result is what a workload run measured: the outcome counts the judge
 // decided, nothing derived from them (rates and intervals are the
-// analyzers', e.g. repro.SummaryOf).
+// analyzers', e.g. outcome.SummaryOf).
 type Result struct {
 	Config      hook.RunConfig  `json:"config"`
 	Sessions    int             `json:"sessions"`
@@ -102,7 +102,7 @@ func toolRounds(s Script) int {
 // replies; the outcome is a pure function of cfg, w and the judge.
 func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Result, error) {
 	if w.Judge == nil {
-		return Result{}, fmt.Errorf("run workload: no judge: set Workload.Judge (e.g. repro.Classifier{}.Outcome)")
+		return Result{}, fmt.Errorf("run workload: no judge: set Workload.Judge (e.g. outcome.Classifier{}.Outcome)")
 	}
 	if w.Sessions < 1 || w.Rounds < 1 {
 		return Result{}, fmt.Errorf("run workload: want at least 1 session and 1 round, got %d×%d", w.Sessions, w.Rounds)

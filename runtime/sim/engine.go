@@ -3,15 +3,14 @@ package sim
 import (
 	"context"
 	"fmt"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 	"io"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/checksum"
-	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
 // Request is one generation request: a prompt (history and tool result
@@ -121,7 +120,7 @@ type Engine struct {
 	running   []*request
 	graphs    map[int]*graphPlan
 	buckets   []int
-	policy    canary.Policy
+	policy    pagediff.Policy
 	roomRng   *rand.Rand
 	xferRng   *rand.Rand
 	specRng   *rand.Rand // which accepted tokens were verified in a draft slot (tree drafting)
@@ -223,7 +222,7 @@ func NewEngine(cfg Config, pub hook.Publisher) (*Engine, error) {
 	e.xferRng = rand.New(rand.NewPCG(cfg.Seed, 0x7a4f))
 	e.specRng = rand.New(rand.NewPCG(cfg.Seed, 0x59ec))
 	if cfg.Instruments.Canary {
-		e.policy, _ = canary.ParsePolicy(cfg.Instruments.CanaryPolicy)
+		e.policy, _ = pagediff.ParsePolicy(cfg.Instruments.CanaryPolicy)
 	}
 	var err error
 	if e.dec, err = NewArena(cfg.IndexKDtype, cfg.PoolTokens/PageTokens+1); err != nil {
@@ -333,7 +332,7 @@ func (e *Engine) warmup() {
 			indexKey(i, t, e.keyBuf)
 			e.pre.Store(int(pages[0])*PageTokens+i, e.keyBuf)
 		}
-		d := checksum.Room(e.pre.L, e.pre.Buf, pages, len(toks))
+		d := kvlayout.Room(e.pre.L, e.pre.Buf, pages, len(toks))
 		e.publish(&hook.RoomChecksum{Room: 0, Side: hook.SidePrefill, SeqLen: len(toks), Pages: 1, Bsum: hook.Hex64(d.Bsum), XXH3: hook.Hex64(d.XXH3), Dtype: e.cfg.IndexKDtype, Request: "warmup"})
 		e.publish(&hook.RoomChecksum{Room: 0, Side: hook.SideDecode, SeqLen: len(toks), Pages: 1, Dtype: e.cfg.IndexKDtype, Request: "warmup"})
 		e.preAlloc.Free(pages)
@@ -457,8 +456,8 @@ func (e *Engine) emitRoom(a *Arena, pages []uint32, r *request, side hook.Side) 
 		return
 	}
 	n := len(r.tokens)
-	d := checksum.Room(a.L, a.Buf, pages, n)
-	ps := checksum.RoomPages(a.L, a.Buf, pages, n, nil)
+	d := kvlayout.Room(a.L, a.Buf, pages, n)
+	ps := kvlayout.RoomPages(a.L, a.Buf, pages, n, nil)
 	sums := make([]hook.Hex64, len(ps))
 	for i, v := range ps {
 		sums[i] = hook.Hex64(v)

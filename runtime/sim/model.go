@@ -2,16 +2,15 @@ package sim
 
 import (
 	"encoding/binary"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
 	"math"
 	"math/rand/v2"
-
-	"github.com/kvcanary/kvcanary/checksum"
 )
 
 // Model geometry (SGLang's DSA indexer layout, scaled-down context).
 const (
-	HeadDim    = checksum.HeadDim    // index head dimension
-	PageTokens = checksum.PageTokens // tokens per index-K page
+	HeadDim    = kvlayout.HeadDim    // index head dimension
+	PageTokens = kvlayout.PageTokens // tokens per index-K page
 	ContextLen = 8192                // longest sequence the model addresses
 	TopK       = 64                  // indexer selection budget
 	hiddenRow  = 4096                // fp32 elements per row of a main-stream scratch (16 KiB: one logits row)

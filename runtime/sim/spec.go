@@ -2,11 +2,10 @@ package sim
 
 import (
 	"bytes"
-	"slices"
-
-	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
+	"slices"
 )
 
 // Speculative decoding moves and the between-phase canary.
@@ -142,7 +141,7 @@ func (e *Engine) specMoves(rows []*row) {
 			// Bytes the move had no business changing: judged as if the
 			// page were not expected (canary/SPEC.md §2, §7).
 			s.collateral = append(s.collateral, hook.PageChange{Page: pg, Owner: owner,
-				Before: hook.Hex64(checksum.Page(e.dec.L, before, 0)), After: hook.Hex64(checksum.Page(e.dec.L, e.dec.Buf, pg))})
+				Before: hook.Hex64(kvlayout.Page(e.dec.L, before, 0)), After: hook.Hex64(kvlayout.Page(e.dec.L, e.dec.Buf, pg))})
 		case !tgtChanged && tgtOK:
 			s.rewritten = append(s.rewritten, pg) // the slot already held the moved row
 		}
@@ -191,7 +190,7 @@ func (e *Engine) canaryBetween(running []string, rows []*row) {
 	if !s.haveAfter {
 		return
 	}
-	cp := &hook.CanaryPages{Phase: canary.PhaseBetween, Step: e.replays, Policy: e.policy.String(),
+	cp := &hook.CanaryPages{Phase: string(pagediff.PhaseBetween), Step: e.replays, Policy: e.policy.String(),
 		PagesTotal: e.dec.Pages, PagesChecked: len(s.prevPages), Running: running}
 	// Known whole writes: the page's write generation moved since its after
 	// digest (a write happened); if its digest did not change, the write put
@@ -214,7 +213,7 @@ func (e *Engine) canaryBetween(running []string, rows []*row) {
 	// replay instead (as a replay change). Tests that verify every replay
 	// (canaryVerify 1) verify this check too.
 	s.dig = e.pageDigests(s.prevPages, s.dig[:0], e.canaryVerify == 1)
-	e.changed = canary.Diff(s.prevDig, s.dig, e.changed[:0])
+	e.changed = pagediff.Diff(s.prevDig, s.dig, e.changed[:0])
 	for _, i := range e.changed {
 		p := s.prevPages[i]
 		cp.Changed = append(cp.Changed, hook.PageChange{Page: p, Owner: e.reqID(e.decAlloc.Owner(p)),

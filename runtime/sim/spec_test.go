@@ -12,8 +12,9 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/kvlayout"
+	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
 
 // fillArena gives every byte of a a distinct-ish value.
@@ -196,7 +197,7 @@ func runVictims(t *testing.T, cfg Config, drive func(pub hook.Publisher, setup f
 	pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
 		switch b := ev.Body.(type) {
 		case *hook.CanaryPages:
-			if b.Phase != canary.PhaseBetween {
+			if b.Phase != string(pagediff.PhaseBetween) {
 				return
 			}
 			// The engine is paused inside its between check: judge the
@@ -217,7 +218,7 @@ func runVictims(t *testing.T, cfg Config, drive func(pub hook.Publisher, setup f
 					v.uncovered++
 					continue
 				}
-				if checksum.Page(e.dec.L, e.dec.Buf, p) != e.spec.prevDig[i] {
+				if kvlayout.Page(e.dec.L, e.dec.Buf, p) != e.spec.prevDig[i] {
 					v.truth[fmt.Sprintf("%d/%d/%s", b.Step, p, owner)] = true
 				}
 			}
@@ -226,7 +227,7 @@ func runVictims(t *testing.T, cfg Config, drive func(pub hook.Publisher, setup f
 			if b.Evidence["class"] != canary.ClassLiveOverwrite.String() {
 				return
 			}
-			if b.Evidence["phase"] != canary.PhaseBetween {
+			if b.Evidence["phase"] != string(pagediff.PhaseBetween) {
 				t.Errorf("live overwrite outside the between phase: %+v", b)
 				return
 			}

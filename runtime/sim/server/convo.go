@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/openaiwire"
 )
 
 // ToolRoundsMarker is the phrase in a first user message that sets the number
@@ -43,7 +44,7 @@ func ParseToolRounds(text string) int {
 // turn is one earlier assistant message and the tool results that answered it.
 type turn struct {
 	content string
-	calls   []wireToolCall
+	calls   []openaiwire.ToolCall
 	results []string
 }
 
@@ -54,7 +55,9 @@ type convo struct {
 	turns      []turn
 }
 
-func parseConvo(msgs []chatMessage) convo {
+// parseConvo reads a validated request: texts are its messages' contents as
+// text, parallel to msgs.
+func parseConvo(msgs []openaiwire.RequestMessage, texts []string) convo {
 	c := convo{toolRounds: -1}
 	seenUser := false
 	for i := range msgs {
@@ -63,14 +66,14 @@ func parseConvo(msgs []chatMessage) convo {
 		case "user":
 			if !seenUser {
 				seenUser = true
-				c.firstUser = m.text
-				c.toolRounds = ParseToolRounds(m.text)
+				c.firstUser = texts[i]
+				c.toolRounds = ParseToolRounds(texts[i])
 			}
 		case "assistant":
-			c.turns = append(c.turns, turn{content: m.text, calls: m.ToolCalls})
+			c.turns = append(c.turns, turn{content: texts[i], calls: m.ToolCalls})
 		case "tool":
 			if n := len(c.turns); n > 0 {
-				c.turns[n-1].results = append(c.turns[n-1].results, m.text)
+				c.turns[n-1].results = append(c.turns[n-1].results, texts[i])
 			}
 		}
 	}
@@ -79,7 +82,7 @@ func parseConvo(msgs []chatMessage) convo {
 
 // signature identifies an assistant message's visible content, to recognise
 // the client echoing back what this server produced.
-func signature(content string, calls []wireToolCall) string {
+func signature(content string, calls []openaiwire.ToolCall) string {
 	var b strings.Builder
 	b.WriteString(content)
 	for _, c := range calls {

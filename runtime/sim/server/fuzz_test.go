@@ -22,7 +22,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			return
 		}
-		c := parseConvo(req.Messages)
+		c := parseConvo(req.Messages, req.texts)
 		for _, tr := range c.turns {
 			for _, call := range tr.calls {
 				_ = paramsOf(call.Function.Arguments)

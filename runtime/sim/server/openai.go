@@ -5,54 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvcanary/kvcanary/spec/openaiwire"
 	"io"
 	"net/http"
 	"strings"
 )
 
-// chatRequest is the subset of OpenAI's chat completion request the twin
-// reads. Unknown fields are ignored, as SGLang and vLLM do.
+// chatRequest is a decoded request and what validate derives from it.
 type chatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []chatMessage   `json:"messages"`
-	Tools               []chatTool      `json:"tools"`
-	ToolChoice          json.RawMessage `json:"tool_choice"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *streamOptions  `json:"stream_options"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	N                   *int            `json:"n"`
-}
+	openaiwire.Request
 
-type streamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-type chatMessage struct {
-	Role       string          `json:"role"`
-	Content    json.RawMessage `json:"content"`
-	ToolCalls  []wireToolCall  `json:"tool_calls"`
-	ToolCallID string          `json:"tool_call_id"`
-	Name       string          `json:"name"`
-
-	text string // Content as text (string, or the text parts joined)
-}
-
-type chatTool struct {
-	Type     string `json:"type"`
-	Function struct {
-		Name string `json:"name"`
-	} `json:"function"`
-}
-
-type wireToolCall struct {
-	Index    *int   `json:"index,omitempty"`
-	ID       string `json:"id,omitempty"`
-	Type     string `json:"type,omitempty"`
-	Function struct {
-		Name      string `json:"name,omitempty"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
+	texts []string // Messages[i].Content as text (string, or the text parts joined)
 }
 
 // apiError is an OpenAI-style error; its JSON form is {"error": {...}}.
@@ -106,9 +69,11 @@ func decodeRequest(body io.Reader, limit int64) (*chatRequest, *apiError) {
 		e.Status = http.StatusRequestEntityTooLarge
 		return nil, e
 	}
+	// Decode into the wire type itself, not the wrapper: a type error
+	// names the field by its JSON path ("messages"), not "Request.messages".
 	var req chatRequest
 	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(&req.Request); err != nil {
 		return nil, jsonError(data, dec, err)
 	}
 	if dec.More() {
@@ -178,6 +143,7 @@ func (r *chatRequest) validate() *apiError {
 		}
 	}
 	haveUser := false
+	r.texts = make([]string, len(r.Messages))
 	for i := range r.Messages {
 		m := &r.Messages[i]
 		param := fmt.Sprintf("messages[%d]", i)
@@ -188,7 +154,7 @@ func (r *chatRequest) validate() *apiError {
 		if err != nil {
 			return badRequest(param+".content", "invalid_type", "%s.content: %v", param, err)
 		}
-		m.text = text
+		r.texts[i] = text
 		switch m.Role {
 		case "user":
 			haveUser = true
@@ -258,56 +224,4 @@ func (r *chatRequest) toolsOffered() bool {
 		return false
 	}
 	return true
-}
-
-// Response shapes.
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-type respMessage struct {
-	Role      string         `json:"role"`
-	Content   *string        `json:"content"`
-	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
-}
-
-type choice struct {
-	Index        int         `json:"index"`
-	Message      respMessage `json:"message"`
-	Logprobs     *struct{}   `json:"logprobs"`
-	FinishReason string      `json:"finish_reason"`
-}
-
-type chatResponse struct {
-	ID      string   `json:"id"`
-	Object  string   `json:"object"`
-	Created int64    `json:"created"`
-	Model   string   `json:"model"`
-	Choices []choice `json:"choices"`
-	Usage   usage    `json:"usage"`
-}
-
-type delta struct {
-	Role      string         `json:"role,omitempty"`
-	Content   *string        `json:"content,omitempty"`
-	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
-}
-
-type chunkChoice struct {
-	Index        int       `json:"index"`
-	Delta        delta     `json:"delta"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
-}
-
-type chatChunk struct {
-	ID      string        `json:"id"`
-	Object  string        `json:"object"`
-	Created int64         `json:"created"`
-	Model   string        `json:"model"`
-	Choices []chunkChoice `json:"choices"`
-	Usage   *usage        `json:"usage,omitempty"`
 }

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/openaiwire"
 	"mime"
 	"net"
 	"net/http"
@@ -15,9 +18,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/runtime/sim"
 )
 
 // DefaultModel is the model id the server reports and accepts by default.
@@ -46,7 +46,7 @@ type Options struct {
 	Publisher hook.Publisher // engine events and, at Close, one session event per session; nil: none
 	// Judge classifies each reply as a client sees it, so that the session
 	// events Close publishes carry outcomes (sim serve passes
-	// repro.Classifier{}.Outcome). The server itself only observes: with
+	// outcome.Classifier{}.Outcome). The server itself only observes: with
 	// no Judge, records carry no outcome and Close publishes no sessions.
 	Judge   sim.Judge
 	MaxBody int64 // request body limit (default DefaultMaxBody)
@@ -571,7 +571,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
-	cv := parseConvo(req.Messages)
+	cv := parseConvo(req.Messages, req.texts)
 	if cv.toolRounds > 64 {
 		writeError(w, badRequest("messages", "invalid_value", "first user message: %s %d: want at most 64", ToolRoundsMarker, cv.toolRounds))
 		return
@@ -631,7 +631,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	var sw *sseWriter
 	if req.Stream {
 		sw = newSSE(w, id, created, model)
-		sw.send(delta{Role: "assistant", Content: ptr("")}, nil)
+		sw.send(openaiwire.Delta{Role: "assistant", Content: ptr("")}, nil)
 	}
 	select {
 	case <-h.Done():
@@ -662,7 +662,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			rec.Outcome = hook.OutcomeError
 		}
 	}
-	calls := make([]wireToolCall, len(parsed.ToolCalls))
+	calls := make([]openaiwire.ToolCall, len(parsed.ToolCalls))
 	for i, tc := range parsed.ToolCalls {
 		calls[i].ID = fmt.Sprintf("call_%s_%d", engID, i)
 		calls[i].Type = "function"
@@ -677,7 +677,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	s.outputs[outputKey{sc.Session, round, signature(parsed.Content, calls)}] = servedOutput{tokens: c.Tokens}
 	s.mu.Unlock()
 
-	u := usage{PromptTokens: len(prompt), CompletionTokens: len(c.Tokens), TotalTokens: len(prompt) + len(c.Tokens)}
+	u := openaiwire.Usage{PromptTokens: len(prompt), CompletionTokens: len(c.Tokens), TotalTokens: len(prompt) + len(c.Tokens)}
 	if c.FinishReason == "abort" {
 		e := &apiError{Status: http.StatusInternalServerError, Type: "server_error", Message: "request aborted by the engine: " + c.Err}
 		if sw != nil {
@@ -692,12 +692,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		s.stream(sw, parsed, calls, finish, u, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
 		return
 	}
-	msg := respMessage{Role: "assistant", ToolCalls: calls}
+	msg := openaiwire.Message{Role: "assistant", ToolCalls: calls}
 	if parsed.Content != "" || len(calls) == 0 {
 		msg.Content = ptr(parsed.Content)
 	}
-	writeJSON(w, chatResponse{ID: id, Object: "chat.completion", Created: created, Model: model,
-		Choices: []choice{{Index: 0, Message: msg, FinishReason: finish}}, Usage: u})
+	writeJSON(w, openaiwire.Response{ID: id, Object: "chat.completion", Created: created, Model: model,
+		Choices: []openaiwire.Choice{{Index: 0, Message: msg, FinishReason: ptr(finish)}}, Usage: &u})
 }
 
 func ptr[T any](v T) *T { return &v }

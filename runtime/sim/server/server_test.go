@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/openaiwire"
 )
 
 func newTestServer(t *testing.T) (*Server, *httptest.Server) {
@@ -50,32 +51,8 @@ func post(t *testing.T, url, body string) (*http.Response, []byte) {
 	return resp, b
 }
 
-type testResp struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Model   string `json:"model"`
-	Choices []struct {
-		Index   int `json:"index"`
-		Message struct {
-			Role      string  `json:"role"`
-			Content   *string `json:"content"`
-			ToolCalls []struct {
-				ID       string `json:"id"`
-				Type     string `json:"type"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-		TotalTokens      int `json:"total_tokens"`
-	} `json:"usage"`
-}
+// testResp is a non-streamed answer, decoded with the wire types.
+type testResp = openaiwire.Response
 
 func TestChatNonStreamingToolCallThenText(t *testing.T) {
 	s, hs := newTestServer(t)
@@ -102,12 +79,15 @@ func TestChatNonStreamingToolCallThenText(t *testing.T) {
 	if recs[0].Deviated || recs[0].Broken {
 		t.Fatalf("the twin without overlap deviated: %+v", recs[0])
 	}
-	if c.FinishReason != "tool_calls" || len(c.Message.ToolCalls) != 1 || c.Message.Content != nil {
+	if c.FinishReason == nil || *c.FinishReason != "tool_calls" || len(c.Message.ToolCalls) != 1 || c.Message.Content != nil {
 		t.Fatalf("want one tool call with null content and finish tool_calls: %s", body)
 	}
 	tc := c.Message.ToolCalls[0]
 	if tc.Type != "function" || tc.ID == "" || tc.Function.Name == "" || !json.Valid([]byte(tc.Function.Arguments)) {
 		t.Fatalf("tool call %+v", tc)
+	}
+	if r.Usage == nil {
+		t.Fatalf("no usage: %s", body)
 	}
 	if r.Usage.PromptTokens < 1000 || r.Usage.CompletionTokens == 0 || r.Usage.TotalTokens != r.Usage.PromptTokens+r.Usage.CompletionTokens {
 		t.Fatalf("usage %+v", r.Usage)
@@ -131,7 +111,7 @@ func TestChatNonStreamingToolCallThenText(t *testing.T) {
 	if recs[1].Session != recs[0].Session {
 		t.Fatalf("rounds landed on sessions %s and %s", recs[0].Session, recs[1].Session)
 	}
-	if recs[1].Deviated || (r.Choices[0].FinishReason != "stop" || r.Choices[0].Message.Content == nil || *r.Choices[0].Message.Content == "") {
+	if recs[1].Deviated || (r.Choices[0].FinishReason == nil || *r.Choices[0].FinishReason != "stop" || r.Choices[0].Message.Content == nil || *r.Choices[0].Message.Content == "") {
 		t.Fatalf("want a plain-text answer: %s", body)
 	}
 }
@@ -147,29 +127,7 @@ func TestChatStreaming(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	type chunk struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Choices []struct {
-			Delta struct {
-				Role      string  `json:"role"`
-				Content   *string `json:"content"`
-				ToolCalls []struct {
-					Index    *int   `json:"index"`
-					ID       string `json:"id"`
-					Type     string `json:"type"`
-					Function struct {
-						Name      string `json:"name"`
-						Arguments string `json:"arguments"`
-					} `json:"function"`
-				} `json:"tool_calls"`
-			} `json:"delta"`
-			FinishReason *string `json:"finish_reason"`
-		} `json:"choices"`
-		Usage *struct {
-			TotalTokens int `json:"total_tokens"`
-		} `json:"usage"`
-	}
+	type chunk = openaiwire.Chunk
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	var chunks []chunk

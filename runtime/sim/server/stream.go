@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/openaiwire"
 )
 
 // sseWriter writes a chat completion as server-sent events.
@@ -39,9 +40,9 @@ func (s *sseWriter) event(v any) {
 	_, _ = s.w.Write(s.buf)
 }
 
-func (s *sseWriter) send(d delta, finish *string) {
-	s.event(chatChunk{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
-		Choices: []chunkChoice{{Index: 0, Delta: d, FinishReason: finish}}})
+func (s *sseWriter) send(d openaiwire.Delta, finish *string) {
+	s.event(openaiwire.Chunk{ID: s.id, Object: "chat.completion.chunk", Created: s.created, Model: s.model,
+		Choices: []openaiwire.ChunkChoice{{Index: 0, Delta: d, FinishReason: finish}}})
 	s.flush()
 }
 
@@ -80,24 +81,24 @@ func pieces(text string, n int) []string {
 // stream writes the answer after the role chunk: content deltas, then each
 // tool call (id, type and name first, its arguments in pieces), the finish
 // chunk, the usage chunk when asked for, and [DONE].
-func (s *Server) stream(sw *sseWriter, parsed sim.Parsed, calls []wireToolCall, finish string, u usage, withUsage bool) {
+func (s *Server) stream(sw *sseWriter, parsed sim.Parsed, calls []openaiwire.ToolCall, finish string, u openaiwire.Usage, withUsage bool) {
 	step := 4 * s.opts.StreamChunkTokens
 	for _, p := range pieces(parsed.Content, step) {
-		sw.send(delta{Content: ptr(p)}, nil)
+		sw.send(openaiwire.Delta{Content: ptr(p)}, nil)
 	}
 	for i, c := range calls {
-		first := wireToolCall{Index: ptr(i), ID: c.ID, Type: "function"}
+		first := openaiwire.ToolCall{Index: ptr(i), ID: c.ID, Type: "function"}
 		first.Function.Name = c.Function.Name
-		sw.send(delta{ToolCalls: []wireToolCall{first}}, nil)
+		sw.send(openaiwire.Delta{ToolCalls: []openaiwire.ToolCall{first}}, nil)
 		for _, p := range pieces(c.Function.Arguments, step) {
-			d := wireToolCall{Index: ptr(i)}
+			d := openaiwire.ToolCall{Index: ptr(i)}
 			d.Function.Arguments = p
-			sw.send(delta{ToolCalls: []wireToolCall{d}}, nil)
+			sw.send(openaiwire.Delta{ToolCalls: []openaiwire.ToolCall{d}}, nil)
 		}
 	}
-	sw.send(delta{}, ptr(finish))
+	sw.send(openaiwire.Delta{}, ptr(finish))
 	if withUsage {
-		sw.event(chatChunk{ID: sw.id, Object: "chat.completion.chunk", Created: sw.created, Model: sw.model, Choices: []chunkChoice{}, Usage: &u})
+		sw.event(openaiwire.Chunk{ID: sw.id, Object: "chat.completion.chunk", Created: sw.created, Model: sw.model, Choices: []openaiwire.ChunkChoice{}, Usage: &u})
 	}
 	sw.done()
 }

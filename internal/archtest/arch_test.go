@@ -1,0 +1,403 @@
+package archtest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// module is kvcanary's module path.
+const module = "github.com/kvcanary/kvcanary"
+
+// Layer is where a package sits in the one-way rule of DESIGN.md:
+//
+//	composition (cmd, demo) → sinks → analyzers → specs, runtime/hook
+//	sources → specs, runtime/hook
+//
+// Utilities are leaves any layer may use.
+type Layer string
+
+const (
+	Spec        Layer = "spec"        // spec leaves: layouts, digests, page diff, wire types, outcome rules
+	Hook        Layer = "hook"        // runtime/hook: the event model, bus and wire protocol
+	Utility     Layer = "utility"     // internal leaf utilities (quoting, CPU time, input files, build info)
+	Source      Layer = "source"      // observes: the twin, engine hooks, the repro harness, log scans, probes
+	Analyzer    Layer = "analyzer"    // judges: checksum, canary, graphdiff, sessions
+	Sink        Layer = "sink"        // shows and keeps: tui, traces and the coming metrics/report/export packages
+	CLI         Layer = "cli"         // internal/cmdutil: the CLI's own helpers
+	Composition Layer = "composition" // wires everything: cmd, demo, the analyzer registry
+)
+
+// layerOf places every kvcanary package (its path inside the module). A
+// package missing here fails the test: a new package must say where it sits.
+func layerOf(rel string) (Layer, bool) {
+	under := func(p string) bool { return rel == p || strings.HasPrefix(rel, p+"/") }
+	switch {
+	case under("spec"):
+		return Spec, true
+	case rel == "runtime/hook":
+		return Hook, true
+	case under("runtime"), rel == "repro":
+		return Source, true
+	case rel == "checksum", rel == "canary", rel == "graphdiff", rel == "sessions":
+		return Analyzer, true
+	case under("tui"), under("traces"), under("metrics"), under("sinks"), under("report"), under("perfetto"), under("otlp"):
+		return Sink, true
+	case rel == "internal/safetext", rel == "internal/cputime", rel == "internal/input", rel == "internal/buildinfo",
+		rel == "internal/archtest", rel == "internal/pki":
+		return Utility, true
+	case rel == "internal/cmdutil":
+		return CLI, true
+	case under("cmd"), rel == "demo", rel == "internal/analyzers",
+		// bisect runs sources (the twin, servers and the harness) and
+		// judges them (sessions): composition, like demo. deploy holds
+		// only the recipes' tests, which check them against the sinks.
+		rel == "bisect", rel == "deploy",
+		// The pipeline (issue 15.1) wires a source, the bus, the recorder,
+		// analyzers and live views for the commands: composition.
+		under("pipeline"):
+		return Composition, true
+	}
+	return "", false
+}
+
+// mayImport lists, per layer, the kvcanary layers its packages may import.
+// The standard library and third-party modules are always allowed (the
+// one-entry rule for third parties is thirdParty below).
+var mayImport = map[Layer][]Layer{
+	Spec:        {Spec, Hook, Utility},
+	Hook:        {Utility},
+	Utility:     {Utility},
+	Source:      {Spec, Hook, Utility},
+	Analyzer:    {Spec, Hook, Utility},
+	Sink:        {Analyzer, Sink, Spec, Hook, Utility},
+	CLI:         {Utility},
+	Composition: {Composition, Sink, Analyzer, Source, Spec, Hook, Utility, CLI},
+}
+
+// exception is a known leak the rule tolerates until someone removes it:
+// an import (pkg imports imp) or, with file set, a source living in a sink
+// package's file (see bundleSources).
+type exception struct {
+	pkg, imp string // module-relative paths
+	file     string // a file of pkg, for a source in a sink
+	why      string
+}
+
+// exceptions are the known leaks. Each must still exist: a stale entry
+// fails the test so the list stays honest.
+var exceptions = []exception{
+	{pkg: "tui", imp: "traces", file: "replay.go", why: "bundle replay (ReplayBundle, Paced) is a source living in a sink; " +
+		"issue 15.1 moves it out of tui, then delete this entry"},
+}
+
+// thirdParty lets each third-party library in through one package
+// (STYLE.md): module path prefix → the packages that may import it.
+var thirdParty = map[string][]string{
+	"github.com/charmbracelet/":  {"tui"},
+	"github.com/muesli/termenv":  {"tui"},
+	"github.com/NVIDIA/go-nvml":  {"runtime/gpu"},
+	"github.com/cilium/ebpf":     {"runtime/cudaprobe"},
+	"github.com/klauspost/":      {"traces"},
+	"github.com/zeebo/xxh3":      {"spec/kvlayout"},
+	"github.com/spf13/":          {"cmd/kvcanary", "internal/cmdutil"},
+	"github.com/BurntSushi/toml": {"bisect"},
+	"github.com/prometheus/":     {"metrics"},
+	"go.opentelemetry.io/":       {"otlp"},
+}
+
+// pkg is one package and its non-test imports.
+type pkg struct {
+	Path    string // module-relative
+	Imports []string
+	// Feeders are its non-test files that import traces and export a
+	// function taking a hook.Publisher: they read bundles and publish
+	// events, which makes them sources whatever package they are in.
+	Feeders []string
+}
+
+// violation is one import that breaks the rule.
+type violation struct {
+	pkg, imp, msg string
+}
+
+// check applies the rule to pkgs and returns every violation, in input
+// order, plus the exceptions no package needed.
+func check(pkgs []pkg) (vs []violation, stale []exception) {
+	used := make([]bool, len(exceptions))
+	for _, p := range pkgs {
+		from, ok := layerOf(p.Path)
+		if !ok {
+			vs = append(vs, violation{p.Path, "", fmt.Sprintf("package %s has no layer: add it to layerOf in internal/archtest (spec, source, analyzer, sink or composition)", p.Path)})
+			continue
+		}
+		for _, imp := range p.Imports {
+			rel, internal := strings.CutPrefix(imp, module+"/")
+			if !internal {
+				if allowed := thirdPartyImporters(imp); allowed != nil && !slices.Contains(allowed, p.Path) {
+					vs = append(vs, violation{p.Path, imp, fmt.Sprintf("%s imports %s: that library enters kvcanary only through %s (STYLE.md)",
+						p.Path, imp, strings.Join(allowed, ", "))})
+				}
+				continue
+			}
+			to, ok := layerOf(rel)
+			if !ok {
+				vs = append(vs, violation{p.Path, rel, fmt.Sprintf("%s imports %s, which has no layer: add it to layerOf in internal/archtest", p.Path, rel)})
+				continue
+			}
+			if allowedImport(from, p.Path, to, rel) {
+				continue
+			}
+			if i := slices.IndexFunc(exceptions, func(e exception) bool { return e.file == "" && e.pkg == p.Path && e.imp == rel }); i >= 0 {
+				used[i] = true
+				continue
+			}
+			vs = append(vs, violation{p.Path, rel, fmt.Sprintf("%s (%s) imports %s (%s): a %s may import only %s",
+				p.Path, from, rel, to, from, layerList(mayImport[from]))})
+		}
+		if from == Source || from == Composition {
+			continue // a source may publish what it reads; composition wires sources
+		}
+		for _, f := range p.Feeders {
+			if i := slices.IndexFunc(exceptions, func(e exception) bool { return e.pkg == p.Path && e.file == f }); i >= 0 {
+				used[i] = true
+				continue
+			}
+			vs = append(vs, violation{p.Path, "traces", fmt.Sprintf("%s/%s (%s) reads bundles and publishes their events (imports traces, exports a func taking hook.Publisher): "+
+				"that is a source; move it to a source or the pipeline", p.Path, f, from)})
+		}
+	}
+	for i, e := range exceptions {
+		if !used[i] {
+			stale = append(stale, e)
+		}
+	}
+	return vs, stale
+}
+
+// allowedImport reports whether a package of layer from at fromPath may
+// import one of layer to at toPath. Inside one source (runtime/sim and
+// runtime/sim/server, runtime/gpu and its fake) packages may use each
+// other; one source never imports another.
+func allowedImport(from Layer, fromPath string, to Layer, toPath string) bool {
+	if slices.Contains(mayImport[from], to) {
+		return true
+	}
+	return from == Source && to == Source && sourceRoot(fromPath) == sourceRoot(toPath)
+}
+
+// sourceRoot is the source a package belongs to: runtime/<name> or repro.
+func sourceRoot(rel string) string {
+	if parts := strings.SplitN(rel, "/", 3); len(parts) >= 2 && parts[0] == "runtime" {
+		return path.Join(parts[0], parts[1])
+	}
+	return rel
+}
+
+func thirdPartyImporters(imp string) []string {
+	for prefix, allowed := range thirdParty {
+		if strings.HasPrefix(imp, prefix) {
+			return allowed
+		}
+	}
+	return nil
+}
+
+func layerList(ls []Layer) string {
+	s := make([]string, len(ls))
+	for i, l := range ls {
+		s[i] = string(l)
+	}
+	return strings.Join(s, ", ") + " (and the standard library and third-party modules)"
+}
+
+// listPackages runs `go list` over the module: every package's non-test
+// imports (test files may import anything: an analyzer's test drives the
+// twin).
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("go command not on PATH (%v): cannot list the module's packages", err)
+	}
+	cmd := exec.Command(goBin, "list", "-e", "-f", `{{.ImportPath}} {{.Dir}}{{range .GoFiles}} file:{{.}}{{end}}{{range .Imports}} {{.}}{{end}}{{if .Error}} ERROR:{{.Error}}{{end}}`, module+"/...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s/...: %v\n%s", module, err, stderr.Bytes())
+	}
+	var pkgs []pkg
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.Index(line, " ERROR:"); i >= 0 {
+			t.Fatalf("go list: %s", line[i+len(" ERROR:"):])
+		}
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		rel, ok := strings.CutPrefix(f[0], module+"/")
+		if !ok {
+			continue // the module root has no package
+		}
+		p := pkg{Path: rel}
+		for _, w := range f[2:] {
+			if name, ok := strings.CutPrefix(w, "file:"); ok {
+				if feeds, err := feedsPublisher(filepath.Join(f[1], name)); err != nil {
+					t.Fatal(err)
+				} else if feeds {
+					p.Feeders = append(p.Feeders, name)
+				}
+				continue
+			}
+			p.Imports = append(p.Imports, w)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(pkgs) == 0 {
+		t.Fatal(errors.New("go list found no packages"))
+	}
+	return pkgs
+}
+
+// feedsPublisher reports whether the Go file at path imports traces and
+// exports a function with a hook.Publisher parameter.
+func feedsPublisher(path string) (bool, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+	if err != nil {
+		return false, fmt.Errorf("parse %s: %w", path, err)
+	}
+	hookName, tracesName := "", ""
+	for _, im := range f.Imports {
+		p, _ := strconv.Unquote(im.Path.Value)
+		name := path0(p)
+		if im.Name != nil {
+			name = im.Name.Name
+		}
+		switch p {
+		case module + "/runtime/hook":
+			hookName = name
+		case module + "/traces":
+			tracesName = name
+		}
+	}
+	if hookName == "" || tracesName == "" {
+		return false, nil
+	}
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Recv != nil || !fn.Name.IsExported() {
+			continue
+		}
+		for _, fld := range fn.Type.Params.List {
+			if sel, ok := fld.Type.(*ast.SelectorExpr); ok && sel.Sel.Name == "Publisher" {
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == hookName {
+					return true, nil
+				}
+			}
+		}
+	}
+	return false, nil
+}
+
+func path0(importPath string) string { return path.Base(importPath) }
+
+// TestImportRule checks the whole module.
+func TestImportRule(t *testing.T) {
+	pkgs := listPackages(t)
+	vs, stale := check(pkgs)
+	for _, v := range vs {
+		t.Error(v.msg)
+	}
+	for _, e := range stale {
+		if e.file != "" {
+			t.Errorf("stale exception: %s/%s no longer feeds a publisher from bundles; delete its entry from exceptions in internal/archtest", e.pkg, e.file)
+			continue
+		}
+		t.Errorf("stale exception: %s no longer imports %s; delete its entry from exceptions in internal/archtest", e.pkg, e.imp)
+	}
+	// The layers the rule is about must be present, or the test checks
+	// nothing (e.g. run from outside the module).
+	seen := map[Layer]bool{}
+	for _, p := range pkgs {
+		l, _ := layerOf(p.Path)
+		seen[l] = true
+	}
+	for _, l := range []Layer{Spec, Hook, Source, Analyzer, Sink, Composition} {
+		if !seen[l] {
+			t.Errorf("no %s package found among %d packages", l, len(pkgs))
+		}
+	}
+}
+
+// TestImportRuleCatchesLeaks plants the leaks issue 15 found (and others)
+// in a fixture and checks each fails with a message naming the package and
+// the import.
+func TestImportRuleCatchesLeaks(t *testing.T) {
+	cases := []struct {
+		pkg  pkg
+		want string
+	}{
+		{pkg{Path: "runtime/sim", Imports: []string{module + "/spec/kvlayout", module + "/canary"}},
+			"runtime/sim (source) imports canary (analyzer): a source may import only spec, hook, utility"},
+		{pkg{Path: "runtime/sim", Imports: []string{module + "/checksum"}}, "runtime/sim (source) imports checksum (analyzer)"},
+		{pkg{Path: "repro", Imports: []string{module + "/sessions"}}, "repro (source) imports sessions (analyzer)"},
+		{pkg{Path: "runtime/sim/server", Imports: []string{module + "/repro"}}, "runtime/sim/server (source) imports repro (source)"},
+		{pkg{Path: "tui", Imports: []string{module + "/internal/cmdutil"}}, "tui (sink) imports internal/cmdutil (cli)"},
+		{pkg{Path: "canary", Imports: []string{module + "/tui"}}, "canary (analyzer) imports tui (sink)"},
+		{pkg{Path: "sessions", Imports: []string{module + "/repro"}}, "sessions (analyzer) imports repro (source)"},
+		{pkg{Path: "spec/pagediff", Imports: []string{module + "/canary"}}, "spec/pagediff (spec) imports canary (analyzer)"},
+		{pkg{Path: "traces", Imports: []string{module + "/runtime/sim"}}, "traces (sink) imports runtime/sim (source)"},
+		{pkg{Path: "cmd/kvcanary", Imports: []string{"github.com/zeebo/xxh3"}}, "cmd/kvcanary imports github.com/zeebo/xxh3: that library enters kvcanary only through spec/kvlayout"},
+		{pkg{Path: "newthing", Imports: nil}, "package newthing has no layer"},
+		{pkg{Path: "tui", Imports: []string{module + "/newthing"}}, "tui imports newthing, which has no layer"},
+	}
+	for _, tc := range cases {
+		vs, _ := check([]pkg{tc.pkg})
+		if len(vs) != 1 || !strings.Contains(vs[0].msg, tc.want) {
+			t.Errorf("%s importing %v: violations %+v, want one containing %q", tc.pkg.Path, tc.pkg.Imports, vs, tc.want)
+		}
+	}
+	// What the rule allows stays allowed.
+	for _, p := range []pkg{
+		{Path: "runtime/sim", Imports: []string{module + "/spec/kvlayout", module + "/spec/pagediff", module + "/runtime/hook", "fmt"}},
+		{Path: "runtime/sim/server", Imports: []string{module + "/runtime/sim", module + "/spec/openaiwire"}},
+		{Path: "sessions", Imports: []string{module + "/spec/outcome", module + "/internal/safetext"}},
+		{Path: "tui", Imports: []string{module + "/canary", module + "/sessions", "github.com/charmbracelet/bubbletea"}},
+		{Path: "cmd/kvcanary", Imports: []string{module + "/repro", module + "/tui", module + "/internal/cmdutil"}},
+	} {
+		if vs, _ := check([]pkg{p}); len(vs) != 0 {
+			t.Errorf("%s importing %v: unexpected violations %+v", p.Path, p.Imports, vs)
+		}
+	}
+	// A sink file that reads bundles and feeds a publisher is a source.
+	if vs, _ := check([]pkg{{Path: "tui", Imports: []string{module + "/traces"}, Feeders: []string{"wire.go"}}}); len(vs) != 1 ||
+		!strings.Contains(vs[0].msg, "tui/wire.go (sink) reads bundles and publishes their events") {
+		t.Errorf("a bundle source in tui: violations %+v", vs)
+	}
+	// The known one is tolerated, and reported stale once gone.
+	if vs, stale := check([]pkg{{Path: "tui", Imports: []string{module + "/traces"}, Feeders: []string{"replay.go"}}}); len(vs) != 0 || len(stale) != 0 {
+		t.Errorf("tui/replay.go: violations %+v, stale %+v", vs, stale)
+	}
+	if _, stale := check([]pkg{{Path: "tui", Imports: []string{module + "/traces"}}}); len(stale) != 1 || stale[0].file != "replay.go" {
+		t.Errorf("unused exception not reported stale: %+v", stale)
+	}
+}

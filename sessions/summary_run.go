@@ -1,0 +1,199 @@
+package sessions
+
+import (
+	"errors"
+	"io"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
+)
+
+// SchedStats are the scheduler facts of a run, from its sched events. Its
+// JSON form matches the "sched" section of `sim run --json`.
+type SchedStats struct {
+	Observations     int     `json:"observations"`      // sched events seen
+	PeakRunningReq   int     `json:"peak_running_req"`  // over batch observations
+	PeakTokenUsage   float64 `json:"peak_token_usage"`  // fraction of the KV pool
+	Retractions      int     `json:"retractions"`       // requests retracted: sum of Retracted on phase "retract"
+	RetractionEvents int     `json:"retraction_events"` // phase "retract" observations
+	DecodeBatches    int     `json:"decode_batches"`
+}
+
+// RunStats accumulates what A/B and the reports need to know about one run:
+// its configuration and host (from the bundle manifest or the run.start
+// event), session outcomes, scheduler pressure, GPU facts and timing. Feed it
+// events with Observe (or use it as a hook.Publisher). Not safe for
+// concurrent use.
+type RunStats struct {
+	Name string // the bundle path or a label, for reports
+
+	Tool         string
+	Created      time.Time
+	Host         hook.HostInfo
+	Config       hook.RunConfig
+	HaveManifest bool // SetManifest was called or a run.start event was seen
+
+	Outcomes         outcome.Counts
+	UnknownOutcomes  int // session events with a class this build does not know
+	MaxSessionRounds int // the most rounds any session ran
+	Deviated         int // sessions the twin marked as having left the script
+	Loops            int // sessions with an n-gram loop
+
+	Sched      SchedStats
+	GPUDevices int // most devices in one gpu telemetry sample
+
+	Events      int64
+	FirstTS     int64
+	LastTS      int64
+	WallNS      int64 // from run.end; 0 when the run has none
+	EndError    string
+	Truncated   bool   // the bundle was cut short (set by the bundle reader)
+	Skipped     uint64 // damaged records the bundle reader skipped
+	haveRunEnd  bool
+	startConfig bool // Config came from a run.start event
+}
+
+// NewRunStats returns an empty accumulator labelled name.
+func NewRunStats(name string) *RunStats { return &RunStats{Name: name} }
+
+// SetManifest records the bundle manifest's facts (tool, creation time, host,
+// run configuration).
+func (r *RunStats) SetManifest(tool string, created time.Time, host hook.HostInfo, cfg hook.RunConfig) {
+	r.Tool, r.Created, r.Host, r.Config = tool, created, host, cfg
+	r.HaveManifest = true
+}
+
+// Publish makes RunStats a hook.Publisher; it is Observe.
+func (r *RunStats) Publish(ev hook.Event) { r.Observe(ev) }
+
+// Observe folds one event into the statistics. Kinds it does not use are
+// counted in Events and otherwise ignored.
+func (r *RunStats) Observe(ev hook.Event) {
+	r.Events++
+	if ev.TS != 0 {
+		if r.FirstTS == 0 || ev.TS < r.FirstTS {
+			r.FirstTS = ev.TS
+		}
+		r.LastTS = max(r.LastTS, ev.TS)
+	}
+	switch b := ev.Body.(type) {
+	case *hook.RunStart:
+		// The producer's own account fills what the manifest left empty
+		// (a collector's manifest knows nothing of the engine's flags).
+		if isZeroConfig(r.Config) {
+			r.Config, r.startConfig = b.Config, true
+		}
+		if r.Tool == "" {
+			r.Tool = b.Tool
+		}
+		if isZeroHost(r.Host) {
+			r.Host = b.Host
+		}
+		r.HaveManifest = true
+	case *hook.RunEnd:
+		r.WallNS, r.EndError, r.haveRunEnd = b.WallNS, b.Error, true
+	case *hook.Session:
+		if !r.Outcomes.Add(b.Outcome) {
+			r.UnknownOutcomes++
+		}
+		r.MaxSessionRounds = max(r.MaxSessionRounds, b.Rounds)
+		if b.Deviated {
+			r.Deviated++
+		}
+		if b.Loop {
+			r.Loops++
+		}
+	case *hook.Sched:
+		s := &r.Sched
+		s.Observations++
+		if b.Phase == "retract" {
+			s.RetractionEvents++
+			s.Retractions += max(b.Retracted, 0)
+			break
+		}
+		if b.Phase == "decode" {
+			s.DecodeBatches++
+		}
+		s.PeakRunningReq = max(s.PeakRunningReq, b.RunningReq)
+		s.PeakTokenUsage = max(s.PeakTokenUsage, b.TokenUsage)
+	case *hook.GPU:
+		r.GPUDevices = max(r.GPUDevices, len(b.Devices))
+	}
+}
+
+func isZeroConfig(c hook.RunConfig) bool { return reflect.DeepEqual(c, hook.RunConfig{}) }
+func isZeroHost(h hook.HostInfo) bool    { return reflect.DeepEqual(h, hook.HostInfo{}) }
+
+// Rounds is the configured rounds per session, or, when the configuration
+// does not say, the most rounds any session ran.
+func (r *RunStats) Rounds() int {
+	if r.Config.Rounds > 0 {
+		return r.Config.Rounds
+	}
+	return r.MaxSessionRounds
+}
+
+// Wall is the run's wall time: run.end's when present, else the span of the
+// event timestamps.
+func (r *RunStats) Wall() time.Duration {
+	if r.haveRunEnd && r.WallNS > 0 {
+		return time.Duration(r.WallNS)
+	}
+	if r.LastTS > r.FirstTS {
+		return time.Duration(r.LastTS - r.FirstTS)
+	}
+	return 0
+}
+
+// Summary is the run's Summary.
+func (r *RunStats) Summary() outcome.Summary {
+	return outcome.SummaryOf(r.Outcomes, r.Rounds(), r.Wall())
+}
+
+// GPUCount is the number of GPUs the host reported, or else the most devices
+// seen in one telemetry sample; 0 when unknown.
+func (r *RunStats) GPUCount() int {
+	if n := len(r.Host.GPUs); n > 0 {
+		return n
+	}
+	return r.GPUDevices
+}
+
+// GPUModels is the host's distinct GPU names joined with "+", sorted; empty
+// when unknown.
+func (r *RunStats) GPUModels() string {
+	seen := map[string]bool{}
+	var names []string
+	for _, g := range r.Host.GPUs {
+		if g.Name != "" && !seen[g.Name] {
+			seen[g.Name] = true
+			names = append(names, g.Name)
+		}
+	}
+	sort.Strings(names)
+	return strings.Join(names, "+")
+}
+
+// EventSource yields events until io.EOF; a traces.Reader is one.
+type EventSource interface {
+	Next() (hook.Event, error)
+}
+
+// ReadRun feeds every event of src into r. It returns nil at io.EOF and any
+// other error from src, with r holding everything read before it.
+func ReadRun(src EventSource, r *RunStats) error {
+	for {
+		ev, err := src.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		r.Observe(ev)
+	}
+}
