@@ -54,6 +54,7 @@ command within a second; a second one kills it at once.`,
 		NewCmdDemo(f, nil),
 		NewCmdWatch(f, nil),
 		NewCmdPyhook(f), NewCmdWrap(f, nil),
+		NewCmdReport(f, nil),
 		// Commands register here, one line each.
 	)
 	groupsRejectArgs(root)
