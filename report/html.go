@@ -114,7 +114,7 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bo
 table{border-collapse:collapse;margin:.5em 0;font-size:.92em}td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
 th{background:#f4f4f4}.fault{color:#b71c1c;font-weight:600}.clean{color:#1b5e20;font-weight:600}.unknown{color:#6d6d6d;font-style:italic}
 .headline{font-size:1.15em;margin:.3em 0}.verdict{border-left:4px solid #ccc;padding:.2em .8em;margin:.8em 0}
-.verdict.fault{border-color:#b71c1c}.verdict.clean{border-color:#2e7d32}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
+.v-fault{border-color:#b71c1c}.v-clean{border-color:#2e7d32}pre{background:#f6f6f6;padding:.6em;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
 figure{margin:1em 0}figcaption{font-size:.9em;color:#444}svg{max-width:100%;height:auto}code{background:#f3f3f3;padding:0 .2em}
 .small{font-size:.85em;color:#555}
 </style>
@@ -131,7 +131,7 @@ figure{margin:1em 0}figcaption{font-size:.9em;color:#444}svg{max-width:100%;heig
 <section id="verdicts">
 <h2>2. The three layers (run 1)</h2>
 {{with index .Runs 0}}{{$r := .Run}}{{range .Verdicts}}
-<div class="verdict {{if eq .State "fault"}}fault{{else if eq .State "clean"}}clean{{else}}unknown{{end}}" id="verdict-{{.Layer}}">
+<div class="verdict {{if eq .State "fault"}}v-fault{{else if eq .State "clean"}}v-clean{{else}}v-unknown{{end}}" id="verdict-{{.Layer}}">
 <h3>{{.Title}}</h3>
 <p class="{{if eq .State "fault"}}fault{{else if eq .State "clean"}}clean{{else}}unknown{{end}}">{{.Text}}</p>
 {{if eq .Layer "transfer"}}{{if $r.Mismatches}}<table><tr><th>room</th><th>page-table entries</th><th>tokens</th><th>finding</th></tr>

@@ -18,7 +18,7 @@ import (
 // Caps on what a Run keeps, so a huge bundle reports in bounded memory; the
 // totals are always counted.
 const (
-	maxEvidence = 25      // rows per evidence table
+	maxEvidence = 12      // rows per evidence table
 	maxLeaks    = 10      // quoted excerpts
 	maxPoints   = 20000   // scheduler samples and session ends kept for plots
 	maxJaccards = 100000  // Jaccard values kept for the histogram
