@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/kvcanary/kvcanary/internal/analyzers"
-	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/report"
+	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/traces"
