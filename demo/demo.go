@@ -166,6 +166,7 @@ type Report struct {
 	Verdict     Verdict      `json:"verdict"`
 	Out         string       `json:"out"`
 	WallSeconds float64      `json:"wall_seconds"`
+	Pictures    Pictures     `json:"pictures"` // report.html and timeline.json beside the bundles (pictures.go)
 }
 
 func (o *Options) defaults() error {
@@ -352,6 +353,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	opts.Publish(Update{Step: StepVerdict, Index: idx, State: "running"})
 	rep.Verdict = Decide(*ev)
 	finish(StepResult{Step: StepVerdict, Title: "verdict", Result: rep.Verdict.Text, Pass: rep.Verdict.Cause != ""})
+	if err := rep.pictures(runs); err != nil { // report.html and timeline.json (pictures.go)
+		return rep, err
+	}
 	rep.WallSeconds = time.Since(start).Seconds()
 	return rep, nil
 }

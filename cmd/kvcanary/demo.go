@@ -116,6 +116,7 @@ func demoRun(opts *DemoOptions) error {
 	}
 	fmt.Fprintf(out, "\nbundles: %s\n", rep.Out)
 	fmt.Fprintf(out, "  re-check: kvcanary checksum compare %[1]s/baseline.kvtrace; kvcanary canary report %[1]s/baseline.kvtrace; kvcanary graphdiff report %[1]s/baseline.kvtrace; kvcanary ab %[1]s/baseline.kvtrace %[1]s/ab4-*.kvtrace\n", rep.Out)
+	fmt.Fprintf(out, "  pictures: %s (open in a browser), %s (open at https://ui.perfetto.dev)\n", rep.Pictures.Report, rep.Pictures.Timeline)
 	_, err = fmt.Fprintf(out, "wall: %.1fs\n", rep.WallSeconds)
 	return err
 }
