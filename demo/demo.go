@@ -54,6 +54,9 @@ type Options struct {
 	// a dashboard fills while the run goes. It must not block for long (a
 	// hook.Bus with a Live subscription drops instead).
 	Events hook.Publisher
+	// Pictures writes report.html and timeline.json beside the bundles
+	// (pictures.go); kvcanary demo sets it.
+	Pictures bool
 }
 
 // Toggle is one A/B arm: a flag change against the baseline.
@@ -353,7 +356,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	opts.Publish(Update{Step: StepVerdict, Index: idx, State: "running"})
 	rep.Verdict = Decide(*ev)
 	finish(StepResult{Step: StepVerdict, Title: "verdict", Result: rep.Verdict.Text, Pass: rep.Verdict.Cause != ""})
-	if err := rep.pictures(runs); err != nil { // report.html and timeline.json (pictures.go)
+	if err := rep.pictures(opts, runs); err != nil { // report.html and timeline.json (pictures.go)
 		return rep, err
 	}
 	rep.WallSeconds = time.Since(start).Seconds()

@@ -75,9 +75,12 @@ func writePictures(out string, bundles []string) (Pictures, error) {
 	return pics, nil
 }
 
-// pictures is the step Run calls once every run is done: it writes the
-// pictures and names them in the report and the verdict step's result.
-func (rep *Report) pictures(runs []*run) error {
+// pictures is what Run calls once every run is done: when opts.Pictures is
+// set it writes the pictures and names them in the report.
+func (rep *Report) pictures(opts Options, runs []*run) error {
+	if !opts.Pictures {
+		return nil
+	}
 	var bundles []string
 	for _, r := range runs {
 		if r.bundle != "" {

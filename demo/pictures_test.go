@@ -14,7 +14,7 @@ import (
 func TestDemoWritesPictures(t *testing.T) {
 	out := t.TempDir()
 	tg := DefaultToggles()[3:]
-	rep, err := Run(context.Background(), Options{Sessions: 6, Rounds: 1, Seed: 2, Out: out, Toggles: tg, Parallel: 1, Tool: "test"})
+	rep, err := Run(context.Background(), Options{Sessions: 6, Rounds: 1, Seed: 2, Out: out, Toggles: tg, Parallel: 1, Tool: "test", Pictures: true})
 	if err != nil {
 		t.Fatal(err)
 	}
