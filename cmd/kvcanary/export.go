@@ -32,14 +32,13 @@ chrome://tracing open: a process per source (host and process), a track of
 engine steps (graph or eager replay, batch size), a track per CUDA stream seen
 by probe cuda (launches, graph replays, capture windows, event records joined
 to their waits by flow arrows), PD transfers per room as async slices, counter
-tracks (running and queued requests, KV token usage, retractions, pages a
-replay changed, GPU memory and utilisation), and an instant per finding (room
-mismatch, live-page overwrite, graph≠eager) and per session, with their
-evidence in args.
+tracks (running and queued requests, KV token usage, retractions, GPU memory
+and utilisation), and an instant per finding (room mismatch, live-page
+overwrite, graph≠eager) and per session, with their evidence in args.
 
-The export streams: memory does not grow with the bundle. graphdiff.sample
-vectors are left out (their divergences are in the findings). A bundle cut
-short exports its complete frames; the JSON written is always complete.`,
+The export streams: memory does not grow with the bundle. graphdiff.sample and
+canary.pages events are left out (their verdicts are in the findings). A bundle
+cut short exports its complete frames; the JSON written is always complete.`,
 		Example: `  kvcanary trace export --format perfetto run.kvtrace -o run.json
   # then open run.json at https://ui.perfetto.dev (it stays in the browser)`,
 		Args: usageArgs(cobra.ExactArgs(1)),

@@ -16,8 +16,7 @@
 //   - PD transfers per room as async slices (cat "pd", id the room): from the
 //     first prefill digest to the first decode digest of the room;
 //   - counter tracks: running and queued requests, KV token usage, retractions
-//     (from sched events), pages a replay changed (canary.pages), and GPU
-//     memory and utilisation per device.
+//     (from sched events), and GPU memory and utilisation per device.
 //
 // Writer is a sink (hook.Publisher plus Close): it writes each event as it
 // arrives, so memory stays bounded whatever the bundle's size; the state it

@@ -396,7 +396,7 @@ func TestExportTwin(t *testing.T) {
 	if n := count(tf, func(e traceEvent) bool { return e.Ph == "b" && e.Cat == "pd" }); n != rooms || rooms == 0 {
 		t.Errorf("PD transfer slices %d, want one per room: %d", n, rooms)
 	}
-	for _, name := range []string{"running requests", "queued requests", "KV token usage (%)", "pages changed by a replay"} {
+	for _, name := range []string{"running requests", "queued requests", "KV token usage (%)"} {
 		if count(tf, func(e traceEvent) bool { return e.Ph == "C" && e.Name == name }) == 0 {
 			t.Errorf("no %q counter samples", name)
 		}

@@ -192,8 +192,6 @@ func (w *Writer) Publish(ev hook.Event) {
 		w.roomChecksum(p, ev.TS, b)
 	case *hook.CUDA:
 		w.cuda(p, ev.TS, b)
-	case *hook.CanaryPages:
-		w.counter(p, ev.TS, "pages changed by a replay", "pages", float64(len(b.Changed)))
 	case *hook.GPU:
 		for _, d := range b.Devices {
 			pre := "gpu" + strconv.Itoa(d.Index) + " "
