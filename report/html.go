@@ -145,9 +145,10 @@ figure{margin:1em 0}figcaption{font-size:.9em;color:#444}svg{max-width:100%;heig
 {{end}}</table>{{if gt $r.DivergentTotal (len $r.Divergent)}}<p class="small">first {{len $r.Divergent}} of {{$r.DivergentTotal}}</p>{{end}}{{end}}{{end}}
 </div>{{end}}
 {{if .Leaks}}<h3 id="leaks">Corrupted sessions and what they said ({{len .Leaks}} of {{$r.LeakTotal}}, quoted)</h3>
-{{range .Leaks}}<p><b>{{.Session}}</b> {{.Outcome}}{{if .Round}} in round {{.Round}}{{end}}{{if .Reason}}: {{.Reason}}{{end}}</p>
+{{range .Leaks}}{{if or .Reason .Excerpt}}<p><b>{{.Session}}</b> {{.Outcome}}{{if .Round}} in round {{.Round}}{{end}}{{if .Reason}}: {{.Reason}}{{end}}</p>
 {{if .Excerpt}}<pre class="leak">{{.Excerpt}}</pre>{{end}}
-{{end}}{{end}}{{end}}
+{{end}}{{end}}<p class="small">{{range $i, $l := .Leaks}}{{if not (or $l.Reason $l.Excerpt)}}<b>{{$l.Session}}</b> {{$l.Outcome}}; {{end}}{{end}}</p>
+{{end}}{{end}}
 </section>
 
 <section id="ab">

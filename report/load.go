@@ -120,6 +120,10 @@ type Run struct {
 	Leaks          []Leak         `json:"leaks"`
 	LeakTotal      int            `json:"leak_total"`
 	T0             int64          `json:"t0_unix_ns"`
+	// Start is the configuration of the run.start event, when there is one:
+	// it fills what a manifest left unstated (a collector's manifest knows
+	// nothing of the workload).
+	Start *hook.RunConfig `json:"-"`
 }
 
 // Read reads the bundle r (named path) to its end and judges it afresh.
@@ -164,6 +168,11 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 		switch b := ev.Body.(type) {
 		case *hook.Finding:
 			continue // judged afresh below
+		case *hook.RunStart:
+			if run.Start == nil {
+				c := b.Config
+				run.Start = &c
+			}
 		case *hook.Replay:
 			if len(stepBS) < maxSteps {
 				bs := b.BatchSize

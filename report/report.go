@@ -105,8 +105,18 @@ type Setting struct {
 // reported) with their provenance, then the workload.
 func (r *Run) Settings() []Setting {
 	c := r.Manifest.Config
-	if r.Stats != nil && r.Stats.Config.Engine != "" && c.Engine == "" {
-		c = r.Stats.Config // a collector's manifest: the producer's run.start knows
+	if s := r.Start; s != nil {
+		if c.Engine == "" {
+			c = *s // a collector's manifest: the producer's run.start knows
+		}
+		for _, f := range []struct {
+			dst *string
+			src string
+		}{{&c.Model, s.Model}, {&c.ToolTime, s.ToolTime}, {&c.StepTime, s.StepTime}} {
+			if *f.dst == "" {
+				*f.dst = f.src
+			}
+		}
 	}
 	prov := func(name string) string {
 		if p := c.Provenance[name]; p != "" {
