@@ -37,6 +37,15 @@ var (
 	largePath    string
 )
 
+// TestMain removes the benchmarks' bundles.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if benchDir != "" {
+		os.RemoveAll(benchDir)
+	}
+	os.Exit(code)
+}
+
 func benchTemp(b *testing.B) string {
 	benchDirOnce.Do(func() {
 		d, err := os.MkdirTemp("", "kvcanary-perfetto-bench-")
