@@ -37,7 +37,7 @@ func writePictures(out string, bundles []string) (Pictures, error) {
 		runs = append(runs, run)
 	}
 	html := filepath.Join(out, "report.html")
-	f, err := os.Create(html)
+	f, err := os.OpenFile(html, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600) // as private as the bundles: it quotes their outputs
 	if err != nil {
 		return pics, fmt.Errorf("demo: %w", err)
 	}
@@ -56,7 +56,7 @@ func writePictures(out string, bundles []string) (Pictures, error) {
 		return pics, fmt.Errorf("demo: timeline: %w", err)
 	}
 	defer r.Close()
-	tf, err := os.Create(timeline)
+	tf, err := os.OpenFile(timeline, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return pics, fmt.Errorf("demo: %w", err)
 	}
