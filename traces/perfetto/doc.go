@@ -19,7 +19,9 @@
 //     (from sched events), and GPU memory and utilisation per device.
 //
 // Writer is a sink (hook.Publisher plus Close): it writes each event as it
-// arrives, so memory stays bounded whatever the bundle's size; the state it
+// arrives, so memory stays bounded whatever the bundle's size. It writes
+// synchronously to its io.Writer, so as a live sink it belongs behind a
+// lossless bus subscription of its own (as the bundle recorder is). The state it
 // keeps (open rooms, CUDA event flows, track names) is capped and what the
 // caps drop is counted in Stats. Export reads a bundle with traces.Reader and
 // publishes into a Writer, decoding only the kinds the timeline shows.
