@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/internal/analyzers"
+	"github.com/kvcanary/kvcanary/internal/cputime"
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
@@ -195,6 +196,7 @@ func benchExport(b *testing.B, path string) {
 	b.SetBytes(st.Size())
 	b.ResetTimer()
 	var peak uint64
+	cpu0 := cputime.Process()
 	for range b.N {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -217,6 +219,11 @@ func benchExport(b *testing.B, path string) {
 		if w.Stats().Steps == 0 {
 			b.Fatal("no steps exported")
 		}
+	}
+	if cpu := cputime.Process() - cpu0; cpu > 0 {
+		// Per CPU second of the process (reader's decode-ahead goroutine
+		// included): the figure a loaded, shared machine does not skew.
+		b.ReportMetric(float64(st.Size())*float64(b.N)/1e6/cpu.Seconds(), "MB/cpu-s")
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(st.Size())/(1<<20), "bundle-MiB")
