@@ -55,6 +55,9 @@ type Options struct {
 	// a dashboard fills while the run goes. It must not block for long (a
 	// hook.Bus with a Live subscription drops instead).
 	Events hook.Publisher
+	// Pictures writes report.html and timeline.json beside the bundles
+	// (pictures.go); kvcanary demo sets it.
+	Pictures bool
 }
 
 // Toggle is one A/B arm: a flag change against the baseline.
@@ -167,6 +170,7 @@ type Report struct {
 	Verdict     Verdict      `json:"verdict"`
 	Out         string       `json:"out"`
 	WallSeconds float64      `json:"wall_seconds"`
+	Pictures    Pictures     `json:"pictures"` // report.html and timeline.json beside the bundles (pictures.go)
 }
 
 func (o *Options) defaults() error {
@@ -353,6 +357,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	opts.Publish(Update{Step: StepVerdict, Index: idx, State: "running"})
 	rep.Verdict = Decide(*ev)
 	finish(StepResult{Step: StepVerdict, Title: "verdict", Result: rep.Verdict.Text, Pass: rep.Verdict.Cause != ""})
+	if err := rep.pictures(opts, runs); err != nil { // report.html and timeline.json (pictures.go)
+		return rep, err
+	}
 	rep.WallSeconds = time.Since(start).Seconds()
 	return rep, nil
 }

@@ -96,20 +96,22 @@ func eventSize(ev *hook.Event) int {
 }
 
 // DefaultSnapshotDir is where `s` writes snapshots when Options.SnapshotDir
-// is empty: $XDG_STATE_HOME/kvcanary/snapshots, or
-// ~/.local/state/kvcanary/snapshots without it (the XDG base directory
-// specification's state directory: data worth keeping across restarts, not
-// important enough for the user's documents). It is created on the first
-// snapshot.
-func DefaultSnapshotDir() (string, error) {
+// is empty: StateDir's "snapshots". It is created on the first snapshot.
+func DefaultSnapshotDir() (string, error) { return StateDir("snapshots") }
+
+// StateDir is kvcanary's directory sub in the user's state directory:
+// $XDG_STATE_HOME/kvcanary/sub, or ~/.local/state/kvcanary/sub without it
+// (the XDG base directory specification's state directory: data worth
+// keeping across restarts, not important enough for the user's documents).
+func StateDir(sub string) (string, error) {
 	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
-		return filepath.Join(d, "kvcanary", "snapshots"), nil
+		return filepath.Join(d, "kvcanary", sub), nil
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return "", fmt.Errorf("no XDG_STATE_HOME and no home directory: %w (give a snapshot directory)", err)
+		return "", fmt.Errorf("no XDG_STATE_HOME and no home directory: %w (give a directory)", err)
 	}
-	return filepath.Join(home, ".local", "state", "kvcanary", "snapshots"), nil
+	return filepath.Join(home, ".local", "state", "kvcanary", sub), nil
 }
 
 // SnapshotMsg reports a snapshot bundle written (or the error).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -92,7 +93,7 @@ func demoRun(opts *DemoOptions) error {
 		fmt.Fprintf(out, "kvcanary demo: the seeds' investigation on the twin (%d sessions × %d rounds, seed %d)\n\n", opts.Sessions, opts.Rounds, opts.Seed)
 	}
 	rep, err := demo.Run(opts.Factory.Ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
-		Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(),
+		Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Pictures: true,
 		Publish: func(u demo.Update) {
 			if u.State == "running" && tty {
 				if u.Total > 0 {
@@ -144,6 +145,7 @@ func demoBundlesDone(opts *DemoOptions, rep *demo.Report, w io.Writer) {
 		return
 	}
 	if opts.Out == "" && !opts.Keep {
+		demoKeepPictures(opts, rep)
 		if err := os.RemoveAll(rep.Out); err != nil {
 			fmt.Fprintf(opts.IO.ErrOut, "demo: remove the temporary bundles: %s\n", cmdutil.Quote(err.Error()))
 			return
@@ -156,9 +158,65 @@ func demoBundlesDone(opts *DemoOptions, rep *demo.Report, w io.Writer) {
 			rep.Evidence.Toggles[i].Bundle = ""
 		}
 		fmt.Fprintln(w, "\nbundles: removed (a temporary directory); --out DIR or --keep keeps them to re-check each step")
+		demoPicturesLine(w, rep)
 		return
 	}
 	fmt.Fprint(w, demoRecheck(rep))
+	demoPicturesLine(w, rep)
+}
+
+// demoKeepPictures moves the report and the timeline out of the temporary
+// bundle directory into StateDir("demo") before it is removed: they are
+// small, and the point of a run is to look at them.
+func demoKeepPictures(opts *DemoOptions, rep *demo.Report) {
+	pics := &rep.Pictures
+	if pics.Report == "" && pics.Timeline == "" {
+		return
+	}
+	dir, err := tui.StateDir("demo")
+	if err == nil {
+		err = os.MkdirAll(dir, 0o700)
+	}
+	if err != nil {
+		fmt.Fprintf(opts.IO.ErrOut, "demo: keep the pictures: %s\n", cmdutil.Quote(err.Error()))
+		*pics = demo.Pictures{}
+		return
+	}
+	for _, p := range []*string{&pics.Report, &pics.Timeline} {
+		if *p == "" {
+			continue
+		}
+		dst := filepath.Join(dir, filepath.Base(*p))
+		if err := moveFile(*p, dst); err != nil {
+			fmt.Fprintf(opts.IO.ErrOut, "demo: keep %s: %s\n", filepath.Base(*p), cmdutil.Quote(err.Error()))
+			*p = ""
+			continue
+		}
+		*p = dst
+	}
+}
+
+// moveFile renames src to dst, copying across file systems.
+func moveFile(src, dst string) error {
+	if err := os.Rename(src, dst); err == nil {
+		return nil
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o600)
+}
+
+// demoPicturesLine says where the report and the timeline are.
+func demoPicturesLine(w io.Writer, rep *demo.Report) {
+	if p := rep.Pictures; p.Report != "" {
+		fmt.Fprintf(w, "pictures: %s (open in a browser)", p.Report)
+		if p.Timeline != "" {
+			fmt.Fprintf(w, ", %s (open at https://ui.perfetto.dev)", p.Timeline)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // demoRecheck lists the bundles kept and the command that re-checks each step,

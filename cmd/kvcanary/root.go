@@ -56,6 +56,7 @@ command within a second; a second one kills it at once.`,
 		NewCmdWatch(f, nil),
 		NewCmdPyhook(f), NewCmdWrap(f, nil),
 		NewCmdBisect(f, nil),
+		NewCmdReport(f, nil),
 		// Commands register here, one line each.
 	)
 	groupsRejectArgs(root)

@@ -39,7 +39,7 @@ a bundle exits 3, naming what it is (empty, gzip, text, binary); an interrupted
 read exits 130.`,
 		Args: usageArgs(cobra.NoArgs),
 	}
-	cmd.AddCommand(NewCmdTraceInspect(f, nil), NewCmdTraceCat(f, nil), NewCmdTraceMerge(f, nil))
+	cmd.AddCommand(NewCmdTraceInspect(f, nil), NewCmdTraceCat(f, nil), NewCmdTraceMerge(f, nil), NewCmdTraceExport(f, nil))
 	return cmd
 }
 

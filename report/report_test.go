@@ -1,0 +1,325 @@
+package report_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kvcanary/kvcanary/internal/analyzers"
+	"github.com/kvcanary/kvcanary/report"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/spec/outcome"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// leakText is a corrupted session's reply carrying markup and terminal
+// escapes: the report must show it as data.
+const leakText = "<script>alert('x')</script>\x1b[31mred\x1b[0m <tool_call>{\"name\":\"x\"}"
+
+// twinBundle records a small twin run; overlap=false is the A/B arm (sched
+// and sessions only, as the demo records its arms).
+func twinBundle(t *testing.T, overlap bool) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	cfg := sim.DefaultConfig()
+	cfg.Seed = 1
+	cfg.MultiStreamOverlap = overlap
+	rc := cfg.RunConfig()
+	rc.Sessions, rc.Rounds = 24, 2
+	w, err := traces.NewWriter(&buf, traces.Manifest{Tool: "kvcanary test", Config: rc, Command: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var as []hook.Analyzer
+	if overlap {
+		as = analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
+	} else {
+		cfg.Instruments = sim.Instruments{Sched: true}
+	}
+	var last int64
+	pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
+		last = max(last, ev.TS)
+		if err := w.Write(ev); err != nil {
+			t.Error(err)
+		}
+	}), as...)
+	wl := sim.DefaultWorkload()
+	wl.Sessions, wl.Rounds, wl.Judge = 24, 2, outcome.Classifier{}.Outcome
+	if _, err := sim.Run(context.Background(), cfg, wl, pub); err != nil {
+		t.Fatal(err)
+	}
+	if overlap {
+		w.Write(hook.Event{Kind: hook.KindSession, TS: last, Src: hook.Source{Proc: "repro"},
+			Body: &hook.Session{ID: "s-quoted", Outcome: hook.OutcomeLeak, Rounds: 1, Round: 1, Reason: "tool-call markup \x1b[1m<tool_call>", Excerpt: leakText}})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+var (
+	fixOnce sync.Once
+	fixRep  *report.Report
+)
+
+func fixture(t *testing.T) *report.Report {
+	t.Helper()
+	fixOnce.Do(func() {
+		var runs []*report.Run
+		for _, c := range []struct {
+			name    string
+			overlap bool
+		}{{"runs/baseline.kvtrace", true}, {"runs/no overlap.kvtrace", false}} {
+			r, err := traces.NewReader(bytes.NewReader(twinBundle(t, c.overlap)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			run, err := report.Read(c.name, r)
+			r.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs = append(runs, run)
+		}
+		fixRep = report.Build(runs)
+	})
+	if fixRep == nil {
+		t.Fatal("fixture failed")
+	}
+	return fixRep
+}
+
+func TestMarkdownGolden(t *testing.T) {
+	rep := fixture(t)
+	var b bytes.Buffer
+	if err := rep.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	golden := filepath.Join("testdata", "report.md.golden")
+	if *update {
+		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./report -update to write it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("Markdown differs from %s (go test ./report -update rewrites it):\n%s", golden, got)
+	}
+	// Quoted text is escaped: no raw markup, no terminal escape byte.
+	for _, bad := range []string{"<script>", "\x1b", "<tool_call>"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("Markdown holds raw %q", bad)
+		}
+	}
+	for _, want := range []string{"&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;\\x1b[31mred", "\\x1b\\[1m&lt;tool\\_call&gt;"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Markdown lacks the escaped form %q", want)
+		}
+	}
+}
+
+func TestHTMLEscapesAndSelfContained(t *testing.T) {
+	rep := fixture(t)
+	var b bytes.Buffer
+	if err := rep.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	h := b.String()
+	for _, bad := range []string{"<script", "\x1b", "<tool_call>", "src=", `href="http`, `href="//`, "@import", "url("} {
+		if strings.Contains(h, bad) {
+			i := strings.Index(h, bad)
+			t.Errorf("HTML holds %q: …%s…", bad, h[max(0, i-80):min(len(h), i+80)])
+		}
+	}
+	if !strings.Contains(h, "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;\\x1b[31mred") {
+		t.Error("the leaked text is not shown escaped")
+	}
+	if n := strings.Count(h, "<svg"); n != 5 {
+		t.Errorf("%d inline SVG plots, want 5", n)
+	}
+	if len(h) > 2<<20 {
+		t.Errorf("report is %d bytes, over 2 MB", len(h))
+	}
+}
+
+func TestVerdictsNotMeasured(t *testing.T) {
+	rep := fixture(t)
+	arm := rep.Runs[1]
+	for _, v := range arm.Verdicts() {
+		if v.State != report.StateNotMeasured {
+			t.Errorf("arm without instruments: %s is %q (%s), want not measured", v.Layer, v.State, v.Text)
+		}
+	}
+	base := rep.Runs[0]
+	states := map[string]string{}
+	for _, v := range base.Verdicts() {
+		states[v.Layer] = v.State
+	}
+	if states["transfer"] != report.StateClean || states["buffer"] != report.StateClean || states["compute"] != report.StateFault {
+		t.Errorf("twin baseline verdicts %v, want transfer clean, buffer clean, compute fault", states)
+	}
+	if len(rep.AB) != 1 || rep.AB[0].Report.FlagUnderTest == nil || rep.AB[0].Report.FlagUnderTest.Name != "multi_stream_overlap" {
+		t.Errorf("A/B: %+v", rep.AB)
+	}
+}
+
+// chromium finds Debian's chromium, or skips (fails under
+// KVCANARY_REQUIRE_PRIVILEGED=1, where CI installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("KVCANARY_REQUIRE_PRIVILEGED") == "1" {
+		t.Fatal("chromium not found but KVCANARY_REQUIRE_PRIVILEGED=1: install it (apt-get install -y chromium)")
+	}
+	t.Skip("chromium not found: install Debian's chromium package to render the report")
+	return ""
+}
+
+func runChromium(t *testing.T, bin string, args ...string) (stdout, stderr string) {
+	t.Helper()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + t.TempDir(), "--enable-logging=stderr", "--v=0"}
+	ctx, cancel := context.WithTimeout(context.Background(), 120e9)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium %v: %v\n%s", args, err, e.String())
+	}
+	return o.String(), e.String()
+}
+
+// pageRequests reads a Chromium net log and returns the URLs of requests a
+// page made: URL_REQUEST_START_JOB events whose initiator is an origin
+// (Chromium's own traffic — component updates, sign-in, network time — is
+// "not an origin").
+func pageRequests(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("net log: %v", err)
+	}
+	defer f.Close()
+	var log struct {
+		Constants struct {
+			LogEventTypes map[string]int `json:"logEventTypes"`
+		} `json:"constants"`
+		Events []struct {
+			Type   int            `json:"type"`
+			Params map[string]any `json:"params"`
+		} `json:"events"`
+	}
+	// The log is one JSON object (Chromium may leave it unterminated when
+	// killed); the decoder reads the first value only.
+	if err := json.NewDecoder(f).Decode(&log); err != nil {
+		t.Fatalf("net log %s: %v", path, err)
+	}
+	start, ok := log.Constants.LogEventTypes["URL_REQUEST_START_JOB"]
+	if !ok {
+		t.Fatal("net log has no URL_REQUEST_START_JOB event type")
+	}
+	var urls []string
+	for _, e := range log.Events {
+		if e.Type != start {
+			continue
+		}
+		u, _ := e.Params["url"].(string)
+		if init, _ := e.Params["initiator"].(string); u != "" && init != "not an origin" {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
+// load opens page in headless Chromium and returns its DOM, the console
+// messages and the page's network requests.
+func load(t *testing.T, bin, page string) (dom string, console, requests []string) {
+	t.Helper()
+	netlog := filepath.Join(t.TempDir(), "net.json")
+	dom, logs := runChromium(t, bin, "--log-net-log="+netlog, "--dump-dom", "file://"+page)
+	// Chromium logs every console message (errors, CSP violations) as a
+	// CONSOLE line.
+	console = regexp.MustCompile(`(?m)^.*:CONSOLE.*$`).FindAllString(logs, -1)
+	return dom, console, pageRequests(t, netlog)
+}
+
+// The HTML report renders in headless Chromium with no console message and
+// no network request; the DOM holds the headline, the three verdicts and
+// every plot; a PNG screenshot is taken. A control page shows the checks
+// see a console error and a request when there is one.
+func TestHTMLInChromium(t *testing.T) {
+	bin := chromium(t)
+	rep := fixture(t)
+	dir := t.TempDir()
+
+	control := filepath.Join(dir, "control.html")
+	os.WriteFile(control, []byte(`<html><body><img src="http://127.0.0.1:9/x.png"><script>console.error("boom")</script></body></html>`), 0o644)
+	_, cc, cr := load(t, bin, control)
+	if len(cc) == 0 || len(cr) == 0 || !strings.Contains(strings.Join(cr, " "), "127.0.0.1:9") {
+		t.Fatalf("control page: console %q, requests %q: the checks below would see nothing", cc, cr)
+	}
+
+	page := filepath.Join(dir, "report.html")
+	var b bytes.Buffer
+	if err := rep.WriteHTML(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(page, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dom, console, reqs := load(t, bin, page)
+	if len(console) > 0 {
+		t.Errorf("console messages while loading the report:\n%s", strings.Join(console, "\n"))
+	}
+	if len(reqs) > 0 {
+		t.Errorf("the report made network requests: %q", reqs)
+	}
+	for _, id := range []string{"headline", "headline-run1", "verdict-transfer", "verdict-buffer", "verdict-compute",
+		"plot-batch", "plot-time", "plot-jaccard", "plot-sched", "plot-ab"} {
+		i := strings.Index(dom, `id="`+id+`"`)
+		if i < 0 {
+			t.Errorf("DOM lacks #%s", id)
+			continue
+		}
+		if strings.HasPrefix(id, "plot-") {
+			end := strings.Index(dom[i:], "</figure>")
+			if end < 0 || !strings.Contains(dom[i:i+end], "<svg") {
+				t.Errorf("#%s has no rendered SVG", id)
+			}
+		}
+	}
+	if !strings.Contains(dom, "sessions corrupted") {
+		t.Error("DOM lacks the headline's corruption rate")
+	}
+	if strings.Contains(dom, "<script") {
+		t.Error("the leaked <script> became markup in the DOM")
+	}
+	shot := filepath.Join(dir, "report.png")
+	runChromium(t, bin, "--screenshot="+shot, "--window-size=1200,3000", "file://"+page)
+	png, err := os.ReadFile(shot)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || len(png) < 10<<10 {
+		t.Fatalf("screenshot: %v, %d bytes", err, len(png))
+	}
+}
