@@ -144,7 +144,9 @@ func New(opts Options) (*Pipeline, error) {
 	counted := out
 	out = hook.PublishFunc(func(ev hook.Event) { p.emitted.Add(1); counted.Publish(ev) })
 	out = hook.WithRun(out, opts.StampRun)
-	out = hook.WithAnalyzers(out, opts.Analyzers...)
+	if len(opts.Analyzers) > 0 {
+		out = hook.WithAnalyzers(out, opts.Analyzers...)
+	}
 	if opts.Middleware != nil {
 		out = opts.Middleware(out)
 	}

@@ -295,3 +295,38 @@ func TestStatusLine(t *testing.T) {
 	nilLine.Set("x")
 	nilLine.Printf("y")
 }
+
+// BenchmarkPublish is the pipeline's cost per event on the hot path of a
+// fast source (the twin): the serialising lock, the counters and the bus,
+// with a recorder-free live view; compare BenchmarkBusPublish.
+func BenchmarkPublish(b *testing.B) {
+	p, err := New(Options{View: func(ctx context.Context, sub *hook.Subscription, done <-chan error) error {
+		<-done
+		return nil
+	}, ViewCapacity: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ev := replayEv(1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	p.Run(context.Background(), SourceFunc(func(ctx context.Context, pub hook.Publisher) error {
+		for range b.N {
+			pub.Publish(ev)
+		}
+		return nil
+	}))
+}
+
+// BenchmarkBusPublish is the same live view fed by a bare bus.
+func BenchmarkBusPublish(b *testing.B) {
+	bus := hook.NewBus()
+	bus.Live("view", 1024)
+	ev := replayEv(1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		bus.Publish(ev)
+	}
+	bus.Close()
+}

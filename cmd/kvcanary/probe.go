@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"sort"
@@ -250,6 +251,39 @@ func (s *probeSource) Status() string {
 	return fmt.Sprintf("%d calls, %d graph launches, %d captures, %d hints", sum.Events, sum.Calls["cuGraphLaunch"], len(sum.Captures), sum.HintsTotal)
 }
 
+// writeProbeTables prints graph replays per stream and the capture windows.
+func writeProbeTables(out io.Writer, s cudaprobe.Summary) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if len(s.Replays) > 0 {
+		fmt.Fprintln(out, "graph replays:")
+		fmt.Fprintln(tw, "  PID\tSTREAM\tREPLAYS\tPER SEC\tEXECS")
+		for _, x := range s.Replays {
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%.1f\t%d\n", x.PID, x.Stream, x.Replays, x.PerSec, x.Execs)
+		}
+		tw.Flush()
+	}
+	if len(s.Captures) > 0 {
+		fmt.Fprintln(out, "captures:")
+		fmt.Fprintln(tw, "  PID\tORIGIN\tDUR ms\tGRAPH\tEXECS\tJOINED\tLAUNCHES\tSIDE\tREPLAYS")
+		for _, c := range s.Captures {
+			dur := "open"
+			if !c.Open {
+				dur = fmt.Sprintf("%.3f", float64(c.EndNS-c.StartNS)/1e6)
+			}
+			joined := make([]string, len(c.Joined))
+			for i, j := range c.Joined {
+				joined[i] = j.String()
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", c.PID, c.Origin, dur, c.Graph, len(c.Execs),
+				gpuDash(strings.Join(joined, ",")), c.Launches, c.SideLaunches, c.Replays)
+		}
+		tw.Flush()
+		if s.CapturesDropped > 0 {
+			fmt.Fprintf(out, "  (%d more captures not kept)\n", s.CapturesDropped)
+		}
+	}
+}
+
 func printProbeCUDA(opts *ProbeCUDAOptions, r ProbeCUDAReport) error {
 	if opts.JSON.JSON {
 		return cmdutil.WriteJSON(opts.IO.Out, r)
@@ -281,35 +315,7 @@ func printProbeCUDA(opts *ProbeCUDAOptions, r ProbeCUDAReport) error {
 	}
 	fmt.Fprintln(out)
 
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	if len(s.Replays) > 0 {
-		fmt.Fprintln(out, "graph replays:")
-		fmt.Fprintln(tw, "  PID\tSTREAM\tREPLAYS\tPER SEC\tEXECS")
-		for _, x := range s.Replays {
-			fmt.Fprintf(tw, "  %d\t%s\t%d\t%.1f\t%d\n", x.PID, x.Stream, x.Replays, x.PerSec, x.Execs)
-		}
-		tw.Flush()
-	}
-	if len(s.Captures) > 0 {
-		fmt.Fprintln(out, "captures:")
-		fmt.Fprintln(tw, "  PID\tORIGIN\tDUR ms\tGRAPH\tEXECS\tJOINED\tLAUNCHES\tSIDE\tREPLAYS")
-		for _, c := range s.Captures {
-			dur := "open"
-			if !c.Open {
-				dur = fmt.Sprintf("%.3f", float64(c.EndNS-c.StartNS)/1e6)
-			}
-			joined := make([]string, len(c.Joined))
-			for i, j := range c.Joined {
-				joined[i] = j.String()
-			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", c.PID, c.Origin, dur, c.Graph, len(c.Execs),
-				gpuDash(strings.Join(joined, ",")), c.Launches, c.SideLaunches, c.Replays)
-		}
-		tw.Flush()
-		if s.CapturesDropped > 0 {
-			fmt.Fprintf(out, "  (%d more captures not kept)\n", s.CapturesDropped)
-		}
-	}
+	writeProbeTables(out, s)
 	if s.HintsTotal > 0 {
 		fmt.Fprintf(out, "ordering hints (%d): side-stream work captured with no event wait back to the origin stream\n", s.HintsTotal)
 		for _, h := range s.Hints {

@@ -395,13 +395,11 @@ func reproRun(opts *ReproOptions) error {
 	if opts.Run == "" {
 		opts.Run = fmt.Sprintf("repro-seed%d", opts.Seed)
 	}
-	var emitter *hook.Emitter
-	if opts.Emit != "" {
-		em, err := hook.Dial(opts.Emit, hook.DialOptions{Run: opts.Run, Source: hook.Source{Proc: "repro"}})
-		if err != nil {
-			return cmdutil.UsageError("--emit: %w", err)
-		}
-		emitter = em
+	emitter, err := reproEmitter(opts)
+	if err != nil {
+		return err
+	}
+	if emitter != nil {
 		defer emitter.Close()
 	}
 	if opts.apiKeyFromEnv {
@@ -448,6 +446,18 @@ func reproRun(opts *ReproOptions) error {
 		return cmdutil.UsageError("%w", runErr)
 	}
 	return reproReport(opts, src, stats, pf, ctx.Err() == nil && !errors.Is(runErr, context.Canceled), runErr)
+}
+
+// reproEmitter dials --emit's collector (nil without --emit).
+func reproEmitter(opts *ReproOptions) (*hook.Emitter, error) {
+	if opts.Emit == "" {
+		return nil, nil
+	}
+	em, err := hook.Dial(opts.Emit, hook.DialOptions{Run: opts.Run, Source: hook.Source{Proc: "repro"}})
+	if err != nil {
+		return nil, cmdutil.UsageError("--emit: %w", err)
+	}
+	return em, nil
 }
 
 // reproHarnessOptions are the harness's options from the flags, with the
