@@ -50,6 +50,8 @@ type Options struct {
 	// that shows their summaries while the run goes passes its own; they
 	// must be fresh and safe for concurrent use (kvcanary's are).
 	Analyzers []hook.Analyzer
+	// Now is the clock of the report's times (nil: time.Now).
+	Now func() time.Time
 	// Events, when set, receives every event of the baseline run as it
 	// happens, the analyzers' findings included, on the run's goroutine, so
 	// a dashboard fills while the run goes. It must not block for long (a
@@ -224,7 +226,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	start := time.Now()
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	start := opts.Now()
 	runs, err := opts.plan()
 	if err != nil {
 		return nil, err
@@ -246,7 +251,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	opts.Publish(Update{Step: StepVerdict, Index: inv.idx, State: "running"})
 	inv.rep.Verdict = Decide(inv.rep.Evidence)
 	inv.finish(StepResult{Step: StepVerdict, Title: "verdict", Result: inv.rep.Verdict.Text, Pass: inv.rep.Verdict.Cause != ""})
-	inv.rep.WallSeconds = time.Since(start).Seconds()
+	inv.rep.WallSeconds = opts.Now().Sub(start).Seconds()
 	return inv.rep, nil
 }
 
@@ -398,7 +403,7 @@ func (inv *investigation) toggles() error {
 // tap; a toggle has scheduler events only (outcomes and pressure are all
 // A/B needs).
 func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func(int, int)) error {
-	t0 := time.Now()
+	t0 := o.Now()
 	r.bundle = filepath.Join(o.Out, r.fileName())
 	r.stats = repro.NewRunStats(r.bundle)
 	rc := r.cfg.RunConfig()
@@ -419,7 +424,7 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 	if err != nil {
 		return fmt.Errorf("create bundle: %w", err)
 	}
-	r.stats.SetManifest(o.Tool, time.Now(), host, rc)
+	r.stats.SetManifest(o.Tool, o.Now(), host, rc)
 	wl := sim.DefaultWorkload()
 	wl.Sessions, wl.Rounds, wl.Tool = o.Sessions, o.Rounds, o.Tool
 	wl.Judge = repro.Classifier{}.Outcome // the twin observes; repro judges, as against a real server
@@ -437,7 +442,7 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 	for _, a := range po.Analyzers {
 		r.sums[a.Name()] = a.Summary()
 	}
-	r.seconds = time.Since(t0).Seconds()
+	r.seconds = o.Now().Sub(t0).Seconds()
 	return runErr
 }
 

@@ -88,7 +88,7 @@ func demoRun(opts *DemoOptions) error {
 		fmt.Fprintf(out, "kvcanary demo: the seeds' investigation on the twin (%d sessions × %d rounds, seed %d)\n\n", opts.Sessions, opts.Rounds, opts.Seed)
 	}
 	rep, err := demo.Run(opts.Factory.Ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
-		Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(),
+		Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Now: opts.Factory.Now,
 		Publish: func(u demo.Update) {
 			switch {
 			case u.State == "running" && u.Total > 0:

@@ -582,7 +582,7 @@ func (s *reproSource) Run(ctx context.Context, pub hook.Publisher) error {
 	if s.opts.ServerLog != "" {
 		loc, _ := logscan.ParseZone(s.opts.TZ) // checked with the flags
 		s.tail = logscan.NewTail(s.opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}, Run: s.opts.Run, Parse: logscan.Options{Location: loc}})
-		fmt.Fprintf(s.opts.IO.ErrOut, "repro: server log timestamps read in %s (--tz)\n", logscan.DescribeZone(loc, time.Now()))
+		fmt.Fprintf(s.opts.IO.ErrOut, "repro: server log timestamps read in %s (--tz)\n", logscan.DescribeZone(loc, reproNow(s.opts)))
 		go func() { tailDone <- s.tail.Run(tailCtx) }()
 		select { // the tail is at the log's end (or failed) before the first request
 		case <-s.tail.Ready():
@@ -606,6 +606,14 @@ func (s *reproSource) Run(ctx context.Context, pub hook.Publisher) error {
 	stopTail()
 	s.tailErr = <-tailDone
 	return err
+}
+
+// reproNow is the command's clock.
+func reproNow(opts *ReproOptions) time.Time {
+	if opts.Factory != nil && opts.Factory.Now != nil {
+		return opts.Factory.Now()
+	}
+	return time.Now()
 }
 
 // Status is "3/80 sessions finished".
