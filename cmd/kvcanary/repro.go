@@ -715,6 +715,27 @@ func progressBar(w io.Writer, label string, now func() time.Time) func(done, tot
 	}
 }
 
+// writeCorrupted lists the first five corrupted sessions with their reason
+// and the reply that ended them (quoted).
+func writeCorrupted(w io.Writer, r reproJSON) {
+	shown := 0
+	for _, s := range r.PerSession {
+		if !repro.IsCorrupted(s.Outcome) {
+			continue
+		}
+		if shown == 5 {
+			fmt.Fprintf(w, "  … %d more corrupted sessions (--json lists all)\n", r.CorruptedSessions-shown)
+			break
+		}
+		shown++
+		fmt.Fprintf(w, "  %s %s round %d: %s", s.ID, s.Outcome, s.Rounds, cmdutil.Quote(s.Reason))
+		if s.Output != "" {
+			fmt.Fprintf(w, ": %s", cmdutil.Quote(clipText(s.Output, 120)))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
 func writeReproText(w io.Writer, r reproJSON) error {
 	if r.Verdict == repro.VerdictServerFailed {
 		fmt.Fprintf(w, "NO MEASUREMENT: all %d sessions ended in error or timeout; the server failed, so this run says nothing about corruption\n", r.Sessions)
@@ -759,22 +780,7 @@ func writeReproText(w io.Writer, r reproJSON) error {
 		fmt.Fprintf(w, "server log: PD transfer failures %d (%s), metadata buffer collisions %d (%s)\n",
 			l.TransferFailures, plural(l.TransferFailedRooms, "room"), l.MetadataCorruptions, plural(l.MetadataCorruptedRooms, "room"))
 	}
-	shown := 0
-	for _, s := range r.PerSession {
-		if !repro.IsCorrupted(s.Outcome) {
-			continue
-		}
-		if shown == 5 {
-			fmt.Fprintf(w, "  … %d more corrupted sessions (--json lists all)\n", r.CorruptedSessions-shown)
-			break
-		}
-		shown++
-		fmt.Fprintf(w, "  %s %s round %d: %s", s.ID, s.Outcome, s.Rounds, cmdutil.Quote(s.Reason))
-		if s.Output != "" {
-			fmt.Fprintf(w, ": %s", cmdutil.Quote(clipText(s.Output, 120)))
-		}
-		fmt.Fprintln(w)
-	}
+	writeCorrupted(w, r)
 	fmt.Fprintf(w, "wall: %.1fs\n", r.WallSeconds)
 	if r.Bundle != "" {
 		fmt.Fprintf(w, "bundle: %s (run %s)\n", r.Bundle, cmdutil.Quote(r.Run))
