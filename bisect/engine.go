@@ -2,11 +2,13 @@ package bisect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/sessions"
@@ -59,22 +61,13 @@ func (e *Twin) wave(ctx context.Context, seg Segment, w int, stats *sessions.Run
 	if !stats.HaveManifest {
 		stats.SetManifest(e.Tool, time.Now(), host, rc)
 	}
-	var rec *traces.Recording
 	bundle := seg.WaveBundle(w)
-	if bundle != "" {
-		rec, err = traces.StartRecording(bundle, traces.Manifest{Tool: e.Tool, Host: host, Config: rc,
-			Run: fmt.Sprintf("bisect-%s-%d-w%d", seg.Arm, seg.Index, w), Command: "bisect"})
-		if err != nil {
-			return false, fmt.Errorf("create bundle: %w", err)
-		}
-	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stopped := false
-	pub := hook.PublishFunc(func(ev hook.Event) {
-		if rec != nil {
-			rec.Publish(ev)
-		}
+	// A sink of the wave's pipeline: the arm's statistics and the bisect's
+	// look at every finished session; its stop cancels the run.
+	look := hook.PublishFunc(func(ev hook.Event) {
 		if ev.Kind == hook.KindRunStart || ev.Kind == hook.KindRunEnd {
 			return // the arm's manifest stands for its waves
 		}
@@ -92,14 +85,19 @@ func (e *Twin) wave(ctx context.Context, seg Segment, w int, stats *sessions.Run
 			cancel()
 		}
 	})
-	_, runErr := sim.Run(runCtx, cfg, wl, pub)
-	if stopped && ctx.Err() == nil {
-		runErr = nil // we stopped it
+	po := pipeline.Options{Sinks: []hook.Publisher{look}}
+	if bundle != "" {
+		po.Record, po.Manifest = bundle, traces.Manifest{Tool: e.Tool, Host: host, Config: rc,
+			Run: fmt.Sprintf("bisect-%s-%d-w%d", seg.Arm, seg.Index, w), Command: "bisect"}
 	}
-	if rec != nil {
-		if err := rec.Close(); err != nil && runErr == nil {
-			runErr = fmt.Errorf("record %s: %w", bundle, err)
-		}
+	p, err := pipeline.New(po)
+	if err != nil {
+		return false, err // traces says "create bundle: …"
+	}
+	res := p.Run(runCtx, &pipeline.Twin{Config: cfg, Workload: wl})
+	runErr := res.Err()
+	if stopped && ctx.Err() == nil && res.SourceErr != nil && errors.Is(res.SourceErr, context.Canceled) {
+		runErr = res.RecordErr // we stopped it
 	}
 	return stopped, runErr
 }

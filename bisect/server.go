@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/logscan"
@@ -166,25 +167,24 @@ func (e *Server) harness(ctx context.Context, seg Segment, url, logPath string, 
 		stats.SetManifest(ho.Tool, time.Now(), ho.Host, rc)
 	}
 	// One publisher for the segment: the harness (one goroutine at a time)
-	// and the log tail publish concurrently; the current wave's bundle
-	// records both.
+	// and the log tail publish concurrently; the current wave's pipeline
+	// records both in its bundle.
 	var mu sync.Mutex
-	var rec *traces.Recording
+	var cur *pipeline.Pipeline
 	pub := hook.PublishFunc(func(ev hook.Event) {
 		mu.Lock()
 		defer mu.Unlock()
-		if rec != nil {
-			rec.Publish(ev)
+		if cur != nil {
+			cur.Publish(ev)
 		}
 		if ev.Kind != hook.KindRunStart && ev.Kind != hook.KindRunEnd {
 			stats.Observe(ev)
 		}
 	})
-	setRec := func(r *traces.Recording) (old *traces.Recording) {
+	setCur := func(p *pipeline.Pipeline) {
 		mu.Lock()
 		defer mu.Unlock()
-		old, rec = rec, r
-		return old
+		cur = p
 	}
 	ho.Publisher = pub
 
@@ -231,18 +231,23 @@ func (e *Server) harness(ctx context.Context, seg Segment, url, logPath string, 
 				cancel(errStopped)
 			}
 		}
+		harness := pipeline.SourceFunc(func(ctx context.Context, _ hook.Publisher) error {
+			_, err := repro.RunHarness(ctx, wave) // publishes to pub, which feeds cur
+			return err
+		})
+		var runErr error
 		if b := seg.WaveBundle(w); b != "" {
-			r, err := traces.StartRecording(b, traces.Manifest{Tool: ho.Tool, Host: ho.Host, Config: rc, Run: wave.Run, Command: "bisect"})
+			p, err := pipeline.New(pipeline.Options{Record: b,
+				Manifest: traces.Manifest{Tool: ho.Tool, Host: ho.Host, Config: rc, Run: wave.Run, Command: "bisect"}})
 			if err != nil {
-				return fmt.Errorf("create bundle: %w", err)
+				return err // traces says "create bundle: …"
 			}
-			setRec(r)
-		}
-		_, runErr := repro.RunHarness(runCtx, wave)
-		if r := setRec(nil); r != nil {
-			if err := r.Close(); err != nil && runErr == nil {
-				runErr = fmt.Errorf("record %s: %w", seg.WaveBundle(w), err)
-			}
+			setCur(p)
+			res := p.Run(runCtx, harness)
+			setCur(nil)
+			runErr = res.Err()
+		} else {
+			runErr = harness.Run(runCtx, nil)
 		}
 		cause := context.Cause(runCtx)
 		switch {

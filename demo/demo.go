@@ -14,6 +14,7 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/sessions"
@@ -50,6 +51,8 @@ type Options struct {
 	// that shows their summaries while the run goes passes its own; they
 	// must be fresh and safe for concurrent use (kvcanary's are).
 	Analyzers []hook.Analyzer
+	// Now is the clock of the report's times (nil: time.Now).
+	Now func() time.Time
 	// Events, when set, receives every event of the baseline run as it
 	// happens, the analyzers' findings included, on the run's goroutine, so
 	// a dashboard fills while the run goes. It must not block for long (a
@@ -228,15 +231,48 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	rep := &Report{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	start := opts.Now()
+	runs, err := opts.plan()
+	if err != nil {
+		return nil, err
+	}
+	inv := &investigation{opts: &opts, runs: runs, progress: make([][2]int, len(runs)),
+		rep: &Report{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wait := inv.start(ctx)
+	defer wait()
+	if err := inv.baseline(); err != nil {
+		return inv.rep, err
+	}
+	if err := inv.toggles(); err != nil {
+		return inv.rep, err
+	}
+	// The verdict.
+	inv.idx++
+	opts.Publish(Update{Step: StepVerdict, Index: inv.idx, State: "running"})
+	inv.rep.Verdict = Decide(inv.rep.Evidence)
+	inv.finish(StepResult{Step: StepVerdict, Title: "verdict", Result: inv.rep.Verdict.Text, Pass: inv.rep.Verdict.Cause != ""})
+	if err := inv.rep.pictures(opts, runs); err != nil { // report.html and timeline.json (pictures.go)
+		return inv.rep, err
+	}
+	inv.rep.WallSeconds = opts.Now().Sub(start).Seconds()
+	return inv.rep, nil
+}
+
+// plan is the runs: the baseline, then one per toggle (scheduler events
+// only: outcomes and pressure are all A/B needs).
+func (o *Options) plan() ([]*run, error) {
 	base := sim.DefaultConfig()
-	base.Seed = opts.Seed
-	if opts.Base != nil {
-		opts.Base(&base)
+	base.Seed = o.Seed
+	if o.Base != nil {
+		o.Base(&base)
 	}
 	runs := []*run{{name: "baseline", cfg: base}}
-	for i, t := range opts.Toggles {
+	for i, t := range o.Toggles {
 		c := base
 		c.Inject = append([]string(nil), base.Inject...)
 		c.Instruments = sim.Instruments{Sched: true}
@@ -249,97 +285,112 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, fmt.Errorf("demo: %s configuration: %w", r.name, err)
 		}
 	}
-	// Progress of each run, published by the step that waits for it.
-	var pmu sync.Mutex
-	progress := make([][2]int, len(runs))
+	return runs, nil
+}
+
+// investigation is one Run: the runs, performed opts.Parallel at a time,
+// and the steps that wait for them in report order.
+type investigation struct {
+	opts *Options
+	runs []*run
+	rep  *Report
+	idx  int // the current step's index
+
+	pmu      sync.Mutex
+	progress [][2]int // sessions finished and total of each run
+}
+
+// start performs the runs on opts.Parallel workers; the returned function
+// waits for the workers (cancel ctx first to stop them).
+func (inv *investigation) start(ctx context.Context) (wait func()) {
 	work := make(chan int)
 	var wg sync.WaitGroup
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for range opts.Parallel {
+	for range inv.opts.Parallel {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				r := runs[i]
-				r.err = opts.twin(ctx, r, i == 0, func(f, t int) {
-					pmu.Lock()
-					progress[i] = [2]int{f, t}
-					pmu.Unlock()
+				r := inv.runs[i]
+				r.err = inv.opts.twin(ctx, r, i == 0, func(f, t int) {
+					inv.pmu.Lock()
+					inv.progress[i] = [2]int{f, t}
+					inv.pmu.Unlock()
 				})
 				close(r.done)
 			}
 		}()
 	}
 	go func() {
-		for i := range runs {
+		defer close(work)
+		for i := range inv.runs {
 			select {
 			case work <- i:
 			case <-ctx.Done():
-				for _, r := range runs[i:] {
+				for _, r := range inv.runs[i:] {
 					r.err = ctx.Err()
 					close(r.done)
 				}
-				close(work)
 				return
 			}
 		}
-		close(work)
 	}()
-	defer wg.Wait()
+	return wg.Wait
+}
 
-	idx := 0
-	wait := func(step string, r *run) error {
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		ri := 0
-		for k := range runs {
-			if runs[k] == r {
-				ri = k
-			}
-		}
-		for {
-			select {
-			case <-r.done:
-				return r.err
-			case <-tick.C:
-				pmu.Lock()
-				p := progress[ri]
-				pmu.Unlock()
-				opts.Publish(Update{Step: step, Index: idx, State: "running", Finished: p[0], Total: p[1]})
-			}
+// wait publishes run ri's progress as step's until it is done.
+func (inv *investigation) wait(step string, ri int) error {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	r := inv.runs[ri]
+	for {
+		select {
+		case <-r.done:
+			return r.err
+		case <-tick.C:
+			inv.pmu.Lock()
+			p := inv.progress[ri]
+			inv.pmu.Unlock()
+			inv.opts.Publish(Update{Step: step, Index: inv.idx, State: "running", Finished: p[0], Total: p[1]})
 		}
 	}
-	finish := func(res StepResult) {
-		rep.Steps = append(rep.Steps, res)
-		opts.Publish(Update{Step: res.Step, Index: idx, State: "done", Result: &res})
-	}
+}
 
-	// 1–4: the baseline and its three decisive tests.
-	b := runs[0]
-	idx++
-	opts.Publish(Update{Step: StepBaseline, Index: idx, State: "running", Total: opts.Sessions})
-	if err := wait(StepBaseline, b); err != nil {
-		return rep, fmt.Errorf("demo: baseline run: %w", err)
+func (inv *investigation) finish(res StepResult) {
+	inv.rep.Steps = append(inv.rep.Steps, res)
+	inv.opts.Publish(Update{Step: res.Step, Index: inv.idx, State: "done", Result: &res})
+}
+
+// baseline is steps 1–4: the baseline and its three decisive tests.
+func (inv *investigation) baseline() error {
+	b := inv.runs[0]
+	inv.idx++
+	inv.opts.Publish(Update{Step: StepBaseline, Index: inv.idx, State: "running", Total: inv.opts.Sessions})
+	if err := inv.wait(StepBaseline, 0); err != nil {
+		return fmt.Errorf("demo: baseline run: %w", err)
 	}
-	ev := &rep.Evidence
+	ev := &inv.rep.Evidence
 	ev.Baseline = b.stats.Summary()
-	finish(StepResult{Step: StepBaseline, Title: "baseline corruption (bf16 index-K, cuda graph, multi-stream overlap, PD)",
+	inv.finish(StepResult{Step: StepBaseline, Title: "baseline corruption (bf16 index-K, cuda graph, multi-stream overlap, PD)",
 		Result: ev.Baseline.Headline(), Pass: ev.Baseline.CorruptedSessions > 0, Bundle: b.bundle, Seconds: b.seconds})
 	fillEvidence(ev, b.sums)
 	for _, s := range evidenceSteps(*ev, b.bundle) {
-		idx++
-		opts.Publish(Update{Step: s.Step, Index: idx, State: "running"})
-		finish(s)
+		inv.idx++
+		inv.opts.Publish(Update{Step: s.Step, Index: inv.idx, State: "running"})
+		inv.finish(s)
 	}
-	// 5–8: the A/B toggles.
-	for i, t := range opts.Toggles {
-		r := runs[i+1]
-		idx++
+	return nil
+}
+
+// toggles is steps 5–8: each A/B toggle against the baseline.
+func (inv *investigation) toggles() error {
+	b, ev := inv.runs[0], &inv.rep.Evidence
+	for i, t := range inv.opts.Toggles {
+		r := inv.runs[i+1]
+		inv.idx++
 		step := stepABPrefix + t.Name
-		opts.Publish(Update{Step: step, Index: idx, State: "running", Total: opts.Sessions})
-		if err := wait(step, r); err != nil {
-			return rep, fmt.Errorf("demo: run with %s: %w", t.Name, err)
+		inv.opts.Publish(Update{Step: step, Index: inv.idx, State: "running", Total: inv.opts.Sessions})
+		if err := inv.wait(step, i+1); err != nil {
+			return fmt.Errorf("demo: run with %s: %w", t.Name, err)
 		}
 		ab := sessions.Compare(b.stats, r.stats, sessions.CompareOptions{Flag: t.Flag})
 		tr := ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: r.stats.Summary(), FisherP: ab.FisherP,
@@ -349,72 +400,57 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		tr.Removes = tr.Summary.CorruptedSessions < ev.Baseline.CorruptedSessions && tr.FisherP < sessions.Significance && len(tr.Confounds) == 0
 		ev.Toggles = append(ev.Toggles, tr)
-		finish(StepResult{Step: step, Title: "A/B " + t.Name, Result: toggleLine(ev.Baseline, tr), Pass: tr.Removes,
+		inv.finish(StepResult{Step: step, Title: "A/B " + t.Name, Result: toggleLine(ev.Baseline, tr), Pass: tr.Removes,
 			Bundle: r.bundle, Seconds: r.seconds})
 	}
-	// The verdict.
-	idx++
-	opts.Publish(Update{Step: StepVerdict, Index: idx, State: "running"})
-	rep.Verdict = Decide(*ev)
-	finish(StepResult{Step: StepVerdict, Title: "verdict", Result: rep.Verdict.Text, Pass: rep.Verdict.Cause != ""})
-	if err := rep.pictures(opts, runs); err != nil { // report.html and timeline.json (pictures.go)
-		return rep, err
-	}
-	rep.WallSeconds = time.Since(start).Seconds()
-	return rep, nil
+	return nil
 }
 
-// twin performs one run: the baseline with every instrument and the
-// analyzers, a toggle with scheduler events only (outcomes and pressure are
-// all A/B needs).
+// twin performs one run through a pipeline: the bundle, the run's
+// statistics and, for the baseline, the analyzers and the caller's Events
+// tap; a toggle has scheduler events only (outcomes and pressure are all
+// A/B needs).
 func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func(int, int)) error {
-	t0 := time.Now()
+	t0 := o.Now()
 	r.bundle = filepath.Join(o.Out, r.fileName())
 	r.stats = sessions.NewRunStats(r.bundle)
 	rc := r.cfg.RunConfig()
 	rc.Sessions, rc.Rounds, rc.Concurrency = o.Sessions, o.Rounds, o.Sessions
 	host := hook.HostInfo{OS: "sim", Arch: "twin"}
-	rec, err := traces.StartRecording(r.bundle, traces.Manifest{Tool: o.Tool, Host: host, Config: rc,
-		Run: fmt.Sprintf("demo-%s-seed%d", r.name, r.cfg.Seed), Command: "demo"})
+	po := pipeline.Options{Record: r.bundle, Sinks: []hook.Publisher{r.stats},
+		Manifest: traces.Manifest{Tool: o.Tool, Host: host, Config: rc, Run: fmt.Sprintf("demo-%s-seed%d", r.name, r.cfg.Seed), Command: "demo"}}
+	if baseline {
+		po.Analyzers = o.Analyzers
+		if po.Analyzers == nil {
+			po.Analyzers = analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
+		}
+		if o.Events != nil {
+			po.Sinks = append(po.Sinks, o.Events)
+		}
+	}
+	p, err := pipeline.New(po)
 	if err != nil {
 		return fmt.Errorf("create bundle: %w", err)
 	}
-	r.stats.SetManifest(o.Tool, time.Now(), host, rc)
-	var (
-		as  []hook.Analyzer
-		tap hook.Publisher
-	)
-	if baseline {
-		as, tap = o.Analyzers, o.Events
-		if as == nil {
-			as = analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
-		}
-	}
-	stats := r.stats
-	pub := hook.WithAnalyzers(hook.PublishFunc(func(ev hook.Event) {
-		stats.Observe(ev)
-		rec.Publish(ev)
-		if tap != nil {
-			tap.Publish(ev)
-		}
-	}), as...)
+	r.stats.SetManifest(o.Tool, o.Now(), host, rc)
 	wl := sim.DefaultWorkload()
-	wl.Sessions, wl.Rounds, wl.Tool, wl.Progress = o.Sessions, o.Rounds, o.Tool, progress
+	wl.Sessions, wl.Rounds, wl.Tool = o.Sessions, o.Rounds, o.Tool
 	wl.Judge = outcome.Classifier{}.Outcome // the twin observes; repro judges, as against a real server
-	cfg := r.cfg
+	tw := &pipeline.Twin{Config: r.cfg, Workload: wl, OnProgress: progress}
 	if o.Parallel > 1 {
-		cfg.Workers = 1 // runs, not rows, share the cores
+		tw.Config.Workers = 1 // runs, not rows, share the cores
 	}
-	res, runErr := sim.Run(ctx, cfg, wl, pub)
-	if err := rec.Close(); err != nil && runErr == nil {
-		runErr = fmt.Errorf("record %s: %w", r.bundle, err)
+	res := p.Run(ctx, tw)
+	runErr := res.SourceErr
+	if res.RecordErr != nil && runErr == nil {
+		runErr = fmt.Errorf("record %s: %w", r.bundle, res.RecordErr)
 	}
-	r.result = res
+	r.result = tw.Result
 	r.sums = map[string]any{}
-	for _, a := range as {
+	for _, a := range po.Analyzers {
 		r.sums[a.Name()] = a.Summary()
 	}
-	r.seconds = time.Since(t0).Seconds()
+	r.seconds = o.Now().Sub(t0).Seconds()
 	return runErr
 }
 

@@ -22,8 +22,9 @@
 // Entry points: Run shows a dashboard on the terminal (Options: a Live
 // subscription, analyzer summaries through AnalyzerSummaries, an optional
 // replay Cursor, demo Steps, the source's Done and SourceStatus); New builds
-// the bare model for tests and other programs; ReplayBundle is the paced
-// bundle source behind `watch --bundle`.
+// the bare model for tests and other programs. The paced bundle replay behind
+// `watch --bundle` is a source and lives in package pipeline; it moves the
+// Cursor through pipeline.Position.
 //
 // Components follow one shape: a pointer type with SetSize(w, h), an Update
 // that returns the concrete type, and View. Keys live in one KeyMap, styles in

@@ -10,6 +10,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/teatest"
 
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -59,7 +60,7 @@ func TestWatchBundleFlow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		err := ReplayBundle(ctx, path, bus, ReplayOptions{Speed: 0, Cursor: cursor})
+		err := pipeline.ReplayBundle(ctx, path, bus, pipeline.ReplayOptions{Speed: 0, Cursor: cursor})
 		bus.Close()
 		done <- err
 	}()
@@ -106,7 +107,7 @@ func TestSessionsTableFlow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		err := ReplayBundle(ctx, path, bus, ReplayOptions{Speed: 0})
+		err := pipeline.ReplayBundle(ctx, path, bus, pipeline.ReplayOptions{Speed: 0})
 		bus.Close()
 		done <- err
 	}()

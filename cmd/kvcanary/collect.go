@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,12 +10,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -140,10 +141,6 @@ A value of 0 turns a limit off.`,
 const maxRejectNotes = 10
 
 func collectRun(opts *CollectOptions) error {
-	ctx := opts.Factory.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	now := opts.Factory.Now
 	if now == nil {
 		now = time.Now
@@ -152,135 +149,36 @@ func collectRun(opts *CollectOptions) error {
 	if opts.Run == "" {
 		opts.Run = "collect-" + start.UTC().Format("20060102T150405Z")
 	}
-	errOut := &lockedWriter{w: opts.IO.ErrOut}
-	showProgress := opts.IO.IsStderrTTY() && !opts.JSON.JSON
-	clearLine := ""
-	if showProgress {
-		clearLine = "\r\033[K"
+	line := pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY() && !opts.JSON.JSON, now)
+	security := func(lo *hook.ListenOptions) error {
+		return opts.TLS.apply(lo, opts.Listen, opts.AllowRemote, line, "collect")
 	}
-	notes := 0
-	lo := hook.ListenOptions{
-		AllowRemote: opts.AllowRemote,
-		Run:         opts.Run,
-		OnReject: func(conn uint64, err error) {
-			errOut.mu.Lock()
-			defer errOut.mu.Unlock()
-			notes++
-			switch {
-			case notes <= maxRejectNotes:
-				fmt.Fprintf(errOut.w, "%scollect: connection %d: rejected %s\n", clearLine, conn, cmdutil.Quote(err.Error()))
-			case notes == maxRejectNotes+1:
-				fmt.Fprintf(errOut.w, "%scollect: further rejections are counted, not shown\n", clearLine)
-			}
-		},
-	}
-	opts.Limits.apply(&lo)
-	if err := opts.TLS.apply(&lo, opts.Listen, opts.AllowRemote, errOut, "collect"); err != nil {
+	c, err := listenCollector(opts.Listen, security, opts.Run, opts.Limits, true, rejectNotes(line, "collect"))
+	if err != nil {
 		return err
 	}
-	c, err := hook.Listen(opts.Listen, lo)
-	if err != nil {
-		if errors.Is(err, hook.ErrRemoteRefused) || errors.Is(err, hook.ErrBadAddress) {
-			return cmdutil.UsageError("%w", err)
-		}
-		return cmdutil.InputError(err)
-	}
-	sinks, stopExport, err := opts.Export.start(ctx, errOut, exportSource{Run: opts.Run, Collector: c})
+	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), line, exportSource{Run: opts.Run, Collector: c})
 	if err != nil {
 		c.Close()
 		return err
 	}
 	defer stopExport()
-
-	// Events flow collector -> bus -> lossless bundle writer. The collector
-	// serialises Publish; producer-reported drops are tallied on the way.
-	bus := hook.NewBus()
-	var recErr chan error
-	var writer *traces.Writer
-	if opts.Record != "" {
-		writer, err = traces.Create(opts.Record, traces.Manifest{
-			Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "collect",
-			Labels: map[string]string{"listen": c.Addr()},
-		})
-		if err != nil {
-			c.Close()
-			return cmdutil.InputError(err)
-		}
-		sub := bus.Lossless("record", 8192)
-		recErr = make(chan error, 1)
-		go func() { recErr <- traces.Record(sub, writer) }()
+	// Events flow collector -> bus -> lossless bundle writer.
+	p, err := pipeline.New(pipeline.Options{Record: opts.Record, Status: line, StatusLabel: "collect: ", Sinks: sinks,
+		Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "collect",
+			Labels: map[string]string{"listen": c.Addr()}}})
+	if err != nil {
+		c.Close()
+		return cmdutil.InputError(err)
 	}
-	var producerDropped uint64
-	pub := hook.PublishFunc(func(ev hook.Event) {
-		if re, ok := ev.Body.(*hook.RunEnd); ok {
-			producerDropped += re.Dropped
-		}
-		bus.Publish(ev)
-	})
-
 	if !opts.JSON.JSON {
-		fmt.Fprintf(errOut, "collect: listening on %s (run %s)%s\n", c.Addr(), cmdutil.Quote(opts.Run), recordNote(opts.Record))
+		line.Printf("collect: listening on %s (run %s)%s\n", c.Addr(), cmdutil.Quote(opts.Run), recordNote(opts.Record))
 	}
 	if opts.ready != nil {
 		opts.ready(c)
 	}
-	progressDone := make(chan struct{})
-	progressStopped := make(chan struct{})
-	go func() {
-		defer close(progressStopped)
-		if !showProgress {
-			<-progressDone
-			return
-		}
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		last, lastAt := uint64(0), now()
-		for {
-			select {
-			case <-progressDone:
-				errOut.mu.Lock()
-				fmt.Fprint(errOut.w, "\r\033[K")
-				errOut.mu.Unlock()
-				return
-			case <-t.C:
-				st := c.Stats()
-				at := now()
-				rate := float64(st.Events-last) / at.Sub(lastAt).Seconds()
-				last, lastAt = st.Events, at
-				errOut.mu.Lock()
-				fmt.Fprintf(errOut.w, "\r\033[Kcollect: %d events (%.0f/s), %d rejected, %d open connections", st.Events, rate, st.Rejected, st.Open)
-				errOut.mu.Unlock()
-			}
-		}
-	}()
-
-	serveErr := c.Serve(ctx, withSinks(pub, sinks))
-	close(progressDone)
-	<-progressStopped
-	st := c.Stats() // final: Serve waited for every connection
-	if writer != nil {
-		// Before the bus closes (and Record closes the writer): the footer
-		// says what this recording refused at ingest.
-		writer.AddRejected(st.Rejected)
-	}
-	bus.Close()
-	sum := CollectSummary{
-		Listen: c.Addr(), Run: opts.Run, DurationNS: int64(now().Sub(start)),
-		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections, Bytes: st.Bytes,
-		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), LostFraming: st.LostFraming,
-		Refused: st.Refused, RefusedBy: orEmpty(st.RefusedBy), LastRefusal: st.LastRefusal, ClosedBy: orEmpty(st.ClosedBy),
-		BufferedPeak: st.BufferedPeak, BufferBudget: st.BufferBudget,
-		DroppedProducer: producerDropped, Record: opts.Record, Conns: st.Conns,
-	}
-	var recordErr error
-	if recErr != nil {
-		recordErr = <-recErr
-		sum.Recorded = writer.Count()
-		if sum.Events > sum.Recorded+writer.Rejected() {
-			sum.DroppedRecorder = sum.Events - sum.Recorded - writer.Rejected()
-		}
-	}
-	sum.Dropped = sum.DroppedRecorder + sum.DroppedProducer
+	res := p.Run(factoryCtx(opts.Factory), &pipeline.Collector{C: c, StatusOf: collectRate(now)})
+	sum := collectSummaryOf(c, opts, res, now().Sub(start))
 	var outErr error
 	if opts.JSON.JSON {
 		outErr = cmdutil.WriteJSON(opts.IO.Out, sum)
@@ -288,12 +186,78 @@ func collectRun(opts *CollectOptions) error {
 		outErr = writeCollectSummary(opts.IO.ErrOut, sum)
 	}
 	switch {
-	case serveErr != nil:
-		return cmdutil.InputError(serveErr)
-	case recordErr != nil:
-		return cmdutil.InputError(recordErr)
+	case res.SourceErr != nil:
+		return cmdutil.InputError(res.SourceErr)
+	case res.RecordErr != nil:
+		return cmdutil.InputError(res.RecordErr)
 	}
 	return outErr
+}
+
+// listenCollector starts a collector on addr with the limits given; a
+// remote address (and a malformed one, when badIsUsage) is a usage error.
+func listenCollector(addr string, security func(*hook.ListenOptions) error, run string, limits listenLimits, badIsUsage bool, onReject func(uint64, error)) (*hook.Collector, error) {
+	lo := hook.ListenOptions{Run: run, OnReject: onReject}
+	limits.apply(&lo)
+	if err := security(&lo); err != nil {
+		return nil, err
+	}
+	c, err := hook.Listen(addr, lo)
+	if err != nil {
+		if errors.Is(err, hook.ErrRemoteRefused) || badIsUsage && errors.Is(err, hook.ErrBadAddress) {
+			return nil, cmdutil.UsageError("%w", err)
+		}
+		return nil, cmdutil.InputError(err)
+	}
+	return c, nil
+}
+
+// rejectNotes prints the first maxRejectNotes rejections above the status
+// line, then says the rest are only counted.
+func rejectNotes(line *pipeline.StatusLine, cmd string) func(uint64, error) {
+	var notes atomic.Int64
+	return func(conn uint64, err error) {
+		switch n := notes.Add(1); {
+		case n <= maxRejectNotes:
+			line.Printf("%s: connection %d: rejected %s\n", cmd, conn, cmdutil.Quote(err.Error()))
+		case n == maxRejectNotes+1:
+			line.Printf("%s: further rejections are counted, not shown\n", cmd)
+		}
+	}
+}
+
+// collectRate is collect's status: events, their rate since the last
+// status, rejections and open connections.
+func collectRate(now func() time.Time) func(hook.Stats) string {
+	last, lastAt := uint64(0), now()
+	return func(st hook.Stats) string {
+		at := now()
+		rate := float64(st.Events-last) / at.Sub(lastAt).Seconds()
+		last, lastAt = st.Events, at
+		return fmt.Sprintf("%d events (%.0f/s), %d rejected, %d open connections", st.Events, rate, st.Rejected, st.Open)
+	}
+}
+
+// collectSummaryOf is the exit report: the collector's final counters
+// (Serve waited for every connection) and what the recording kept.
+func collectSummaryOf(c *hook.Collector, opts *CollectOptions, res pipeline.Result, took time.Duration) CollectSummary {
+	st := c.Stats()
+	sum := CollectSummary{
+		Listen: c.Addr(), Run: opts.Run, DurationNS: int64(took),
+		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections, Bytes: st.Bytes,
+		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), LostFraming: st.LostFraming,
+		Refused: st.Refused, RefusedBy: orEmpty(st.RefusedBy), LastRefusal: st.LastRefusal, ClosedBy: orEmpty(st.ClosedBy),
+		BufferedPeak: st.BufferedPeak, BufferBudget: st.BufferBudget,
+		DroppedProducer: res.ProducerDropped, Record: opts.Record, Conns: st.Conns,
+	}
+	if opts.Record != "" {
+		sum.Recorded = res.Recorded
+		if sum.Events > sum.Recorded+res.RecordRejected {
+			sum.DroppedRecorder = sum.Events - sum.Recorded - res.RecordRejected
+		}
+	}
+	sum.Dropped = sum.DroppedRecorder + sum.DroppedProducer
+	return sum
 }
 
 func recordNote(path string) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/kvcanary/kvcanary/demo"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/tui"
 )
 
@@ -88,27 +89,21 @@ func demoRun(opts *DemoOptions) error {
 	}
 	out := opts.IO.Out
 	plain := !opts.JSON.JSON
-	tty := opts.IO.IsStderrTTY()
+	line := pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY(), opts.Factory.Now)
 	if plain {
 		fmt.Fprintf(out, "kvcanary demo: the seeds' investigation on the twin (%d sessions × %d rounds, seed %d)\n\n", opts.Sessions, opts.Rounds, opts.Seed)
 	}
 	rep, err := demo.Run(opts.Factory.Ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
-		Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Pictures: true,
+		Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Pictures: true, Now: opts.Factory.Now,
 		Publish: func(u demo.Update) {
-			if u.State == "running" && tty {
-				if u.Total > 0 {
-					fmt.Fprintf(opts.IO.ErrOut, "\r\033[K%d. %s: %d/%d sessions", u.Index, u.Step, u.Finished, u.Total)
+			switch {
+			case u.State == "running" && u.Total > 0:
+				line.Set(fmt.Sprintf("%d. %s: %d/%d sessions", u.Index, u.Step, u.Finished, u.Total))
+			case u.State == "done":
+				line.Clear()
+				if plain {
+					writeDemoStep(out, u.Index, u.Result)
 				}
-				return
-			}
-			if u.State != "done" {
-				return
-			}
-			if tty {
-				fmt.Fprint(opts.IO.ErrOut, "\r\033[K")
-			}
-			if plain {
-				writeDemoStep(out, u.Index, u.Result)
 			}
 		}})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/cudaprobe"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
@@ -126,10 +127,6 @@ func openCUDAProbe(cfg cudaprobe.Config) (cudaProbe, error) {
 }
 
 func probeCUDARun(opts *ProbeCUDAOptions) error {
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	now := opts.Now
 	if now == nil {
 		now = time.Now
@@ -147,104 +144,144 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 		return cmdutil.InputError(err)
 	}
 	defer p.Close()
-
-	var w *traces.Writer
+	src := &probeSource{p: p, run: opts.Run}
+	src.host, _ = os.Hostname()
+	po := pipeline.Options{Sinks: []hook.Publisher{src}, Status: pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY(), now)}
 	if opts.Record != "" {
 		labels := map[string]string{"lib": p.Lib()}
 		if opts.PID != 0 {
 			labels["pid"] = strconv.Itoa(opts.PID)
 		}
-		h, _ := os.Hostname()
-		w, err = traces.Create(opts.Record, traces.Manifest{
+		po.Record, po.Manifest = opts.Record, traces.Manifest{
 			Tool: "kvcanary " + buildinfo.String(), Created: now(), Run: opts.Run, Command: "probe cuda", Labels: labels,
-			Host: hook.HostInfo{Hostname: h, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
-		})
-		if err != nil {
-			return cmdutil.InputError(err)
+			Host: hook.HostInfo{Hostname: src.host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
 		}
+	}
+	pl, err := pipeline.New(po)
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	ctx := opts.Ctx
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	if opts.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Duration)
 		defer cancel()
 	}
-	host, _ := os.Hostname()
-	var (
-		mu       sync.Mutex
-		views    cudaprobe.Views
-		recorded uint64
-		writeErr error
-	)
 	if opts.IO.IsStderrTTY() {
 		fmt.Fprintf(opts.IO.ErrOut, "probing %d entry points in %s; Ctrl-C to stop\n", len(p.Targets()), cmdutil.Quote(p.Lib()))
-		stopProgress := probeProgress(ctx, opts.IO.ErrOut, func() string {
-			mu.Lock()
-			defer mu.Unlock()
-			s := views.Summary()
-			return fmt.Sprintf("%d calls, %d graph launches, %d captures, %d hints", s.Events, s.Calls["cuGraphLaunch"], len(s.Captures), s.HintsTotal)
-		})
-		defer stopProgress()
 	}
 	start := now()
-	runErr := p.Run(ctx, func(c hook.CUDA) {
-		mu.Lock()
-		defer mu.Unlock()
-		views.Add(&c)
-		if w != nil && writeErr == nil {
-			ev := cudaprobe.Event(c, hook.Source{Node: host, Proc: "cudaprobe"}, opts.Run)
-			if writeErr = w.Write(ev); writeErr == nil {
-				recorded++
-			}
-		}
-	})
-	elapsed := now().Sub(start)
-	lost, lostErr := p.Lost()
-	mu.Lock()
-	rep := ProbeCUDAReport{Lib: p.Lib(), PID: opts.PID, DurationNS: elapsed.Nanoseconds(), Summary: views.Summary(),
-		Lost: lost, LostTotal: lost.Total(), Record: opts.Record, Recorded: recorded}
-	mu.Unlock()
+	res := pl.Run(ctx, src)
+	return probeCUDAReport(opts, src, res, now().Sub(start))
+}
+
+// probeCUDAReport prints the report and merges the errors.
+func probeCUDAReport(opts *ProbeCUDAOptions, src *probeSource, res pipeline.Result, elapsed time.Duration) error {
+	p := src.p
+	src.mu.Lock()
+	rep := ProbeCUDAReport{Lib: p.Lib(), PID: opts.PID, DurationNS: elapsed.Nanoseconds(), Summary: src.views.Summary(),
+		Lost: src.lost, LostTotal: src.lost.Total(), Record: opts.Record, Recorded: res.Recorded}
+	src.mu.Unlock()
 	for _, t := range p.Targets() {
 		rep.Targets = append(rep.Targets, t.Symbol)
-	}
-	if w != nil {
-		w.SetDropped(lost.Total())
-		if err := w.Close(); err != nil && writeErr == nil {
-			writeErr = err
-		}
 	}
 	if err := printProbeCUDA(opts, rep); err != nil {
 		return err
 	}
 	switch {
-	case runErr != nil:
-		return cmdutil.InputError(runErr)
-	case writeErr != nil:
-		return cmdutil.InputError(fmt.Errorf("record to %s: %w", opts.Record, writeErr))
-	case lostErr != nil:
-		return cmdutil.InputError(lostErr)
+	case res.SourceErr != nil:
+		return cmdutil.InputError(res.SourceErr)
+	case res.RecordErr != nil:
+		return cmdutil.InputError(fmt.Errorf("record to %s: %w", opts.Record, res.RecordErr))
+	case src.lostErr != nil:
+		return cmdutil.InputError(src.lostErr)
 	}
 	return nil
 }
 
-// probeProgress rewrites one status line on a terminal every second until stopped.
-func probeProgress(ctx context.Context, w io.Writer, line func() string) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				fmt.Fprint(w, "\r\033[K")
-				return
-			case <-t.C:
-				fmt.Fprintf(w, "\r\033[K%s", line())
-			}
+// probeSource is the CUDA probe as a source: every traced call becomes an
+// event. It is also the sink that keeps the report's views, and what the
+// kernel could not deliver is the bundle's dropped count.
+type probeSource struct {
+	p    cudaProbe
+	run  string
+	host string
+
+	mu      sync.Mutex
+	views   cudaprobe.Views
+	lost    cudaprobe.Lost
+	lostErr error
+}
+
+func (s *probeSource) Run(ctx context.Context, pub hook.Publisher) error {
+	err := s.p.Run(ctx, func(c hook.CUDA) {
+		pub.Publish(cudaprobe.Event(c, hook.Source{Node: s.host, Proc: "cudaprobe"}, s.run))
+	})
+	lost, lostErr := s.p.Lost()
+	s.mu.Lock()
+	s.lost, s.lostErr = lost, lostErr
+	s.mu.Unlock()
+	return err
+}
+
+// Publish adds a traced call to the views.
+func (s *probeSource) Publish(ev hook.Event) {
+	if c, ok := ev.Body.(*hook.CUDA); ok {
+		s.mu.Lock()
+		s.views.Add(c)
+		s.mu.Unlock()
+	}
+}
+
+// Lost is the calls the kernel could not deliver.
+func (s *probeSource) Lost() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lost.Total()
+}
+
+// Status is the status line: calls, graph launches, captures, hints.
+func (s *probeSource) Status() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sum := s.views.Summary()
+	return fmt.Sprintf("%d calls, %d graph launches, %d captures, %d hints", sum.Events, sum.Calls["cuGraphLaunch"], len(sum.Captures), sum.HintsTotal)
+}
+
+// writeProbeTables prints graph replays per stream and the capture windows.
+func writeProbeTables(out io.Writer, s cudaprobe.Summary) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if len(s.Replays) > 0 {
+		fmt.Fprintln(out, "graph replays:")
+		fmt.Fprintln(tw, "  PID\tSTREAM\tREPLAYS\tPER SEC\tEXECS")
+		for _, x := range s.Replays {
+			fmt.Fprintf(tw, "  %d\t%s\t%d\t%.1f\t%d\n", x.PID, x.Stream, x.Replays, x.PerSec, x.Execs)
 		}
-	}()
-	return func() { cancel(); <-done }
+		tw.Flush()
+	}
+	if len(s.Captures) > 0 {
+		fmt.Fprintln(out, "captures:")
+		fmt.Fprintln(tw, "  PID\tORIGIN\tDUR ms\tGRAPH\tEXECS\tJOINED\tLAUNCHES\tSIDE\tREPLAYS")
+		for _, c := range s.Captures {
+			dur := "open"
+			if !c.Open {
+				dur = fmt.Sprintf("%.3f", float64(c.EndNS-c.StartNS)/1e6)
+			}
+			joined := make([]string, len(c.Joined))
+			for i, j := range c.Joined {
+				joined[i] = j.String()
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", c.PID, c.Origin, dur, c.Graph, len(c.Execs),
+				gpuDash(strings.Join(joined, ",")), c.Launches, c.SideLaunches, c.Replays)
+		}
+		tw.Flush()
+		if s.CapturesDropped > 0 {
+			fmt.Fprintf(out, "  (%d more captures not kept)\n", s.CapturesDropped)
+		}
+	}
 }
 
 func printProbeCUDA(opts *ProbeCUDAOptions, r ProbeCUDAReport) error {
@@ -278,35 +315,7 @@ func printProbeCUDA(opts *ProbeCUDAOptions, r ProbeCUDAReport) error {
 	}
 	fmt.Fprintln(out)
 
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	if len(s.Replays) > 0 {
-		fmt.Fprintln(out, "graph replays:")
-		fmt.Fprintln(tw, "  PID\tSTREAM\tREPLAYS\tPER SEC\tEXECS")
-		for _, x := range s.Replays {
-			fmt.Fprintf(tw, "  %d\t%s\t%d\t%.1f\t%d\n", x.PID, x.Stream, x.Replays, x.PerSec, x.Execs)
-		}
-		tw.Flush()
-	}
-	if len(s.Captures) > 0 {
-		fmt.Fprintln(out, "captures:")
-		fmt.Fprintln(tw, "  PID\tORIGIN\tDUR ms\tGRAPH\tEXECS\tJOINED\tLAUNCHES\tSIDE\tREPLAYS")
-		for _, c := range s.Captures {
-			dur := "open"
-			if !c.Open {
-				dur = fmt.Sprintf("%.3f", float64(c.EndNS-c.StartNS)/1e6)
-			}
-			joined := make([]string, len(c.Joined))
-			for i, j := range c.Joined {
-				joined[i] = j.String()
-			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\n", c.PID, c.Origin, dur, c.Graph, len(c.Execs),
-				gpuDash(strings.Join(joined, ",")), c.Launches, c.SideLaunches, c.Replays)
-		}
-		tw.Flush()
-		if s.CapturesDropped > 0 {
-			fmt.Fprintf(out, "  (%d more captures not kept)\n", s.CapturesDropped)
-		}
-	}
+	writeProbeTables(out, s)
 	if s.HintsTotal > 0 {
 		fmt.Fprintf(out, "ordering hints (%d): side-stream work captured with no event wait back to the origin stream\n", s.HintsTotal)
 		for _, h := range s.Hints {

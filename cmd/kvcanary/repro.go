@@ -9,7 +9,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/logscan"
@@ -373,19 +373,6 @@ func (v *toolTimeValue) Set(s string) error {
 
 func (v *toolTimeValue) Type() string { return "MIN-MAX" }
 
-// syncPublisher serialises publishers that run on several goroutines (the
-// harness and the log tail) into one that is not concurrency-safe.
-type syncPublisher struct {
-	mu  sync.Mutex
-	pub hook.Publisher
-}
-
-func (s *syncPublisher) Publish(ev hook.Event) {
-	s.mu.Lock()
-	s.pub.Publish(ev)
-	s.mu.Unlock()
-}
-
 // reproJSON is `repro --json`: the Summary contract plus extras.
 type reproJSON struct {
 	*repro.HarnessResult
@@ -411,159 +398,248 @@ func reproRun(opts *ReproOptions) error {
 	if opts.Run == "" {
 		opts.Run = fmt.Sprintf("repro-seed%d", opts.Seed)
 	}
-	var emitter *hook.Emitter
-	if opts.Emit != "" {
-		em, err := hook.Dial(opts.Emit, hook.DialOptions{Run: opts.Run, Source: hook.Source{Proc: "repro"}})
-		if err != nil {
-			return cmdutil.UsageError("--emit: %w", err)
-		}
-		emitter = em
+	emitter, err := reproEmitter(opts)
+	if err != nil {
+		return err
+	}
+	if emitter != nil {
 		defer emitter.Close()
 	}
-	host := hook.HostInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
-	host.Hostname, _ = os.Hostname()
-	tool := "kvcanary " + buildinfo.String()
 	if opts.apiKeyFromEnv {
 		// Picked up without a flag and sent to whatever --url names: say so
 		// (the name only, never the key).
 		fmt.Fprintf(opts.IO.ErrOut, "repro: sending the API key from OPENAI_API_KEY to %s\n", cmdutil.Quote(opts.URL))
 	}
-	ho := repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
-		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
-		ToolTime: opts.ToolTime, Classifier: outcome.Classifier{Markers: opts.Markers}, Tool: tool, Host: host,
-		Run: opts.Run, APIKey: opts.APIKey, Headers: opts.Headers, Sampling: opts.Sampling}
-	if opts.Conversations != "" {
-		convs, digest, err := repro.LoadConversations(opts.Conversations)
-		if err != nil {
-			return cmdutil.InputError(err) // names FILE:LINE
-		}
-		ho.Conversations, ho.ConversationsName, ho.ConversationsDigest = convs, opts.Conversations, digest
-		if !opts.sessionsSet {
-			opts.Sessions = len(convs)
-			if opts.concurrencyDefault {
-				opts.Concurrency = opts.Sessions
-			}
-			ho.Sessions, ho.Concurrency = opts.Sessions, opts.Concurrency
+	ho, err := reproHarnessOptions(opts)
+	if err != nil {
+		return err
+	}
+	pf, err := reproPreflight(opts, &ho)
+	if err != nil {
+		return err
+	}
+	stats := sessions.NewRunStats(opts.Record)
+	src := &reproSource{opts: opts, ho: ho}
+	p, err := pipeline.New(reproPipeline(opts, &ho, stats, emitter, src))
+	if err != nil {
+		return cmdutil.InputError(err) // traces says "create bundle: …"
+	}
+	if opts.IO.IsStderrTTY() && !opts.Watch {
+		src.progress = progressBar(opts.IO.ErrOut, "repro", opts.Factory.Now)
+	}
+	ctx := factoryCtx(opts.Factory)
+	res := p.Run(ctx, src)
+	runErr := res.SourceErr
+	if opts.Watch {
+		fmt.Fprintf(opts.IO.ErrOut, "repro: watch: %d events shown, %d dropped by the view, %d findings\n", src.view.Events, src.view.Dropped, src.view.Findings)
+		if runErr == nil {
+			runErr = res.ViewErr
 		}
 	}
+	if res.RecordErr != nil {
+		fmt.Fprintf(opts.IO.ErrOut, "repro: record bundle: %v\n", res.RecordErr)
+		if runErr == nil {
+			runErr = res.RecordErr
+		}
+	}
+	if emitter != nil {
+		reportEmit(opts, emitter)
+	}
+	if src.res == nil {
+		return cmdutil.UsageError("%w", runErr)
+	}
+	return reproReport(opts, src, stats, pf, ctx.Err() == nil && !errors.Is(runErr, context.Canceled), runErr)
+}
+
+// reproEmitter dials --emit's collector (nil without --emit).
+func reproEmitter(opts *ReproOptions) (*hook.Emitter, error) {
+	if opts.Emit == "" {
+		return nil, nil
+	}
+	em, err := hook.Dial(opts.Emit, hook.DialOptions{Run: opts.Run, Source: hook.Source{Proc: "repro"}})
+	if err != nil {
+		return nil, cmdutil.UsageError("--emit: %w", err)
+	}
+	return em, nil
+}
+
+// reproHarnessOptions are the harness's options from the flags, with the
+// conversations file read (its errors name FILE:LINE).
+func reproHarnessOptions(opts *ReproOptions) (repro.HarnessOptions, error) {
+	host := hook.HostInfo{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()}
+	host.Hostname, _ = os.Hostname()
+	ho := repro.HarnessOptions{URL: opts.URL, Model: opts.Model, Sessions: opts.Sessions, Rounds: opts.Rounds,
+		Concurrency: opts.Concurrency, Timeout: opts.Timeout, Stream: opts.Stream, Seed: opts.Seed, MaxTokens: opts.MaxTokens, MaxResponseBytes: opts.MaxResponse,
+		ToolTime: opts.ToolTime, Classifier: outcome.Classifier{Markers: opts.Markers}, Tool: "kvcanary " + buildinfo.String(), Host: host,
+		Run: opts.Run, APIKey: opts.APIKey, Headers: opts.Headers, Sampling: opts.Sampling}
+	if opts.Conversations == "" {
+		return ho, nil
+	}
+	convs, digest, err := repro.LoadConversations(opts.Conversations)
+	if err != nil {
+		return ho, cmdutil.InputError(err) // names FILE:LINE
+	}
+	ho.Conversations, ho.ConversationsName, ho.ConversationsDigest = convs, opts.Conversations, digest
+	if !opts.sessionsSet {
+		opts.Sessions = len(convs)
+		if opts.concurrencyDefault {
+			opts.Concurrency = opts.Sessions
+		}
+		ho.Sessions, ho.Concurrency = opts.Sessions, opts.Concurrency
+	}
+	return ho, nil
+}
+
+// reproPreflight checks that the server can be measured (unless
+// --no-preflight) and settles the model.
+func reproPreflight(opts *ReproOptions, ho *repro.HarnessOptions) (*repro.PreflightResult, error) {
 	var pf *repro.PreflightResult
 	if !opts.NoPreflight {
 		var err error
-		pf, err = repro.Preflight(opts.Factory.Ctx, ho)
+		pf, err = repro.Preflight(opts.Factory.Ctx, *ho)
 		var pe *repro.PreflightError
 		if errors.As(err, &pe) && opts.JSON.JSON {
 			if werr := cmdutil.WriteJSON(opts.IO.Out, map[string]any{"preflight": map[string]any{"ok": false, "error": pe}}); werr != nil {
-				return werr
+				return nil, werr
 			}
 		}
 		if err != nil {
-			return cmdutil.InputError(err) // exit 3: the hint names the cause
+			return nil, cmdutil.InputError(err) // exit 3: the hint names the cause
 		}
 		opts.Model = pf.Model
 	} else if opts.Model == "" {
-		opts.Model = repro.DiscoverModelWith(opts.Factory.Ctx, &ho, min(opts.Timeout, 10*time.Second))
+		opts.Model = repro.DiscoverModelWith(opts.Factory.Ctx, ho, min(opts.Timeout, 10*time.Second))
 	}
 	ho.Model = opts.Model
+	return pf, nil
+}
+
+// reproPipeline chooses repro's sinks: the run's statistics, the bundle,
+// the --emit stream and the dashboard. Every event gets the engine
+// settings in its run.start, and --redact's redaction, first.
+func reproPipeline(opts *ReproOptions, ho *repro.HarnessOptions, stats *sessions.RunStats, emitter *hook.Emitter, src *reproSource) pipeline.Options {
 	settings := reproSettings(opts, ho.HeaderClient())
-	stats := sessions.NewRunStats(opts.Record)
-	pubs := []hook.Publisher{stats}
-	var rec *traces.Recording
+	po := pipeline.Options{Sinks: []hook.Publisher{stats}}
 	if opts.Record != "" {
-		var err error
-		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: tool, Host: host, Command: "repro",
-			Run:    opts.Run,
-			Config: reproConfig(opts, &ho, settings)})
-		if err != nil {
-			return cmdutil.InputError(err) // traces says "create bundle: …"
-		}
-		pubs = append(pubs, rec)
+		po.Record, po.Manifest = opts.Record, traces.Manifest{Tool: ho.Tool, Host: ho.Host, Command: "repro", Run: opts.Run,
+			Config: reproConfig(opts, ho, settings)}
 	}
 	if emitter != nil {
-		pubs = append(pubs, emitter)
+		po.Sinks = append(po.Sinks, emitter)
 	}
-	var bus *hook.Bus
+	po.Middleware = func(next hook.Publisher) hook.Publisher {
+		var pub hook.Publisher = hook.PublishFunc(func(ev hook.Event) {
+			if rs, ok := ev.Body.(*hook.RunStart); ok && rs != nil && ev.Kind == hook.KindRunStart {
+				// The harness knows the workload; the settings are ours.
+				c := *rs
+				repro.MergeSettings(&c.Config, settings)
+				ev.Body = &c
+			}
+			next.Publish(ev)
+		})
+		if opts.Redact {
+			pub = repro.Redactor{Next: pub}
+		}
+		return pub
+	}
 	if opts.Watch {
-		bus = hook.NewBus()
-		pubs = append(pubs, bus)
+		po.View, po.ViewCapacity = reproView(opts, src), tui.DefaultLiveCapacity
 	}
-	var fan hook.Publisher = hook.PublishFunc(func(ev hook.Event) {
-		if rs, ok := ev.Body.(*hook.RunStart); ok && rs != nil && ev.Kind == hook.KindRunStart {
-			// The harness knows the workload; the settings are ours.
-			c := *rs
-			repro.MergeSettings(&c.Config, settings)
-			ev.Body = &c
-		}
-		for _, p := range pubs {
-			p.Publish(ev)
-		}
-	})
-	if opts.Redact {
-		fan = repro.Redactor{Next: fan}
-	}
-	pub := &syncPublisher{pub: fan}
+	return po
+}
 
-	ctx := opts.Factory.Ctx
-	var tail *logscan.Tail
+// reproView is --watch's dashboard: it stays up after the run ends until
+// it is quit; quitting first stops the run.
+func reproView(opts *ReproOptions, src *reproSource) pipeline.View {
+	run := opts.runTUI
+	if run == nil {
+		run = tui.Run
+	}
+	return func(ctx context.Context, sub *hook.Subscription, done <-chan error) error {
+		var err error
+		src.view, err = run(ctx, tui.Options{Title: "kvcanary repro", Source: "repro " + cmdutil.Quote(opts.URL), Run: opts.Run, Sub: sub,
+			Done: done, SourceStatus: src.Status, Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Command: "repro", Run: opts.Run},
+			In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != ""})
+		return err
+	}
+}
+
+// reproSource is the HTTP harness, with the server's log tailed beside it
+// (--server-log): both publish into the pipeline, which serialises them.
+type reproSource struct {
+	opts     *ReproOptions
+	ho       repro.HarnessOptions
+	progress func(done, total int) // the status line, on a terminal
+
+	finished, total atomic.Int64
+	res             *repro.HarnessResult
+	tail            *logscan.Tail
+	tailErr         error
+	view            tui.Stats
+}
+
+func (s *reproSource) Run(ctx context.Context, pub hook.Publisher) error {
 	tailDone := make(chan error, 1)
 	tailCtx, stopTail := context.WithCancel(context.Background())
 	defer stopTail()
-	if opts.ServerLog != "" {
-		loc, _ := logscan.ParseZone(opts.TZ) // checked with the flags
-		tail = logscan.NewTail(opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}, Run: opts.Run, Parse: logscan.Options{Location: loc}})
-		fmt.Fprintf(opts.IO.ErrOut, "repro: server log timestamps read in %s (--tz)\n", logscan.DescribeZone(loc, time.Now()))
-		go func() { tailDone <- tail.Run(tailCtx) }()
-		select {
-		case <-tail.Ready():
-		case <-time.After(5 * time.Second):
+	if s.opts.ServerLog != "" {
+		loc, _ := logscan.ParseZone(s.opts.TZ) // checked with the flags
+		s.tail = logscan.NewTail(s.opts.ServerLog, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}, Run: s.opts.Run, Parse: logscan.Options{Location: loc}})
+		fmt.Fprintf(s.opts.IO.ErrOut, "repro: server log timestamps read in %s (--tz)\n", logscan.DescribeZone(loc, reproNow(s.opts)))
+		go func() { tailDone <- s.tail.Run(tailCtx) }()
+		select { // the tail is at the log's end (or failed) before the first request
+		case <-s.tail.Ready():
+		case <-ctx.Done():
 		}
 	} else {
 		tailDone <- nil
 	}
-
-	var progress func(int, int)
-	if opts.IO.IsStderrTTY() && !opts.Watch {
-		progress = progressBar(opts.IO.ErrOut, "repro", time.Now)
+	s.ho.Publisher = pub
+	s.ho.Progress = func(done, all int) {
+		s.finished.Store(int64(done))
+		s.total.Store(int64(all))
+		if s.progress != nil {
+			s.progress(done, all)
+		}
 	}
-	var finished, total atomic.Int64
-	if opts.Watch {
-		progress = func(done, all int) { finished.Store(int64(done)); total.Store(int64(all)) }
-	}
-	ho.Publisher, ho.Progress = pub, progress
-	harness := func(ctx context.Context) (*repro.HarnessResult, error) { return repro.RunHarness(ctx, ho) }
-	var res *repro.HarnessResult
-	var runErr error
-	if bus != nil {
-		status := func() string { return fmt.Sprintf("%d/%d sessions finished", finished.Load(), total.Load()) }
-		res, runErr = reproWatch(ctx, opts, bus, status, harness)
-	} else {
-		res, runErr = harness(ctx)
-	}
-	if tail != nil {
-		// Give the tail one poll to catch the server's last lines.
-		time.Sleep(150 * time.Millisecond)
-	}
+	var err error
+	s.res, err = repro.RunHarness(ctx, s.ho)
+	// Stopped, the tail reads the log to its end before it returns: every
+	// line the server wrote during the run is in.
 	stopTail()
-	tailErr := <-tailDone
-	if rec != nil {
-		if err := rec.Close(); err != nil {
-			fmt.Fprintf(opts.IO.ErrOut, "repro: record bundle: %v\n", err)
-			if runErr == nil {
-				runErr = err
-			}
-		}
+	s.tailErr = <-tailDone
+	return err
+}
+
+// reproNow is the command's clock.
+func reproNow(opts *ReproOptions) time.Time {
+	if opts.Factory != nil && opts.Factory.Now != nil {
+		return opts.Factory.Now()
 	}
-	if emitter != nil {
-		emitter.Close()
-		st := emitter.Stats()
-		fmt.Fprintf(opts.IO.ErrOut, "repro: emit: %d events sent to %s, %d dropped", st.Sent, cmdutil.Quote(opts.Emit), st.Dropped+st.Invalid)
-		if e := emitter.LastError(); e != "" && st.Dropped > 0 {
-			fmt.Fprintf(opts.IO.ErrOut, " (last error: %s)", cmdutil.Quote(e))
-		}
-		fmt.Fprintln(opts.IO.ErrOut)
+	return time.Now()
+}
+
+// Status is "3/80 sessions finished".
+func (s *reproSource) Status() string {
+	return fmt.Sprintf("%d/%d sessions finished", s.finished.Load(), s.total.Load())
+}
+
+// reportEmit says what the --emit stream delivered and lost.
+func reportEmit(opts *ReproOptions, emitter *hook.Emitter) {
+	emitter.Close()
+	st := emitter.Stats()
+	fmt.Fprintf(opts.IO.ErrOut, "repro: emit: %d events sent to %s, %d dropped", st.Sent, cmdutil.Quote(opts.Emit), st.Dropped+st.Invalid)
+	if e := emitter.LastError(); e != "" && st.Dropped > 0 {
+		fmt.Fprintf(opts.IO.ErrOut, " (last error: %s)", cmdutil.Quote(e))
 	}
-	if res == nil {
-		return cmdutil.UsageError("%w", runErr)
-	}
+	fmt.Fprintln(opts.IO.ErrOut)
+}
+
+// reproReport prints the result (text or --json) and says how to read it;
+// assess is false for an interrupted run, whose aborted sessions say
+// nothing about the server.
+func reproReport(opts *ReproOptions, src *reproSource, stats *sessions.RunStats, pf *repro.PreflightResult, assess bool, runErr error) error {
+	res := src.res
 	if opts.Redact {
 		for i := range res.PerSession {
 			s := &res.PerSession[i]
@@ -573,13 +649,11 @@ func reproRun(opts *ReproOptions) error {
 			s.Reason = repro.RedactReason(s.Reason)
 		}
 	}
-	if tailErr != nil && tailErr != context.Canceled {
-		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", tailErr)
+	if src.tailErr != nil && src.tailErr != context.Canceled {
+		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", src.tailErr)
 	}
 	out := reproJSON{HarnessResult: res, Deviated: stats.Deviated, Bundle: opts.Record, Run: opts.Run, Preflight: pf, Verdict: sessions.VerdictMeasured}
-	if ctx.Err() == nil && !errors.Is(runErr, context.Canceled) {
-		// An interrupted run's aborted sessions (Ctrl-C, or q in --watch)
-		// are errors by contract; they say nothing about the server.
+	if assess {
 		var note string
 		out.Verdict, note = sessions.Assess(res.Outcomes)
 		if note != "" {
@@ -589,10 +663,10 @@ func reproRun(opts *ReproOptions) error {
 	if pf != nil {
 		out.Notes = append(out.Notes, pf.Notes...)
 	}
-	if tail != nil {
+	if src.tail != nil {
 		s := stats.Sched
 		out.Sched = &s
-		out.ServerLog = tail.Summary()
+		out.ServerLog = src.tail.Summary()
 	}
 	if opts.JSON.JSON {
 		if err := cmdutil.WriteJSON(opts.IO.Out, out); err != nil {
@@ -605,41 +679,63 @@ func reproRun(opts *ReproOptions) error {
 		return runErr
 	}
 	if out.Verdict == sessions.VerdictServerFailed {
-		first := ""
-		for _, s := range res.PerSession {
-			if s.Reason != "" {
-				first = s.Reason
-				break
-			}
-		}
-		// The rate is not a measurement: exit 3, like a preflight failure.
-		// Unless the server's log shows PD transfer failures: requests
-		// aborted by a failed transfer are the bug class itself.
-		if sl := out.ServerLog; sl != nil && sl.TransferFailures+sl.MetadataCorruptions > 0 {
-			return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s), and the server log shows %d PD transfer failures and %d metadata corruptions: the failures may be the corruption itself, see kvcanary logs scan",
-				cmdutil.Quote(first), sl.TransferFailures, sl.MetadataCorruptions))
-		}
-		return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s); no corruption was measured: check --url, --timeout and the server's log",
-			cmdutil.Quote(first)))
+		return reproServerFailed(res, out.ServerLog)
 	}
 	return nil
 }
 
-// progressBar returns a Progress callback drawing a bar on a TTY.
-func progressBar(w io.Writer, label string, now func() time.Time) func(done, total int) {
-	var last time.Time
-	return func(done, total int) {
-		t := now()
-		if done != total && t.Sub(last) < 100*time.Millisecond {
-			return
+// reproServerFailed is the exit-3 error of a run in which every session
+// failed: the rate is not a measurement, like a preflight failure. Unless
+// the server's log shows PD transfer failures: requests aborted by a failed
+// transfer are the bug class itself.
+func reproServerFailed(res *repro.HarnessResult, sl *logscan.Summary) error {
+	first := ""
+	for _, s := range res.PerSession {
+		if s.Reason != "" {
+			first = s.Reason
+			break
 		}
-		last = t
+	}
+	if sl != nil && sl.TransferFailures+sl.MetadataCorruptions > 0 {
+		return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s), and the server log shows %d PD transfer failures and %d metadata corruptions: the failures may be the corruption itself, see kvcanary logs scan",
+			cmdutil.Quote(first), sl.TransferFailures, sl.MetadataCorruptions))
+	}
+	return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s); no corruption was measured: check --url, --timeout and the server's log",
+		cmdutil.Quote(first)))
+}
+
+// progressBar returns a Progress callback drawing a bar on the status line
+// of a terminal.
+func progressBar(w io.Writer, label string, now func() time.Time) func(done, total int) {
+	line := pipeline.NewStatusLine(w, true, now)
+	return func(done, total int) {
 		const width = 30
 		fill := width * done / max(total, 1)
-		fmt.Fprintf(w, "\r%s [%s%s] %d/%d sessions", label, strings.Repeat("#", fill), strings.Repeat(" ", width-fill), done, total)
+		line.Set(fmt.Sprintf("%s [%s%s] %d/%d sessions", label, strings.Repeat("#", fill), strings.Repeat(" ", width-fill), done, total))
 		if done == total {
-			fmt.Fprint(w, "\r\033[K")
+			line.Clear()
 		}
+	}
+}
+
+// writeCorrupted lists the first five corrupted sessions with their reason
+// and the reply that ended them (quoted).
+func writeCorrupted(w io.Writer, r reproJSON) {
+	shown := 0
+	for _, s := range r.PerSession {
+		if !outcome.IsCorrupted(s.Outcome) {
+			continue
+		}
+		if shown == 5 {
+			fmt.Fprintf(w, "  … %d more corrupted sessions (--json lists all)\n", r.CorruptedSessions-shown)
+			break
+		}
+		shown++
+		fmt.Fprintf(w, "  %s %s round %d: %s", s.ID, s.Outcome, s.Rounds, cmdutil.Quote(s.Reason))
+		if s.Output != "" {
+			fmt.Fprintf(w, ": %s", cmdutil.Quote(clipText(s.Output, 120)))
+		}
+		fmt.Fprintln(w)
 	}
 }
 
@@ -687,69 +783,12 @@ func writeReproText(w io.Writer, r reproJSON) error {
 		fmt.Fprintf(w, "server log: PD transfer failures %d (%s), metadata buffer collisions %d (%s)\n",
 			l.TransferFailures, plural(l.TransferFailedRooms, "room"), l.MetadataCorruptions, plural(l.MetadataCorruptedRooms, "room"))
 	}
-	shown := 0
-	for _, s := range r.PerSession {
-		if !outcome.IsCorrupted(s.Outcome) {
-			continue
-		}
-		if shown == 5 {
-			fmt.Fprintf(w, "  … %d more corrupted sessions (--json lists all)\n", r.CorruptedSessions-shown)
-			break
-		}
-		shown++
-		fmt.Fprintf(w, "  %s %s round %d: %s", s.ID, s.Outcome, s.Rounds, cmdutil.Quote(s.Reason))
-		if s.Output != "" {
-			fmt.Fprintf(w, ": %s", cmdutil.Quote(clipText(s.Output, 120)))
-		}
-		fmt.Fprintln(w)
-	}
+	writeCorrupted(w, r)
 	fmt.Fprintf(w, "wall: %.1fs\n", r.WallSeconds)
 	if r.Bundle != "" {
 		fmt.Fprintf(w, "bundle: %s (run %s)\n", r.Bundle, cmdutil.Quote(r.Run))
 	}
 	return nil
-}
-
-// reproWatch runs the harness under the dashboard: the harness publishes
-// into bus, the dashboard reads it live and stays up after the run ends
-// until it is quit; quitting first stops the run.
-func reproWatch(ctx context.Context, opts *ReproOptions, bus *hook.Bus, status func() string,
-	harness func(context.Context) (*repro.HarnessResult, error)) (*repro.HarnessResult, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	view := bus.Live("tui", tui.DefaultLiveCapacity)
-	var res *repro.HarnessResult
-	var runErr error
-	toView := make(chan error, 1)
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		func() {
-			defer tui.Recover(&runErr)
-			res, runErr = harness(ctx)
-		}()
-		bus.Close()
-		if ctx.Err() != nil && runErr != nil {
-			toView <- nil // quit before the run finished
-			return
-		}
-		toView <- runErr
-	}()
-	run := opts.runTUI
-	if run == nil {
-		run = tui.Run
-	}
-	runID := opts.Run
-	stats, uiErr := run(ctx, tui.Options{Title: "kvcanary repro", Source: "repro " + cmdutil.Quote(opts.URL), Run: runID, Sub: view,
-		Done: toView, SourceStatus: status, Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Command: "repro", Run: runID},
-		In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != ""})
-	cancel()
-	<-finished
-	fmt.Fprintf(opts.IO.ErrOut, "repro: watch: %d events shown, %d dropped by the view, %d findings\n", stats.Events, stats.Dropped, stats.Findings)
-	if uiErr != nil && runErr == nil {
-		runErr = uiErr
-	}
-	return res, runErr
 }
 
 func clipText(s string, n int) string {

@@ -13,7 +13,9 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/runtime/sim/server"
 	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
@@ -161,46 +163,72 @@ func simServeRun(opts *SimServeOptions) error {
 		// Unbuffered: a server log is tailed while it grows (repro --server-log).
 		cfg.Log = logF
 	}
-	var pub hook.Publisher
-	var rec *traces.Recording
+	var po pipeline.Options
 	if opts.Record != "" {
 		rc := cfg.RunConfig()
 		rc.URL = "http://" + ln.Addr().String()
 		rc.Rounds = opts.Rounds
 		rc.StepTime = opts.StepTime.String()
-		var err error
-		run := cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed))
-		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
-			Config: rc, Run: run, Command: "sim serve"})
-		if err != nil {
-			return cmdutil.InputError(err) // traces says "create bundle: …"
-		}
-		pub = hook.WithRun(rec, run)
+		po.StampRun = cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed))
+		po.Record, po.Manifest = opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
+			Config: rc, Run: po.StampRun, Command: "sim serve"}
 	}
-	sinks, stopExport, err := opts.Export.start(opts.Factory.Ctx, opts.IO.ErrOut, exportSource{Run: cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed)), Warmup: twinWarmup})
+	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed)), Warmup: twinWarmup})
 	if err != nil {
-		if rec != nil {
-			rec.Close()
-		}
 		return err
 	}
 	defer stopExport()
-	pub = withSinks(pub, sinks)
+	po.Sinks = sinks
+	p, err := pipeline.New(po)
+	if err != nil {
+		return cmdutil.InputError(err) // traces says "create bundle: …"
+	}
+	src := &serveSource{opts: opts, cfg: cfg, ln: ln, events: opts.Record != "" || len(sinks) > 0}
+	res := p.Run(factoryCtx(opts.Factory), src)
+	switch {
+	case res.SourceErr != nil:
+		return res.SourceErr
+	case res.RecordErr != nil:
+		return fmt.Errorf("record bundle: %w", res.RecordErr)
+	}
+	return writeServeSummary(opts, src.srv)
+}
+
+// serveSource is the twin behind an OpenAI-compatible HTTP server: its
+// events (with --record) come from the requests clients send, until ctx.
+type serveSource struct {
+	opts *SimServeOptions
+	cfg  sim.Config
+	ln   net.Listener
+	srv  *server.Server // set once Run has built it
+	// events: a bundle or an exporter listens (without one the server
+	// makes no events).
+	events bool
+}
+
+func (s *serveSource) Run(ctx context.Context, pub hook.Publisher) error {
+	opts := s.opts
 	hosts := opts.AllowHosts
 	if h, _, err := net.SplitHostPort(opts.Addr); err == nil && h != "" {
 		if ip := net.ParseIP(h); ip == nil || !ip.IsUnspecified() {
 			hosts = append(hosts, h) // the name clients were told to use
 		}
 	}
-	srv, err := server.New(server.Options{Config: cfg, Rounds: opts.Rounds, Model: opts.Model, Publisher: pub, StepTime: opts.StepTime,
-		Judge: outcome.Classifier{}.Outcome, AllowedHosts: hosts, BodyTimeout: opts.BodyTimeout})
+	so := server.Options{Config: s.cfg, Rounds: opts.Rounds, Model: opts.Model, StepTime: opts.StepTime,
+		Judge: outcome.Classifier{}.Outcome, AllowedHosts: hosts, BodyTimeout: opts.BodyTimeout}
+	if s.events {
+		so.Publisher = pub
+	}
+	srv, err := server.New(so)
 	if err != nil {
-		if rec != nil {
-			rec.Close()
-		}
 		return err
 	}
-	ctx := opts.Factory.Ctx
+	s.srv = srv
+	return s.serve(ctx, srv)
+}
+
+// serve answers requests until ctx ends, then lets those in flight finish.
+func (s *serveSource) serve(ctx context.Context, srv *server.Server) error {
 	// The engine loop outlives Ctrl-C until the HTTP server has shut down,
 	// so requests in flight get their answers instead of a dropped
 	// connection.
@@ -210,11 +238,11 @@ func simServeRun(opts *SimServeOptions) error {
 	go func() { loopErr <- srv.Run(loopCtx) }()
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
-	addr := ln.Addr().String()
-	fmt.Fprintf(opts.IO.ErrOut, "sim serve: listening on http://%s (POST /v1/chat/completions, GET /v1/models, GET /health, GET /get_server_info); Ctrl-C stops\n", addr)
-	if opts.Ready != nil {
-		opts.Ready(addr)
+	go func() { serveErr <- hs.Serve(s.ln) }()
+	addr := s.ln.Addr().String()
+	fmt.Fprintf(s.opts.IO.ErrOut, "sim serve: listening on http://%s (POST /v1/chat/completions, GET /v1/models, GET /health, GET /get_server_info); Ctrl-C stops\n", addr)
+	if s.opts.Ready != nil {
+		s.opts.Ready(addr)
 	}
 	var runErr error
 	select {
@@ -231,15 +259,7 @@ func simServeRun(opts *SimServeOptions) error {
 	stopLoop()
 	<-loopErr
 	srv.Close()
-	if rec != nil {
-		if err := rec.Close(); err != nil && runErr == nil {
-			runErr = fmt.Errorf("record bundle: %w", err)
-		}
-	}
-	if runErr != nil {
-		return runErr
-	}
-	return writeServeSummary(opts, srv)
+	return runErr
 }
 
 type serveSummary struct {

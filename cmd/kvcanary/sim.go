@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/spec/outcome"
@@ -218,53 +220,56 @@ func simRunRun(opts *SimRunOptions) error {
 	}
 	defer closeLog()
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
-	var sink hook.Publisher = hook.PublishFunc(func(hook.Event) {})
-	var rec *traces.Recording
+	po := pipeline.Options{Analyzers: as}
 	if opts.Record != "" {
 		rc := cfg.RunConfig()
 		rc.Sessions, rc.Rounds = opts.Sessions, opts.Rounds
-		run := cmp.Or(opts.Run, fmt.Sprintf("sim-seed%d", opts.Seed))
-		rec, err = traces.StartRecording(opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
-			Config: rc, Run: run, Command: "sim run"})
-		if err != nil {
-			return cmdutil.InputError(err) // traces says "create bundle: …"
-		}
-		sink = hook.WithRun(rec, run)
+		po.StampRun = cmp.Or(opts.Run, fmt.Sprintf("sim-seed%d", opts.Seed))
+		po.Record, po.Manifest = opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
+			Config: rc, Run: po.StampRun, Command: "sim run"}
 	}
-	pub := hook.WithAnalyzers(sink, as...)
-	w := sim.DefaultWorkload()
-	w.Sessions, w.Rounds = opts.Sessions, opts.Rounds
-	w.Tool = "kvcanary " + buildinfo.String()
-	w.Judge = outcome.Classifier{}.Outcome // the twin observes; repro judges, as `kvcanary repro` does a real server
-	if opts.IO.IsStderrTTY() {
-		last := time.Time{}
-		w.Progress = func(done, total int) {
-			if now := time.Now(); done == total || now.Sub(last) > 100*time.Millisecond {
-				last = now
-				fmt.Fprintf(opts.IO.ErrOut, "\rsim run: %d/%d sessions finished", done, total)
-				if done == total {
-					fmt.Fprint(opts.IO.ErrOut, "\r\033[K")
-				}
-			}
+	p, err := pipeline.New(po)
+	if err != nil {
+		return cmdutil.InputError(err) // traces says "create bundle: …"
+	}
+	twin := &pipeline.Twin{Config: cfg, Workload: simWorkload(opts.Sessions, opts.Rounds)}
+	line := pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY(), opts.Factory.Now)
+	twin.OnProgress = func(done, total int) {
+		line.Set(fmt.Sprintf("sim run: %d/%d sessions finished", done, total))
+		if done == total {
+			line.Clear()
 		}
 	}
-	res, runErr := sim.Run(opts.Factory.Ctx, cfg, w, pub)
-	if rec != nil {
-		if err := rec.Close(); err != nil && runErr == nil {
-			runErr = err
-		}
-	}
-	if runErr != nil {
-		return runErr
+	if err := p.Run(factoryCtx(opts.Factory), twin).Err(); err != nil {
+		return err
 	}
 	sections := map[string]any{}
 	for _, a := range as {
 		sections[a.Name()] = a.Summary()
 	}
 	if opts.JSON.JSON {
-		return cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, res, sections))
+		return cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, twin.Result, sections))
 	}
-	return writeSimRunText(opts.IO.Out, cfg, res, sections)
+	return writeSimRunText(opts.IO.Out, cfg, twin.Result, sections)
+}
+
+// simWorkload is the twin's default workload at this size, judged by repro's
+// classifier (the twin observes; repro judges, as `kvcanary repro` does a
+// real server).
+func simWorkload(sessions, rounds int) sim.Workload {
+	w := sim.DefaultWorkload()
+	w.Sessions, w.Rounds = sessions, rounds
+	w.Tool = "kvcanary " + buildinfo.String()
+	w.Judge = outcome.Classifier{}.Outcome
+	return w
+}
+
+// factoryCtx is the command's context (Background when a test gave none).
+func factoryCtx(f *cmdutil.Factory) context.Context {
+	if f == nil || f.Ctx == nil {
+		return context.Background()
+	}
+	return f.Ctx
 }
 
 // simSummary is the run's outcome.Summary (the shared sessions/outcomes/rate

@@ -18,9 +18,9 @@ import (
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
-	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
 	"github.com/kvcanary/kvcanary/tui"
 )
@@ -105,7 +105,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 			if opts.Bundle != "" && opts.Record != "" {
 				return cmdutil.UsageError("watch: --record works with live sources (--listen, --sim); a bundle is already recorded")
 			}
-			if _, err := tui.ParseSpeed(opts.Speed); err != nil {
+			if _, err := pipeline.ParseSpeed(opts.Speed); err != nil {
 				return cmdutil.UsageError("watch: --%w", err)
 			}
 			if opts.Sim && (opts.Sessions < 1 || opts.Rounds < 1) {
@@ -166,197 +166,163 @@ func watchRun(opts *WatchOptions) error {
 	if !opts.IO.IsStdoutTTY() {
 		return cmdutil.UsageError("watch: stdout is not a terminal; for plain output use kvcanary collect (--listen), trace inspect (--bundle) or sim run (--sim)")
 	}
-	ctx := opts.Factory.Ctx
-	if ctx == nil {
-		ctx = context.Background()
+	ws, err := chooseWatchSource(opts)
+	if err != nil {
+		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: ws.warmup})
+	if r, ok := ws.src.(pipeline.Replay); ok {
+		// Re-judged: the analyzers' recorded findings are left out so each
+		// finding shows once.
+		r.Opts.Rejudge = map[string]bool{}
+		for _, a := range as {
+			r.Opts.Rejudge[a.Name()] = true
+		}
+		ws.src = r
+	}
+	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: ws.man.Run, Collector: ws.collector, Analyzers: as})
+	if err != nil {
+		if ws.collector != nil {
+			ws.collector.Close()
+		}
+		return err
+	}
+	defer stopExport()
+	var stats tui.Stats
+	po := pipeline.Options{Analyzers: as, Sinks: sinks, View: watchView(opts, ws, as, &stats), ViewCapacity: tui.DefaultLiveCapacity}
+	if opts.Record != "" {
+		po.Record, po.Manifest = opts.Record, ws.man
+		po.Manifest.Labels = map[string]string{"source": ws.label}
+	}
+	p, err := pipeline.New(po)
+	if err != nil {
+		if ws.collector != nil {
+			ws.collector.Close()
+		}
+		return cmdutil.InputError(err)
+	}
+	// The source runs until its end or until the dashboard quits (cancel);
+	// its end closes the bus, which the view sees as "source finished".
+	res := p.Run(factoryCtx(opts.Factory), ws.src)
+	writeWatchReport(opts.IO.ErrOut, stats, p.Writer(), opts.Record, ws.rejected.Load())
+	if err := res.Err(); err != nil {
+		return cmdutil.InputError(err)
+	}
+	return nil
+}
+
+// watchSource is the source watch shows, with what the dashboard says of it.
+type watchSource struct {
+	src       pipeline.Source
+	label     string // the dashboard's source line
+	man       traces.Manifest
+	warmup    int // the checksum analyzer's warmup rooms
+	cursor    *tui.Cursor
+	collector *hook.Collector
+	rejected  *atomic.Uint64
+}
+
+// chooseWatchSource builds the one source the flags name. A collector
+// listens before anything is created, so a refused address leaves nothing
+// behind.
+func chooseWatchSource(opts *WatchOptions) (*watchSource, error) {
 	now := opts.Factory.Now
 	if now == nil {
 		now = time.Now
 	}
-	speed, _ := tui.ParseSpeed(opts.Speed)
-	man := traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Command: "watch"}
-	warmup := checksum.DefaultWarmupMaxSeqLen
-	var (
-		source  string
-		simCfg  sim.Config
-		cursor  *tui.Cursor
-		replayM traces.Manifest
-	)
+	ws := &watchSource{man: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Command: "watch"},
+		warmup: checksum.DefaultWarmupMaxSeqLen, rejected: &atomic.Uint64{}}
+	speed, _ := pipeline.ParseSpeed(opts.Speed)
 	switch {
 	case opts.Listen != "":
 		if opts.Run == "" {
 			opts.Run = "watch-" + now().UTC().Format("20060102T150405Z")
 		}
-		source, man.Run = "listen "+opts.Listen, opts.Run
+		security := func(lo *hook.ListenOptions) error {
+			return opts.TLS.apply(lo, opts.Listen, opts.AllowRemote, opts.IO.ErrOut, "watch")
+		}
+		c, err := listenCollector(opts.Listen, security, opts.Run, opts.Limits, false, func(uint64, error) { ws.rejected.Add(1) })
+		if err != nil {
+			return nil, err
+		}
+		ws.collector, ws.label, ws.man.Run = c, "listen "+c.Addr(), opts.Run
+		ws.src = &pipeline.Collector{C: c, StatusOf: func(st hook.Stats) string {
+			return fmt.Sprintf("%d connections open (%d in all), %d rejected", st.Open, st.Connections, st.Rejected)
+		}}
 	case opts.Bundle != "":
 		r, err := traces.Open(opts.Bundle)
 		if err != nil {
-			return cmdutil.InputError(err)
+			return nil, cmdutil.InputError(err)
 		}
-		replayM = r.Manifest()
+		ws.man = r.Manifest()
 		r.Close()
-		if replayM.Config.Engine == "sim" {
-			warmup = 4 // the twin's warmup rooms, as sim run judges them
+		if ws.man.Config.Engine == "sim" {
+			ws.warmup = 4 // the twin's warmup rooms, as sim run judges them
 		}
-		source, man = "bundle "+cmdutil.Quote(opts.Bundle), replayM
-		cursor = &tui.Cursor{}
+		ws.label, ws.cursor = "bundle "+cmdutil.Quote(opts.Bundle), &tui.Cursor{}
+		ws.src = pipeline.Replay{Path: opts.Bundle, Opts: pipeline.ReplayOptions{Speed: speed, Cursor: ws.cursor}}
 	default:
-		cfg, err := opts.Engine.config(opts.Seed)
-		if err != nil {
-			return err
-		}
-		simCfg, warmup = cfg, 4
-		rc := cfg.RunConfig()
-		rc.Sessions, rc.Rounds = opts.Sessions, opts.Rounds
-		source = fmt.Sprintf("sim (twin) seed %d", opts.Seed)
-		if !opts.speedSet {
-			speed = 0
-		} else if speed > 0 {
-			source += fmt.Sprintf(" at ×%g", speed)
-		}
-		man.Config, man.Run, man.Host = rc, fmt.Sprintf("sim-seed%d", opts.Seed), hook.HostInfo{OS: "sim", Arch: "twin"}
+		return watchTwin(opts, ws, speed)
 	}
+	return ws, nil
+}
 
-	var rejected atomic.Uint64
-	var collector *hook.Collector
-	if opts.Listen != "" {
-		lo := hook.ListenOptions{AllowRemote: opts.AllowRemote, Run: opts.Run,
-			OnReject: func(uint64, error) { rejected.Add(1) }}
-		opts.Limits.apply(&lo)
-		if err := opts.TLS.apply(&lo, opts.Listen, opts.AllowRemote, opts.IO.ErrOut, "watch"); err != nil {
-			return err
-		}
-		c, err := hook.Listen(opts.Listen, lo)
-		if err != nil {
-			if errors.Is(err, hook.ErrRemoteRefused) {
-				return cmdutil.UsageError("%w", err)
-			}
-			return cmdutil.InputError(err)
-		}
-		collector = c
-		source = "listen " + c.Addr()
-	}
-
-	bus := hook.NewBus()
-	view := bus.Live("tui", tui.DefaultLiveCapacity)
-	var (
-		recErr chan error
-		writer *traces.Writer
-	)
-	if opts.Record != "" {
-		rm := man
-		rm.Labels = map[string]string{"source": source}
-		w, err := traces.Create(opts.Record, rm)
-		if err != nil {
-			if collector != nil {
-				collector.Close()
-			}
-			return cmdutil.InputError(err)
-		}
-		writer = w
-		sub := bus.Lossless("record", 8192)
-		recErr = make(chan error, 1)
-		go func() { recErr <- traces.Record(sub, w) }()
-	}
-	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: warmup})
-	sinks, stopExport, err := opts.Export.start(ctx, opts.IO.ErrOut, exportSource{Run: man.Run, Collector: collector, Analyzers: as})
+// watchTwin is watch --sim: the twin, as fast as it goes unless --speed.
+func watchTwin(opts *WatchOptions, ws *watchSource, speed float64) (*watchSource, error) {
+	cfg, err := opts.Engine.config(opts.Seed)
 	if err != nil {
-		if collector != nil {
-			collector.Close()
-		}
-		bus.Close()
-		if recErr != nil {
-			<-recErr
-		}
-		return err
+		return nil, err
 	}
-	defer stopExport()
-	pub := hook.WithAnalyzers(withSinks(bus, sinks), as...)
-
-	var status func() string
-	var simDone, simTotal atomic.Int64
-	switch {
-	case collector != nil:
-		status = func() string {
-			st := collector.Stats()
-			return fmt.Sprintf("%d connections open (%d in all), %d rejected", st.Open, st.Connections, st.Rejected)
-		}
-	case opts.Sim:
-		status = func() string { return fmt.Sprintf("%d/%d sessions finished", simDone.Load(), simTotal.Load()) }
+	rc := cfg.RunConfig()
+	rc.Sessions, rc.Rounds = opts.Sessions, opts.Rounds
+	ws.label, ws.warmup = fmt.Sprintf("sim (twin) seed %d", opts.Seed), 4
+	if !opts.speedSet {
+		speed = 0
+	} else if speed > 0 {
+		ws.label += fmt.Sprintf(" at ×%g", speed)
 	}
-	// The source runs until its end or until the dashboard quits (cancel);
-	// its end closes the bus, which the view sees as "source finished".
-	toView := make(chan error, 1)
-	finished := make(chan error, 1)
-	go func() {
-		var err error
-		func() {
-			defer tui.Recover(&err)
-			switch {
-			case collector != nil:
-				err = collector.Serve(ctx, pub)
-			case opts.Bundle != "":
-				rejudge := map[string]bool{}
-				for _, a := range as {
-					rejudge[a.Name()] = true
-				}
-				err = tui.ReplayBundle(ctx, opts.Bundle, pub, tui.ReplayOptions{Speed: speed, Rejudge: rejudge, Cursor: cursor})
-			default:
-				w := sim.DefaultWorkload()
-				w.Sessions, w.Rounds = opts.Sessions, opts.Rounds
-				w.Tool = "kvcanary " + buildinfo.String()
-				w.Judge = outcome.Classifier{}.Outcome // the twin observes; repro judges
-				simTotal.Store(int64(w.Sessions))
-				w.Progress = func(done, total int) { simDone.Store(int64(done)); simTotal.Store(int64(total)) }
-				_, err = sim.Run(ctx, simCfg, w, tui.Paced(ctx, pub, speed))
-				if ctx.Err() != nil {
-					err = nil // quit before the run finished
-				}
-			}
-		}()
-		if collector != nil && writer != nil {
-			// Before the bus closes (and Record closes the writer): the
-			// footer says what this recording refused at ingest, as collect's.
-			writer.AddRejected(collector.Stats().Rejected)
-		}
-		bus.Close()
-		toView <- err
-		finished <- err
-	}()
+	ws.man.Config, ws.man.Run, ws.man.Host = rc, fmt.Sprintf("sim-seed%d", opts.Seed), hook.HostInfo{OS: "sim", Arch: "twin"}
+	ws.src = &quitTwin{Twin: pipeline.Twin{Config: cfg, Workload: simWorkload(opts.Sessions, opts.Rounds), Speed: speed}}
+	return ws, nil
+}
 
+// quitTwin is the twin whose run, cut short by quitting the dashboard, is
+// no error.
+type quitTwin struct{ pipeline.Twin }
+
+func (t *quitTwin) Run(ctx context.Context, pub hook.Publisher) error {
+	err := t.Twin.Run(ctx, pub)
+	if ctx.Err() != nil {
+		return nil // quit before the run finished
+	}
+	return err
+}
+
+// watchView shows the dashboard over the pipeline's live view; stats gets
+// its counters for the exit report.
+func watchView(opts *WatchOptions, ws *watchSource, as []hook.Analyzer, stats *tui.Stats) pipeline.View {
 	run := opts.runTUI
 	if run == nil {
 		run = tui.Run
 	}
-	stats, uiErr := run(ctx, tui.Options{
-		Title: "kvcanary watch", Source: source, Run: man.Run, Sub: view, Summaries: tui.AnalyzerSummaries(as...),
-		Cursor: cursor, Done: toView, SourceStatus: status, SnapshotDir: opts.SnapshotDir, Manifest: man,
-		// Many producers share a collector, and each may open its own run:
-		// panels keep counting across them.
-		KeepRuns: collector != nil,
-		In:       opts.IO.In,
-		Out:      opts.IO.Out,
-		NoColor:  os.Getenv("NO_COLOR") != "",
-	})
-	cancel()
-	srcErr := <-finished
-	var recordErr error
-	if recErr != nil {
-		recordErr = <-recErr
+	var status func() string
+	if st, ok := ws.src.(pipeline.Statuser); ok {
+		status = st.Status
 	}
-	writeWatchReport(opts.IO.ErrOut, stats, writer, opts.Record, rejected.Load())
-	switch {
-	case uiErr != nil && !errors.Is(uiErr, srcErr):
-		return cmdutil.InputError(uiErr)
-	case srcErr != nil:
-		return cmdutil.InputError(srcErr)
-	case recordErr != nil:
-		return cmdutil.InputError(recordErr)
+	return func(ctx context.Context, sub *hook.Subscription, done <-chan error) error {
+		var err error
+		*stats, err = run(ctx, tui.Options{
+			Title: "kvcanary watch", Source: ws.label, Run: ws.man.Run, Sub: sub, Summaries: tui.AnalyzerSummaries(as...),
+			Cursor: ws.cursor, Done: done, SourceStatus: status, SnapshotDir: opts.SnapshotDir, Manifest: ws.man,
+			// Many producers share a collector, and each may open its own
+			// run: panels keep counting across them.
+			KeepRuns: ws.collector != nil,
+			In:       opts.IO.In,
+			Out:      opts.IO.Out,
+			NoColor:  os.Getenv("NO_COLOR") != "",
+		})
+		return err
 	}
-	return nil
 }
 
 // writeWatchReport prints what was shown and lost, after the terminal is back.
@@ -388,88 +354,82 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 	if runTUI == nil {
 		runTUI = tui.Run
 	}
-	ctx := opts.Factory.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	// The baseline's events reach the view through a Live subscription,
-	// which drops rather than slow the twin down.
-	bus := hook.NewBus()
-	view := bus.Live("tui", tui.DefaultLiveCapacity)
+	// The baseline's events reach the view through the pipeline's live
+	// view, which drops rather than slow the twin down.
 	steps := make(chan tui.Step, 256)
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
-
-	var (
-		rep     *demo.Report
-		runErr  error
-		stopped bool
-	)
-	done := make(chan error, 1)
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		defer bus.Close()
-		lastProgress := time.Time{}
-		func() {
-			defer tui.Recover(&runErr)
-			rep, runErr = demo.Run(ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
-				Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Analyzers: as, Events: bus,
-				Publish: func(u demo.Update) {
-					switch u.State {
-					case "running":
-						s := tui.Step{Index: u.Index, Title: u.Step, Status: tui.StepRunning}
-						if u.Total > 0 {
-							if time.Since(lastProgress) < 200*time.Millisecond && u.Finished > 0 && u.Finished < u.Total {
-								return
-							}
-							lastProgress = time.Now()
-							s.Result = fmt.Sprintf("%d/%d sessions", u.Finished, u.Total)
-						}
-						select { // progress may be dropped; never block the demo
-						case steps <- s:
-						default:
-						}
-					case "done":
-						if u.Result == nil {
-							return
-						}
-						st := tui.StepFinding
-						if u.Result.Pass {
-							st = tui.StepOK
-						}
-						steps <- tui.Step{Index: u.Index, Title: u.Result.Title, Status: st, Result: u.Result.Result}
-					}
-				}})
-		}()
-		close(steps)
-		if ctx.Err() != nil {
-			runErr, stopped = nil, true // quit before the verdict
-		}
-		done <- runErr
-	}()
-
-	_, uiErr := runTUI(ctx, tui.Options{
-		Title: "kvcanary demo", Source: fmt.Sprintf("the twin, %d sessions × %d rounds, seed %d", opts.Sessions, opts.Rounds, opts.Seed),
-		Sub: view, Summaries: tui.AnalyzerSummaries(as...), Steps: steps, Done: done, SnapshotDir: opts.Out,
-		In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
+	var rep *demo.Report
+	src := pipeline.SourceFunc(func(ctx context.Context, pub hook.Publisher) error {
+		defer close(steps)
+		var err error
+		rep, err = demo.Run(ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
+			Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Now: opts.Factory.Now, Analyzers: as, Events: pub,
+			Publish: demoSteps(steps, opts.Factory.Now)})
+		return err
 	})
-	cancel()
-	<-ran
+	p, err := pipeline.New(pipeline.Options{ViewCapacity: tui.DefaultLiveCapacity,
+		View: func(ctx context.Context, sub *hook.Subscription, done <-chan error) error {
+			_, err := runTUI(ctx, tui.Options{
+				Title: "kvcanary demo", Source: fmt.Sprintf("the twin, %d sessions × %d rounds, seed %d", opts.Sessions, opts.Rounds, opts.Seed),
+				Sub: sub, Summaries: tui.AnalyzerSummaries(as...), Steps: steps, Done: done, SnapshotDir: opts.Out,
+				In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
+			})
+			return err
+		}})
+	if err != nil {
+		return cmdutil.InputError(err)
+	}
+	res := p.Run(factoryCtx(opts.Factory), src)
+	if res.Cancelled {
+		res.SourceErr = nil // quit before the verdict
+	}
 	out := opts.IO.Out
 	if rep != nil {
 		for i := range rep.Steps {
 			writeDemoStep(out, i+1, &rep.Steps[i])
 		}
 	}
-	demoBundlesDone(opts, rep, out)
-	if stopped {
+	if res.Cancelled {
 		fmt.Fprintln(opts.IO.ErrOut, "demo: stopped before the verdict")
 	}
-	if uiErr != nil && !errors.Is(uiErr, runErr) {
-		return cmdutil.InputError(uiErr)
+	if res.ViewErr != nil && !errors.Is(res.ViewErr, res.SourceErr) {
+		return cmdutil.InputError(res.ViewErr)
 	}
-	return runErr
+	return res.SourceErr
+}
+
+// demoSteps turns the demo's updates into the dashboard's investigation
+// steps: progress at most every 200 ms and dropped rather than block the
+// demo; results always.
+func demoSteps(steps chan<- tui.Step, now func() time.Time) func(demo.Update) {
+	if now == nil {
+		now = time.Now
+	}
+	var lastProgress time.Time
+	return func(u demo.Update) {
+		switch u.State {
+		case "running":
+			s := tui.Step{Index: u.Index, Title: u.Step, Status: tui.StepRunning}
+			if u.Total > 0 {
+				if now().Sub(lastProgress) < 200*time.Millisecond && u.Finished > 0 && u.Finished < u.Total {
+					return
+				}
+				lastProgress = now()
+				s.Result = fmt.Sprintf("%d/%d sessions", u.Finished, u.Total)
+			}
+			select { // progress may be dropped; never block the demo
+			case steps <- s:
+			default:
+			}
+		case "done":
+			if u.Result == nil {
+				return
+			}
+			st := tui.StepFinding
+			if u.Result.Pass {
+				st = tui.StepOK
+			}
+			steps <- tui.Step{Index: u.Index, Title: u.Result.Title, Status: st, Result: u.Result.Result}
+		}
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/pyhook"
@@ -426,7 +427,6 @@ func wrapRun(opts *WrapOptions) error {
 	if _, err := exec.LookPath(opts.Command[0]); err != nil {
 		return cmdutil.InputError(fmt.Errorf("wrap: cannot start the command: %w", err))
 	}
-	child := exec.Command(opts.Command[0], opts.Command[1:]...)
 	extract := opts.extract
 	if extract == nil {
 		extract = pyhook.Extract
@@ -435,10 +435,20 @@ func wrapRun(opts *WrapOptions) error {
 	if err != nil {
 		return cmdutil.InputError(fmt.Errorf("wrap: %w", err))
 	}
-	errOut := &lockedWriter{w: opts.IO.ErrOut}
+	src := &wrapSource{opts: opts, pyDir: pyDir, errOut: &lockedWriter{w: opts.IO.ErrOut}, finished: make(chan struct{})}
+	c, sockDir, err := wrapCollector(opts.Run, rejectNotes(pipeline.NewStatusLine(src.errOut, false, now), "wrap"))
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(sockDir)
+	defer c.Close()
+	src.c = c
+	return wrapPipeline(opts, src, rc, start, now)
+}
 
-	// The collector's socket lives in a private directory: 0700 from
-	// MkdirTemp, and hook.Listen makes the socket itself 0600.
+// wrapCollector listens on a private socket: in a 0700 directory from
+// MkdirTemp, the socket itself 0600 (hook.Listen).
+func wrapCollector(run string, onReject func(uint64, error)) (*hook.Collector, string, error) {
 	sockDir, err := os.MkdirTemp("", "kvcanary-wrap-")
 	if err == nil && len(sockDir) > 80 {
 		// A Unix socket path holds at most 107 bytes: a long TMPDIR gives way to /tmp.
@@ -446,293 +456,315 @@ func wrapRun(opts *WrapOptions) error {
 		sockDir, err = os.MkdirTemp("/tmp", "kvcanary-wrap-")
 	}
 	if err != nil {
-		return cmdutil.InputError(fmt.Errorf("wrap: private socket directory: %w", err))
+		return nil, "", cmdutil.InputError(fmt.Errorf("wrap: private socket directory: %w", err))
 	}
-	defer os.RemoveAll(sockDir)
-	notes := 0
-	c, err := hook.Listen("unix://"+sockDir+"/collector.sock", hook.ListenOptions{
-		Run: opts.Run,
-		OnReject: func(conn uint64, err error) {
-			errOut.mu.Lock()
-			defer errOut.mu.Unlock()
-			notes++
-			switch {
-			case notes <= maxRejectNotes:
-				fmt.Fprintf(errOut.w, "wrap: connection %d: rejected %s\n", conn, cmdutil.Quote(err.Error()))
-			case notes == maxRejectNotes+1:
-				fmt.Fprintf(errOut.w, "wrap: further rejections are counted, not shown\n")
-			}
-		},
-	})
+	c, err := hook.Listen("unix://"+sockDir+"/collector.sock", hook.ListenOptions{Run: run, OnReject: onReject})
 	if err != nil {
-		return cmdutil.InputError(fmt.Errorf("wrap: %w", err))
+		os.RemoveAll(sockDir)
+		return nil, "", cmdutil.InputError(fmt.Errorf("wrap: %w", err))
 	}
-	defer c.Close()
+	return c, sockDir, nil
+}
 
-	// Events flow collector -> analyzers -> tally -> bus -> lossless
-	// bundle writer (and the dashboard's live view).
-	bus := hook.NewBus()
-	var (
-		writer *traces.Writer
-		recErr chan error
-	)
+// wrapPipeline runs the command through the pipeline: collector ->
+// analyzers -> tally -> bus -> lossless bundle writer (and the dashboard's
+// live view), then reports.
+func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start time.Time, now func() time.Time) error {
 	man := traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "wrap", Config: rc,
-		Labels: map[string]string{"command": strings.Join(opts.Command, " "), "pythonpath": pyDir}}
+		Labels: map[string]string{"command": strings.Join(opts.Command, " "), "pythonpath": src.pyDir}}
 	for _, s := range opts.Settings {
 		man.Labels[s.Env] = s.Value
 	}
-	if opts.Record != "" {
-		writer, err = traces.Create(opts.Record, man)
-		if err != nil {
-			return cmdutil.InputError(fmt.Errorf("wrap: %w", err))
-		}
-		sub := bus.Lossless("record", 8192)
-		recErr = make(chan error, 1)
-		go func() { recErr <- traces.Record(sub, writer) }()
-	}
-	var view *hook.Subscription
-	if opts.Watch {
-		view = bus.Live("tui", tui.DefaultLiveCapacity)
-	}
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: checksum.DefaultWarmupMaxSeqLen})
-	sinks, stopExport, err := opts.Export.start(context.Background(), errOut, exportSource{Run: opts.Run, Collector: c, Analyzers: as})
+	tally := &wrapTally{findings: map[string]int{}}
+	var uiStats tui.Stats
+	po := pipeline.Options{Record: opts.Record, Manifest: man, Analyzers: as,
+		Middleware: func(next hook.Publisher) hook.Publisher { tally.next = next; return tally }}
+	if opts.Watch {
+		po.View, po.ViewCapacity = wrapView(opts, src, as, man, &uiStats), tui.DefaultLiveCapacity
+	}
+	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), src.errOut, exportSource{Run: opts.Run, Collector: src.c, Analyzers: as})
 	if err != nil {
-		wrapStopRecording(bus, recErr)
 		return err
 	}
 	defer stopExport()
-	tally := &wrapTally{next: withSinks(bus, sinks), findings: map[string]int{}}
-	pub := hook.WithAnalyzers(tally, as...)
-	// Published before Serve starts: the collector serialises its own
-	// Publish calls, not ours. Settings not stated are unknown in it.
-	pub.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Run: opts.Run,
+	po.Sinks = sinks
+	p, err := pipeline.New(po)
+	if err != nil {
+		return cmdutil.InputError(fmt.Errorf("wrap: %w", err))
+	}
+	// Settings not stated are unknown in it.
+	p.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Run: opts.Run,
 		Src:  hook.Source{Proc: "kvcanary-wrap", PID: int32(os.Getpid())},
 		Body: &hook.RunStart{Tool: man.Tool, Config: rc, Host: man.Host}})
-
-	base := opts.environ
-	if base == nil {
-		base = os.Environ()
+	if err := src.start(p); err != nil {
+		p.Close()
+		return cmdutil.InputError(err)
 	}
-	child.Env = wrapEnv(base, pyDir, c.Addr(), opts.Run, opts.Settings)
-	ownProcessGroup(child)
-	child.WaitDelay = 2 * time.Second // a grandchild holding our output pipes open must not hang the exit
-	var logFile *os.File
-	switch {
-	case opts.Watch:
-		if opts.Log == "" {
-			opts.Log = opts.Run + ".log"
-		}
-		logFile, err = os.OpenFile(opts.Log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-		if err != nil {
-			c.Close()
-			wrapStopRecording(bus, recErr)
-			return cmdutil.InputError(fmt.Errorf("wrap: command log: %w", err))
-		}
-		defer logFile.Close()
-		child.Stdout, child.Stderr = logFile, logFile
-	case opts.JSON.JSON:
-		child.Stdin, child.Stdout, child.Stderr = childStdin(opts.IO.In), opts.IO.ErrOut, opts.IO.ErrOut
-	default:
-		child.Stdin, child.Stdout, child.Stderr = childStdin(opts.IO.In), opts.IO.Out, opts.IO.ErrOut
-	}
-
-	sigs := opts.signals
-	if sigs == nil {
-		ch := make(chan os.Signal, 4)
-		signal.Notify(ch, wrapSignals...)
-		defer signal.Stop(ch)
-		sigs = ch
-	}
-	serveCtx, stopServe := context.WithCancel(context.Background())
-	defer stopServe()
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- c.Serve(serveCtx, pub) }()
-
-	if err := child.Start(); err != nil {
-		stopServe()
-		<-serveDone
-		wrapStopRecording(bus, recErr)
-		return cmdutil.InputError(fmt.Errorf("wrap: cannot start the command: %w", err))
-	}
-	if !opts.JSON.JSON {
-		fmt.Fprintf(errOut, "wrap: started %s (pid %d, run %s); collector %s; package %s on PYTHONPATH%s\n",
-			cmdutil.Quote(strings.Join(opts.Command, " ")), child.Process.Pid, cmdutil.Quote(opts.Run), c.Addr(), cmdutil.Quote(pyDir), recordNote(opts.Record))
-		if opts.Watch {
-			fmt.Fprintf(errOut, "wrap: the command's output goes to %s\n", cmdutil.Quote(opts.Log))
-		}
-	}
-	if opts.started != nil {
-		opts.started(child.Process.Pid)
-	}
-
-	// The supervisor waits for the command, forwards signals, and once it
-	// exited lets the producers finish before the collector stops. The
-	// command lives by signals, not by the Factory's context.
-	type exitInfo struct {
-		code      int
-		signal    string
-		forwarded []string
-		serveErr  error
-		cutOff    int
-	}
-	var info exitInfo
-	finished := make(chan struct{}) // closed once info is final
-	srcDone := make(chan error, 1)  // the dashboard's "source finished"
-	progress := !opts.Watch && !opts.JSON.JSON
-	go func() {
-		every := opts.progressEvery
-		if every <= 0 {
-			every = 10 * time.Second
-		}
-		ticker := time.NewTicker(every)
-		defer ticker.Stop()
-		waited := make(chan error, 1)
-		go func() { waited <- child.Wait() }()
-		pgid := child.Process.Pid
-		var last hook.Stats
-	loop:
-		for {
-			select {
-			case s := <-sigs:
-				kill := len(info.forwarded) > 0
-				name := signalGroup(pgid, s, kill)
-				info.forwarded = append(info.forwarded, name)
-				if !opts.JSON.JSON {
-					if kill {
-						fmt.Fprintf(errOut, "wrap: killed the command's process group %d (%s)\n", pgid, name)
-					} else {
-						fmt.Fprintf(errOut, "wrap: forwarded %s to the command's process group %d; again to kill it\n", name, pgid)
-					}
-				}
-			case <-ticker.C:
-				if progress {
-					st := c.Stats()
-					if st.Events != last.Events || st.Open != last.Open || st.Connections != last.Connections || st.Rejected != last.Rejected {
-						fmt.Fprintf(errOut, "wrap: %s\n", wrapProgressLine(st))
-					}
-					last = st
-				}
-			case err := <-waited:
-				if err != nil && child.ProcessState == nil {
-					fmt.Fprintf(errOut, "wrap: wait for the command: %s\n", cmdutil.Quote(err.Error()))
-				}
-				info.code, info.signal = exitStatus(child.ProcessState)
-				break loop
-			}
-		}
-		quiet := opts.quiet
-		if quiet <= 0 {
-			quiet = 250 * time.Millisecond
-		}
-		info.cutOff = drainProducers(c, opts.Drain, quiet)
-		if open := info.cutOff; open > 0 && !opts.JSON.JSON {
-			fmt.Fprintf(errOut, "wrap: %s still connected %s after the command exited; closing (what they send later is lost; --drain waits longer)\n",
-				plural(int64(open), "producer"), opts.Drain)
-		}
-		// Checked after the drain: an engine's children take a moment to
-		// follow their parent out.
-		if groupAlive(pgid) && !opts.JSON.JSON {
-			fmt.Fprintf(errOut, "wrap: the command exited; processes of its group %d still run (kill -- -%d stops them)\n", pgid, pgid)
-		}
-		stopServe()
-		info.serveErr = <-serveDone
-		if writer != nil {
-			// Before the bus closes (and Record closes the writer): the
-			// footer says what this recording refused at ingest.
-			writer.AddRejected(c.Stats().Rejected)
-		}
-		bus.Close() // the dashboard sees "source finished"; the recorder drains
-		close(finished)
-		srcDone <- info.serveErr
-	}()
-
-	var uiStats tui.Stats
-	var uiErr error
-	if opts.Watch {
-		run := opts.runTUI
-		if run == nil {
-			run = tui.Run
-		}
-		ctx := opts.Factory.Ctx // the dashboard's only
-		if ctx == nil {
-			ctx = context.Background()
-		}
-		status := func() string {
-			st := c.Stats()
-			return fmt.Sprintf("%d producers connected (%d in all), %d rejected", st.Open, st.Connections, st.Rejected)
-		}
-		uiStats, uiErr = run(ctx, tui.Options{
-			Title: "kvcanary wrap", Source: "wrap " + cmdutil.Quote(strings.Join(opts.Command, " ")), Run: opts.Run,
-			Sub: view, Summaries: tui.AnalyzerSummaries(as...), Done: srcDone, SourceStatus: status,
-			SnapshotDir: ".", Manifest: man, KeepRuns: true,
-			In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
-		})
-		select {
-		case <-finished:
-		default:
-			fmt.Fprintf(errOut, "wrap: dashboard closed; waiting for the command (pid %d) to exit — Ctrl-C stops it\n", child.Process.Pid)
-		}
-	}
-	<-finished
-	serveErr := info.serveErr
-
-	st := c.Stats()
+	defer src.closeLog()
+	res := p.Run(factoryCtx(opts.Factory), src)
+	st := src.c.Stats()
 	tally.mu.Lock()
 	sum := WrapSummary{
-		Run: opts.Run, Command: opts.Command, PythonPath: pyDir, Settings: opts.Settings,
-		ExitCode: info.code, Signal: info.signal, Forwarded: info.forwarded, DurationNS: int64(now().Sub(start)),
+		Run: opts.Run, Command: opts.Command, PythonPath: src.pyDir, Settings: opts.Settings,
+		ExitCode: src.info.code, Signal: src.info.signal, Forwarded: src.info.forwarded, DurationNS: int64(now().Sub(start)),
 		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections,
 		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), DroppedProducer: tally.producerDropped,
-		CutOff: info.cutOff, Record: opts.Record, Log: opts.Log,
+		CutOff: src.info.cutOff, Record: opts.Record, Log: opts.Log,
 		Layers:        wrapLayers(as, st.ByKind, tally.findings),
 		ProducerNotes: slices.Clone(tally.producerNotes),
 	}
 	markPartial(sum.Layers, sum.ProducerNotes, sum.DroppedProducer > 0)
 	tally.mu.Unlock()
+	return wrapReport(opts, sum, res, uiStats)
+}
+
+// wrapReport completes the summary with the recording's counts, prints it
+// and gives the exit status: the command's own, else 3 when kvcanary failed.
+func wrapReport(opts *WrapOptions, sum WrapSummary, res pipeline.Result, uiStats tui.Stats) error {
 	if sum.Settings == nil {
 		sum.Settings = []WrapSetting{}
 	}
-	var recordErr error
-	if recErr != nil {
-		recordErr = <-recErr
-		sum.Recorded = writer.Count()
+	if opts.Record != "" {
+		sum.Recorded = res.Recorded
 		// The bundle also holds wrap's run.start and the analyzers' findings.
-		if want := st.Events; want > sum.Recorded+writer.Rejected() {
-			sum.DroppedRecorder = want - sum.Recorded - writer.Rejected()
+		if want := sum.Events; want > sum.Recorded+res.RecordRejected {
+			sum.DroppedRecorder = want - sum.Recorded - res.RecordRejected
 		}
 	}
 	sum.Dropped = sum.DroppedRecorder + sum.DroppedProducer
-
 	var outErr error
 	if opts.JSON.JSON {
 		outErr = cmdutil.WriteJSON(opts.IO.Out, sum)
 	} else {
 		if opts.Watch {
-			writeWatchReport(opts.IO.ErrOut, uiStats, nil, "", st.Rejected)
+			writeWatchReport(opts.IO.ErrOut, uiStats, nil, "", sum.Rejected)
 		}
 		outErr = writeWrapSummary(opts.IO.ErrOut, sum)
 	}
 	var kvErr error
 	switch {
-	case uiErr != nil:
-		kvErr = fmt.Errorf("wrap: dashboard: %w", uiErr)
-	case serveErr != nil:
-		kvErr = fmt.Errorf("wrap: collector: %w", serveErr)
-	case recordErr != nil:
-		kvErr = fmt.Errorf("wrap: %w", recordErr)
+	case res.ViewErr != nil:
+		kvErr = fmt.Errorf("wrap: dashboard: %w", res.ViewErr)
+	case res.SourceErr != nil:
+		kvErr = fmt.Errorf("wrap: collector: %w", res.SourceErr)
+	case res.RecordErr != nil:
+		kvErr = fmt.Errorf("wrap: %w", res.RecordErr)
 	case outErr != nil:
 		kvErr = outErr
 	}
 	switch {
-	case info.code != 0:
+	case sum.ExitCode != 0:
 		if kvErr != nil {
 			fmt.Fprintln(opts.IO.ErrOut, "kvcanary:", kvErr)
 		}
-		return &cmdutil.ExitError{Code: info.code}
+		return &cmdutil.ExitError{Code: sum.ExitCode}
 	case kvErr != nil:
 		return cmdutil.InputError(kvErr)
 	}
 	return nil
+}
+
+// wrapView is --watch's dashboard. Closing it does not stop the command:
+// wrap then waits for it.
+func wrapView(opts *WrapOptions, src *wrapSource, as []hook.Analyzer, man traces.Manifest, stats *tui.Stats) pipeline.View {
+	run := opts.runTUI
+	if run == nil {
+		run = tui.Run
+	}
+	return func(ctx context.Context, sub *hook.Subscription, done <-chan error) error {
+		status := func() string {
+			st := src.c.Stats()
+			return fmt.Sprintf("%d producers connected (%d in all), %d rejected", st.Open, st.Connections, st.Rejected)
+		}
+		var err error
+		*stats, err = run(ctx, tui.Options{
+			Title: "kvcanary wrap", Source: "wrap " + cmdutil.Quote(strings.Join(opts.Command, " ")), Run: opts.Run,
+			Sub: sub, Summaries: tui.AnalyzerSummaries(as...), Done: done, SourceStatus: status,
+			SnapshotDir: "", // the user state dir (tui.DefaultSnapshotDir) Manifest: man, KeepRuns: true,
+			In:          opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
+		})
+		select {
+		case <-src.finished:
+		default:
+			fmt.Fprintf(src.errOut, "wrap: dashboard closed; waiting for the command (pid %d) to exit — Ctrl-C stops it\n", src.child.Process.Pid)
+		}
+		return err
+	}
+}
+
+// wrapExit is how the command ended, and what wrap did about it.
+type wrapExit struct {
+	code      int
+	signal    string
+	forwarded []string
+	cutOff    int
+}
+
+// wrapSource is the wrapped command and the collector its hooks report
+// to. The command lives by signals, not by the pipeline's context: the
+// source ends once it exited and its producers drained.
+type wrapSource struct {
+	opts   *WrapOptions
+	pyDir  string
+	errOut *lockedWriter
+	c      *hook.Collector
+
+	child     *exec.Cmd
+	logFile   *os.File
+	sigs      <-chan os.Signal
+	stopSigs  func()
+	stopServe context.CancelFunc
+	serveDone chan error
+
+	info     wrapExit
+	finished chan struct{} // closed once info is final
+}
+
+// start opens the command's output, starts the collector (publishing into
+// p) and the command, before the pipeline runs: its first lines precede the
+// dashboard.
+func (s *wrapSource) start(p *pipeline.Pipeline) error {
+	opts := s.opts
+	s.child = exec.Command(opts.Command[0], opts.Command[1:]...)
+	base := opts.environ
+	if base == nil {
+		base = os.Environ()
+	}
+	s.child.Env = wrapEnv(base, s.pyDir, s.c.Addr(), opts.Run, opts.Settings)
+	ownProcessGroup(s.child)
+	s.child.WaitDelay = 2 * time.Second // a grandchild holding our output pipes open must not hang the exit
+	if err := s.stdio(); err != nil {
+		return err
+	}
+	s.sigs, s.stopSigs = opts.signals, func() {}
+	if s.sigs == nil {
+		ch := make(chan os.Signal, 4)
+		signal.Notify(ch, wrapSignals...)
+		s.sigs, s.stopSigs = ch, func() { signal.Stop(ch) }
+	}
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	s.stopServe, s.serveDone = stopServe, make(chan error, 1)
+	go func() { s.serveDone <- s.c.Serve(serveCtx, hook.PublishFunc(p.Publish)) }()
+	if err := s.child.Start(); err != nil {
+		s.stopSigs()
+		stopServe()
+		<-s.serveDone
+		return fmt.Errorf("wrap: cannot start the command: %w", err)
+	}
+	if !opts.JSON.JSON {
+		fmt.Fprintf(s.errOut, "wrap: started %s (pid %d, run %s); collector %s; package %s on PYTHONPATH%s\n",
+			cmdutil.Quote(strings.Join(opts.Command, " ")), s.child.Process.Pid, cmdutil.Quote(opts.Run), s.c.Addr(), cmdutil.Quote(s.pyDir), recordNote(opts.Record))
+		if opts.Watch {
+			fmt.Fprintf(s.errOut, "wrap: the command's output goes to %s\n", cmdutil.Quote(opts.Log))
+		}
+	}
+	if opts.started != nil {
+		opts.started(s.child.Process.Pid)
+	}
+	return nil
+}
+
+// stdio points the command's output at --log (--watch), stderr (--json) or
+// wrap's own streams.
+func (s *wrapSource) stdio() error {
+	opts := s.opts
+	switch {
+	case opts.Watch:
+		if opts.Log == "" {
+			opts.Log = opts.Run + ".log"
+		}
+		f, err := os.OpenFile(opts.Log, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return fmt.Errorf("wrap: command log: %w", err)
+		}
+		s.logFile = f
+		s.child.Stdout, s.child.Stderr = f, f
+	case opts.JSON.JSON:
+		s.child.Stdin, s.child.Stdout, s.child.Stderr = childStdin(opts.IO.In), opts.IO.ErrOut, opts.IO.ErrOut
+	default:
+		s.child.Stdin, s.child.Stdout, s.child.Stderr = childStdin(opts.IO.In), opts.IO.Out, opts.IO.ErrOut
+	}
+	return nil
+}
+
+func (s *wrapSource) closeLog() {
+	if s.logFile != nil {
+		s.logFile.Close()
+	}
+}
+
+// Rejected is the collector's count, for the bundle's footer.
+func (s *wrapSource) Rejected() uint64 { return s.c.Stats().Rejected }
+
+// Run supervises the started command: it waits for it, forwards signals,
+// and once it exited lets the producers finish before the collector stops.
+func (s *wrapSource) Run(context.Context, hook.Publisher) error {
+	defer close(s.finished)
+	defer s.stopSigs()
+	s.supervise()
+	quiet := s.opts.quiet
+	if quiet <= 0 {
+		quiet = 250 * time.Millisecond
+	}
+	s.info.cutOff = drainProducers(s.c, s.opts.Drain, quiet)
+	if open := s.info.cutOff; open > 0 && !s.opts.JSON.JSON {
+		fmt.Fprintf(s.errOut, "wrap: %s still connected %s after the command exited; closing (what they send later is lost; --drain waits longer)\n",
+			plural(int64(open), "producer"), s.opts.Drain)
+	}
+	// Checked after the drain: an engine's children take a moment to
+	// follow their parent out.
+	if pgid := s.child.Process.Pid; groupAlive(pgid) && !s.opts.JSON.JSON {
+		fmt.Fprintf(s.errOut, "wrap: the command exited; processes of its group %d still run (kill -- -%d stops them)\n", pgid, pgid)
+	}
+	s.stopServe()
+	return <-s.serveDone
+}
+
+// supervise returns once the command exited, forwarding signals to its
+// process group (the second kills it) and printing progress lines.
+func (s *wrapSource) supervise() {
+	opts := s.opts
+	progress := !opts.Watch && !opts.JSON.JSON
+	every := opts.progressEvery
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	waited := make(chan error, 1)
+	go func() { waited <- s.child.Wait() }()
+	pgid := s.child.Process.Pid
+	var last hook.Stats
+	for {
+		select {
+		case sig := <-s.sigs:
+			kill := len(s.info.forwarded) > 0
+			name := signalGroup(pgid, sig, kill)
+			s.info.forwarded = append(s.info.forwarded, name)
+			if !opts.JSON.JSON {
+				if kill {
+					fmt.Fprintf(s.errOut, "wrap: killed the command's process group %d (%s)\n", pgid, name)
+				} else {
+					fmt.Fprintf(s.errOut, "wrap: forwarded %s to the command's process group %d; again to kill it\n", name, pgid)
+				}
+			}
+		case <-ticker.C:
+			if progress {
+				st := s.c.Stats()
+				if st.Events != last.Events || st.Open != last.Open || st.Connections != last.Connections || st.Rejected != last.Rejected {
+					fmt.Fprintf(s.errOut, "wrap: %s\n", wrapProgressLine(st))
+				}
+				last = st
+			}
+		case err := <-waited:
+			if err != nil && s.child.ProcessState == nil {
+				fmt.Fprintf(s.errOut, "wrap: wait for the command: %s\n", cmdutil.Quote(err.Error()))
+			}
+			s.info.code, s.info.signal = exitStatus(s.child.ProcessState)
+			return
+		}
+	}
 }
 
 // childStdin is what the command reads: wrap's stdin, except a terminal —
@@ -743,15 +775,6 @@ func childStdin(in io.Reader) io.Reader {
 		return nil
 	}
 	return in
-}
-
-// wrapStopRecording closes the bus and waits for the bundle writer, on the
-// paths that end before the command ran.
-func wrapStopRecording(bus *hook.Bus, recErr chan error) {
-	bus.Close()
-	if recErr != nil {
-		<-recErr
-	}
 }
 
 // drainProducers waits, at most max, until no producer is connected and no

@@ -100,10 +100,7 @@ type exception struct {
 
 // exceptions are the known leaks. Each must still exist: a stale entry
 // fails the test so the list stays honest.
-var exceptions = []exception{
-	{pkg: "tui", imp: "traces", file: "replay.go", why: "bundle replay (ReplayBundle, Paced) is a source living in a sink; " +
-		"issue 15.1 moves it out of tui, then delete this entry"},
-}
+var exceptions = []exception{}
 
 // thirdParty lets each third-party library in through one package
 // (STYLE.md): module path prefix → the packages that may import it.

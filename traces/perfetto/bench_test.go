@@ -68,15 +68,21 @@ func demoBaseline(b *testing.B) string {
 		path := filepath.Join(benchTemp(b), "baseline.kvtrace")
 		cfg := sim.DefaultConfig()
 		cfg.Seed = 1
-		rec, err := traces.StartRecording(path, traces.Manifest{Config: cfg.RunConfig(), Command: "bench"})
+		rec, err := traces.Create(path, traces.Manifest{Config: cfg.RunConfig(), Command: "bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
 		wl := sim.DefaultWorkload()
 		wl.Judge = outcome.Classifier{}.Outcome
-		pub := hook.WithAnalyzers(rec, analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})...)
-		if _, err := sim.Run(context.Background(), cfg, wl, pub); err != nil {
-			b.Fatal(err)
+		var werr error
+		write := hook.PublishFunc(func(ev hook.Event) {
+			if err := rec.Write(ev); err != nil && werr == nil {
+				werr = err
+			}
+		})
+		pub := hook.WithAnalyzers(write, analyzers.All(analyzers.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})...)
+		if _, err := sim.Run(context.Background(), cfg, wl, pub); err != nil || werr != nil {
+			b.Fatal(err, werr)
 		}
 		if err := rec.Close(); err != nil {
 			b.Fatal(err)

@@ -1,4 +1,4 @@
-package tui
+package pipeline
 
 import (
 	"context"
@@ -14,6 +14,15 @@ import (
 	"github.com/kvcanary/kvcanary/traces"
 )
 
+// Position follows a replay: the dashboard's cursor implements it (the view
+// reads it; the replay, a source, writes it, knowing only this interface).
+type Position interface {
+	SetSpeed(speed float64)
+	SetSpan(firstTS, lastTS int64)
+	Advance(ts int64) // moves forward only
+	Finish()
+}
+
 // ReplayOptions configure ReplayBundle.
 type ReplayOptions struct {
 	// Speed is event time per wall time (10 replays ten seconds of the run
@@ -23,7 +32,18 @@ type ReplayOptions struct {
 	// findings are left out so each finding shows once.
 	Rejudge map[string]bool
 	// Cursor, when set, follows the replay's position.
-	Cursor *Cursor
+	Cursor Position
+}
+
+// Replay is the source that replays a bundle (watch --bundle).
+type Replay struct {
+	Path string
+	Opts ReplayOptions
+}
+
+// Run replays r.Path into pub (see ReplayBundle).
+func (r Replay) Run(ctx context.Context, pub hook.Publisher) error {
+	return ReplayBundle(ctx, r.Path, pub, r.Opts)
 }
 
 // ReplayBundle publishes the events of the bundle at path to pub, paced by
@@ -35,16 +55,15 @@ func ReplayBundle(ctx context.Context, path string, pub hook.Publisher, opts Rep
 	defer Recover(&err)
 	c := opts.Cursor
 	if c == nil {
-		c = &Cursor{}
+		c = noPosition{}
 	}
-	c.speed.Store(math.Float64bits(opts.Speed))
-	defer c.done.Store(true)
+	c.SetSpeed(opts.Speed)
+	defer c.Finish()
 	sum, err := traces.Inspect(path)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	c.first.Store(sum.FirstTS)
-	c.last.Store(sum.LastTS)
+	c.SetSpan(sum.FirstTS, sum.LastTS)
 	r, err := traces.Open(path)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
@@ -73,6 +92,13 @@ func ReplayBundle(ctx context.Context, path string, pub hook.Publisher, opts Rep
 	}
 }
 
+type noPosition struct{}
+
+func (noPosition) SetSpeed(float64)     {}
+func (noPosition) SetSpan(int64, int64) {}
+func (noPosition) Advance(int64)        {}
+func (noPosition) Finish()              {}
+
 // paceSlack is how early an event may be passed on: a wait shorter than
 // this is not worth a timer, so a replay may end up to paceSlack before
 // its span allows.
@@ -82,13 +108,13 @@ const paceSlack = 2 * time.Millisecond
 // times faster than wall time from the first event on.
 type pacer struct {
 	speed float64
-	c     *Cursor
+	c     Position
 	wall0 time.Time
 	ts0   int64
 	timer *time.Timer
 }
 
-func newPacer(speed float64, c *Cursor) *pacer { return &pacer{speed: speed, c: c} }
+func newPacer(speed float64, c Position) *pacer { return &pacer{speed: speed, c: c} }
 
 // wait returns when the event at ts is due (false when ctx ended first) and
 // moves the cursor to it.
@@ -111,8 +137,8 @@ func (p *pacer) wait(ctx context.Context, ts int64) bool {
 			}
 		}
 	}
-	if p.c != nil && ts > p.c.at.Load() {
-		p.c.at.Store(ts)
+	if p.c != nil {
+		p.c.Advance(ts)
 	}
 	return true
 }
