@@ -44,6 +44,9 @@ func NewCmdGPU(f *cmdutil.Factory, runF func(*GPUOptions) error) *cobra.Command 
 	cmd := &cobra.Command{
 		Use:   "gpu",
 		Short: "Show NVIDIA GPU telemetry (NVML): memory, utilization, ECC, Xid",
+		Example: `  kvcanary gpu
+  kvcanary gpu --watch 1s
+  kvcanary gpu --json | jq '.devices[].mem_used'`,
 		Long: `Show one NVML sample of every GPU: memory used/total, utilization, temperature,
 power, clocks, volatile ECC counts, PCIe replays, retired pages and remapped rows,
 and the compute processes with their device memory. With --watch, sample every

@@ -26,14 +26,24 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error
 fine but holds none of the instrument's observations; the report names what
 records them), 130 interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any
 command within a second; a second one kills it at once.`,
+		Example: `  kvcanary demo                      # the whole investigation on the twin, no GPU
+  kvcanary watch --sim               # the live dashboard over the twin
+  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
+  kvcanary logs scan decode.log
+  kvcanary <command> --help          # every command has examples`,
+		Version:       "set below",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version prints the same line as `kvcanary version`.
+	root.Version = versionLine()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetIn(f.IO.In)
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
+	// A flag error is one line plus a pointer to --help (main prints both,
+	// as gh does), not thirty lines of usage burying the line that matters.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		c.PrintErrln(c.UsageString())
 		return cmdutil.UsageError("%w", err)
 	})
 
@@ -62,7 +72,8 @@ command within a second; a second one kills it at once.`,
 
 // groupsRejectArgs makes every command that only groups subcommands (root,
 // probe, trace, …) runnable: with no arguments it prints its help, and an
-// unknown subcommand is a usage error (exit 2, usage printed). Cobra on its
+// unknown subcommand is a usage error (exit 2, one line and a pointer to
+// --help). Cobra on its
 // own never validates a non-runnable command's arguments: it printed help and
 // exited 0 for `kvcanary probe nosuch`, and exited 3 without usage for
 // `kvcanary nosuchcmd`.
@@ -83,7 +94,6 @@ func groupsRejectArgs(c *cobra.Command) {
 func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := v(cmd, args); err != nil {
-			cmd.PrintErrln(cmd.UsageString())
 			return cmdutil.UsageError("%w", err)
 		}
 		return nil

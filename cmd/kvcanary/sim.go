@@ -29,6 +29,9 @@ func NewCmdSim(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run the embedded twin: a deterministic serving runtime with the seeds' bug",
+		Example: `  kvcanary sim run --sessions 80 --rounds 4
+  kvcanary sim run --index-k-dtype fp8 --json
+  kvcanary sim serve --addr 127.0.0.1:30000`,
 		Long: `The twin is a small deterministic serving runtime with the anatomy of the seeds'
 SGLang stack: paged bf16/fp8 index-K arenas, PD disaggregation, continuous
 batching with retraction, captured decode graphs with multi-stream overlap and

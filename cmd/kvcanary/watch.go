@@ -87,12 +87,10 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 				}
 			}
 			if n != 1 {
-				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("watch: give exactly one source: --listen, --bundle or --sim")
 			}
 			opts.speedSet = cmd.Flags().Changed("speed")
 			if err := watchFlagsFitSource(cmd, opts); err != nil {
-				cmd.PrintErrln(cmd.UsageString())
 				return err
 			}
 			if err := opts.Limits.check(); err != nil {
