@@ -38,6 +38,7 @@ command within a second; a second one kills it at once.`,
 	// --version prints the same line as `kvcanary version`.
 	root.Version = versionLine()
 	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().Bool("version", false, "print the version, commit and build date (the line of kvcanary version)")
 	root.SetIn(f.IO.In)
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
@@ -64,6 +65,7 @@ command within a second; a second one kills it at once.`,
 		NewCmdDemo(f, nil),
 		NewCmdWatch(f, nil),
 		NewCmdPyhook(f), NewCmdWrap(f, nil),
+		NewCmdGenDocs(f),
 		// Commands register here, one line each.
 	)
 	groupsRejectArgs(root)
