@@ -69,6 +69,7 @@ command within a second; a second one kills it at once.`,
 		// Commands register here, one line each.
 	)
 	groupsRejectArgs(root)
+	registerCompletions(root)
 	return root
 }
 
