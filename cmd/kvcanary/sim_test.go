@@ -90,7 +90,7 @@ func TestSimRunText(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(out, "CORRUPTION sessions: ") || !strings.Contains(out, "ok-ish[done/maxrounds]=") {
+	if !strings.HasPrefix(out, "CORRUPTION sessions: ") || !strings.Contains(out, "intact[done/maxrounds]=") {
 		t.Errorf("headline missing:\n%s", out)
 	}
 	if errOut != "" {
