@@ -66,7 +66,7 @@ canary report, graphdiff report and ab.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&opts.Sessions, "sessions", 80, "sessions per run")
+	fl.IntVar(&opts.Sessions, "sessions", 80, "sessions per run, all in flight at once on the twin")
 	fl.IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the twin's workload, rooms and stream interleaving")
 	fl.StringVar(&opts.Out, "out", "", "directory for the runs' bundles (default: a new temporary directory)")

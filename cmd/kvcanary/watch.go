@@ -120,7 +120,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 	fl.StringVar(&opts.Speed, "speed", "1x", "event time per wall time (10x, 0.5x) or max: --bundle replays at it, --sim is held to it (default for --sim: max)")
 	fl.BoolVar(&opts.Sim, "sim", false, "run the twin live (engine flags below)")
 	opts.Engine = addEngineFlags(cmd)
-	fl.IntVar(&opts.Sessions, "sessions", 80, "with --sim: concurrent sessions")
+	fl.IntVar(&opts.Sessions, "sessions", 80, "with --sim: sessions to run, all in flight at once on the twin")
 	fl.IntVar(&opts.Rounds, "rounds", 4, "with --sim: most rounds per session")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "with --sim: seed of the workload")
 	fl.StringVar(&opts.Record, "record", "", "record every event of a live source to this trace bundle")
