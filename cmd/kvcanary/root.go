@@ -97,7 +97,12 @@ func groupsRejectArgs(c *cobra.Command) {
 func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := v(cmd, args); err != nil {
-			return cmdutil.UsageError("%w", err)
+			// Cobra's "accepts 2 arg(s), received 1" says what is wrong but
+			// not what is wanted: the use line does.
+			if cmd.HasAvailableSubCommands() {
+				return cmdutil.UsageError("%w", err)
+			}
+			return cmdutil.UsageError("%w (usage: %s)", err, cmd.UseLine())
 		}
 		return nil
 	}
