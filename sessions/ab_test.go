@@ -274,8 +274,8 @@ func TestWriteText(t *testing.T) {
 	}
 	out := buf.String()
 	for _, want := range []string{
-		"CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 ok-ish[done/maxrounds]=66)",
-		"CORRUPTION sessions: 1/80 = 1% (leak=0 no_tool=1 error=0 ok-ish[done/maxrounds]=79)",
+		"CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 intact[done/maxrounds]=66)",
+		"CORRUPTION sessions: 1/80 = 1% (leak=0 no_tool=1 error=0 intact[done/maxrounds]=79)",
 		"p = 0.000568", "flag under test: index_k_dtype  bf16 -> fp8", "confounds: none found",
 		"verdict: B corrupts significantly less than A", `"bf16\x1b[31m.kvtrace"`,
 	} {

@@ -19,14 +19,14 @@ func TestHeadlineSeedsForm(t *testing.T) {
 		want string
 	}{
 		{outcome.Counts{Done: 8, MaxRounds: 58, Leak: 14},
-			"CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 ok-ish[done/maxrounds]=66) 95% CI [10.7%, 27.3%]"},
+			"CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 intact[done/maxrounds]=66) 95% CI [10.7%, 27.3%]"},
 		{outcome.Counts{Done: 8, MaxRounds: 26, Leak: 6},
-			"CORRUPTION sessions: 6/40 = 15% (leak=6 no_tool=0 error=0 ok-ish[done/maxrounds]=34) 95% CI [7.1%, 29.1%]"},
+			"CORRUPTION sessions: 6/40 = 15% (leak=6 no_tool=0 error=0 intact[done/maxrounds]=34) 95% CI [7.1%, 29.1%]"},
 		{outcome.Counts{Done: 77, NoTool: 1, Error: 2},
-			"CORRUPTION sessions: 3/80 = 4% (leak=0 no_tool=1 error=2 ok-ish[done/maxrounds]=77) 95% CI [1.3%, 10.5%]"},
+			"CORRUPTION sessions: 3/80 = 4% (leak=0 no_tool=1 error=2 intact[done/maxrounds]=77) 95% CI [1.3%, 10.5%]"},
 		{outcome.Counts{Done: 70, Timeout: 10},
-			"CORRUPTION sessions: 0/80 = 0% (leak=0 no_tool=0 error=0 timeout=10 ok-ish[done/maxrounds]=70) 95% CI [0.0%, 4.6%]"},
-		{outcome.Counts{}, "CORRUPTION sessions: 0/0 = 0% (leak=0 no_tool=0 error=0 ok-ish[done/maxrounds]=0) 95% CI [0.0%, 100.0%]"},
+			"CORRUPTION sessions: 0/80 = 0% (leak=0 no_tool=0 error=0 timeout=10 intact[done/maxrounds]=70) 95% CI [0.0%, 4.6%]"},
+		{outcome.Counts{}, "CORRUPTION sessions: 0/0 = 0% (leak=0 no_tool=0 error=0 intact[done/maxrounds]=0) 95% CI [0.0%, 100.0%]"},
 	}
 	for _, c := range cases {
 		if got := outcome.SummaryOf(c.o, 4, time.Second).Headline(); got != c.want {

@@ -59,6 +59,9 @@ func NewCmdCanary(f *cmdutil.Factory, runF func(*CanaryReportOptions) error) *co
 	cmd := &cobra.Command{
 		Use:   "canary",
 		Short: "Judge what graph replays did to the index-K pool (live-page overwrites)",
+		Example: `  kvcanary canary report run.kvtrace
+  kvcanary canary report sglang-server.log      # a server run with --kv-canary log
+  kvcanary canary report run.kvtrace --json | jq .status`,
 		Long: `Around each CUDA graph replay the canary digests the index-K pages its policy
 selects (live, all, sweep:N), diffs them, and classifies every changed page:
 expected-store, benign-transfer, free-page, held-page or LIVE-PAGE-OVERWRITE.
@@ -78,6 +81,9 @@ func NewCmdCanaryReport(f *cmdutil.Factory, runF func(*CanaryReportOptions) erro
 	cmd := &cobra.Command{
 		Use:   "report BUNDLE|LOG",
 		Short: "Report live-page overwrites and missing stores from a bundle or an SGLang log",
+		Example: `  kvcanary sim run --inject transfer-race --record run.kvtrace
+  kvcanary canary report run.kvtrace
+  kvcanary canary report sglang-server.log --json`,
 		Long: `Report the canary verdicts of a run.
 
 A trace bundle (.kvtrace, recognized by its zstd magic) is replayed through the

@@ -32,6 +32,8 @@ func NewCmdChecksum(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error
 	cmd := &cobra.Command{
 		Use:   "checksum",
 		Short: "Compare per-room index-K checksums across prefill and decode",
+		Example: `  kvcanary checksum compare prefill.log decode.log
+  kvcanary checksum compare run.kvtrace --json`,
 		Long: `Per-room (bootstrap_room) index-K checksums, taken on the prefill side after the
 store and on the decode side after the transfer, tell whether a PD transfer
 corrupts the KV. The digests (bsum and xxh3 over the room's tokens in token

@@ -100,8 +100,8 @@ func TestChecksumCompareSeedLogs(t *testing.T) {
 		if !strings.Contains(out, "warmup") || !strings.Contains(out, "0x00000000000079c9") {
 			t.Errorf("tty=%v table:\n%s", tty, out)
 		}
-		if tty == strings.Contains(out, "\t") {
-			t.Errorf("tty=%v: want an aligned table on a TTY and tab-separated lines on a pipe:\n%s", tty, out)
+		if strings.Contains(out, "\t") || !strings.Contains(out, "0     warmup  4        0x00000000000079c9") {
+			t.Errorf("tty=%v: want an aligned table on a TTY and in a pipe alike:\n%s", tty, out)
 		}
 		if !strings.Contains(errOut, "decode.log: skipped 1 line without a checksum record (line 2)") {
 			t.Errorf("stderr %q", errOut)

@@ -76,6 +76,9 @@ func NewCmdCollect(f *cmdutil.Factory, runF func(*CollectOptions) error) *cobra.
 	cmd := &cobra.Command{
 		Use:   "collect --listen ADDR [--record FILE]",
 		Short: "Receive events from engine hooks and probes; optionally record them",
+		Example: `  # receive the engine hooks' events on a local socket and record them
+  kvcanary collect --listen unix:///tmp/kvcanary.sock --record run.kvtrace
+  kvcanary collect --listen tcp://127.0.0.1:7070 --json`,
 		Long: `Receive events from any number of producers at once — engine hooks, probes,
 scripts — over a Unix socket or loopback TCP, and record them to a trace bundle.
 
@@ -115,7 +118,6 @@ A value of 0 turns a limit off.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Listen == "" {
-				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("collect: --listen is required")
 			}
 			if err := opts.Limits.check(); err != nil {

@@ -72,7 +72,7 @@ they go to a temporary directory that is removed at the end.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.IntVar(&opts.Sessions, "sessions", 80, "sessions per run")
+	fl.IntVar(&opts.Sessions, "sessions", 80, "sessions per run, all in flight at once on the twin")
 	fl.IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the twin's workload, rooms and stream interleaving")
 	fl.StringVar(&opts.Out, "out", "", "directory for the runs' bundles, kept (default: a temporary directory, removed at the end unless --keep)")

@@ -88,6 +88,9 @@ func NewCmdDoctor(f *cmdutil.Factory, runF func(*DoctorOptions) error) *cobra.Co
 	cmd := &cobra.Command{
 		Use:   "doctor [--socket ADDR] [--require GROUP,...]",
 		Short: "Check what this host offers kvcanary: GPU, eBPF, libcuda, collector, engines",
+		Example: `  kvcanary doctor
+  kvcanary doctor --require gpu,ebpf --json
+  kvcanary doctor --socket unix:///tmp/kvcanary.sock --python /opt/sglang/bin/python`,
 		Long: `Check, on one screen, what this host offers kvcanary's live sources:
 
   gpu      NVML found (libnvidia-ml.so.1), devices, driver and CUDA versions

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,6 +43,9 @@ func NewCmdGPU(f *cmdutil.Factory, runF func(*GPUOptions) error) *cobra.Command 
 	cmd := &cobra.Command{
 		Use:   "gpu",
 		Short: "Show NVIDIA GPU telemetry (NVML): memory, utilization, ECC, Xid",
+		Example: `  kvcanary gpu
+  kvcanary gpu --watch 1s
+  kvcanary gpu --json | jq '.devices[].mem_used'`,
 		Long: `Show one NVML sample of every GPU: memory used/total, utilization, temperature,
 power, clocks, volatile ECC counts, PCIe replays, retired pages and remapped rows,
 and the compute processes with their device memory. With --watch, sample every
@@ -146,19 +148,19 @@ func gpuXidText(x uint64) string {
 func gpuTable(out io.Writer, r GPUReport) error {
 	fmt.Fprintf(out, "driver %s  CUDA %s  %d GPU(s)  %s\n", gpuDash(r.Driver), gpuDash(r.CUDA), len(r.Devices),
 		time.Unix(0, r.TS).UTC().Format(time.RFC3339))
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GPU\tNAME\tMEM GiB\tUTIL\tMEMUTIL\tTEMP\tPOWER W\tSM/MEM MHz\tECC SBE/DBE\tPCIE REPLAY\tRETIRED\tREMAP C/U\tXID\tPROCS")
+	rows := [][]string{{"GPU", "NAME", "MEM GiB", "UTIL", "MEMUTIL", "TEMP", "POWER W", "SM/MEM MHz", "ECC SBE/DBE", "PCIE REPLAY", "RETIRED", "REMAP C/U", "XID", "PROCS"}}
 	for _, d := range r.Devices {
 		remap := fmt.Sprintf("%d/%d", d.RemappedCorr, d.RemappedUnc)
 		if d.RemapPending {
 			remap += " pending"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%d%%\t%d%%\t%dC\t%.1f\t%d/%d\t%d/%d\t%d\t%d\t%s\t%s\t%d\n",
-			d.Index, cmdutil.Quote(d.Name), gpuGiB(d.MemUsed), gpuGiB(d.MemTotal), d.UtilGPU, d.UtilMem, d.TempC,
-			float64(d.PowerMW)/1000, d.SMClockMHz, d.MemClockMHz, d.ECCSBE, d.ECCDBE, d.PCIeReplay,
-			d.RetiredPages, remap, gpuXidText(d.Xid), len(d.Procs))
+		rows = append(rows, []string{strconv.Itoa(d.Index), cmdutil.Quote(d.Name), gpuGiB(d.MemUsed) + "/" + gpuGiB(d.MemTotal),
+			fmt.Sprintf("%d%%", d.UtilGPU), fmt.Sprintf("%d%%", d.UtilMem), fmt.Sprintf("%dC", d.TempC),
+			fmt.Sprintf("%.1f", float64(d.PowerMW)/1000), fmt.Sprintf("%d/%d", d.SMClockMHz, d.MemClockMHz),
+			fmt.Sprintf("%d/%d", d.ECCSBE, d.ECCDBE), fmt.Sprint(d.PCIeReplay), fmt.Sprint(d.RetiredPages), remap,
+			gpuXidText(d.Xid), strconv.Itoa(len(d.Procs))})
 	}
-	if err := tw.Flush(); err != nil {
+	if err := cmdutil.WriteTable(out, true, rows); err != nil {
 		return err
 	}
 	for _, d := range r.Devices {

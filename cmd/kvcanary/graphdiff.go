@@ -48,6 +48,8 @@ func NewCmdGraphDiff(f *cmdutil.Factory, runF func(*GraphDiffReportOptions) erro
 	cmd := &cobra.Command{
 		Use:   "graphdiff",
 		Short: "Judge graph-vs-eager differentials (captured replay against an eager rerun)",
+		Example: `  kvcanary graphdiff report run.kvtrace
+  kvcanary graphdiff report run.kvtrace --json`,
 		Long: `A graph-vs-eager sample runs one decode step twice from the same inputs: as the
 captured CUDA graph and eagerly. Rounding differences are absorbed by a
 dtype-aware tolerance (allclose, then error against a float64 reference); a
@@ -64,6 +66,9 @@ func NewCmdGraphDiffReport(f *cmdutil.Factory, runF func(*GraphDiffReportOptions
 	cmd := &cobra.Command{
 		Use:   "report BUNDLE",
 		Short: "Report graph-vs-eager divergence from a trace bundle",
+		Example: `  kvcanary sim run --record run.kvtrace
+  kvcanary graphdiff report run.kvtrace
+  kvcanary graphdiff report run.kvtrace --json | jq .status`,
 		Long: `Replay a trace bundle's graphdiff.sample events through the graphdiff analyzer:
 a headline (divergent samples, requests, worst top-k Jaccard), the worst
 samples, and the histogram of top-k Jaccard similarity.

@@ -19,7 +19,9 @@ func NewCmdLogs(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logs",
 		Short: "Read serving engines' server logs (SGLang, vLLM)",
-		Args:  usageArgs(cobra.NoArgs),
+		Example: `  kvcanary logs scan decode.log
+  kvcanary logs scan --json prefill.log`,
+		Args: usageArgs(cobra.NoArgs),
 	}
 	cmd.AddCommand(NewCmdLogsScan(f, nil))
 	return cmd
@@ -78,11 +80,9 @@ is parsed by its first MiB (as canary report does) and counted in long_lines.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
 			if opts.Limit < 0 {
-				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("--limit %d: want 0 or more", opts.Limit)
 			}
 			if opts.Year < 0 || opts.Year > 9999 {
-				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("--year %d: want a year from 1 to 9999 (0: the current year)", opts.Year)
 			}
 			if runF != nil {

@@ -3,11 +3,11 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
@@ -18,32 +18,62 @@ func main() {
 	// default handling then lets a second one kill a shutdown that hangs
 	// (a stuck disk under a bundle writer, say).
 	context.AfterFunc(ctx, stop)
-	err := run(ctx, os.Args[1:])
-	interrupted := ctx.Err() != nil
+	f := cmdutil.NewFactory(ctx)
+	code := run(f, os.Args[1:])
 	stop()
-	code := report(err)
-	if interrupted && code == cmdutil.ExitInput {
-		code = cmdutil.ExitInterrupted // a read cut by the signal, however it was worded
-	}
 	os.Exit(code)
 }
 
-// run builds the command tree and executes it with args.
-func run(ctx context.Context, args []string) error {
-	f := cmdutil.NewFactory(ctx)
+// run builds the command tree, executes it with args and reports its error
+// on f's streams; it returns the exit code.
+func run(f *cmdutil.Factory, args []string) int {
 	root := NewCmdRoot(f)
 	root.SetArgs(args)
-	return root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(f.Ctx)
+	interrupted := f.Ctx.Err() != nil
+	code := cmdutil.ExitCode(err)
+	if interrupted && code == cmdutil.ExitInput {
+		code = cmdutil.ExitInterrupted // a read cut by the signal, however it was worded
+	}
+	if err != nil {
+		cmdutil.ReportError(f.IO, err, code, cmdutil.ErrorContext{
+			JSON:        jsonRequested(cmd, args),
+			HelpCommand: helpCommand(cmd, root),
+		})
+	}
+	return code
 }
 
-// report prints err (unless it is a silent finding exit) and returns the exit code.
-func report(err error) int {
-	if err == nil {
-		return cmdutil.ExitOK
+// helpCommand is the command whose --help a usage error points at: the one
+// that failed, or the root when cobra could not tell.
+func helpCommand(cmd, root *cobra.Command) string {
+	if cmd == nil {
+		cmd = root
 	}
-	var ee *cmdutil.ExitError
-	if !(errors.As(err, &ee) && ee.Err == nil) {
-		fmt.Fprintln(os.Stderr, "kvcanary:", err)
+	return cmd.CommandPath()
+}
+
+// jsonRequested reports whether the failed command was asked for --json:
+// the parsed flag, or (when parsing stopped before reaching it, a flag
+// error) the word on the command line before any "--".
+func jsonRequested(cmd *cobra.Command, args []string) bool {
+	if cmd == nil {
+		return false
 	}
-	return cmdutil.ExitCode(err)
+	fl := cmd.Flags().Lookup("json")
+	if fl == nil {
+		return false
+	}
+	if fl.Changed {
+		return fl.Value.String() == "true"
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--json" || a == "--json=true" {
+			return true
+		}
+	}
+	return false
 }

@@ -66,7 +66,9 @@ func NewCmdProbe(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *cobra.
 	cmd := &cobra.Command{
 		Use:   "probe",
 		Short: "Attach zero-touch probes to a running engine",
-		Args:  usageArgs(cobra.NoArgs),
+		Example: `  sudo kvcanary probe cuda --pid "$(pgrep -f sglang.launch_server | head -1)" --duration 30s
+  sudo kvcanary probe cuda --lib /usr/lib/x86_64-linux-gnu/libcuda.so.1 --record cuda.kvtrace`,
+		Args: usageArgs(cobra.NoArgs),
 	}
 	cmd.AddCommand(newCmdProbeCUDA(f, runF))
 	return cmd
@@ -77,6 +79,10 @@ func newCmdProbeCUDA(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *co
 	cmd := &cobra.Command{
 		Use:   "cuda --pid PID | --lib PATH [--record FILE] [--duration D]",
 		Short: "Trace CUDA driver calls (graph capture/replay, launches, copies) with eBPF",
+		Example: `  # the CUDA driver calls of one engine process for 30 s (root, or CAP_BPF and CAP_PERFMON)
+  sudo kvcanary probe cuda --pid 12345 --duration 30s
+  # every process using this libcuda, recorded for trace inspect
+  sudo kvcanary probe cuda --lib /usr/lib/x86_64-linux-gnu/libcuda.so.1 --record cuda.kvtrace`,
 		Long: `Trace CUDA driver API calls of an unmodified process with eBPF uprobes on
 libcuda.so: stream capture, graph instantiate and launch, kernel launches, event
 record/wait, allocations and async copies, with stream and graph-exec handles,
@@ -94,7 +100,6 @@ to check.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.PID == 0 && opts.Lib == "" {
-				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("give --pid PID or --lib PATH")
 			}
 			if opts.PID < 0 {

@@ -12,8 +12,9 @@ import (
 // NewCmdPyhook builds `kvcanary pyhook` and its subcommands.
 func NewCmdPyhook(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "pyhook",
-		Short: "The in-engine Python package (import name kvcanary) this binary carries",
+		Use:     "pyhook",
+		Short:   "The in-engine Python package (import name kvcanary) this binary carries",
+		Example: `  export PYTHONPATH="$(kvcanary pyhook path)${PYTHONPATH:+:$PYTHONPATH}"`,
 		Long: `kvcanary carries its in-engine Python package (import name kvcanary: room
 checksums, replay canaries and graph-vs-eager reruns inside SGLang) in the
 binary. "kvcanary wrap" puts it on PYTHONPATH for you; "kvcanary pyhook path"

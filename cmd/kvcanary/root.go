@@ -26,14 +26,25 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error
 fine but holds none of the instrument's observations; the report names what
 records them), 130 interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any
 command within a second; a second one kills it at once.`,
+		Example: `  kvcanary demo                      # the whole investigation on the twin, no GPU
+  kvcanary watch --sim               # the live dashboard over the twin
+  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
+  kvcanary logs scan decode.log
+  kvcanary <command> --help          # every command has examples`,
+		Version:       "set below",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// --version prints the same line as `kvcanary version`.
+	root.Version = versionLine()
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.Flags().Bool("version", false, "print the version, commit and build date (the line of kvcanary version)")
 	root.SetIn(f.IO.In)
 	root.SetOut(f.IO.Out)
 	root.SetErr(f.IO.ErrOut)
+	// A flag error is one line plus a pointer to --help (main prints both,
+	// as gh does), not thirty lines of usage burying the line that matters.
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		c.PrintErrln(c.UsageString())
 		return cmdutil.UsageError("%w", err)
 	})
 
@@ -57,15 +68,18 @@ command within a second; a second one kills it at once.`,
 		NewCmdPyhook(f), NewCmdWrap(f, nil),
 		NewCmdBisect(f, nil),
 		NewCmdReport(f, nil),
+		NewCmdGenDocs(f),
 		// Commands register here, one line each.
 	)
 	groupsRejectArgs(root)
+	registerCompletions(root)
 	return root
 }
 
 // groupsRejectArgs makes every command that only groups subcommands (root,
 // probe, trace, …) runnable: with no arguments it prints its help, and an
-// unknown subcommand is a usage error (exit 2, usage printed). Cobra on its
+// unknown subcommand is a usage error (exit 2, one line and a pointer to
+// --help). Cobra on its
 // own never validates a non-runnable command's arguments: it printed help and
 // exited 0 for `kvcanary probe nosuch`, and exited 3 without usage for
 // `kvcanary nosuchcmd`.
@@ -86,8 +100,12 @@ func groupsRejectArgs(c *cobra.Command) {
 func usageArgs(v cobra.PositionalArgs) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if err := v(cmd, args); err != nil {
-			cmd.PrintErrln(cmd.UsageString())
-			return cmdutil.UsageError("%w", err)
+			// Cobra's "accepts 2 arg(s), received 1" says what is wrong but
+			// not what is wanted: the use line does.
+			if cmd.HasAvailableSubCommands() {
+				return cmdutil.UsageError("%w", err)
+			}
+			return cmdutil.UsageError("%w (usage: %s)", err, cmd.UseLine())
 		}
 		return nil
 	}

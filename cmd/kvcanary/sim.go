@@ -15,7 +15,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
@@ -31,6 +30,9 @@ func NewCmdSim(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Run the embedded twin: a deterministic serving runtime with the seeds' bug",
+		Example: `  kvcanary sim run --sessions 80 --rounds 4
+  kvcanary sim run --index-k-dtype fp8 --json
+  kvcanary sim serve --addr 127.0.0.1:30000`,
 		Long: `The twin is a small deterministic serving runtime with the anatomy of the seeds'
 SGLang stack: paged bf16/fp8 index-K arenas, PD disaggregation, continuous
 batching with retraction, captured decode graphs with multi-stream overlap and
@@ -172,7 +174,9 @@ func NewCmdSimRun(f *cmdutil.Factory, runF func(*SimRunOptions) error) *cobra.Co
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run multi-turn tool-calling sessions on the twin and report the corruption rate",
-		Long: `Run N concurrent multi-turn tool-calling sessions on the twin and classify each
+		Long: `Run --sessions multi-turn tool-calling sessions on the twin, all in flight at
+once (the twin has no --concurrency: its concurrency is the session count;
+"kvcanary repro --concurrency" caps it against a server), and classify each
 (done, maxrounds, leak, no_tool, error, timeout). Every instrument is on by
 default (room checksums, replay canary, graph-vs-eager sampling); each has a
 flag to turn it off. The run is deterministic for a given seed.`,
@@ -196,7 +200,7 @@ flag to turn it off. The run is deterministic for a given seed.`,
 		},
 	}
 	opts.Engine = addEngineFlags(cmd)
-	cmd.Flags().IntVar(&opts.Sessions, "sessions", 80, fmt.Sprintf("concurrent sessions (1 to %d)", maxSimSessions))
+	cmd.Flags().IntVar(&opts.Sessions, "sessions", 80, fmt.Sprintf("sessions to run, all in flight at once on the twin (1 to %d)", maxSimSessions))
 	cmd.Flags().IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
 	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the workload, rooms and stream interleaving")
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record every event to this trace bundle")
@@ -342,32 +346,7 @@ func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[s
 	}
 	fmt.Fprintf(w, "wall: %.2fs (%.0f steps/s, %.0f tokens/s)\n", res.WallSeconds,
 		float64(s.Steps)/res.WallSeconds, float64(s.DecodeTokens)/res.WallSeconds)
-	names := make([]string, 0, len(sections))
-	for k := range sections {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		line, err := scalarLine(sections[k])
-		if err != nil {
-			return fmt.Errorf("encode %s summary: %w", k, err)
-		}
-		if _, err := fmt.Fprintf(w, "%s: %s\n", k, line); err != nil {
-			return err
-		}
-		// The canary's between-replay verdicts are an object, which the
-		// scalar line leaves out: give them their own line.
-		if cs, ok := sections[k].(canary.Summary); ok && cs.Between != nil {
-			line, err := scalarLine(cs.Between)
-			if err != nil {
-				return fmt.Errorf("encode %s between summary: %w", k, err)
-			}
-			if _, err := fmt.Fprintf(w, "%s between replays: %s\n", k, line); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return writeSimRunSections(w, sections)
 }
 
 // scalarLine renders an analyzer summary's top-level scalar fields as

@@ -25,6 +25,8 @@ func NewCmdTrace(f *cmdutil.Factory) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "trace",
 		Short: "Read trace bundles (.kvtrace)",
+		Example: `  kvcanary trace inspect run.kvtrace
+  kvcanary trace cat --kind finding run.kvtrace`,
 		Long: `Read trace bundles (.kvtrace). A bundle is a zstd stream of JSON lines that
 standard tools read too:
 
@@ -57,7 +59,9 @@ func NewCmdTraceInspect(f *cmdutil.Factory, runF func(*TraceInspectOptions) erro
 	cmd := &cobra.Command{
 		Use:   "inspect FILE",
 		Short: "Show a bundle's manifest, event counts, time span and truncation",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Example: `  kvcanary trace inspect run.kvtrace
+  kvcanary trace inspect run.kvtrace --json | jq .counts`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
 			if runF != nil {
@@ -196,6 +200,9 @@ func NewCmdTraceCat(f *cmdutil.Factory, runF func(*TraceCatOptions) error) *cobr
 	cmd := &cobra.Command{
 		Use:   "cat FILE",
 		Short: "Print a bundle's events as JSON lines",
+		Example: `  kvcanary trace cat run.kvtrace | head
+  kvcanary trace cat --kind finding --kind session run.kvtrace
+  kvcanary trace cat --all run.kvtrace | head -1   # the manifest`,
 		Long: `Print a bundle's events as JSON lines on stdout, one event per line in the
 event model v1 form. --kind (repeatable or comma separated) keeps only those
 kinds; --all also prints the manifest ({"kvtrace":…}) and footer

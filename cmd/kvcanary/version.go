@@ -19,7 +19,12 @@ type VersionOptions struct {
 
 // VersionInfo is the --json shape of `kvcanary version`.
 type VersionInfo struct {
-	Version      string `json:"version"`
+	Version string `json:"version"`
+	// Commit, Date and Modified: see buildinfo.Info (empty when the build
+	// recorded none, never a made-up value).
+	Commit       string `json:"commit,omitempty"`
+	Date         string `json:"date,omitempty"`
+	Modified     bool   `json:"modified,omitempty"`
 	Go           string `json:"go"`
 	OS           string `json:"os"`
 	Arch         string `json:"arch"`
@@ -31,8 +36,18 @@ func NewCmdVersion(f *cmdutil.Factory, runF func(*VersionOptions) error) *cobra.
 	opts := &VersionOptions{IO: f.IO}
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the kvcanary version",
-		Args:  usageArgs(cobra.NoArgs),
+		Short: "Print the kvcanary version, commit and build date",
+		Long: `Print the version, the commit the binary was built from and its date, the Go
+toolchain, the platform and the event model version.
+
+Release builds carry all of them from link flags; a plain "go build" or
+"go install" inside a git work tree takes the commit and its time from what
+the toolchain recorded (vcs.revision, vcs.time; "-dirty" when the tree had
+uncommitted changes). "kvcanary --version" prints the same line.`,
+		Example: `  kvcanary version
+  kvcanary --version
+  kvcanary version --json | jq -r .commit`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if runF != nil {
 				return runF(opts)
@@ -45,14 +60,21 @@ func NewCmdVersion(f *cmdutil.Factory, runF func(*VersionOptions) error) *cobra.
 }
 
 func versionRun(opts *VersionOptions) error {
+	bi := buildinfo.Read()
 	info := VersionInfo{
-		Version: buildinfo.String(), Go: runtime.Version(),
-		OS: runtime.GOOS, Arch: runtime.GOARCH, EventVersion: hook.Version,
+		Version: bi.Version, Commit: bi.Commit, Date: bi.Date, Modified: bi.Modified,
+		Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, EventVersion: hook.Version,
 	}
 	if opts.JSON.JSON {
 		return cmdutil.WriteJSON(opts.IO.Out, info)
 	}
-	_, err := fmt.Fprintf(opts.IO.Out, "kvcanary %s (%s %s/%s, event model v%d)\n",
-		info.Version, info.Go, info.OS, info.Arch, info.EventVersion)
+	_, err := fmt.Fprintln(opts.IO.Out, versionLine())
 	return err
+}
+
+// versionLine is what `kvcanary version` and `kvcanary --version` print:
+// "kvcanary v1.2.3 (commit 0123456789ab, 2026-12-01T12:00:00Z) go1.26.8 linux/amd64, event model v1".
+func versionLine() string {
+	return fmt.Sprintf("kvcanary %s %s %s/%s, event model v%d",
+		buildinfo.Read().Line(), runtime.Version(), runtime.GOOS, runtime.GOARCH, hook.Version)
 }

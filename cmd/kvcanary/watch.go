@@ -89,14 +89,12 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 				}
 			}
 			if n != 1 {
-				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("watch: give exactly one source: --listen, --bundle or --sim")
 			}
 			// --sim is paced at the flag's default, 1x: one twin step per
 			// step time of wall time (--speed max rushes).
 			opts.speedSet = cmd.Flags().Changed("speed") || opts.Sim
 			if err := watchFlagsFitSource(cmd, opts); err != nil {
-				cmd.PrintErrln(cmd.UsageString())
 				return err
 			}
 			if err := opts.Limits.check(); err != nil {
@@ -126,7 +124,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 	fl.StringVar(&opts.Speed, "speed", "1x", "event time per wall time (10x, 0.5x) or max: --bundle replays at it; --sim is held to it, so 1x steps the twin at its step time (25ms) and max rushes")
 	fl.BoolVar(&opts.Sim, "sim", false, "run the twin live (engine flags below)")
 	opts.Engine = addEngineFlags(cmd)
-	fl.IntVar(&opts.Sessions, "sessions", 80, "with --sim: concurrent sessions")
+	fl.IntVar(&opts.Sessions, "sessions", 80, "with --sim: sessions to run, all in flight at once on the twin")
 	fl.IntVar(&opts.Rounds, "rounds", 4, "with --sim: most rounds per session")
 	fl.Uint64Var(&opts.Seed, "seed", 1, "with --sim: seed of the workload")
 	fl.StringVar(&opts.Record, "record", "", "record every event of a live source to this trace bundle")

@@ -136,7 +136,6 @@ checksum compare, canary report or graphdiff report for a check's exit code.`,
   kvcanary wrap --record a.kvtrace --config cuda_graph=on --config multi_stream_overlap=off -- python3 -m sglang.launch_server ...`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				cmd.PrintErrln(cmd.UsageString())
 				return cmdutil.UsageError("wrap: give the command after --: kvcanary wrap [flags] -- COMMAND [ARG...]")
 			}
 			return nil

@@ -8,22 +8,17 @@ import (
 )
 
 // WriteTable prints rows (the first is the header) as columns aligned with
-// two spaces on a terminal (tty), and as tab-separated lines in a pipe, so
-// cut and awk see one field per cell. Cells are printed as given: quote
-// untrusted ones with Quote first. A cell must not contain a tab or newline.
+// two spaces, on a terminal and in a pipe alike: a report read through less,
+// a CI log or a file lines up as it does on screen (64-bit hex digests made
+// tab stops useless). Scripts read --json, one object per report. tty is
+// kept for styling a terminal may get later; today both print the same.
+// Cells are printed as given: quote untrusted ones with Quote first. A cell
+// must not contain a tab or newline.
 func WriteTable(w io.Writer, tty bool, rows [][]string) error {
-	if !tty {
-		var b strings.Builder
-		for _, r := range rows {
-			b.WriteString(strings.Join(r, "\t"))
-			b.WriteByte('\n')
-		}
-		_, err := io.WriteString(w, b.String())
-		return err
-	}
+	_ = tty
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, r := range rows {
-		if _, err := io.WriteString(tw, strings.Join(r, "\t")+"\n"); err != nil {
+		if _, err := io.WriteString(tw, strings.TrimRight(strings.Join(r, "\t"), "\t")+"\n"); err != nil {
 			return err
 		}
 	}

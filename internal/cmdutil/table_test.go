@@ -6,23 +6,21 @@ import (
 )
 
 func TestWriteTable(t *testing.T) {
-	rows := [][]string{{"CLASS", "PAGES"}, {"expected-store", "3"}, {"free", "12,000"}}
-	var pipe strings.Builder
-	if err := WriteTable(&pipe, false, rows); err != nil {
-		t.Fatal(err)
-	}
-	if want := "CLASS\tPAGES\nexpected-store\t3\nfree\t12,000\n"; pipe.String() != want {
-		t.Errorf("pipe:\n%q\nwant\n%q", pipe.String(), want)
-	}
-	var tty strings.Builder
-	if err := WriteTable(&tty, true, rows); err != nil {
-		t.Fatal(err)
-	}
-	want := "CLASS           PAGES\n" +
-		"expected-store  3\n" +
-		"free            12,000\n"
-	if tty.String() != want {
-		t.Errorf("tty:\n%s\nwant\n%s", tty.String(), want)
+	rows := [][]string{{"ROOM", "CLASS", "BSUM"}, {"0", "warmup", "0x1556e08c93fd4137"},
+		{"25089291072559105", "mismatch", "0x5bddf900a11d9b22"}, {"7", "free", ""}}
+	want := "ROOM               CLASS     BSUM\n" +
+		"0                  warmup    0x1556e08c93fd4137\n" +
+		"25089291072559105  mismatch  0x5bddf900a11d9b22\n" +
+		"7                  free\n"
+	// Aligned in a pipe as on a terminal (64-bit hex misaligned tab stops).
+	for _, tty := range []bool{false, true} {
+		var b strings.Builder
+		if err := WriteTable(&b, tty, rows); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != want {
+			t.Errorf("tty=%v:\n%s\nwant\n%s", tty, b.String(), want)
+		}
 	}
 }
 

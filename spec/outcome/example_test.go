@@ -16,5 +16,5 @@ func ExampleWilson() {
 func ExampleSummary_Headline() {
 	s := outcome.SummaryOf(outcome.Counts{Done: 8, MaxRounds: 58, Leak: 14}, 4, 313*time.Second)
 	fmt.Println(s.Headline())
-	// Output: CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 ok-ish[done/maxrounds]=66) 95% CI [10.7%, 27.3%]
+	// Output: CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 intact[done/maxrounds]=66) 95% CI [10.7%, 27.3%]
 }

@@ -65,7 +65,8 @@ func (o Counts) Total() int {
 // Corrupted is the number of corrupted sessions: leak + no_tool + error.
 func (o Counts) Corrupted() int { return o.Leak + o.NoTool + o.Error }
 
-// OKish is the seeds' "ok-ish" count: done + maxrounds.
+// OKish is the seeds' "ok-ish" count, printed as "intact": done +
+// maxrounds, the sessions whose every reply came back well-formed.
 func (o Counts) OKish() int { return o.Done + o.MaxRounds }
 
 // IsCorrupted reports whether an outcome class counts as corrupted: leak,
@@ -107,10 +108,10 @@ func SummaryOf(o Counts, rounds int, wall time.Duration) Summary {
 
 // Headline is the seeds' one-line verdict followed by the 95% Wilson interval:
 //
-//	CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 ok-ish[done/maxrounds]=66) 95% CI [10.7%, 27.3%]
+//	CORRUPTION sessions: 14/80 = 18% (leak=14 no_tool=0 error=0 intact[done/maxrounds]=66) 95% CI [10.7%, 27.3%]
 //
 // The percentage is rounded half up, as the seeds print it. Timeouts, which
-// are neither corrupted nor ok-ish, are shown only when there are some.
+// are neither corrupted nor intact, are shown only when there are some.
 func (s Summary) Headline() string {
 	o := s.Outcomes
 	pct := 0
@@ -121,7 +122,7 @@ func (s Summary) Headline() string {
 	if o.Timeout > 0 {
 		timeout = fmt.Sprintf(" timeout=%d", o.Timeout)
 	}
-	return fmt.Sprintf("CORRUPTION sessions: %d/%d = %d%% (leak=%d no_tool=%d error=%d%s ok-ish[done/maxrounds]=%d) 95%% CI [%.1f%%, %.1f%%]",
+	return fmt.Sprintf("CORRUPTION sessions: %d/%d = %d%% (leak=%d no_tool=%d error=%d%s intact[done/maxrounds]=%d) 95%% CI [%.1f%%, %.1f%%]",
 		s.CorruptedSessions, s.Sessions, pct, o.Leak, o.NoTool, o.Error, timeout, o.OKish(),
 		100*s.Wilson95[0], 100*s.Wilson95[1])
 }
