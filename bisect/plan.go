@@ -78,7 +78,7 @@ type ArmSpec struct {
 type WorkloadSpec struct {
 	Rounds        int      `toml:"rounds"`
 	Concurrency   int      `toml:"concurrency"`
-	Seed          uint64   `toml:"seed"`
+	Seed          int64    `toml:"seed"`
 	ToolTime      string   `toml:"tool_time"`
 	Conversations string   `toml:"conversations"`
 	Temperature   *float64 `toml:"temperature"`
@@ -174,6 +174,9 @@ func (p *Plan) check() error {
 		if s.URL == "" {
 			return fmt.Errorf("server.engine = \"manual\" needs server.url (where you start the server)")
 		}
+		if strings.Contains(s.URL+s.Health, "{port}") {
+			return fmt.Errorf("server.url %q: a manual server listens where you start it: give its port, not {port}", s.URL)
+		}
 	default:
 		return fmt.Errorf("server.engine %q: want twin, command or manual", s.Engine)
 	}
@@ -208,6 +211,9 @@ func (p *Plan) check() error {
 	}
 	if w.Concurrency == 0 {
 		w.Concurrency = 80
+	}
+	if w.Seed < 0 {
+		return fmt.Errorf("workload.seed %d: want 0 or more", w.Seed)
 	}
 	if w.Rounds < 1 || w.Concurrency < 1 {
 		return fmt.Errorf("workload: rounds %d and concurrency %d must be at least 1", w.Rounds, w.Concurrency)

@@ -19,7 +19,10 @@ type Report struct {
 	Arms     []ArmReport `json:"arms"` // [0] is the baseline
 	Verdict  Verdict     `json:"verdict"`
 	Sessions int         `json:"sessions"` // counted, baseline included
-	Complete bool        `json:"complete"` // every arm has a decision
+	// SessionsRun finished, counted or not (a wave runs whole until its
+	// counted prefix is done).
+	SessionsRun int  `json:"sessions_run"`
+	Complete    bool `json:"complete"` // every arm has a decision
 }
 
 // ArmReport is one arm's line.
@@ -27,6 +30,7 @@ type ArmReport struct {
 	Name      string              `json:"name"`
 	Flags     []string            `json:"flags"`
 	Sessions  int                 `json:"sessions"`
+	Run       int                 `json:"sessions_run"`
 	Corrupted int                 `json:"corrupted"`
 	Rate      float64             `json:"rate"`
 	Wilson95  [2]float64          `json:"wilson95"`
@@ -69,8 +73,10 @@ func NewReport(p *Plan, st *State, out string) Report {
 			if s.Bundle != "" {
 				ar.Bundles = append(ar.Bundles, s.Bundle)
 			}
+			ar.Run += s.Started
 		}
 		r.Sessions += n
+		r.SessionsRun += ar.Run
 		r.Arms = append(r.Arms, ar)
 		if i == 0 {
 			continue
@@ -78,7 +84,7 @@ func NewReport(p *Plan, st *State, out string) Report {
 		v := &r.Verdict
 		switch a.Decision {
 		case Removes:
-			if len(a.Confounds) > 0 {
+			if len(a.Confounds) > 0 || !a.ConfoundsChecked {
 				v.Confounded = append(v.Confounded, a.Name)
 			} else {
 				v.Removes = append(v.Removes, a.Name)
@@ -108,7 +114,7 @@ func (r Report) verdictText() string {
 		parts = append(parts, fmt.Sprintf("removes it: %s", strings.Join(v.Removes, ", ")))
 	}
 	if len(v.Confounded) > 0 {
-		parts = append(parts, fmt.Sprintf("fewer corrupted sessions but confounded (something else differed too; see the arm's confounds): %s", strings.Join(v.Confounded, ", ")))
+		parts = append(parts, fmt.Sprintf("fewer corrupted sessions but confounded (something else differed too, or the arm's statistics were not at hand to check; see its confounds): %s", strings.Join(v.Confounded, ", ")))
 	}
 	if len(v.Nothing) > 0 {
 		parts = append(parts, fmt.Sprintf("changes nothing (no reduction of %.0f points or more): %s", 100*r.Design.MinEffect, strings.Join(v.Nothing, ", ")))
@@ -173,8 +179,8 @@ func (r Report) WriteText(w io.Writer) error {
 	}
 	arms := len(r.Arms) - 1
 	armSessions := r.Sessions - r.Arms[0].Sessions
-	fmt.Fprintf(w, "\nsessions: %d counted (baseline %d; arms %.1f on average, budget %d each)\n", r.Sessions, r.Arms[0].Sessions,
-		float64(armSessions)/float64(max(arms, 1)), r.Design.Budget)
+	fmt.Fprintf(w, "\nsessions: %d counted (baseline %d; arms %.1f on average, budget %d each); %d run in all (a wave of concurrent sessions runs until its counted prefix has finished)\n",
+		r.Sessions, r.Arms[0].Sessions, float64(armSessions)/float64(max(arms, 1)), r.Design.Budget, r.SessionsRun)
 	fmt.Fprintf(w, "verdict: %s\n", r.Verdict.Text)
 	if r.Out != "" {
 		fmt.Fprintf(w, "evidence: %s (one bundle per arm segment; state in %s)\n", r.Out, StateFile)

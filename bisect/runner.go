@@ -81,9 +81,12 @@ func (r *Runner) Run(ctx context.Context) (*State, error) {
 		r.Log = func(string, ...any) {}
 	}
 	st, d := r.State, r.Plan.Design()
-	base := st.Arms[0]
-	if base.Decision == Failed {
-		return st, fmt.Errorf("%w: %s", ErrBaselineFailed, base.Error)
+	// A resumed bisect tries again what failed (a server that would not
+	// start may have been fixed); what it counted stays.
+	for _, a := range st.Arms {
+		if a.Decision == Failed {
+			a.Decision, a.Error = Undecided, ""
+		}
 	}
 	if err := r.grow(ctx, r.Plan.Stats.BaselineStart); err != nil {
 		return st, r.finish(err)
@@ -103,7 +106,6 @@ func (r *Runner) Run(ctx context.Context) (*State, error) {
 			}
 		}
 	}
-	r.confounds()
 	return st, r.finish(nil)
 }
 
@@ -155,7 +157,16 @@ func (r *Runner) grow(ctx context.Context, n int) error {
 	for len(base.Sessions) < n {
 		have := len(base.Sessions)
 		r.Log("bisect: baseline: running sessions %d-%d", have+1, n)
-		if err := r.segment(ctx, 0, n-have, func(Session) bool { return false }); err != nil {
+		d := r.Plan.Design()
+		saveEach := func(Session) bool {
+			if d.LookAt(len(base.Sessions)) {
+				if err := r.save(); err != nil {
+					r.Log("bisect: %v", err)
+				}
+			}
+			return false
+		}
+		if err := r.segment(ctx, 0, n-have, saveEach); err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
@@ -181,7 +192,7 @@ func (r *Runner) grow(ctx context.Context, n int) error {
 func (r *Runner) segment(ctx context.Context, i, want int, each func(Session) (stop bool)) error {
 	a := r.State.Arms[i]
 	idx := len(a.Segments)
-	seg := Segment{Arm: a.Name, Flags: a.Flags, Index: idx, Seed: segmentSeed(r.Plan.Workload.Seed, i, idx), Sessions: want}
+	seg := Segment{Arm: a.Name, Flags: a.Flags, Index: idx, Seed: segmentSeed(uint64(r.Plan.Workload.Seed), i, idx), Sessions: want}
 	if r.Out != "" {
 		seg.Bundle = filepath.Join(r.Out, fmt.Sprintf("%s-%d.kvtrace", a.Name, idx))
 		if r.Plan.Server.Engine == EngineCommand {
@@ -251,7 +262,7 @@ func (r *Runner) confounds() {
 			continue
 		}
 		diffs, _, cs := sessions.Confounds(base, s, "")
-		a.FlagDiffs = diffs
+		a.FlagDiffs, a.ConfoundsChecked = diffs, true
 		own := flagNames(r.Plan.Arms[i].Flags)
 		a.Confounds = a.Confounds[:0]
 		for _, c := range cs {
@@ -305,7 +316,11 @@ func (r *Runner) save() error {
 	return r.State.Save(r.Out)
 }
 
+// finish compares the arms with the baseline (also when the bisect stops
+// early: a "removes it" is never claimed without its confounds checked)
+// and saves the state.
 func (r *Runner) finish(err error) error {
+	r.confounds()
 	if serr := r.save(); serr != nil && err == nil {
 		err = serr
 	}

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,112 +42,242 @@ type Server struct {
 	Location *time.Location
 }
 
-// tailBytes of a server's output are kept for error messages.
+// tailBytes of a server's output are quoted in error messages.
 const tailBytes = 4 << 10
+
+// healthEvery is how often a running server's health is polled while its
+// sessions run; healthMisses failed polls in a row fail the segment (a
+// server that stopped answering, or a manual server that went away).
+const (
+	healthEvery  = 2 * time.Second
+	healthMisses = 3
+)
 
 // Run implements Engine.
 func (e *Server) Run(ctx context.Context, seg Segment, stats *sessions.RunStats, observe func(int, string, string) bool) (err error) {
-	port, err := freePort()
-	if err != nil {
-		return err
+	port := 0
+	if e.Spec.Engine != EngineManual {
+		if port, err = freePort(); err != nil {
+			return err
+		}
 	}
 	expand := func(s string) string {
 		return strings.NewReplacer("{port}", strconv.Itoa(port), "{flags}", ShellQuote(seg.Flags), "{self}", ShellQuote([]string{e.Self}), "{arm}", seg.Arm).Replace(s)
 	}
 	url, health := expand(e.Spec.URL), expand(e.Spec.Health)
-	out := &ringBuffer{max: tailBytes}
-	var exited chan error
+	// The server log to scan for scheduler lines: the plan's (read from
+	// where it ends now: earlier segments' lines are theirs), else the
+	// command's captured output (a new file per segment).
+	logPath, fromStart := expand(e.Spec.Log), false
+	if logPath == "" {
+		logPath, fromStart = seg.Log, true
+	}
+	tail := e.startTail(logPath, fromStart, seg)
+	defer tail.stop()
+	var srv *process
 	switch e.Spec.Engine {
 	case EngineManual:
 		if err := e.Confirm(ctx, seg.Arm, seg.Flags, url); err != nil {
 			return err
 		}
 	default:
-		var stopServer func() error
-		stopServer, exited, err = e.start(ctx, expand(e.Spec.Command), seg, out)
-		if err != nil {
+		if srv, err = e.start(expand(e.Spec.Command), seg); err != nil {
 			return err
 		}
 		defer func() {
-			if serr := stopServer(); serr != nil && err == nil {
+			if serr := srv.stop(e.Spec.grace, e.logf, seg.Arm); serr != nil && err == nil {
 				err = serr
 			}
 		}()
 	}
-	if err := waitHealthy(ctx, health, e.Spec.startup, exited); err != nil {
-		return withTail(err, out)
+	if err := waitHealthy(ctx, health, e.Spec.startup, srv.exitedChan()); err != nil {
+		return srv.withTail(err)
 	}
-	logPath := expand(e.Spec.Log)
-	if logPath == "" {
-		logPath = seg.Log
-	}
-	return e.harness(ctx, seg, url, logPath, stats, observe, exited, out)
+	return e.harness(ctx, seg, url, health, stats, observe, srv, tail)
+}
+
+// process is a launched server: its own process group, its output in a
+// file (so its exit is seen when it exits, whatever its children hold
+// open).
+type process struct {
+	cmd    *exec.Cmd
+	log    string // the output file
+	temp   bool   // log is ours to remove
+	exited chan error
+	waited chan struct{}
 }
 
 // start launches the server command in its own process group, its output
-// in seg.Log and the ring buffer. stop sends SIGTERM to the group, then
-// SIGKILL after the grace period.
-func (e *Server) start(ctx context.Context, cmdline string, seg Segment, out *ringBuffer) (stop func() error, exited chan error, err error) {
-	var sink io.Writer = out
-	var logFile *os.File
-	if seg.Log != "" {
-		if logFile, err = os.Create(seg.Log); err != nil {
-			return nil, nil, fmt.Errorf("server log: %w", err)
-		}
-		sink = io.MultiWriter(logFile, out)
+// in seg.Log (a temporary file without one).
+func (e *Server) start(cmdline string, seg Segment) (*process, error) {
+	p := &process{log: seg.Log, exited: make(chan error, 1), waited: make(chan struct{})}
+	var f *os.File
+	var err error
+	if p.log != "" {
+		f, err = os.Create(p.log)
+	} else {
+		f, err = os.CreateTemp("", "kvcanary-bisect-*.log")
+		p.temp = err == nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("server log: %w", err)
+	}
+	p.log = f.Name()
+	defer f.Close() // the child has its own descriptor
 	cmd := exec.Command("/bin/sh", "-c", cmdline)
 	cmd.Env = os.Environ()
 	for k, v := range e.Spec.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.Stdout, cmd.Stderr = sink, sink
+	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		if logFile != nil {
-			logFile.Close()
-		}
-		return nil, nil, fmt.Errorf("start server %q: %w", cmdline, err)
+		p.cleanup()
+		return nil, fmt.Errorf("start server %q: %w", cmdline, err)
 	}
+	p.cmd = cmd
 	e.logf("bisect: %s: started %s (pid %d)", seg.Arm, cmdline, cmd.Process.Pid)
-	exited = make(chan error, 1)
-	waited := make(chan struct{})
-	var waitErr error
 	go func() {
-		waitErr = cmd.Wait()
-		close(waited)
-		exited <- waitErr
+		err := cmd.Wait()
+		close(p.waited)
+		p.exited <- err
 	}()
-	pgid := cmd.Process.Pid
-	stop = func() error {
-		defer func() {
-			if logFile != nil {
-				logFile.Close()
-			}
-		}()
-		select {
-		case <-waited:
-			return nil
-		default:
-		}
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-waited:
-		case <-time.After(e.Spec.grace):
-			e.logf("bisect: %s: the server did not stop within %s of SIGTERM; SIGKILL", seg.Arm, e.Spec.grace)
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			<-waited
-		}
-		return nil
-	}
-	return stop, exited, nil
+	return p, nil
 }
 
-// harness runs the segment's waves against the server at url; a server
-// that exits while they run fails the segment. The server log (its output,
-// or the plan's log file) is scanned for scheduler lines throughout.
-func (e *Server) harness(ctx context.Context, seg Segment, url, logPath string, stats *sessions.RunStats, observe func(int, string, string) bool,
-	exited chan error, out *ringBuffer) error {
+// exitedChan is nil for no process (a manual server).
+func (p *process) exitedChan() chan error {
+	if p == nil {
+		return nil
+	}
+	return p.exited
+}
+
+// stop ends the whole process group: SIGTERM, then SIGKILL to whatever is
+// left after grace (a server's workers outlive it otherwise, holding the
+// GPUs the next arm's server needs).
+func (p *process) stop(grace time.Duration, logf func(string, ...any), arm string) error {
+	defer p.cleanup()
+	pgid := p.cmd.Process.Pid
+	alive := func() bool { return syscall.Kill(-pgid, 0) == nil }
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for alive() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if alive() {
+		logf("bisect: %s: the server's processes did not stop within %s of SIGTERM; SIGKILL", arm, grace)
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		for end := time.Now().Add(5 * time.Second); alive() && time.Now().Before(end); {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	<-p.waited
+	if alive() {
+		return fmt.Errorf("the server's process group %d survived SIGKILL", pgid)
+	}
+	return nil
+}
+
+func (p *process) cleanup() {
+	if p.temp {
+		os.Remove(p.log)
+	}
+}
+
+// withTail adds the end of the server's output to err.
+func (p *process) withTail(err error) error {
+	if p == nil {
+		return err
+	}
+	f, ferr := os.Open(p.log)
+	if ferr != nil {
+		return err
+	}
+	defer f.Close()
+	var b []byte
+	if fi, serr := f.Stat(); serr == nil {
+		off := max(fi.Size()-tailBytes, 0)
+		b = make([]byte, fi.Size()-off)
+		n, _ := f.ReadAt(b, off)
+		b = b[:n]
+		if off > 0 {
+			if i := bytes.IndexByte(b, '\n'); i >= 0 {
+				b = b[i+1:] // start at a whole line
+			}
+		}
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return err
+	}
+	return fmt.Errorf("%w; its output ends:\n%s", err, t)
+}
+
+// logTail scans a server log for scheduler lines during a segment; its
+// events go where the segment's publisher is set.
+type logTail struct {
+	mu    sync.Mutex
+	pub   hook.Publisher
+	done  chan error
+	stopf context.CancelFunc
+}
+
+func (t *logTail) Publish(ev hook.Event) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.pub != nil {
+		t.pub.Publish(ev)
+	}
+}
+
+func (t *logTail) setPublisher(p hook.Publisher) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.pub = p
+}
+
+// stop reads what is left of the log and ends the tail.
+func (t *logTail) stop() {
+	if t.stopf == nil {
+		return
+	}
+	t.stopf()
+	<-t.done
+	t.stopf = nil
+}
+
+func (e *Server) startTail(path string, fromStart bool, seg Segment) *logTail {
+	t := &logTail{}
+	if path == "" {
+		return t
+	}
+	if fromStart {
+		// The command's own output file: created by start, after this.
+		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			f.Close()
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tl := logscan.NewTail(path, t, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}, Run: fmt.Sprintf("bisect-%s-%d", seg.Arm, seg.Index),
+		FromStart: fromStart, Parse: logscan.Options{Location: e.Location}})
+	t.done, t.stopf = make(chan error, 1), cancel
+	go func() {
+		err := tl.Run(ctx)
+		if err != nil {
+			e.logf("bisect: %s: server log: %v", seg.Arm, err)
+		}
+		t.done <- err
+	}()
+	<-tl.Ready()
+	return t
+}
+
+// harness runs the segment's waves against the server at url. A server
+// that exits, or stops answering health, fails the segment; sessions that
+// end after that are not evidence.
+func (e *Server) harness(ctx context.Context, seg Segment, url, health string, stats *sessions.RunStats, observe func(int, string, string) bool,
+	srv *process, tail *logTail) error {
 	ho := e.Harness
 	ho.URL, ho.Sessions = url, e.Harness.Concurrency
 	client := repro.NewHarnessClient(ho.Concurrency)
@@ -166,12 +297,18 @@ func (e *Server) harness(ctx context.Context, seg Segment, url, logPath string, 
 	if !stats.HaveManifest {
 		stats.SetManifest(ho.Tool, time.Now(), ho.Host, rc)
 	}
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var stopped atomic.Bool // we stopped the wave: what ends after is our abort, not evidence
 	// One publisher for the segment: the harness (one goroutine at a time)
 	// and the log tail publish concurrently; the current wave's pipeline
 	// records both in its bundle.
 	var mu sync.Mutex
 	var cur *pipeline.Pipeline
 	pub := hook.PublishFunc(func(ev hook.Event) {
+		if ev.Kind == hook.KindSession && (stopped.Load() || runCtx.Err() != nil) {
+			return // aborted by the bisect or by a dead server: not an outcome
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if cur != nil {
@@ -187,47 +324,25 @@ func (e *Server) harness(ctx context.Context, seg Segment, url, logPath string, 
 		cur = p
 	}
 	ho.Publisher = pub
-
-	runCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	if exited != nil {
-		go func() {
-			select {
-			case err := <-exited:
-				cancel(fmt.Errorf("the server exited during the sessions (%v)", exitText(err)))
-			case <-runCtx.Done():
-			}
-		}()
-	}
-	tailDone := make(chan error, 1)
-	tailCtx, stopTail := context.WithCancel(context.Background())
-	if logPath != "" {
-		tail := logscan.NewTail(logPath, pub, logscan.TailOptions{Src: hook.Source{Proc: "server-log"}, Run: fmt.Sprintf("bisect-%s-%d", seg.Arm, seg.Index),
-			FromStart: true, Parse: logscan.Options{Location: e.Location}})
-		go func() { tailDone <- tail.Run(tailCtx) }()
-	} else {
-		tailDone <- nil
-	}
-	defer func() {
-		stopTail()
-		if err := <-tailDone; err != nil {
-			e.logf("bisect: %s: server log: %v", seg.Arm, err)
-		}
-	}()
+	tail.setPublisher(pub)
+	defer tail.setPublisher(nil)
+	go e.watch(runCtx, cancel, health, srv.exitedChan())
 	if _, err := repro.Preflight(runCtx, ho); err != nil {
-		return withTail(fmt.Errorf("preflight: %w", err), out)
+		if cause := context.Cause(runCtx); cause != nil && ctx.Err() == nil {
+			err = cause
+		}
+		return srv.withTail(fmt.Errorf("preflight: %w", err))
 	}
-	stopped := false
 	for w := range maxWaves(seg.Sessions, ho.Concurrency) {
 		wave := ho
 		wave.Seed = seg.WaveSeed(w)
 		wave.Run = fmt.Sprintf("bisect-%s-%d-w%d", seg.Arm, seg.Index, w)
 		wave.OnSession = func(i int, sr repro.SessionResult) {
-			if stopped || runCtx.Err() != nil {
+			if stopped.Load() || runCtx.Err() != nil {
 				return // the server died or we stopped: what finishes now is not evidence
 			}
 			if observe(w*ho.Concurrency+i, fmt.Sprintf("w%d/%s", w, sr.ID), sr.Outcome) {
-				stopped = true
+				stopped.Store(true)
 				cancel(errStopped)
 			}
 		}
@@ -256,12 +371,59 @@ func (e *Server) harness(ctx context.Context, seg Segment, url, logPath string, 
 		case errors.Is(cause, errStopped):
 			return nil
 		case cause != nil:
-			return withTail(cause, out)
+			return srv.withTail(cause)
 		case runErr != nil:
 			return runErr
 		}
 	}
 	return errWavesExhausted(seg.Sessions)
+}
+
+// watch cancels the segment when the server exits or stops answering its
+// health URL (healthMisses polls in a row).
+func (e *Server) watch(ctx context.Context, cancel context.CancelCauseFunc, health string, exited chan error) {
+	tick := time.NewTicker(healthEvery)
+	defer tick.Stop()
+	c := &http.Client{Timeout: healthEvery}
+	misses := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-exited:
+			cancel(fmt.Errorf("the server exited during the sessions (%v)", exitText(err)))
+			return
+		case <-tick.C:
+		}
+		if err := getHealth(ctx, c, health); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if misses++; misses >= healthMisses {
+				cancel(fmt.Errorf("the server stopped answering %s (%d polls in a row: %v)", health, misses, err))
+				return
+			}
+			continue
+		}
+		misses = 0
+	}
+}
+
+func getHealth(ctx context.Context, c *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	return nil
 }
 
 var errStopped = errors.New("the bisect has what it needs")
@@ -280,19 +442,10 @@ func waitHealthy(ctx context.Context, url string, timeout time.Duration, exited 
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	c := &http.Client{Timeout: 5 * time.Second}
-	var last string
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := c.Do(req)
+		err := getHealth(ctx, c, url)
 		if err == nil {
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -300,7 +453,7 @@ func waitHealthy(ctx context.Context, url string, timeout time.Duration, exited 
 		case err := <-exited:
 			return fmt.Errorf("the server exited before it was healthy (%s)", exitText(err))
 		case <-deadline.C:
-			return fmt.Errorf("the server was not healthy at %s after %s (last: %s)", url, timeout, last)
+			return fmt.Errorf("the server was not healthy at %s after %s (last: %v)", url, timeout, err)
 		case <-tick.C:
 		}
 	}
@@ -313,14 +466,6 @@ func exitText(err error) string {
 	return err.Error()
 }
 
-func withTail(err error, out *ringBuffer) error {
-	t := strings.TrimSpace(out.String())
-	if t == "" {
-		return err
-	}
-	return fmt.Errorf("%w; its output ends:\n%s", err, t)
-}
-
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -328,31 +473,4 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// ringBuffer keeps the last max bytes written to it.
-type ringBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (r *ringBuffer) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.b = append(r.b, p...)
-	if over := len(r.b) - r.max; over > 0 {
-		r.b = append(r.b[:0], r.b[over:]...)
-	}
-	return len(p), nil
-}
-
-func (r *ringBuffer) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	b := r.b
-	if i := bytes.IndexByte(b, '\n'); i >= 0 && len(b) == r.max {
-		b = b[i+1:] // start at a whole line
-	}
-	return string(b)
 }

@@ -35,7 +35,10 @@ type ArmState struct {
 	Decision  Decision            `json:"decision"`
 	Error     string              `json:"error,omitempty"`
 	Confounds []sessions.Confound `json:"confounds,omitempty"`
-	FlagDiffs []sessions.FlagDiff `json:"flag_diffs,omitempty"` // settings that differ from the baseline's
+	// ConfoundsChecked: the arm was compared with the baseline (its
+	// statistics were at hand); a claim without it is not made.
+	ConfoundsChecked bool                `json:"confounds_checked"`
+	FlagDiffs        []sessions.FlagDiff `json:"flag_diffs,omitempty"` // settings that differ from the baseline's
 }
 
 // Session is one counted session.
