@@ -25,9 +25,10 @@ type CertsInitOptions struct {
 // NewCmdCerts builds `kvcanary certs` and its subcommand init.
 func NewCmdCerts(f *cmdutil.Factory, runF func(*CertsInitOptions) error) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "certs",
-		Short: "Make certificates for authenticated (mTLS) remote collection",
-		Args:  usageArgs(cobra.NoArgs),
+		Use:     "certs",
+		Short:   "Make certificates for authenticated (mTLS) remote collection",
+		Example: "  kvcanary certs init ./pki --client-names prefill-0,decode-0",
+		Args:    usageArgs(cobra.NoArgs),
 	}
 	opts := &CertsInitOptions{IO: f.IO}
 	initCmd := &cobra.Command{

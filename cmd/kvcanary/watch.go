@@ -361,7 +361,7 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 		defer close(steps)
 		var err error
 		rep, err = demo.Run(ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
-			Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Now: opts.Factory.Now, Analyzers: as, Events: pub,
+			Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Now: opts.Factory.Now, Analyzers: as, Events: pub, Pictures: true,
 			Publish: demoSteps(steps, opts.Factory.Now)})
 		return err
 	})
@@ -387,6 +387,7 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 			writeDemoStep(out, i+1, &rep.Steps[i])
 		}
 	}
+	demoBundlesDone(opts, rep, out)
 	if res.Cancelled {
 		fmt.Fprintln(opts.IO.ErrOut, "demo: stopped before the verdict")
 	}
