@@ -160,7 +160,7 @@ figure{margin:1em 0}figcaption{font-size:.9em;color:#444}svg{max-width:100%;heig
 
 <section id="plots">
 <h2>4. Plots</h2>
-{{range .Plots}}<figure id="{{.ID}}"><figcaption>{{.Title}}</figcaption>
+{{range .Plots}}<figure id="{{.ID}}"><figcaption>{{.Title}}{{if .Note}} <span class="small">({{.Note}})</span>{{end}}</figcaption>
 {{if .SVG}}{{.SVG}}{{else}}<p class="unknown">{{.Missing}}</p>{{end}}</figure>
 {{end}}</section>
 
