@@ -175,8 +175,8 @@ figure{margin:1em 0}figcaption{font-size:.9em;color:#444}svg{max-width:100%;heig
 
 <section id="commands">
 <h2>6. Re-check</h2>
-<pre>{{range .Commands}}{{.}}
-{{end}}</pre>
+{{if .Rep.BundlesGone}}<p class="unknown" id="bundles-gone">{{.Rep.BundlesGone}}</p>{{else}}<pre>{{range .Commands}}{{.}}
+{{end}}</pre>{{end}}
 </section>
 </body>
 </html>

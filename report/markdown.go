@@ -149,11 +149,16 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		}
 		p("\n</details>\n\n")
 	}
-	p("### 6. Re-check\n\n```sh\n")
-	for _, c := range v.Commands {
-		p("%s\n", strings.ReplaceAll(Visible(c), "```", "'''"))
+	p("### 6. Re-check\n\n")
+	if rep.BundlesGone != "" {
+		p("%s\n", mdCell(rep.BundlesGone))
+	} else {
+		p("```sh\n")
+		for _, c := range v.Commands {
+			p("%s\n", strings.ReplaceAll(Visible(c), "```", "'''"))
+		}
+		p("```\n")
 	}
-	p("```\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -395,3 +395,32 @@ func TestPlotsSampleTheWholeRun(t *testing.T) {
 		t.Errorf("the Markdown's peak is not the whole run's: %s", regexp.MustCompile(`\*\*scheduler pressure.*`).FindString(md.String()))
 	}
 }
+
+// Bundles removed after the report was written (the demo's temporary
+// directory): the re-check section says so instead of naming them.
+func TestRecheckBundlesGone(t *testing.T) {
+	base := fixture(t)
+	rep := *base
+	const gone = "The bundles were removed (a temporary directory); run kvcanary demo --keep to keep them."
+	rep.BundlesGone = gone
+	var h, md bytes.Buffer
+	if err := rep.WriteHTML(&h); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"HTML": h.String(), "Markdown": md.String()} {
+		i := strings.Index(out, "6. Re-check")
+		if i < 0 {
+			t.Fatalf("%s: no re-check section", name)
+		}
+		sec := out[i:]
+		if !strings.Contains(sec, "The bundles were removed (a temporary directory)") || strings.Contains(sec, "kvcanary checksum compare") || strings.Contains(sec, "baseline.kvtrace") {
+			t.Errorf("%s re-check section with the bundles gone:\n%s", name, sec)
+		}
+	}
+	if len(rep.Commands()) != 0 || len(base.Commands()) == 0 {
+		t.Errorf("commands: %d with the bundles gone, %d with them", len(rep.Commands()), len(base.Commands()))
+	}
+}
