@@ -61,6 +61,11 @@ type Options struct {
 	// Pictures writes report.html and timeline.json beside the bundles
 	// (pictures.go); kvcanary demo sets it.
 	Pictures bool
+	// BundlesRemoved says the caller deletes the bundles once Run returns
+	// (a temporary directory without --keep): report.html then says they
+	// were removed, and how to keep them, instead of giving re-check
+	// commands on files that will be gone.
+	BundlesRemoved bool
 }
 
 // Toggle is one A/B arm: a flag change against the baseline.

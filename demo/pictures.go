@@ -16,9 +16,17 @@ type Pictures struct {
 	Timeline string `json:"timeline,omitempty"` // timeline.json: the baseline in Perfetto
 }
 
+// BundlesGoneNote is what report.html says in place of its re-check
+// commands when the demo's bundles are removed after the run.
+const BundlesGoneNote = "The runs' bundles were recorded in a temporary directory and removed when the demo ended, " +
+	"so there is nothing left to re-check. To keep them and get the commands that re-check each claim, " +
+	"run: kvcanary demo --out DIR (or: kvcanary demo --keep)."
+
 // writePictures writes report.html (every run, the baseline first) and
-// timeline.json (the baseline's Chrome trace-event timeline) into out.
-func writePictures(out string, bundles []string) (Pictures, error) {
+// timeline.json (the baseline's Chrome trace-event timeline) into out. With
+// removed, the bundles will be deleted: the report says so instead of
+// naming them in commands.
+func writePictures(out string, bundles []string, removed bool) (Pictures, error) {
 	var pics Pictures
 	if len(bundles) == 0 {
 		return pics, nil
@@ -41,7 +49,11 @@ func writePictures(out string, bundles []string) (Pictures, error) {
 	if err != nil {
 		return pics, fmt.Errorf("demo: %w", err)
 	}
-	err = report.Build(runs).WriteHTML(f)
+	rep := report.Build(runs)
+	if removed {
+		rep.BundlesGone = BundlesGoneNote
+	}
+	err = rep.WriteHTML(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -87,7 +99,7 @@ func (rep *Report) pictures(opts Options, runs []*run) error {
 			bundles = append(bundles, r.bundle)
 		}
 	}
-	pics, err := writePictures(rep.Out, bundles)
+	pics, err := writePictures(rep.Out, bundles, opts.BundlesRemoved)
 	rep.Pictures = pics
 	return err
 }

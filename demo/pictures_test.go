@@ -48,3 +48,33 @@ func TestDemoWritesPictures(t *testing.T) {
 		t.Errorf("timeline: %d step slices, baseline replays %d", steps, rep.Evidence.Replays)
 	}
 }
+
+// When the bundles are removed after the run (a temporary directory without
+// --keep), the kept report.html says so and how to keep them, and names no
+// bundle in a command.
+func TestDemoPicturesBundlesRemoved(t *testing.T) {
+	out := t.TempDir()
+	tg := DefaultToggles()[3:]
+	rep, err := Run(context.Background(), Options{Sessions: 6, Rounds: 1, Seed: 2, Out: out, Toggles: tg, Parallel: 1, Tool: "test", Pictures: true, BundlesRemoved: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(rep.Pictures.Report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	html := string(raw)
+	i := strings.Index(html, `id="commands"`)
+	if i < 0 {
+		t.Fatal("report.html has no re-check section")
+	}
+	sec := html[i:]
+	for _, want := range []string{"removed when the demo ended", "kvcanary demo --out DIR", "kvcanary demo --keep"} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("re-check section lacks %q:\n%s", want, sec)
+		}
+	}
+	if strings.Contains(sec, out) || strings.Contains(sec, "kvcanary checksum compare") {
+		t.Errorf("re-check section names the removed bundles:\n%s", sec)
+	}
+}

@@ -16,6 +16,11 @@
 // labels) is escaped: html/template in HTML, code spans with control
 // characters made visible in Markdown.
 //
+// A long run's plot data (scheduler observations, session ends, Jaccard
+// values) is a systematic sample across the whole run, in bounded memory;
+// a plot drawn from a sample says so ("N of M …"), and the totals and peaks
+// are over every event.
+//
 // gonum.org/v1/plot enters kvcanary through this package only.
 //
 // Error contract: Read returns the bundle reader's errors (they name the file

@@ -160,7 +160,7 @@ figure{margin:1em 0}figcaption{font-size:.9em;color:#444}svg{max-width:100%;heig
 
 <section id="plots">
 <h2>4. Plots</h2>
-{{range .Plots}}<figure id="{{.ID}}"><figcaption>{{.Title}}</figcaption>
+{{range .Plots}}<figure id="{{.ID}}"><figcaption>{{.Title}}{{if .Note}} <span class="small">({{.Note}})</span>{{end}}</figcaption>
 {{if .SVG}}{{.SVG}}{{else}}<p class="unknown">{{.Missing}}</p>{{end}}</figure>
 {{end}}</section>
 
@@ -175,8 +175,8 @@ figure{margin:1em 0}figcaption{font-size:.9em;color:#444}svg{max-width:100%;heig
 
 <section id="commands">
 <h2>6. Re-check</h2>
-<pre>{{range .Commands}}{{.}}
-{{end}}</pre>
+{{if .Rep.BundlesGone}}<p class="unknown" id="bundles-gone">{{.Rep.BundlesGone}}</p>{{else}}<pre>{{range .Commands}}{{.}}
+{{end}}</pre>{{end}}
 </section>
 </body>
 </html>

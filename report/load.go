@@ -21,8 +21,8 @@ import (
 const (
 	maxEvidence = 12      // rows per evidence table
 	maxLeaks    = 10      // quoted excerpts
-	maxPoints   = 20000   // scheduler samples and session ends kept for plots
-	maxJaccards = 100000  // Jaccard values kept for the histogram
+	maxPoints   = 20000   // scheduler samples and session ends kept for plots (a sample across the run)
+	maxJaccards = 100000  // Jaccard values kept for the histogram (a sample across the run)
 	maxSteps    = 1 << 22 // steps whose batch size is remembered
 )
 
@@ -118,19 +118,32 @@ type Run struct {
 	Batches        []BatchSteps   `json:"batches"`
 	Sched          []SchedPoint   `json:"-"`
 	SessionEnds    []SessionEnd   `json:"-"`
-	Leaks          []Leak         `json:"leaks"`
-	LeakTotal      int            `json:"leak_total"`
-	T0             int64          `json:"t0_unix_ns"`
+	// What the plots' data keeps of the run: Jaccards, Sched and SessionEnds
+	// are systematic samples across the whole run when it is long.
+	JaccardsSampled    Sampled `json:"jaccards_sampled"`
+	SchedSampled       Sampled `json:"sched_sampled"`
+	SessionEndsSampled Sampled `json:"session_ends_sampled"`
+	// Scheduler peaks over every observation (the plot may show a sample).
+	PeakRunning     int     `json:"peak_running"`
+	PeakTokenUsage  float64 `json:"peak_token_usage"`
+	RetractObserved int     `json:"retract_observations"`
+	Leaks           []Leak  `json:"leaks"`
+	LeakTotal       int     `json:"leak_total"`
+	T0              int64   `json:"t0_unix_ns"`
 	// Start is the configuration of the run.start event, when there is one:
 	// it fills what a manifest left unstated (a collector's manifest knows
 	// nothing of the workload).
 	Start *hook.RunConfig `json:"-"`
+
+	jaccards *sample[float64]
 }
 
 // Read reads the bundle r (named path) to its end and judges it afresh.
 func Read(path string, r *traces.Reader) (*Run, error) {
 	m := r.Manifest()
-	run := &Run{Path: path, Label: filepath.Base(path), Manifest: m, Stats: sessions.NewRunStats(path)}
+	run := &Run{Path: path, Label: filepath.Base(path), Manifest: m, Stats: sessions.NewRunStats(path),
+		jaccards: newSample[float64](maxJaccards)}
+	sched, ends := newSample[SchedPoint](maxPoints), newSample[SessionEnd](maxPoints)
 	run.Stats.SetManifest(m.Tool, m.Created, m.Host, m.Config)
 	warm := checksum.DefaultWarmupMaxSeqLen
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: warm})
@@ -183,15 +196,16 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 				stepBS[b.Step] = bs
 			}
 		case *hook.Sched:
-			if len(run.Sched) < maxPoints {
-				run.Sched = append(run.Sched, SchedPoint{ts: ev.TS, Running: b.RunningReq, Queued: b.QueueReq,
-					TokenUsage: b.TokenUsage, Retract: b.Phase == "retract"})
+			sched.add(SchedPoint{ts: ev.TS, Running: b.RunningReq, Queued: b.QueueReq,
+				TokenUsage: b.TokenUsage, Retract: b.Phase == "retract"})
+			if b.Phase == "retract" {
+				run.RetractObserved++
+			} else {
+				run.PeakRunning, run.PeakTokenUsage = max(run.PeakRunning, b.RunningReq), max(run.PeakTokenUsage, b.TokenUsage)
 			}
 		case *hook.Session:
 			bad := outcome.IsCorrupted(b.Outcome)
-			if len(run.SessionEnds) < maxPoints {
-				run.SessionEnds = append(run.SessionEnds, SessionEnd{ts: ev.TS, ID: b.ID, Corrupted: bad})
-			}
+			ends.add(SessionEnd{ts: ev.TS, ID: b.ID, Corrupted: bad})
 			if bad {
 				run.LeakTotal++
 				if len(run.Leaks) < maxLeaks {
@@ -203,6 +217,10 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 			a.Observe(ev, emit)
 		}
 	}
+	run.Sched, run.SchedSampled = sched.kept, sched.sampled()
+	run.SessionEnds, run.SessionEndsSampled = ends.kept, ends.sampled()
+	run.Jaccards, run.JaccardsSampled = run.jaccards.kept, run.jaccards.sampled()
+	run.jaccards = nil
 	run.Truncated, run.TruncationReason, run.Skipped = r.Truncated(), r.TruncationReason(), r.Skipped()
 	run.Stats.Truncated, run.Stats.Skipped = run.Truncated, run.Skipped
 	for _, a := range as {
@@ -287,9 +305,7 @@ func (run *Run) finding(f *hook.Finding) {
 		j := -1.0
 		if v, err := strconv.ParseFloat(ev["topk_jaccard"], 64); err == nil {
 			j = v
-			if len(run.Jaccards) < maxJaccards {
-				run.Jaccards = append(run.Jaccards, v)
-			}
+			run.jaccards.add(v)
 		}
 		if len(run.Divergent) < maxEvidence {
 			step, _ := strconv.ParseUint(ev["step"], 10, 64)

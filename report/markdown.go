@@ -122,22 +122,24 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		for _, j := range run.Jaccards {
 			bins[min(int(j*10), 9)]++
 		}
-		p("**top-k Jaccard of divergent samples** (run 1)\n\n| Jaccard | samples |\n|---|---|\n")
+		p("**top-k Jaccard of divergent samples** (run 1)")
+		if n := run.JaccardsSampled.Note("stated Jaccard values"); n != "" {
+			p(" — %s", n)
+		}
+		p("\n\n| Jaccard | samples |\n|---|---|\n")
 		for i, n := range bins {
 			p("| %.1f–%.1f | %d |\n", float64(i)/10, float64(i+1)/10, n)
 		}
 		p("\n")
 	}
-	if len(run.Sched) > 0 {
-		peakR, peakU, retr := 0, 0.0, 0
-		for _, s := range run.Sched {
-			if s.Retract {
-				retr++
-				continue
-			}
-			peakR, peakU = max(peakR, s.Running), max(peakU, s.TokenUsage)
+	if run.SchedSampled.Total > 0 {
+		p("**scheduler pressure** (run 1): peak %d running requests, peak KV token usage %s, %d retraction observations.\n\n",
+			run.PeakRunning, pct(run.PeakTokenUsage), run.RetractObserved)
+	}
+	for _, n := range []string{run.SchedSampled.Note("scheduler observations"), run.SessionEndsSampled.Note("session ends")} {
+		if n != "" {
+			p("The HTML form's plots over time show %s.\n\n", n)
 		}
-		p("**scheduler pressure** (run 1): peak %d running requests, peak KV token usage %s, %d retraction observations.\n\n", peakR, pct(peakU), retr)
 	}
 	p("### 5. Run settings and where they came from\n\n")
 	for _, r := range v.Runs {
@@ -147,11 +149,16 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 		}
 		p("\n</details>\n\n")
 	}
-	p("### 6. Re-check\n\n```sh\n")
-	for _, c := range v.Commands {
-		p("%s\n", strings.ReplaceAll(Visible(c), "```", "'''"))
+	p("### 6. Re-check\n\n")
+	if rep.BundlesGone != "" {
+		p("%s\n", mdCell(rep.BundlesGone))
+	} else {
+		p("```sh\n")
+		for _, c := range v.Commands {
+			p("%s\n", strings.ReplaceAll(Visible(c), "```", "'''"))
+		}
+		p("```\n")
 	}
-	p("```\n")
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -22,6 +22,7 @@ type Plot struct {
 	Title   string        // figure caption
 	SVG     template.HTML // gonum's SVG, from numbers and our own labels only
 	Missing string        // why there is no plot (not measured)
+	Note    string        // what of the data the plot shows when it is a sample ("" = all of it)
 }
 
 var (
@@ -116,7 +117,8 @@ func batchPlot(r *Run) Plot {
 }
 
 func timePlot(r *Run) Plot {
-	pl := Plot{ID: "plot-time", Title: "Corruption over time: sessions finishing in each interval, corrupted ones in red"}
+	pl := Plot{ID: "plot-time", Title: "Corruption over time: sessions finishing in each interval, corrupted ones in red",
+		Note: r.SessionEndsSampled.Note("session ends")}
 	if len(r.SessionEnds) == 0 {
 		pl.Missing = "not measured: the bundle holds no session events"
 		return pl
@@ -157,7 +159,8 @@ func timePlot(r *Run) Plot {
 }
 
 func jaccardPlot(r *Run) Plot {
-	pl := Plot{ID: "plot-jaccard", Title: "Top-k Jaccard of graph vs eager selections, divergent samples (1 = same selection)"}
+	pl := Plot{ID: "plot-jaccard", Title: "Top-k Jaccard of graph vs eager selections, divergent samples (1 = same selection)",
+		Note: r.JaccardsSampled.Note("stated Jaccard values")}
 	switch {
 	case r.GraphDiff == nil:
 		pl.Missing = "not measured: the bundle holds no graphdiff.sample events"
@@ -166,7 +169,7 @@ func jaccardPlot(r *Run) Plot {
 		pl.Missing = fmt.Sprintf("no divergent sample states a top-k Jaccard (%d samples, %d divergent)", r.GraphDiff.Samples, r.GraphDiff.Divergent)
 		return pl
 	}
-	p := newPlot(fmt.Sprintf("top-k Jaccard of %d divergent samples (of %d)", len(r.Jaccards), r.GraphDiff.Samples), "Jaccard(top-k graph, top-k eager)", "samples")
+	p := newPlot(fmt.Sprintf("top-k Jaccard of %d divergent samples (of %d)", r.JaccardsSampled.Total, r.GraphDiff.Samples), "Jaccard(top-k graph, top-k eager)", "samples")
 	vals := append(plotter.Values{0, 1}, r.Jaccards...) // pin the range to [0,1] …
 	h, err := plotter.NewHist(vals, 20)
 	if err != nil {
@@ -183,6 +186,12 @@ func jaccardPlot(r *Run) Plot {
 
 func schedPlot(r *Run) Plot {
 	pl := Plot{ID: "plot-sched", Title: "Scheduler pressure over time, with the corrupted sessions' ends marked"}
+	if n := r.SchedSampled.Note("scheduler observations"); n != "" {
+		pl.Note = n
+		if m := r.SessionEndsSampled.Note("session ends"); m != "" {
+			pl.Note += "; marks: " + m
+		}
+	}
 	var xsR, xsU plotter.XYs
 	for _, s := range r.Sched {
 		if s.Retract {

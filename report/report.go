@@ -17,6 +17,11 @@ import (
 type Report struct {
 	Runs []*Run     `json:"runs"`
 	AB   []ABResult `json:"ab"`
+	// BundlesGone, when set, says the bundles were removed after the
+	// report was written (a temporary directory) and how to keep them next
+	// time; the re-check section shows it instead of commands naming files
+	// that no longer exist. The caller that removes them sets it.
+	BundlesGone string `json:"bundles_gone,omitempty"`
 }
 
 // ABResult compares one run against the first.
@@ -177,8 +182,12 @@ func (r *Run) Settings() []Setting {
 	return out
 }
 
-// Commands are the exact commands that re-check the report's claims.
+// Commands are the exact commands that re-check the report's claims, or
+// none when the bundles are gone (BundlesGone).
 func (rep *Report) Commands() []string {
+	if rep.BundlesGone != "" {
+		return nil
+	}
 	var out []string
 	base := rep.Runs[0]
 	for _, r := range rep.Runs {

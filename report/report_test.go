@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -321,5 +323,104 @@ func TestHTMLInChromium(t *testing.T) {
 	png, err := os.ReadFile(shot)
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || len(png) < 10<<10 {
 		t.Fatalf("screenshot: %v, %d bytes", err, len(png))
+	}
+}
+
+// A long run's plots sample the whole run, not its first points, and the
+// report says they show a sample.
+func TestPlotsSampleTheWholeRun(t *testing.T) {
+	const nSched, nSessions = 50000, 30000
+	var buf bytes.Buffer
+	w, err := traces.NewWriter(&buf, traces.Manifest{Tool: "kvcanary test", Command: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const t0, step = int64(1e18), int64(1e6)
+	src := hook.Source{Proc: "sim"}
+	for i := range nSched {
+		ev := hook.Event{Kind: hook.KindSched, TS: t0 + int64(i)*step, Src: src, Body: &hook.Sched{RunningReq: 1 + i%7, TokenUsage: 0.5}}
+		if i == nSched-1 {
+			ev.Body.(*hook.Sched).RunningReq = 99 // the peak comes last
+		}
+		if err := w.Write(ev); err != nil {
+			t.Fatal(err)
+		}
+		if i < nSessions {
+			out := hook.OutcomeDone
+			if i%100 == 0 {
+				out = hook.OutcomeLeak
+			}
+			ts := t0 + int64(i)*step*nSched/nSessions
+			if err := w.Write(hook.Event{Kind: hook.KindSession, TS: ts, Src: src, Body: &hook.Session{ID: "s" + strconv.Itoa(i), Outcome: out, Rounds: 1}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := traces.NewReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	run, err := report.Read("long.kvtrace", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := float64((nSched-1)*step) / 1e9
+	if n := len(run.Sched); n == 0 || n >= nSched || run.SchedSampled.Total != nSched || run.Sched[n-1].T < end*0.99 {
+		t.Errorf("scheduler points: %d kept of %d, last at %.1fs, want a sample reaching the run's end %.1fs", n, run.SchedSampled.Total, run.Sched[max(n-1, 0)].T, end)
+	}
+	if n := len(run.SessionEnds); n == 0 || n >= nSessions || run.SessionEndsSampled.Total != nSessions || run.SessionEnds[n-1].T < end*0.99 {
+		t.Errorf("session ends: %d kept of %d, last at %.1fs, want a sample reaching the run's end %.1fs", n, run.SessionEndsSampled.Total, run.SessionEnds[max(n-1, 0)].T, end)
+	}
+	rep := report.Build([]*report.Run{run})
+	var md, h bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteHTML(&h); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("%d of %d scheduler observations", len(run.Sched), nSched),
+		fmt.Sprintf("%d of %d session ends", len(run.SessionEnds), nSessions),
+	} {
+		if !strings.Contains(h.String(), want) {
+			t.Errorf("the HTML does not say its plot shows a sample: no %q", want)
+		}
+	}
+	if !strings.Contains(md.String(), "peak 99 running requests") {
+		t.Errorf("the Markdown's peak is not the whole run's: %s", regexp.MustCompile(`\*\*scheduler pressure.*`).FindString(md.String()))
+	}
+}
+
+// Bundles removed after the report was written (the demo's temporary
+// directory): the re-check section says so instead of naming them.
+func TestRecheckBundlesGone(t *testing.T) {
+	base := fixture(t)
+	rep := *base
+	const gone = "The bundles were removed (a temporary directory); run kvcanary demo --keep to keep them."
+	rep.BundlesGone = gone
+	var h, md bytes.Buffer
+	if err := rep.WriteHTML(&h); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"HTML": h.String(), "Markdown": md.String()} {
+		i := strings.Index(out, "6. Re-check")
+		if i < 0 {
+			t.Fatalf("%s: no re-check section", name)
+		}
+		sec := out[i:]
+		if !strings.Contains(sec, "The bundles were removed (a temporary directory)") || strings.Contains(sec, "kvcanary checksum compare") || strings.Contains(sec, "baseline.kvtrace") {
+			t.Errorf("%s re-check section with the bundles gone:\n%s", name, sec)
+		}
+	}
+	if len(rep.Commands()) != 0 || len(base.Commands()) == 0 {
+		t.Errorf("commands: %d with the bundles gone, %d with them", len(rep.Commands()), len(base.Commands()))
 	}
 }

@@ -95,6 +95,7 @@ func demoRun(opts *DemoOptions) error {
 	}
 	rep, err := demo.Run(opts.Factory.Ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
 		Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Pictures: true, Now: opts.Factory.Now,
+		BundlesRemoved: opts.Out == "" && !opts.Keep, // as demoBundlesDone does: report.html must not name them
 		Publish: func(u demo.Update) {
 			switch {
 			case u.State == "running" && u.Total > 0:

@@ -8,6 +8,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
+	"maps"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -103,24 +106,37 @@ type exception struct {
 var exceptions = []exception{}
 
 // thirdParty lets each third-party library in through one package
-// (STYLE.md): module path prefix → the packages that may import it.
+// (STYLE.md): module path prefix → the packages that may import it. The
+// longest matching prefix decides. The rule covers test files too (a test
+// imports a library only where the library enters: deploy's tests read the
+// recipes' YAML, tui's drive teatest).
 var thirdParty = map[string][]string{
-	"github.com/charmbracelet/":  {"tui"},
-	"github.com/muesli/termenv":  {"tui"},
-	"github.com/NVIDIA/go-nvml":  {"runtime/gpu"},
-	"github.com/cilium/ebpf":     {"runtime/cudaprobe"},
-	"github.com/klauspost/":      {"traces"},
-	"github.com/zeebo/xxh3":      {"spec/kvlayout"},
-	"github.com/spf13/":          {"cmd/kvcanary", "internal/cmdutil"},
-	"github.com/BurntSushi/toml": {"bisect"},
-	"github.com/prometheus/":     {"metrics"},
-	"go.opentelemetry.io/":       {"otlp"},
+	"github.com/charmbracelet/":          {"tui"},
+	"github.com/muesli/termenv":          {"tui"},
+	"github.com/NVIDIA/go-nvml":          {"runtime/gpu"},
+	"github.com/cilium/ebpf":             {"runtime/cudaprobe"},
+	"github.com/klauspost/":              {"traces"},
+	"github.com/zeebo/xxh3":              {"spec/kvlayout"},
+	"github.com/spf13/":                  {"cmd/kvcanary", "internal/cmdutil"},
+	"github.com/spf13/cobra/doc":         {"cmd/kvcanary"}, // gen-docs: man pages and Markdown
+	"github.com/cpuguy83/go-md2man":      {"cmd/kvcanary"}, // cobra/doc's man renderer, should it be used directly
+	"github.com/BurntSushi/toml":         {"bisect"},
+	"github.com/prometheus/":             {"metrics"},
+	"go.opentelemetry.io/":               {"otlp"},
+	"google.golang.org/protobuf":         {"otlp"},
+	"gonum.org/v1/plot":                  {"report"},
+	"github.com/go-json-experiment/json": {"runtime/hook"},
+	"go.yaml.in/yaml":                    {"deploy"},
 }
 
-// pkg is one package and its non-test imports.
+// pkg is one package and its imports, from every .go file in its
+// directory whatever its build constraints.
 type pkg struct {
 	Path    string // module-relative
 	Imports []string
+	// TestImports are its _test.go files' imports: checked by the
+	// third-party rule only (a test may drive any layer, e.g. the twin).
+	TestImports []string
 	// Feeders are its non-test files that import traces and export a
 	// function taking a hook.Publisher: they read bundles and publish
 	// events, which makes them sources whatever package they are in.
@@ -141,6 +157,12 @@ func check(pkgs []pkg) (vs []violation, stale []exception) {
 		if !ok {
 			vs = append(vs, violation{p.Path, "", fmt.Sprintf("package %s has no layer: add it to layerOf in internal/archtest (spec, source, analyzer, sink or composition)", p.Path)})
 			continue
+		}
+		for _, imp := range p.TestImports {
+			if allowed := thirdPartyImporters(imp); allowed != nil && !slices.Contains(allowed, p.Path) {
+				vs = append(vs, violation{p.Path, imp, fmt.Sprintf("%s imports %s in a test: that library enters kvcanary only through %s (STYLE.md)",
+					p.Path, imp, strings.Join(allowed, ", "))})
+			}
 		}
 		for _, imp := range p.Imports {
 			rel, internal := strings.CutPrefix(imp, module+"/")
@@ -205,13 +227,20 @@ func sourceRoot(rel string) string {
 	return rel
 }
 
+// thirdPartyImporters returns the packages through which the library imp
+// may enter (the entry of the longest matching prefix), or nil when it is
+// not ruled.
 func thirdPartyImporters(imp string) []string {
-	for prefix, allowed := range thirdParty {
-		if strings.HasPrefix(imp, prefix) {
-			return allowed
+	best := ""
+	for prefix := range thirdParty {
+		if strings.HasPrefix(imp, prefix) && len(prefix) > len(best) {
+			best = prefix
 		}
 	}
-	return nil
+	if best == "" {
+		return nil
+	}
+	return thirdParty[best]
 }
 
 func layerList(ls []Layer) string {
@@ -222,23 +251,42 @@ func layerList(ls []Layer) string {
 	return strings.Join(s, ", ") + " (and the standard library and third-party modules)"
 }
 
-// listPackages runs `go list` over the module: every package's non-test
-// imports (test files may import anything: an analyzer's test drives the
-// twin).
-func listPackages(t *testing.T) []pkg {
+// moduleRoot is the directory of kvcanary's go.mod.
+func moduleRoot(t *testing.T) string {
 	t.Helper()
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("go command not on PATH (%v): cannot list the module's packages", err)
 	}
-	cmd := exec.Command(goBin, "list", "-e", "-f", `{{.ImportPath}} {{.Dir}}{{range .GoFiles}} file:{{.}}{{end}}{{range .Imports}} {{.}}{{end}}{{if .Error}} ERROR:{{.Error}}{{end}}`, module+"/...")
+	out, err := exec.Command(goBin, "env", "GOMOD").Output()
+	gomod := strings.TrimSpace(string(out))
+	if err != nil || gomod == "" || gomod == os.DevNull {
+		t.Fatalf("go env GOMOD: %q, %v: run the test inside the module", gomod, err)
+	}
+	return filepath.Dir(gomod)
+}
+
+// listPackages lists the packages of the module rooted at root: those `go
+// list` finds, plus directories it skips because build constraints exclude
+// all their files for this platform. Each package's imports come from
+// parsing every .go file in its directory (go list sees only the files of
+// this OS, architecture and build tags, so a leak in a `//go:build !linux`
+// file would pass).
+func listPackages(t *testing.T, root string) []pkg {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("go command not on PATH (%v): cannot list the module's packages", err)
+	}
+	cmd := exec.Command(goBin, "list", "-e", "-f", `{{.ImportPath}} {{.Dir}}{{if .Error}} ERROR:{{.Error}}{{end}}`, "./...")
+	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list %s/...: %v\n%s", module, err, stderr.Bytes())
 	}
-	var pkgs []pkg
+	dirs := map[string]string{} // directory → module-relative package path
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -246,35 +294,106 @@ func listPackages(t *testing.T) []pkg {
 		if i := strings.Index(line, " ERROR:"); i >= 0 {
 			t.Fatalf("go list: %s", line[i+len(" ERROR:"):])
 		}
-		f := strings.Fields(line)
-		if len(f) == 0 {
+		path, dir, ok := strings.Cut(line, " ")
+		if !ok {
 			continue
 		}
-		rel, ok := strings.CutPrefix(f[0], module+"/")
-		if !ok {
-			continue // the module root has no package
+		if rel, ok := strings.CutPrefix(path, module+"/"); ok {
+			dirs[filepath.Clean(dir)] = rel
 		}
-		p := pkg{Path: rel}
-		for _, w := range f[2:] {
-			if name, ok := strings.CutPrefix(w, "file:"); ok {
-				if feeds, err := feedsPublisher(filepath.Join(f[1], name)); err != nil {
-					t.Fatal(err)
-				} else if feeds {
-					p.Feeders = append(p.Feeders, name)
-				}
-				continue
-			}
-			p.Imports = append(p.Imports, w)
-		}
-		pkgs = append(pkgs, p)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
+	}
+	// Directories with .go files go list did not name: every file excluded
+	// on this platform.
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		name := d.Name()
+		if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
+			return filepath.SkipDir
+		}
+		if p != root {
+			if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+				return filepath.SkipDir // another module
+			}
+		}
+		if _, ok := dirs[p]; ok || p == root {
+			return nil
+		}
+		if files, _ := filepath.Glob(filepath.Join(p, "*.go")); len(files) > 0 {
+			rel, err := filepath.Rel(root, p)
+			if err != nil {
+				return err
+			}
+			dirs[p] = filepath.ToSlash(rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walk %s: %v", root, err)
+	}
+	var pkgs []pkg
+	for _, dir := range slices.Sorted(maps.Keys(dirs)) {
+		p, err := parseDir(dir, dirs[dir])
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
 	}
 	if len(pkgs) == 0 {
 		t.Fatal(errors.New("go list found no packages"))
 	}
 	return pkgs
+}
+
+// parseDir reads the imports of every .go file in dir, whatever its build
+// constraints: non-test files' into Imports (and Feeders), _test.go files'
+// into TestImports.
+func parseDir(dir, rel string) (pkg, error) {
+	p := pkg{Path: rel}
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		return p, err
+	}
+	imps, tests := map[string]bool{}, map[string]bool{}
+	for _, file := range files {
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ImportsOnly)
+		if err != nil {
+			return p, fmt.Errorf("parse %s: %w", file, err)
+		}
+		isTest := strings.HasSuffix(file, "_test.go")
+		into := imps
+		if isTest {
+			into = tests
+		}
+		for _, im := range f.Imports {
+			ip, err := strconv.Unquote(im.Path.Value)
+			if err != nil {
+				return p, fmt.Errorf("%s: import %s: %w", file, im.Path.Value, err)
+			}
+			if ip != "C" {
+				into[ip] = true
+			}
+		}
+		if isTest {
+			continue
+		}
+		feeds, err := feedsPublisher(file)
+		if err != nil {
+			return p, err
+		}
+		if feeds {
+			p.Feeders = append(p.Feeders, filepath.Base(file))
+		}
+	}
+	p.Imports, p.TestImports = slices.Sorted(maps.Keys(imps)), slices.Sorted(maps.Keys(tests))
+	return p, nil
 }
 
 // feedsPublisher reports whether the Go file at path imports traces and
@@ -322,7 +441,7 @@ func path0(importPath string) string { return path.Base(importPath) }
 
 // TestImportRule checks the whole module.
 func TestImportRule(t *testing.T) {
-	pkgs := listPackages(t)
+	pkgs := listPackages(t, moduleRoot(t))
 	vs, stale := check(pkgs)
 	for _, v := range vs {
 		t.Error(v.msg)
@@ -367,6 +486,10 @@ func TestImportRuleCatchesLeaks(t *testing.T) {
 		{pkg{Path: "spec/pagediff", Imports: []string{module + "/canary"}}, "spec/pagediff (spec) imports canary (analyzer)"},
 		{pkg{Path: "traces", Imports: []string{module + "/runtime/sim"}}, "traces (sink) imports runtime/sim (source)"},
 		{pkg{Path: "cmd/kvcanary", Imports: []string{"github.com/zeebo/xxh3"}}, "cmd/kvcanary imports github.com/zeebo/xxh3: that library enters kvcanary only through spec/kvlayout"},
+		{pkg{Path: "tui", Imports: []string{"gonum.org/v1/plot/plotter"}}, "tui imports gonum.org/v1/plot/plotter: that library enters kvcanary only through report"},
+		{pkg{Path: "traces", Imports: []string{"github.com/go-json-experiment/json/jsontext"}}, "enters kvcanary only through runtime/hook"},
+		{pkg{Path: "internal/cmdutil", Imports: []string{"github.com/spf13/cobra/doc"}}, "enters kvcanary only through cmd/kvcanary ("},
+		{pkg{Path: "metrics", TestImports: []string{"go.yaml.in/yaml/v3"}}, "metrics imports go.yaml.in/yaml/v3 in a test: that library enters kvcanary only through deploy"},
 		{pkg{Path: "newthing", Imports: nil}, "package newthing has no layer"},
 		{pkg{Path: "tui", Imports: []string{module + "/newthing"}}, "tui imports newthing, which has no layer"},
 	}
@@ -382,7 +505,10 @@ func TestImportRuleCatchesLeaks(t *testing.T) {
 		{Path: "runtime/sim/server", Imports: []string{module + "/runtime/sim", module + "/spec/openaiwire"}},
 		{Path: "sessions", Imports: []string{module + "/spec/outcome", module + "/internal/safetext"}},
 		{Path: "tui", Imports: []string{module + "/canary", module + "/sessions", "github.com/charmbracelet/bubbletea"}},
-		{Path: "cmd/kvcanary", Imports: []string{module + "/repro", module + "/tui", module + "/internal/cmdutil"}},
+		{Path: "cmd/kvcanary", Imports: []string{module + "/repro", module + "/tui", module + "/internal/cmdutil", "github.com/spf13/cobra/doc"}},
+		{Path: "internal/cmdutil", Imports: []string{"github.com/spf13/cobra", "github.com/spf13/pflag"}},
+		{Path: "deploy", TestImports: []string{"go.yaml.in/yaml/v3"}},
+		{Path: "report", Imports: []string{"gonum.org/v1/plot/vg"}},
 	} {
 		if vs, _ := check([]pkg{p}); len(vs) != 0 {
 			t.Errorf("%s importing %v: unexpected violations %+v", p.Path, p.Imports, vs)
@@ -402,5 +528,48 @@ func TestImportRuleCatchesLeaks(t *testing.T) {
 	}
 	if _, stale := check([]pkg{{Path: "tui", Imports: []string{module + "/traces"}}}); len(stale) != 1 || stale[0].file != "replay.go" {
 		t.Errorf("unused exception not reported stale: %+v", stale)
+	}
+}
+
+// TestListingSeesEveryFile plants leaks where `go list` does not look: a
+// file for another OS, and a package whose every file is for another OS.
+func TestListingSeesEveryFile(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, src string) {
+		t.Helper()
+		p := filepath.Join(root, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module "+module+"\n\ngo 1.22\n")
+	write("canary/canary.go", "package canary\n")
+	write("runtime/sim/sim.go", "package sim\n")
+	write("runtime/sim/leak_other.go", "//go:build !linux\n\npackage sim\n\nimport _ \""+module+"/canary\"\n")
+	write("runtime/sim/leak_linux.go", "//go:build linux\n\npackage sim\n\nimport _ \""+module+"/checksum\"\n")
+	write("checksum/checksum.go", "package checksum\n")
+	write("repro/repro_windows.go", "package repro\n\nimport _ \""+module+"/checksum\"\n")
+	write("tui/tui_test.go", "package tui\n\nimport _ \"gonum.org/v1/plot\"\n")
+	write("tui/tui.go", "package tui\n")
+	vs, _ := check(listPackages(t, root))
+	var got []string
+	for _, v := range vs {
+		got = append(got, v.msg)
+	}
+	for _, want := range []string{
+		"runtime/sim (source) imports canary (analyzer)",   // the !linux file
+		"runtime/sim (source) imports checksum (analyzer)", // the linux file
+		"repro (source) imports checksum (analyzer)",       // a package go list skips
+		"tui imports gonum.org/v1/plot in a test",
+	} {
+		if !slices.ContainsFunc(got, func(m string) bool { return strings.Contains(m, want) }) {
+			t.Errorf("no violation %q among %q", want, got)
+		}
+	}
+	if len(got) != 4 {
+		t.Errorf("%d violations, want 4: %q", len(got), got)
 	}
 }

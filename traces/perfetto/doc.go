@@ -4,15 +4,20 @@
 //
 // The layout of the timeline:
 //
-//   - one process per event source (host and process; see processOf, the one
-//     place that decides it);
+//   - one process per event source (see processOf, the one place that
+//     decides it): per host, role and rank for engines ("decode rank 1 @
+//     node-a"), per host, process name and id for other sources;
 //   - in each process, a thread track "engine steps" with one slice per
 //     replay (graph or eager, batch size, bucket), a track "findings" with an
 //     instant event per finding and its evidence in args, a track "sessions"
-//     with an instant per finished session (outcome, excerpt), and a track per
-//     CUDA stream seen by `kvcanary probe cuda` (kernel launches, graph
-//     replays, capture windows as B/E slices, event records and waits joined
-//     by flow arrows);
+//     with an instant per finished session (outcome, excerpt), and for the
+//     CUDA calls seen by `kvcanary probe cuda` a track per stream and host
+//     thread (kernel launches, graph replays, event records and waits joined
+//     by flow arrows; slices on one track must nest, and one thread's calls
+//     never partly overlap), a track per stream for its capture windows (B/E
+//     slices; a window never ended is closed at Close at the latest time
+//     seen, with args.cut), and a track per host thread for the other
+//     driver calls;
 //   - PD transfers per room as async slices (cat "pd", id the room): from the
 //     first prefill digest to the first decode digest of the room;
 //   - counter tracks: running and queued requests, KV token usage, retractions

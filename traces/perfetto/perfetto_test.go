@@ -279,6 +279,10 @@ func checkFormat(t *testing.T, tf traceFile) {
 		}
 	}
 	sort.SliceStable(be, func(i, j int) bool { return *be[i].TS < *be[j].TS })
+	spans := map[track][][2]float64{} // X slices and B/E pairs, for the nesting check
+	for tr, s := range slices {
+		spans[tr] = append(spans[tr], s...)
+	}
 	for _, e := range be {
 		tr := track{*e.PID, *e.TID}
 		if e.Ph == "B" {
@@ -286,7 +290,28 @@ func checkFormat(t *testing.T, tf traceFile) {
 		} else if len(depth[tr]) == 0 {
 			t.Errorf("E at %v on %v without a B", *e.TS, tr)
 		} else {
+			spans[tr] = append(spans[tr], [2]float64{depth[tr][len(depth[tr])-1], *e.TS})
 			depth[tr] = depth[tr][:len(depth[tr])-1]
+		}
+	}
+	// Slices on one track must nest (Perfetto drops or misdraws the ones
+	// that only partly overlap).
+	for tr, ss := range spans {
+		sort.Slice(ss, func(i, j int) bool {
+			if ss[i][0] != ss[j][0] {
+				return ss[i][0] < ss[j][0]
+			}
+			return ss[i][1] > ss[j][1]
+		})
+		var open [][2]float64
+		for _, s := range ss {
+			for len(open) > 0 && open[len(open)-1][1] <= s[0] {
+				open = open[:len(open)-1]
+			}
+			if len(open) > 0 && s[1] > open[len(open)-1][1] {
+				t.Errorf("track %v: slice %v overlaps %v without nesting", tr, s, open[len(open)-1])
+			}
+			open = append(open, s)
 		}
 	}
 	for tr, d := range depth {
@@ -351,10 +376,11 @@ func TestExportTwin(t *testing.T) {
 		}
 	}
 	streams := count(tf, func(e traceEvent) bool {
-		return e.Ph == "M" && e.Name == "thread_name" && strings.HasPrefix(e.Args["name"].(string), "CUDA stream")
+		name, _ := e.Args["name"].(string)
+		return e.Ph == "M" && e.Name == "thread_name" && strings.HasPrefix(name, "CUDA stream") && strings.HasSuffix(name, " · thread 7")
 	})
-	if streams != 2 || st.Streams != 2 {
-		t.Errorf("stream tracks %d (stats %d), want 2", streams, st.Streams)
+	if streams != 2 || st.Streams != 2 || st.CUDATracks != 4 {
+		t.Errorf("stream tracks %d (stats %d streams, %d tracks), want 2 streams, 4 tracks (2 streams × 1 thread, 1 capture, 1 driver)", streams, st.Streams, st.CUDATracks)
 	}
 	graph := count(tf, func(e traceEvent) bool { return e.Ph == "X" && strings.HasPrefix(e.Name, "graph replay") })
 	if graph != cudaReplays {
@@ -481,5 +507,132 @@ func TestExportEmpty(t *testing.T) {
 	var tf traceFile
 	if err := json.Unmarshal(out.Bytes(), &tf); err != nil || len(tf.TraceEvents) != 0 {
 		t.Fatalf("empty export %q: %v", out.String(), err)
+	}
+}
+
+// publishAll writes evs through a Writer and returns the checked trace.
+func publishAll(t *testing.T, evs []hook.Event) (traceFile, perfetto.Stats) {
+	t.Helper()
+	var out bytes.Buffer
+	w := perfetto.NewWriter(&out)
+	for _, ev := range evs {
+		w.Publish(ev)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var tf traceFile
+	dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&tf); err != nil {
+		t.Fatalf("the export is not trace-event JSON: %v\n%.2000s", err, out.String())
+	}
+	checkFormat(t, tf)
+	return tf, w.Stats()
+}
+
+func cudaEv(src hook.Source, call string, tid uint32, stream uint64, start, end int64) hook.Event {
+	return hook.Event{Kind: hook.KindCUDA, TS: end, Src: src, Body: &hook.CUDA{Call: call, PID: uint32(src.PID), TID: tid, Stream: hook.Hex64(stream), StartNS: start, EndNS: end}}
+}
+
+// A capture that begins and never ends (the probe stopped, the engine died)
+// is closed at Close, at the last time seen, and marked as cut.
+func TestExportCaptureNeverEnds(t *testing.T) {
+	src := hook.Source{Node: "h", Proc: "engine", PID: 9}
+	const t0 = int64(20e9)
+	tf, _ := publishAll(t, []hook.Event{
+		cudaEv(src, "cuStreamBeginCapture_v2", 1, 0xA0, t0, t0+1000),
+		cudaEv(src, "cuLaunchKernel", 1, 0xA0, t0+5000, t0+6000),
+		cudaEv(src, "cuLaunchKernel", 1, 0xA0, t0+9000, t0+12000),
+	})
+	var ends []traceEvent
+	for _, e := range tf.TraceEvents {
+		if e.Ph == "E" {
+			ends = append(ends, e)
+		}
+	}
+	if len(ends) != 1 {
+		t.Fatalf("%d capture ends, want 1 written at Close", len(ends))
+	}
+	if ends[0].Args["cut"] != "true" {
+		t.Errorf("the capture closed at Close is not marked as cut: %v", ends[0].Args)
+	}
+	var lastEnd float64
+	for _, e := range tf.TraceEvents {
+		if e.Ph == "X" {
+			lastEnd = max(lastEnd, *e.TS+*e.Dur)
+		}
+	}
+	if got, want := *ends[0].TS, lastEnd; got != want || want == 0 {
+		t.Errorf("cut capture ends at %v µs, want the last time seen %v", got, want)
+	}
+}
+
+// Calls from two host threads on one stream overlap in time; each thread
+// gets its own track so the slices of a track nest.
+func TestExportTwoThreadsOneStream(t *testing.T) {
+	src := hook.Source{Node: "h", Proc: "engine", PID: 9}
+	const t0 = int64(20e9)
+	tf, st := publishAll(t, []hook.Event{
+		cudaEv(src, "cuLaunchKernel", 1, 0xA0, t0, t0+10000),
+		cudaEv(src, "cuLaunchKernel", 2, 0xA0, t0+5000, t0+15000),
+		cudaEv(src, "cuMemAlloc_v2", 1, 0, t0+20000, t0+30000),
+		cudaEv(src, "cuMemFree_v2", 2, 0, t0+25000, t0+35000),
+		cudaEv(src, "cuStreamBeginCapture_v2", 1, 0xB0, t0+40000, t0+41000),
+		cudaEv(src, "cuLaunchKernel", 2, 0xB0, t0+40500, t0+42000),
+		cudaEv(src, "cuStreamEndCapture", 2, 0xB0, t0+43000, t0+44000),
+	})
+	if n := count(tf, func(e traceEvent) bool { return e.Ph == "X" && e.Cat == "cuda" }); n != 7 {
+		t.Errorf("%d CUDA call slices, want 7", n)
+	}
+	if n := count(tf, func(e traceEvent) bool { return e.Ph == "E" && e.Args["cut"] == nil }); n != 1 {
+		t.Errorf("%d capture windows closed by their end call, want 1", n)
+	}
+	if st.Streams != 2 {
+		t.Errorf("stats: %d streams, want 2", st.Streams)
+	}
+}
+
+// Engines of a PD deployment: one process per host, role and rank, whatever
+// the process ids.
+func TestProcessPerRoleAndRank(t *testing.T) {
+	ev := func(src hook.Source) hook.Event {
+		return hook.Event{Kind: hook.KindSched, TS: 20e9, Src: src, Body: &hook.Sched{RunningReq: 1}}
+	}
+	tf, st := publishAll(t, []hook.Event{
+		ev(hook.Source{Node: "a", Proc: "sglang", PID: 10, Role: "decode", Rank: 0}),
+		ev(hook.Source{Node: "a", Proc: "sglang", PID: 11, Role: "decode", Rank: 1}),
+		ev(hook.Source{Node: "a", Proc: "sglang", PID: 12, Role: "prefill", Rank: 0}),
+		ev(hook.Source{Node: "b", Proc: "sglang", PID: 10, Role: "decode", Rank: 0}),
+		ev(hook.Source{Node: "a", Proc: "sglang", PID: 13, Role: "decode", Rank: 1}), // restarted rank 1
+		ev(hook.Source{Node: "a", Proc: "kvcanary", PID: 99}),
+	})
+	var names []string
+	for _, e := range tf.TraceEvents {
+		if e.Ph == "M" && e.Name == "process_name" {
+			names = append(names, e.Args["name"].(string))
+		}
+	}
+	want := []string{"decode rank 0 @ a", "decode rank 1 @ a", "prefill rank 0 @ a", "decode rank 0 @ b", "kvcanary pid 99 @ a"}
+	if strings.Join(names, "|") != strings.Join(want, "|") || st.Processes != len(want) {
+		t.Errorf("processes %q (stats %d), want %q", names, st.Processes, want)
+	}
+}
+
+// Past the track cap, calls share one overflow track; those that would
+// overlap there become instants, so its slices still nest.
+func TestExportOverflowTrackNests(t *testing.T) {
+	src := hook.Source{Node: "h", Proc: "engine", PID: 9}
+	const t0 = int64(20e9)
+	var evs []hook.Event
+	for i := range perfetto.MaxStreams + 10 {
+		evs = append(evs, cudaEv(src, "cuLaunchKernel", uint32(i+1), 0xA0, t0+int64(i)*100, t0+int64(i)*100+1000))
+	}
+	tf, st := publishAll(t, evs)
+	if st.CUDATracks != perfetto.MaxStreams || st.Unnested == 0 {
+		t.Errorf("%d tracks, %d calls as instants; want %d tracks and some instants", st.CUDATracks, st.Unnested, perfetto.MaxStreams)
+	}
+	if n := count(tf, func(e traceEvent) bool { return e.Cat == "cuda" && (e.Ph == "X" || e.Ph == "i") }); n != len(evs) {
+		t.Errorf("%d calls written, want %d", n, len(evs))
 	}
 }

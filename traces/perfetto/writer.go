@@ -2,6 +2,7 @@ package perfetto
 
 import (
 	"bufio"
+	"cmp"
 	"io"
 	"maps"
 	"math"
@@ -17,7 +18,7 @@ import (
 // Caps on the state a Writer keeps, so memory does not grow with the bundle.
 const (
 	MaxProcesses = 1024    // processes (sources); more share the last one
-	MaxStreams   = 4096    // CUDA stream tracks; more share "other streams"
+	MaxStreams   = 4096    // CUDA tracks (stream × host thread, capture windows, driver calls per thread); more share "other CUDA calls"
 	MaxRooms     = 1 << 16 // rooms waiting for their second side
 	MaxFlows     = 1 << 16 // CUDA events recorded and not yet waited on
 )
@@ -27,10 +28,15 @@ const (
 	tidSteps    = 1
 	tidFindings = 2
 	tidSessions = 3
-	tidDriver   = 4  // CUDA driver calls that are not stream-ordered
-	tidStreams0 = 99 // "other streams" once MaxStreams is reached
+	tidDriver   = 4  // sort index of the tracks of CUDA driver calls that are not stream-ordered
+	tidStreams0 = 99 // "other CUDA calls" once MaxStreams is reached
 	tidStream1  = 100
 )
+
+// Sort indices of the CUDA tracks: the tracks of the n-th stream of a process
+// sort at tidStream1 + n*sortPerStream + j, its capture window track first
+// (j = 0), then one per host thread in the order seen.
+const sortPerStream = 1000
 
 // TSMargin is subtracted from the first event's time to give the trace's
 // time base, so events a little older than the first one (several sources,
@@ -45,12 +51,15 @@ type Stats struct {
 	Undecodable   uint64            `json:"undecodable"`    // event lines whose body did not decode (left out)
 	TraceEvents   uint64            `json:"trace_events"`   // trace-event records written, metadata included
 	Processes     int               `json:"processes"`      // process tracks
-	Streams       int               `json:"streams"`        // CUDA stream tracks
+	Streams       int               `json:"streams"`        // CUDA streams (per process)
+	CUDATracks    int               `json:"cuda_tracks"`    // CUDA tracks: stream × host thread, capture windows, driver calls per thread
 	Steps         uint64            `json:"steps"`          // replay slices
 	Findings      uint64            `json:"findings"`       // finding instants
 	Sessions      uint64            `json:"sessions"`       // session instants
 	CUDACalls     uint64            `json:"cuda_calls"`     // CUDA call slices
 	Captures      uint64            `json:"captures"`       // capture windows opened
+	CapturesCut   uint64            `json:"captures_cut"`   // capture windows never ended, closed at Close (args.cut)
+	Unnested      uint64            `json:"unnested"`       // calls on the shared overflow track written as instants (they overlapped)
 	Flows         uint64            `json:"flows"`          // record→wait flow arrows completed
 	UnmatchedWait uint64            `json:"unmatched_wait"` // waits on an event no record was seen for
 	Counters      uint64            `json:"counters"`       // counter samples
@@ -69,6 +78,31 @@ type proc struct {
 type streamKey struct {
 	pid    int
 	stream uint64
+}
+
+// Kinds of CUDA track.
+const (
+	trackCalls   = iota // stream-ordered calls of one host thread on one stream
+	trackCapture        // capture windows (B/E) of one stream
+	trackDriver         // other driver calls of one host thread
+)
+
+// trackKey names a CUDA track. Slices on one track must nest, and calls of
+// one host thread never overlap (a thread is in one driver call at a time,
+// or in calls nested in it), so calls get a track per (stream, host thread)
+// and capture windows, which may begin on one thread and end on another, a
+// track of their own per stream.
+type trackKey struct {
+	pid    int
+	stream uint64
+	host   uint32
+	kind   uint8
+}
+
+// capture is an open capture window: where its B was written.
+type capture struct {
+	tid int
+	ts  int64
 }
 
 type room struct {
@@ -94,10 +128,15 @@ type Writer struct {
 	base     int64
 
 	procs    map[string]*proc
-	overflow *proc // the process of sources beyond MaxProcesses
-	streams  map[streamKey]int
-	nStreams map[int]int
-	capture  map[streamKey]int // open capture windows per stream
+	overflow *proc                   // the process of sources beyond MaxProcesses
+	streams  map[streamKey]int       // stream → its ordinal in its process
+	nStreams map[int]int             // streams per process
+	tracks   map[trackKey]int        // CUDA track → tid
+	nThreads map[streamKey]int       // host-thread tracks per stream (sort order)
+	nextTID  map[int]int             // next free CUDA track tid per process
+	capture  map[streamKey][]capture // open capture windows per stream
+	other    map[int]int64           // end of the last slice on each process's overflow track
+	last     int64                   // the latest time seen (cut captures end there)
 	rooms    map[uint64]room
 	flows    map[streamKey]uint64 // (pid, CUDA event handle) → flow id
 	nextFlow uint64
@@ -114,7 +153,9 @@ func NewWriter(w io.Writer) *Writer {
 	return &Writer{
 		w: bufio.NewWriterSize(cw, 256<<10), cw: cw, first: true,
 		procs: map[string]*proc{}, streams: map[streamKey]int{}, nStreams: map[int]int{},
-		capture: map[streamKey]int{}, rooms: map[uint64]room{}, flows: map[streamKey]uint64{},
+		tracks: map[trackKey]int{}, nThreads: map[streamKey]int{}, nextTID: map[int]int{},
+		capture: map[streamKey][]capture{}, other: map[int]int64{},
+		rooms: map[uint64]room{}, flows: map[streamKey]uint64{},
 		retract: map[int]int64{},
 		stats:   Stats{ByKind: map[string]uint64{}},
 	}
@@ -142,13 +183,20 @@ func (w *Writer) Stats() Stats {
 }
 
 // processOf names the process an event belongs to: its key (events with
-// equal keys share a process track) and its label.
-//
-// EXTEND HERE for source roles: when hook.Source gains Role and Rank
-// (prefill | decode, attention-TP rank), add them to the key and the label
-// ("decode rank 1 @ node-a") so each role and rank of a PD deployment gets a
-// process of its own. Nothing else in this package reads Source.
+// equal keys share a process track) and its label. An engine (a source with
+// a Role) gets a process per host, role and rank ("decode rank 1 @ node-a"),
+// whatever its process name and id, so a restarted rank stays on its track;
+// other sources get one per host, process name and id. Nothing else in this
+// package reads Source.
 func processOf(src hook.Source) (key, label string) {
+	if src.Role != "" {
+		rank := strconv.Itoa(int(src.Rank))
+		label = src.Role + " rank " + rank
+		if src.Node != "" {
+			label += " @ " + src.Node
+		}
+		return "role\x00" + src.Node + "\x00" + src.Role + "\x00" + rank, label
+	}
 	name := src.Proc
 	if name == "" {
 		name = "events"
@@ -161,7 +209,7 @@ func processOf(src hook.Source) (key, label string) {
 	if src.Node != "" {
 		name += " @ " + src.Node
 	}
-	return src.Node + "\x00" + src.Proc + "\x00" + pid, name
+	return "proc\x00" + src.Node + "\x00" + src.Proc + "\x00" + pid, name
 }
 
 // Publish writes one event's trace records. It never blocks on anything but
@@ -178,6 +226,7 @@ func (w *Writer) Publish(ev hook.Event) {
 		w.base, w.haveBase = ev.TS-TSMargin, true
 		w.stats.BaseNS = w.base
 	}
+	w.last = max(w.last, ev.TS)
 	p := w.process(ev.Src)
 	switch b := ev.Body.(type) {
 	case *hook.Replay:
@@ -250,7 +299,10 @@ func (w *Writer) process(src hook.Source) *proc {
 	return p
 }
 
-func (w *Writer) thread(p *proc, tid int, name string) {
+func (w *Writer) thread(p *proc, tid int, name string) { w.threadSorted(p, tid, tid, name) }
+
+// threadSorted names a track and gives its place among its process's tracks.
+func (w *Writer) threadSorted(p *proc, tid, sortIndex int, name string) {
 	if p.threads[tid] {
 		return
 	}
@@ -268,7 +320,7 @@ func (w *Writer) thread(p *proc, tid int, name string) {
 	w.num("pid", int64(p.pid))
 	w.num("tid", int64(tid))
 	w.raw(`,"args":{"sort_index":`)
-	w.buf = strconv.AppendInt(w.buf, int64(tid), 10)
+	w.buf = strconv.AppendInt(w.buf, int64(sortIndex), 10)
 	w.raw("}")
 	w.end()
 }
@@ -453,24 +505,50 @@ func cudaClass(call string) string {
 	return ""
 }
 
-func (w *Writer) streamTID(p *proc, stream uint64) int {
-	k := streamKey{p.pid, stream}
-	if tid, ok := w.streams[k]; ok {
+// cudaTrack returns the tid of a CUDA track, naming it when it is new, or
+// tidStreams0 (the process's shared overflow track) past MaxStreams.
+func (w *Writer) cudaTrack(p *proc, k trackKey) int {
+	if tid, ok := w.tracks[k]; ok {
 		return tid
 	}
-	if len(w.streams) >= MaxStreams {
-		w.thread(p, tidStreams0, "other CUDA streams")
+	if len(w.tracks) >= MaxStreams {
+		w.thread(p, tidStreams0, "other CUDA calls")
 		return tidStreams0
 	}
-	tid := tidStream1 + w.nStreams[p.pid]
-	w.nStreams[p.pid]++
-	w.streams[k] = tid
-	w.stats.Streams++
-	name := "CUDA stream " + hook.Hex64(stream).String()
-	if stream == 0 {
-		name = "CUDA stream 0 (legacy default)"
+	sk := streamKey{p.pid, k.stream}
+	sortIndex := tidDriver
+	if k.kind != trackDriver {
+		if _, ok := w.streams[sk]; !ok {
+			w.streams[sk] = w.nStreams[p.pid]
+			w.nStreams[p.pid]++
+			w.stats.Streams++
+		}
+		sortIndex = tidStream1 + w.streams[sk]*sortPerStream
 	}
-	w.thread(p, tid, name)
+	if w.nextTID[p.pid] == 0 {
+		w.nextTID[p.pid] = tidStream1
+	}
+	tid := w.nextTID[p.pid]
+	w.nextTID[p.pid]++
+	w.tracks[k] = tid
+	w.stats.CUDATracks++
+	stream := "CUDA stream " + hook.Hex64(k.stream).String()
+	if k.stream == 0 {
+		stream = "CUDA stream 0 (legacy default)"
+	}
+	thread := " · thread " + strconv.FormatUint(uint64(k.host), 10)
+	var name string
+	switch k.kind {
+	case trackCapture:
+		name = stream + " · graph capture"
+	case trackDriver:
+		name = "CUDA driver calls" + thread
+	default:
+		w.nThreads[sk]++
+		sortIndex += min(w.nThreads[sk], sortPerStream-1)
+		name = stream + thread
+	}
+	w.threadSorted(p, tid, sortIndex, name)
 	return tid
 }
 
@@ -482,33 +560,44 @@ func (w *Writer) cuda(p *proc, ts int64, c *hook.CUDA) {
 	if c.EndNS > ts {
 		dur = c.EndNS - ts
 	}
+	w.last = max(w.last, ts+max(dur, 1))
 	class := cudaClass(c.Call)
-	tid := tidDriver
-	if class != "" {
-		tid = w.streamTID(p, uint64(c.Stream))
-	} else {
-		w.thread(p, tidDriver, "CUDA driver calls")
+	tk := trackKey{pid: p.pid, stream: uint64(c.Stream), host: c.TID, kind: trackCalls}
+	if class == "" {
+		tk = trackKey{pid: p.pid, host: c.TID, kind: trackDriver}
 	}
+	tid := w.cudaTrack(p, tk)
 	k := streamKey{p.pid, uint64(c.Stream)}
 	switch class {
 	case "begin":
-		w.capture[k]++
 		w.stats.Captures++
+		ctid := w.cudaTrack(p, trackKey{pid: p.pid, stream: uint64(c.Stream), kind: trackCapture})
+		if ctid == tidStreams0 {
+			w.instant(p, ctid, ts, "graph capture begins", "cuda", func() {})
+			break
+		}
+		w.capture[k] = append(w.capture[k], capture{ctid, ts})
 		w.begin("B")
 		w.str("name", "graph capture")
 		w.str("cat", "cuda")
 		w.ts("ts", ts)
-		w.ids(p.pid, tid)
+		w.ids(p.pid, ctid)
 		w.end()
 	case "end":
-		if w.capture[k] > 0 {
-			w.capture[k]--
-			w.begin("E")
-			w.ts("ts", ts+dur)
-			w.ids(p.pid, tid)
-			w.args(func() { w.arg("graph", c.Arg.String()) })
-			w.end()
+		open := w.capture[k]
+		if len(open) == 0 {
+			if _, ok := w.tracks[trackKey{pid: p.pid, stream: uint64(c.Stream), kind: trackCapture}]; !ok && len(w.tracks) >= MaxStreams {
+				w.instant(p, tidStreams0, ts+dur, "graph capture ends", "cuda", func() { w.arg("graph", c.Arg.String()) })
+			}
+			break
 		}
+		b := open[len(open)-1]
+		w.capture[k] = open[:len(open)-1]
+		w.begin("E")
+		w.ts("ts", max(ts+dur, b.ts)) // an end seen from another thread may carry an earlier clock
+		w.ids(p.pid, b.tid)
+		w.args(func() { w.arg("graph", c.Arg.String()) })
+		w.end()
 	}
 	name := c.Call
 	switch class {
@@ -519,13 +608,31 @@ func (w *Writer) cuda(p *proc, ts int64, c *hook.CUDA) {
 	case "wait":
 		name = "wait event " + c.Arg.String()
 	}
-	w.begin("X")
+	// The overflow track is shared by threads and streams: a call that
+	// would overlap the previous one there is written as an instant.
+	ph := "X"
+	if tid == tidStreams0 {
+		if ts < w.other[p.pid] {
+			ph = "i"
+			w.stats.Unnested++
+		} else {
+			w.other[p.pid] = ts + max(dur, 1)
+		}
+	}
+	w.begin(ph)
 	w.str("name", name)
 	w.str("cat", "cuda")
 	w.ts("ts", ts)
-	w.dur(max(dur, 1)) // a flow binds to a slice that encloses its time
+	if ph == "X" {
+		w.dur(max(dur, 1)) // a flow binds to a slice that encloses its time
+	} else {
+		w.str("s", "t")
+	}
 	w.ids(p.pid, tid)
 	w.args(func() {
+		if ph == "i" {
+			w.argInt("dur_ns", dur)
+		}
 		w.arg("call", c.Call)
 		w.argInt("tid", int64(c.TID))
 		if c.Stream != 0 {
@@ -622,6 +729,22 @@ func (w *Writer) Close() error {
 		})
 		w.stats.RoomsUnpaired++
 	}
+	// Capture windows never ended: close them at the latest time seen so
+	// the B has its E, and say so.
+	for _, k := range slices.SortedFunc(maps.Keys(w.capture), func(a, b streamKey) int {
+		return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(a.stream, b.stream))
+	}) {
+		open := w.capture[k]
+		for i := len(open) - 1; i >= 0; i-- {
+			w.begin("E")
+			w.ts("ts", max(w.last, open[i].ts))
+			w.ids(k.pid, open[i].tid)
+			w.raw(`,"args":{"cut":"true"}`)
+			w.end()
+			w.stats.CapturesCut++
+		}
+	}
+	w.capture = nil
 	w.closed = true
 	if w.first {
 		w.raw(`{"displayTimeUnit":"ns","traceEvents":[`)
