@@ -361,7 +361,7 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 		defer close(steps)
 		var err error
 		rep, err = demo.Run(ctx, demo.Options{Sessions: opts.Sessions, Rounds: opts.Rounds, Seed: opts.Seed, Out: opts.Out,
-			Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Now: opts.Factory.Now, Analyzers: as, Events: pub, Pictures: true,
+			Parallel: opts.Parallel, Tool: "kvcanary " + buildinfo.String(), Now: opts.Factory.Now, Analyzers: as, Events: pub, Pictures: true, BundlesRemoved: opts.Out == "" && !opts.Keep,
 			Publish: demoSteps(steps, opts.Factory.Now)})
 		return err
 	})
