@@ -58,11 +58,13 @@ func TestBisectSeedsOnTheTwin(t *testing.T) {
 
 // serveWrapper is the command of the process tests: kvcanary sim serve,
 // except that an arm with --max-running-requests=7 has its server killed
-// 1.5 s after it starts (a server that dies mid-arm).
+// 1.5 s after it starts (a server that dies mid-arm), leaving behind a
+// child that holds its output open (a worker that outlives the server).
 const serveWrapper = `#!/bin/sh
 self="$1"; port="$2"; shift 2
 case " $* " in
 *" --max-running-requests=7 "*)
+	sleep 313 &
 	"$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms "$@" &
 	pid=$!
 	sleep 1.5
@@ -150,9 +152,12 @@ flags = ["--index-k-dtype", "fp8"]
 			t.Errorf("evidence: %v", err)
 		}
 	}
-	// No server outlives the bisect.
+	// No server, and nothing of its process group, outlives the bisect.
 	if o, _ := exec.Command("pgrep", "-f", "sim serve --addr 127.0.0.1").Output(); len(bytes.TrimSpace(o)) > 0 {
 		t.Errorf("servers still running: %s", o)
+	}
+	if o, _ := exec.Command("pgrep", "-x", "-f", "sleep 313").Output(); len(bytes.TrimSpace(o)) > 0 {
+		t.Errorf("the killed server's child still runs: %s", o)
 	}
 }
 
