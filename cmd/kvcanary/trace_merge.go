@@ -50,8 +50,16 @@ merged manifest (labels merge.N.offset_ns). It applies the offsets only with
 --align start; otherwise events keep their timestamps (hosts synchronised by
 NTP or PTP are usually closer than a start-time estimate).
 
+An offset that cannot be estimated (a manifest without a start time) is shown
+as unknown, and --align start refuses such an input.
+
 Damaged and truncated inputs are merged as far as they read, with a warning
-each; their drop and refusal counts are carried into the merged footer.`,
+each; their drop and refusal counts are carried into the merged footer, with
+each input's damage (merge.N.footer, merge.N.truncated, merge.N.skipped) and,
+when an input has no footer, dropped_unknown: its drops are unknown. Settings
+that differ between the inputs are left unset in the merged manifest (each
+input's are kept in its labels). The merge writes OUT.tmp and renames it to
+OUT only when it completed: an interrupted merge leaves no bundle at OUT.`,
 		Example: `  kvcanary trace merge prefill.kvtrace decode.kvtrace -o pd.kvtrace
   kvcanary checksum compare pd.kvtrace`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
