@@ -83,7 +83,8 @@ type Emitter struct {
 }
 
 // Dial returns an emitter for addr (unix:///path.sock or tcp://HOST:PORT).
-// It tries to connect once before returning; if the collector is not there
+// It tries to connect once before returning (waiting ConfirmWait for the
+// collector's verdict on the connection); if the collector is not there
 // yet the emitter keeps retrying in the background, so an error means only a
 // malformed address.
 func Dial(addr string, opts DialOptions) (*Emitter, error) {
