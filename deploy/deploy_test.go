@@ -257,3 +257,50 @@ func TestSystemdUnit(t *testing.T) {
 		t.Errorf("RestrictAddressFamilies %q shuts out the Unix socket", keys["RestrictAddressFamilies"])
 	}
 }
+
+// The unit's recording recipe writes a new bundle per start (a fixed
+// --record path is truncated by the restart after a crash), and the recipe
+// line is a valid ExecStart (systemd-analyze verify, when installed). The
+// socket is 0600: the unit must not claim that a group reaches it.
+func TestSystemdRecordsPerStart(t *testing.T) {
+	raw, err := os.ReadFile("systemd/kvcanary-collect.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recipe string
+	for i, l := range strings.Split(string(raw), "\n") {
+		if !strings.Contains(l, "--record") {
+			continue
+		}
+		if !strings.Contains(l, "$$(date -u +%%Y%%m%%dT%%H%%M%%SZ)") {
+			t.Errorf("kvcanary-collect.service:%d: --record without a per-start path: %q", i+1, l)
+		}
+		if s := strings.TrimLeft(l, "# "); strings.HasPrefix(s, "ExecStart=") {
+			recipe = s
+		}
+	}
+	if recipe == "" {
+		t.Fatal("no ExecStart= recipe with --record in the unit")
+	}
+	if strings.Contains(string(raw), "group kvcanary to reach") || strings.Contains(string(raw), "RuntimeDirectoryMode=0750") {
+		t.Error("the unit still says a group reaches the 0600 socket")
+	}
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not found: the recipe line is not verified")
+	}
+	var unit []string
+	for _, l := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(l, "ExecStart=") {
+			l = recipe
+		}
+		unit = append(unit, l)
+	}
+	p := t.TempDir() + "/kvcanary-collect.service"
+	if err := os.WriteFile(p, []byte(strings.Join(unit, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(analyze, "verify", p).CombinedOutput(); err != nil {
+		t.Errorf("systemd-analyze verify of the recording recipe: %v\n%s", err, out)
+	}
+}

@@ -46,7 +46,7 @@ var (
 		Help:   "Findings published, by analyzer, severity and class, attributed to the source of the event that triggered them (analyzers cap findings per run; see kvcanary_findings_suppressed_total).",
 		Labels: withSrc("analyzer", "severity", "class")}
 	FamDropped = &Family{Name: "kvcanary_events_dropped_total", OTelName: "kvcanary.events.dropped", Unit: "{event}", Type: Counter,
-		Help:   "Events lost, by reason: producer (reported in a producer's run.end), or a sink of this process that fell behind (otlp_queue).",
+		Help:   "Events lost, by reason: producer (reported in a producer's run.end), a sink of this process that fell behind (otlp_queue), or OTLP exports that gave up (otlp_failed).",
 		Labels: withSrc("reason")}
 
 	FamRooms = &Family{Name: "kvcanary_room_compares", OTelName: "kvcanary.room.compares", Unit: "{room}", Type: Gauge,

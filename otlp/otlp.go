@@ -7,7 +7,9 @@
 // to a bounded queue and drops it, counted, when the queue is full; one
 // goroutine batches the queue into export requests, which the SDK exporter
 // retries with backoff. Every record is accounted for in Stats: exported,
-// failed (an export that gave up) or dropped (queue full).
+// failed (an export that gave up) or dropped (queue full, or offered while
+// Close ran). With Options.Tally, failed records are also counted in
+// kvcanary_events_dropped_total{reason="otlp_failed"}.
 //
 // Errors: New refuses an endpoint that is not an http or https URL;
 // export errors are counted, and the last one kept, never returned to the
@@ -107,6 +109,7 @@ type Sink struct {
 	metricExports, metricFailures      atomic.Uint64
 	lastErr                            atomic.Value // string
 	closed                             atomic.Bool
+	drained                            atomic.Bool // Close's last drain is done
 	closeOnce                          sync.Once
 	closeErr                           error
 }
@@ -193,6 +196,12 @@ func New(opts Options) (*Sink, error) {
 			return nil, fmt.Errorf("otlp: metrics: %w", err)
 		}
 	}
+	if opts.Tally != nil {
+		// An export that gave up lost its records: the same counter as
+		// every other loss, so KvcanaryEventsDropped fires for a dead
+		// endpoint. (The caller registers otlp_queue with Dropped.)
+		opts.Tally.AddDropCounter("otlp_failed", s.Failed)
+	}
 	go s.run()
 	return s, nil
 }
@@ -209,6 +218,12 @@ func (s *Sink) Publish(ev hook.Event) {
 		s.dropped.Add(1)
 		return
 	}
+	if testPublishGap != nil {
+		testPublishGap(s)
+	}
+	// Close may have drained the queue since the check above: a record sent
+	// now stays in the queue for good, and is counted dropped by Stats
+	// (stranded) once Close has drained it.
 	select {
 	case s.q <- ev:
 	default:
@@ -216,13 +231,27 @@ func (s *Sink) Publish(ev hook.Event) {
 	}
 }
 
-// Dropped is the number of records dropped so far (queue full, or left
-// unexported when Close timed out).
-func (s *Sink) Dropped() uint64 { return s.dropped.Load() }
+// testPublishGap, when set by a test, runs between Publish's closed check
+// and its send.
+var testPublishGap func(*Sink)
 
-// Stats returns the sink's counters.
+// Dropped is the number of records dropped so far (queue full, left
+// unexported when Close timed out, or offered while Close ran).
+func (s *Sink) Dropped() uint64 {
+	n := s.dropped.Load()
+	if s.drained.Load() {
+		n += uint64(len(s.q)) // sent after Close's last drain: nobody will export them
+	}
+	return n
+}
+
+// Failed is the number of records lost in exports that gave up.
+func (s *Sink) Failed() uint64 { return s.failed.Load() }
+
+// Stats returns the sink's counters. Offered = Exported + Failed + Dropped
+// once Close has returned and no Publish is running.
 func (s *Sink) Stats() Stats {
-	st := Stats{Offered: s.offered.Load(), Exported: s.exported.Load(), Failed: s.failed.Load(), Dropped: s.dropped.Load(),
+	st := Stats{Offered: s.offered.Load(), Exported: s.exported.Load(), Failed: s.failed.Load(), Dropped: s.Dropped(),
 		MetricExports: s.metricExports.Load(), MetricFailures: s.metricFailures.Load()}
 	if e, ok := s.lastErr.Load().(string); ok {
 		st.LastError = e
@@ -244,6 +273,10 @@ func (s *Sink) Close() error {
 			<-s.q
 			s.dropped.Add(1)
 		}
+		// From here on the queue is never read: what a Publish that passed
+		// the closed check before it was set still sends is counted by
+		// Dropped as it lies there.
+		s.drained.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.CloseTimeout)
 		defer cancel()
 		var errs []error

@@ -268,3 +268,89 @@ func TestParseEndpoint(t *testing.T) {
 		t.Errorf("ParseEndpoint: %v, path %q", err, u.Path)
 	}
 }
+
+// An export that gives up loses its records: they count as Failed and reach
+// kvcanary_events_dropped_total{reason="otlp_failed"}, so the
+// KvcanaryEventsDropped alert sees a dead endpoint.
+func TestFailedExportsReachTheDropCounter(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusBadRequest) // not retryable: the export gives up at once
+	}))
+	defer srv.Close()
+	tally := metrics.NewTally(metrics.Options{Run: "r"})
+	s, err := New(Options{Endpoint: srv.URL, Tally: tally, MetricInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Publish(finding)
+	s.Publish(finding)
+	s.Close()
+	if st := s.Stats(); st.Failed != 2 {
+		t.Fatalf("stats %+v: want 2 failed", st)
+	}
+	got := -1.0
+	tally.Collect(func(f *metrics.Family, v float64, labels ...string) {
+		if f != metrics.FamDropped {
+			return
+		}
+		for i, l := range labels {
+			if f.Labels[i] == "reason" && l == "otlp_failed" {
+				got = v
+			}
+		}
+	})
+	if got != 2 {
+		t.Errorf("kvcanary_events_dropped_total{reason=otlp_failed} = %v, want 2", got)
+	}
+}
+
+// Publish racing Close: every offered record ends exported, failed or
+// dropped, none stranded in the queue after Close drained it.
+func TestPublishRacingCloseAccountsForEveryRecord(t *testing.T) {
+	rv := &receiver{}
+	srv := httptest.NewServer(rv)
+	defer srv.Close()
+	for round := 0; round < 50; round++ {
+		s, err := New(Options{Endpoint: srv.URL + "/otel", FlushInterval: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for range 200 {
+					s.Publish(finding)
+				}
+			}()
+		}
+		close(start)
+		s.Close()
+		wg.Wait()
+		if st := s.Stats(); st.Exported+st.Failed+st.Dropped != st.Offered {
+			t.Fatalf("round %d: %+v: exported+failed+dropped != offered (%d stranded)", round, st, int64(st.Offered)-int64(st.Exported+st.Failed+st.Dropped))
+		}
+	}
+}
+
+// A Publish that passed the closed check just before Close drained the
+// queue (the seam runs Close right there) still ends counted: dropped.
+func TestPublishPassingTheCheckAsCloseDrainsIsCounted(t *testing.T) {
+	rv := &receiver{}
+	srv := httptest.NewServer(rv)
+	defer srv.Close()
+	s, err := New(Options{Endpoint: srv.URL + "/otel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testPublishGap = func(s *Sink) { s.Close() }
+	defer func() { testPublishGap = nil }()
+	s.Publish(finding)
+	testPublishGap = nil
+	if st := s.Stats(); st.Offered != 1 || st.Exported+st.Failed+st.Dropped != 1 || st.Dropped != 1 {
+		t.Fatalf("%+v: want the record offered during Close counted dropped", st)
+	}
+}

@@ -43,7 +43,14 @@ type Footer struct {
 	LastTS   int64             `json:"last_ts_ns"`  // largest event ts_ns; 0 when no events
 	Dropped  uint64            `json:"dropped"`     // events lost before reaching the writer (SetDropped)
 	Rejected uint64            `json:"rejected,omitempty"`
-	Closed   time.Time         `json:"closed"`
+	// DroppedUnknown: Dropped is a lower bound, not a count. Some events'
+	// fate was never recorded (trace merge: an input without a footer, whose
+	// drops are unknown). Readers of 1.0 that predate it skip it.
+	DroppedUnknown bool `json:"dropped_unknown,omitempty"`
+	// Labels hold what the writer learned only by the end (trace merge:
+	// each input's damage, merge.N.*). Optional.
+	Labels map[string]string `json:"labels,omitempty"`
+	Closed time.Time         `json:"closed"`
 }
 
 // Record keys: the first (and only) key of a manifest and a footer line.

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"container/heap"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -54,8 +58,12 @@ type MergeInput struct {
 	Run     string    `json:"run,omitempty"`
 	Created time.Time `json:"created"`
 	// OffsetNS is the estimated clock offset against the first input:
-	// this manifest's start time less the first one's.
-	OffsetNS int64 `json:"offset_ns"`
+	// this manifest's start time less the first one's. Meaningful only
+	// when OffsetKnown: a manifest without a start time (damaged, or
+	// written without one), here or in the first input, leaves it unknown,
+	// and Align refuses such an input.
+	OffsetNS    int64 `json:"offset_ns"`
+	OffsetKnown bool  `json:"offset_known"`
 	// AppliedNS is what was subtracted from this input's timestamps (0
 	// unless MergeOptions.Align).
 	AppliedNS        int64  `json:"applied_ns"`
@@ -66,8 +74,11 @@ type MergeInput struct {
 	Truncated        bool   `json:"truncated"`
 	TruncationReason string `json:"truncation_reason,omitempty"`
 	ManifestDamage   string `json:"manifest_damage,omitempty"`
-	Dropped          uint64 `json:"dropped"`  // from its footer
-	Rejected         uint64 `json:"rejected"` // from its footer
+	// HasFooter: the input ended with a footer. Without one its drops and
+	// refusals are unknown (Dropped and Rejected are then 0, not counts).
+	HasFooter bool   `json:"has_footer"`
+	Dropped   uint64 `json:"dropped"`  // from its footer
+	Rejected  uint64 `json:"rejected"` // from its footer
 }
 
 // MergeReport is the outcome of Merge.
@@ -82,14 +93,31 @@ type MergeReport struct {
 	MaxLatenessNS int64  `json:"max_lateness_ns"`
 	// BytesIn is the decoded JSON bytes read from all inputs.
 	BytesIn uint64 `json:"bytes_in"`
+	// DroppedUnknown: some input has no footer, so the merged footer's
+	// dropped count is a lower bound (Footer.DroppedUnknown).
+	DroppedUnknown bool `json:"dropped_unknown"`
+	// ConfigDiffers names the run configuration and host fields (JSON
+	// names, "host." prefixed for the host) whose values differ between
+	// the inputs or are unknown in one: the merged manifest leaves them
+	// unset, and each input's own configuration is in its labels.
+	ConfigDiffers []string `json:"config_differs,omitempty"`
 }
+
+// ErrOffsetUnknown: Align was asked for an input whose clock offset is
+// unknown (its manifest, or the first input's, has no start time).
+var ErrOffsetUnknown = errors.New("clock offset unknown")
 
 // Manifest labels of a merged bundle (N is the input's index).
 const (
 	LabelMergeInputs = "merge.inputs"  // number of inputs
 	LabelMergeAlign  = "merge.aligned" // "true" when offsets were applied
-	labelMergeFmt    = "merge.%d.%s"   // name, host, run, created, offset_ns, applied_ns
-	mergeWriteError  = "write merged bundle"
+	labelMergeFmt    = "merge.%d.%s"   // name, host, run, created, offset_ns, applied_ns, config, host_info; footer: truncated, skipped, footer
+	// LabelMergeDiffers (manifest) lists the config and host fields that
+	// differ between inputs (or are unknown in one), comma separated.
+	LabelMergeDiffers = "merge.config_differs"
+	// LabelUnknown is the value of a label whose quantity is unknown.
+	LabelUnknown    = "unknown"
+	mergeWriteError = "write merged bundle"
 )
 
 // PlanMerge estimates the clock offsets of inputs (see MergeReport) from
@@ -105,8 +133,9 @@ func PlanMerge(inputs []*Reader, opts MergeOptions) []MergeInput {
 		}
 		if !m.Created.IsZero() && !ref.IsZero() {
 			in.OffsetNS = m.Created.Sub(ref).Nanoseconds()
+			in.OffsetKnown = true
 		}
-		if opts.Align {
+		if opts.Align && in.OffsetKnown {
 			in.AppliedNS = in.OffsetNS
 		}
 		out[i] = in
@@ -114,12 +143,58 @@ func PlanMerge(inputs []*Reader, opts MergeOptions) []MergeInput {
 	return out
 }
 
-// MergeManifest is the manifest of the merged bundle: the first input's
-// host and run configuration, the runs joined, and one label group per input
-// with its clock offset (estimated and applied).
-func MergeManifest(plan []MergeInput, opts MergeOptions, first Manifest) Manifest {
-	m := Manifest{Tool: opts.Tool, Host: first.Host, Config: first.Config, Command: "trace merge",
+// InputManifests returns the inputs' manifests, for MergeManifest.
+func InputManifests(inputs []*Reader) []Manifest {
+	ms := make([]Manifest, len(inputs))
+	for i, r := range inputs {
+		ms[i] = r.Manifest()
+	}
+	return ms
+}
+
+// CheckAlign returns an error wrapping ErrOffsetUnknown naming every input
+// whose offset Align cannot apply (nil without Align).
+func CheckAlign(plan []MergeInput, opts MergeOptions) error {
+	if !opts.Align {
+		return nil
+	}
+	var bad []string
+	for i, in := range plan {
+		if !in.OffsetKnown {
+			bad = append(bad, fmt.Sprintf("input %d (%s)", i, in.Name))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("align: %w for %s: its manifest or the first input's has no start time", ErrOffsetUnknown, strings.Join(bad, ", "))
+}
+
+// MergeManifest is the manifest of the merged bundle: the inputs' runs
+// joined, the host and run configuration fields on which every input agrees
+// (a field that differs, or that an input with a damaged manifest leaves
+// unknown, is left unset and named in LabelMergeDiffers, each input's own
+// configuration in merge.N.config and merge.N.host_info), and one label
+// group per input with its clock offset (estimated and applied; "unknown"
+// when it is). manifests are the inputs' manifests in plan order.
+func MergeManifest(plan []MergeInput, opts MergeOptions, manifests []Manifest) Manifest {
+	m := Manifest{Tool: opts.Tool, Command: "trace merge",
 		Labels: map[string]string{LabelMergeInputs: strconv.Itoa(len(plan)), LabelMergeAlign: strconv.FormatBool(opts.Align)}}
+	var cfgs, hosts []any
+	known := true
+	for i, mf := range manifests {
+		if i < len(plan) && plan[i].ManifestDamage != "" {
+			known = false // its configuration is unknown: nothing is known to hold for all
+		}
+		cfgs, hosts = append(cfgs, mf.Config), append(hosts, mf.Host)
+	}
+	var differs []string
+	cfgDiff := commonFields(cfgs, &m.Config, known, "")
+	hostDiff := commonFields(hosts, &m.Host, known, "host.")
+	differs = append(append(differs, cfgDiff...), hostDiff...)
+	if len(differs) > 0 {
+		m.Labels[LabelMergeDiffers] = strings.Join(differs, ",")
+	}
 	seen := map[string]bool{}
 	for i, in := range plan {
 		if in.Run != "" && !seen[in.Run] {
@@ -136,10 +211,66 @@ func MergeManifest(plan []MergeInput, opts MergeOptions, first Manifest) Manifes
 		if !in.Created.IsZero() {
 			set("created", in.Created.UTC().Format(time.RFC3339Nano))
 		}
-		set("offset_ns", strconv.FormatInt(in.OffsetNS, 10))
+		if in.OffsetKnown {
+			set("offset_ns", strconv.FormatInt(in.OffsetNS, 10))
+		} else {
+			set("offset_ns", LabelUnknown)
+		}
 		set("applied_ns", strconv.FormatInt(in.AppliedNS, 10))
+		if i < len(manifests) {
+			if in.ManifestDamage != "" {
+				set("config", LabelUnknown)
+				set("host_info", LabelUnknown)
+			} else {
+				if len(cfgDiff) > 0 {
+					b, _ := json.Marshal(manifests[i].Config) // plain struct: cannot fail
+					set("config", string(b))
+				}
+				if len(hostDiff) > 0 {
+					b, _ := json.Marshal(manifests[i].Host)
+					set("host_info", string(b))
+				}
+			}
+		}
 	}
 	return m
+}
+
+// commonFields sets *dst to the top-level JSON fields on which every value
+// of vals agrees and returns the names of the others, prefixed. With known
+// false (an input's value is unknown) every field any input sets differs.
+func commonFields(vals []any, dst any, known bool, prefix string) []string {
+	var vmaps []map[string]json.RawMessage
+	keys := map[string]bool{}
+	for _, v := range vals {
+		b, _ := json.Marshal(v) // plain structs: cannot fail
+		var mm map[string]json.RawMessage
+		json.Unmarshal(b, &mm)
+		vmaps = append(vmaps, mm)
+		for k := range mm {
+			keys[k] = true
+		}
+	}
+	common := map[string]json.RawMessage{}
+	var differs []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		same := known
+		for _, mm := range vmaps {
+			v, ok := mm[k]
+			if !ok || !bytes.Equal(v, vmaps[0][k]) {
+				same = false
+				break
+			}
+		}
+		if same {
+			common[k] = vmaps[0][k]
+		} else {
+			differs = append(differs, prefix+k)
+		}
+	}
+	b, _ := json.Marshal(common)
+	json.Unmarshal(b, dst)
+	return differs
 }
 
 // Merge writes the events of inputs to w in one timeline (see the package
@@ -152,11 +283,17 @@ func Merge(ctx context.Context, inputs []*Reader, plan []MergeInput, w *Writer, 
 	if len(plan) != len(inputs) {
 		return MergeReport{}, errors.New("merge: plan and inputs differ in length")
 	}
+	if err := CheckAlign(plan, opts); err != nil {
+		return MergeReport{}, fmt.Errorf("merge: %w", err)
+	}
 	window := opts.Window
 	if window <= 0 {
 		window = DefaultMergeWindow
 	}
 	rep := MergeReport{Inputs: plan, Aligned: opts.Align}
+	if d := MergeManifest(plan, opts, InputManifests(inputs)).Labels[LabelMergeDiffers]; d != "" {
+		rep.ConfigDiffers = strings.Split(d, ",")
+	}
 	h := &mergeHeap{}
 	free := make([][]byte, 0, 64)
 	held := make([]int, len(inputs))
@@ -213,6 +350,12 @@ func Merge(ctx context.Context, inputs []*Reader, plan []MergeInput, w *Writer, 
 			if out, err = retimeLine(out[:0], line, it.ts); err != nil {
 				rep.Inputs[it.input].Skipped++
 				free = append(free, it.line)
+				// Refill before moving on: this input gave up a held line,
+				// and without the refill it would run dry of the heap and
+				// its remaining lines would never be read.
+				if err := fill(it.input); err != nil {
+					return rep, err
+				}
 				continue
 			}
 			line = out
@@ -243,14 +386,34 @@ func Merge(ctx context.Context, inputs []*Reader, plan []MergeInput, w *Writer, 
 		if in.ManifestDamage == "" {
 			in.ManifestDamage = r.ManifestDamage()
 		}
+		set := func(k, v string) { w.SetFooterLabel(fmt.Sprintf(labelMergeFmt, i, k), v) }
 		if f, ok := r.Footer(); ok {
+			in.HasFooter = true
 			in.Dropped, in.Rejected = f.Dropped, f.Rejected
 			dropped += f.Dropped
 			rejected += f.Rejected
+			if f.DroppedUnknown {
+				rep.DroppedUnknown = true // a merge of merges: already a lower bound
+			}
+			set("footer", "present")
+		} else {
+			rep.DroppedUnknown = true
+			set("footer", "absent")
+		}
+		set("truncated", strconv.FormatBool(in.Truncated))
+		if in.TruncationReason != "" {
+			set("truncation_reason", in.TruncationReason)
+		}
+		set("skipped", strconv.FormatUint(in.Skipped, 10))
+		if in.ManifestDamage != "" {
+			set("manifest_damage", in.ManifestDamage)
 		}
 	}
 	w.SetDropped(dropped)
 	w.AddRejected(rejected)
+	if rep.DroppedUnknown {
+		w.SetDroppedUnknown()
+	}
 	return rep, nil
 }
 

@@ -100,7 +100,7 @@ func BenchmarkMerge(b *testing.B) {
 		rs := openAll(b, a, c)
 		stop := peakHeap()
 		plan := PlanMerge(rs, MergeOptions{})
-		w, err := Create(filepath.Join(dir, "all.kvtrace"), MergeManifest(plan, MergeOptions{}, rs[0].Manifest()))
+		w, err := Create(filepath.Join(dir, "all.kvtrace"), MergeManifest(plan, MergeOptions{}, InputManifests(rs)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"sync"
 	"time"
@@ -38,13 +39,16 @@ type Writer struct {
 	bodyJS *json.Encoder
 	closed bool
 
-	events   uint64
-	counts   [256]uint64
-	firstTS  int64
-	lastTS   int64
-	dropped  uint64
-	rejected uint64 // refused by this writer
-	upstream uint64 // refused before reaching it (AddRejected)
+	events  uint64
+	counts  [256]uint64
+	firstTS int64
+	lastTS  int64
+	dropped uint64
+	// droppedUnknown and footerLabels: SetDroppedUnknown, SetFooterLabel.
+	droppedUnknown bool
+	footerLabels   map[string]string
+	rejected       uint64 // refused by this writer
+	upstream       uint64 // refused before reaching it (AddRejected)
 
 	now      func() time.Time
 	stop     chan struct{}
@@ -326,6 +330,25 @@ func (w *Writer) SetDropped(n uint64) {
 	w.mu.Unlock()
 }
 
+// SetDroppedUnknown marks the footer's dropped count as a lower bound: some
+// events' fate was never recorded (Footer.DroppedUnknown).
+func (w *Writer) SetDroppedUnknown() {
+	w.mu.Lock()
+	w.droppedUnknown = true
+	w.mu.Unlock()
+}
+
+// SetFooterLabel records a label Close writes into the footer
+// (Footer.Labels): what the writer learned only by the end.
+func (w *Writer) SetFooterLabel(k, v string) {
+	w.mu.Lock()
+	if w.footerLabels == nil {
+		w.footerLabels = map[string]string{}
+	}
+	w.footerLabels[k] = v
+	w.mu.Unlock()
+}
+
 // AddRejected records n events refused before they reached the writer (a
 // collector's ingest rejections); Close adds them to the footer's
 // "rejected", so the bundle says what its recording refused.
@@ -358,7 +381,11 @@ func (w *Writer) Footer() Footer {
 }
 
 func (w *Writer) footerLocked() Footer {
-	f := Footer{Events: w.events, Counts: map[string]uint64{}, Dropped: w.dropped, Rejected: w.rejected + w.upstream}
+	f := Footer{Events: w.events, Counts: map[string]uint64{}, Dropped: w.dropped, Rejected: w.rejected + w.upstream,
+		DroppedUnknown: w.droppedUnknown}
+	if len(w.footerLabels) > 0 {
+		f.Labels = maps.Clone(w.footerLabels)
+	}
 	if w.events > 0 {
 		f.FirstTS, f.LastTS = w.firstTS, w.lastTS
 	}

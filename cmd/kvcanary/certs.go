@@ -46,8 +46,10 @@ Keep ca-key.pem off the producer hosts: it signs new producers. Copy ca.pem
 and one NAME.pem/NAME-key.pem pair to each producer host.`,
 		Example: `  kvcanary certs init ./pki --hosts collector.internal,10.0.0.5 --client-names prefill-0,decode-0
   kvcanary collect --listen tcp://0.0.0.0:7070 --tls-cert pki/server.pem --tls-key pki/server-key.pem --client-ca pki/ca.pem
+  # on the producer host, without wrap (wrap collects locally and refuses KVCANARY_ADDR):
+  export PYTHONPATH="$(kvcanary pyhook path)${PYTHONPATH:+:$PYTHONPATH}"
   KVCANARY_ADDR=tcp://collector.internal:7070 KVCANARY_TLS_CERT=pki/prefill-0.pem \
-    KVCANARY_TLS_KEY=pki/prefill-0-key.pem KVCANARY_TLS_CA=pki/ca.pem kvcanary wrap -- python -m sglang.launch_server …`,
+    KVCANARY_TLS_KEY=pki/prefill-0-key.pem KVCANARY_TLS_CA=pki/ca.pem python -m sglang.launch_server …`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Dir = args[0]

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -49,8 +50,16 @@ merged manifest (labels merge.N.offset_ns). It applies the offsets only with
 --align start; otherwise events keep their timestamps (hosts synchronised by
 NTP or PTP are usually closer than a start-time estimate).
 
+An offset that cannot be estimated (a manifest without a start time) is shown
+as unknown, and --align start refuses such an input.
+
 Damaged and truncated inputs are merged as far as they read, with a warning
-each; their drop and refusal counts are carried into the merged footer.`,
+each; their drop and refusal counts are carried into the merged footer, with
+each input's damage (merge.N.footer, merge.N.truncated, merge.N.skipped) and,
+when an input has no footer, dropped_unknown: its drops are unknown. Settings
+that differ between the inputs are left unset in the merged manifest (each
+input's are kept in its labels). The merge writes OUT.tmp and renames it to
+OUT only when it completed: an interrupted merge leaves no bundle at OUT.`,
 		Example: `  kvcanary trace merge prefill.kvtrace decode.kvtrace -o pd.kvtrace
   kvcanary checksum compare pd.kvtrace`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
@@ -116,7 +125,14 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 	}
 	mo := traces.MergeOptions{Align: opts.Align, Window: opts.Window, Tool: "kvcanary " + buildinfo.String()}
 	plan := traces.PlanMerge(inputs, mo)
-	w, err := traces.Create(opts.Out, traces.MergeManifest(plan, mo, inputs[0].Manifest()))
+	if err := traces.CheckAlign(plan, mo); err != nil {
+		return cmdutil.UsageError("trace merge: --align start: %v (use --align none)", err)
+	}
+	// Write OUT.tmp and rename it only when the merge completed: an
+	// interrupted or failed merge must not leave a complete-looking bundle
+	// (Close writes a footer) at OUT.
+	tmp := opts.Out + ".tmp"
+	w, err := traces.Create(tmp, traces.MergeManifest(plan, mo, traces.InputManifests(inputs)))
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
@@ -126,7 +142,11 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 	if err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = os.Rename(tmp, opts.Out)
+	}
 	if err != nil {
+		os.Remove(tmp)
 		if errors.Is(err, context.Canceled) {
 			return err
 		}
@@ -138,6 +158,13 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 	if rep.OutOfOrder > 0 {
 		fmt.Fprintf(opts.IO.ErrOut, "warning: %d events were more than --window %d lines out of place in their bundle and are written late (by up to %s); raise --window to order them\n",
 			rep.OutOfOrder, opts.Window, time.Duration(rep.MaxLatenessNS))
+	}
+	if rep.DroppedUnknown {
+		fmt.Fprintln(opts.IO.ErrOut, "warning: an input has no footer, so its drops are unknown: the merged bundle's dropped count is a lower bound (footer dropped_unknown)")
+	}
+	if len(rep.ConfigDiffers) > 0 {
+		fmt.Fprintf(opts.IO.ErrOut, "warning: the inputs' settings differ (%s): the merged manifest leaves them unset; each input's are in its merge.N.config / merge.N.host_info labels\n",
+			strings.Join(rep.ConfigDiffers, ", "))
 	}
 	if opts.JSON.JSON {
 		return cmdutil.WriteJSON(opts.IO.Out, rep)
@@ -152,19 +179,30 @@ func writeMergeReport(out io.Writer, path string, rep traces.MergeReport, took t
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "input\thost\trun\tevents\tmanifest start\tclock offset (est.)\tapplied\tdamage")
 	for _, in := range rep.Inputs {
+		var dmg []string
+		if in.Truncated {
+			dmg = append(dmg, "truncated")
+		}
+		if in.Skipped > 0 {
+			dmg = append(dmg, fmt.Sprintf("%d skipped", in.Skipped))
+		}
+		if !in.HasFooter {
+			dmg = append(dmg, "no footer (drops unknown)")
+		}
 		damage := "-"
-		switch {
-		case in.Truncated:
-			damage = "truncated"
-		case in.Skipped > 0:
-			damage = fmt.Sprintf("%d skipped", in.Skipped)
+		if len(dmg) > 0 {
+			damage = strings.Join(dmg, ", ")
+		}
+		offset := "unknown"
+		if in.OffsetKnown {
+			offset = signedDuration(in.OffsetNS)
 		}
 		started := "unknown"
 		if !in.Created.IsZero() {
 			started = in.Created.UTC().Format(time.RFC3339Nano)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", q(in.Name), q(orDash(in.Host)), q(orDash(in.Run)), in.Events,
-			started, signedDuration(in.OffsetNS), signedDuration(in.AppliedNS), damage)
+			started, offset, signedDuration(in.AppliedNS), damage)
 	}
 	tw.Flush()
 	if rep.Aligned {

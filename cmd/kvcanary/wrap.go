@@ -101,7 +101,10 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     its sitecustomize hooks SGLang in every process the engine spawns;
   - sets KVCANARY_ADDR, KVCANARY_RUN and the settings given as flags below
     (a setting not given keeps its value from your environment, else the
-    package's default, shown as the flag's default below);
+    package's default, shown as the flag's default below). wrap collects
+    locally: it refuses to run with KVCANARY_ADDR or KVCANARY_TLS_* already
+    set (to stream to a remote collector, run the engine without wrap, with
+    "kvcanary pyhook path" first on PYTHONPATH);
   - runs COMMAND in its own process group: Ctrl-C or SIGTERM is forwarded to
     the whole group, a second one kills it (SIGKILL); its stdin is wrap's,
     unless that is a terminal (then /dev/null);
@@ -280,6 +283,31 @@ func wrapRunConfig(engine string, kvs []string) (hook.RunConfig, error) {
 	return rc, nil
 }
 
+// wrapCollectorEnv are the variables that point a producer at a collector.
+// wrap sets KVCANARY_ADDR to its own socket (the TLS settings then have
+// nothing to apply to), so one already set means the user wants another
+// collector, which wrap would silently bypass.
+var wrapCollectorEnv = []string{"KVCANARY_ADDR", hook.EnvTLSCert, hook.EnvTLSKey, hook.EnvTLSCA}
+
+// wrapRefuseRemote refuses an environment that names a collector.
+func wrapRefuseRemote(env []string) error {
+	var set []string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if v != "" && slices.Contains(wrapCollectorEnv, k) && !slices.Contains(set, k) {
+			set = append(set, k)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return cmdutil.UsageError("wrap: %s set in this environment, but wrap collects locally: it gives the engine its own "+
+		"collector socket, so nothing would reach the collector those name. To record on this host, unset them and use "+
+		"--record FILE (then combine hosts with \"kvcanary trace merge\"); to stream to a remote collector, run the "+
+		"engine without wrap, with the directory \"kvcanary pyhook path\" prints first on PYTHONPATH and "+
+		"KVCANARY_ADDR and KVCANARY_TLS_* set", strings.Join(set, ", "))
+}
+
 // wrapEnv is the command's environment: base, with the package first on
 // PYTHONPATH (the user's entries after it), the collector's address, the
 // run id and the settings given.
@@ -420,6 +448,13 @@ func wrapRun(opts *WrapOptions) error {
 	}
 	rc, err := wrapRunConfig(opts.Engine, opts.Config)
 	if err != nil {
+		return err
+	}
+	base := opts.environ
+	if base == nil {
+		base = os.Environ()
+	}
+	if err := wrapRefuseRemote(base); err != nil {
 		return err
 	}
 	// Not found or not executable: say so before anything is created.

@@ -323,3 +323,31 @@ func TestCollectorShrinksAfterLargeInput(t *testing.T) {
 		t.Fatalf("peak %d: the large inputs never grew the buffers", st.BufferedPeak)
 	}
 }
+
+// An emitter the collector turns away at its connection cap (accepted, then
+// closed at once) counts nothing as sent or connected and says why.
+func TestEmitterRefusedAtTheConnectionCapCountsNothingSent(t *testing.T) {
+	c, rec := startCollector(t, ListenOptions{MaxConns: 1})
+	holder := dialRaw(t, c)
+	holder.Write(jsonLine(t, replayEvent(1)))
+	waitFor(t, "the holder's event", func() bool { return len(rec.events()) == 1 })
+	// ConfirmWait is generous: the refusal arrives at once, and only a
+	// failure of this test would wait it out.
+	em, err := Dial(c.Addr(), DialOptions{ConfirmWait: 10 * time.Second, MinBackoff: time.Hour, MaxBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		em.Emit(replayEvent(uint64(i + 2)))
+	}
+	em.Close()
+	if st := em.Stats(); st.Sent != 0 || st.Dropped != 5 || st.Connects != 0 {
+		t.Errorf("refused emitter: %+v; want sent 0, dropped 5, connects 0", st)
+	}
+	if le := em.LastError(); !strings.Contains(le, "closed the connection") {
+		t.Errorf("LastError %q does not say the collector closed the connection", le)
+	}
+	if got := c.Stats().RefusedBy["conn_limit"]; got == 0 || got > 3 {
+		t.Errorf("conn_limit refusals %d; want 1 to 3 (one-hour backoff)", got)
+	}
+}

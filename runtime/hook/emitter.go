@@ -3,8 +3,11 @@ package hook
 import (
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +32,16 @@ type DialOptions struct {
 	// MinBackoff and MaxBackoff bound the wait between connection attempts
 	// (defaults 50ms and 2s; the wait doubles after each failure).
 	MinBackoff, MaxBackoff time.Duration
+	// ConfirmWait is how long a new connection waits for the collector to
+	// refuse it before the emitter writes to it (defaults: 250ms with TLS,
+	// 10ms otherwise). In TLS 1.3 the client's handshake completes before
+	// the collector checks the client certificate, so a refused certificate
+	// shows only as an alert arriving after the handshake; a collector over
+	// its connection limit closes the socket right after accepting it. The
+	// collector never writes, so anything readable in this window (an
+	// alert, EOF, bytes) means it refused the connection: nothing is
+	// counted sent or connected, and the emitter backs off.
+	ConfirmWait time.Duration
 	// TLS makes a tcp:// connection TLS with a client certificate
 	// (ClientTLSConfig), for a collector that requires it. When nil, Dial
 	// reads KVCANARY_TLS_CERT, KVCANARY_TLS_KEY and KVCANARY_TLS_CA
@@ -42,7 +55,7 @@ type EmitterStats struct {
 	Sent     uint64 `json:"sent"`     // frames written completely to a collector
 	Dropped  uint64 `json:"dropped"`  // events lost: queue full, no collector, failed write, Emit after Close
 	Invalid  uint64 `json:"invalid"`  // events AppendFrame refused (bad kind or body, a value Event.Validate refuses, NaN, invalid UTF-8)
-	Connects uint64 `json:"connects"` // successful connections (the first included)
+	Connects uint64 `json:"connects"` // connections the collector accepted (the first included; see DialOptions.ConfirmWait)
 }
 
 // Emitter sends events to a collector as binary frames from a background
@@ -70,7 +83,8 @@ type Emitter struct {
 }
 
 // Dial returns an emitter for addr (unix:///path.sock or tcp://HOST:PORT).
-// It tries to connect once before returning; if the collector is not there
+// It tries to connect once before returning (waiting ConfirmWait for the
+// collector's verdict on the connection); if the collector is not there
 // yet the emitter keeps retrying in the background, so an error means only a
 // malformed address.
 func Dial(addr string, opts DialOptions) (*Emitter, error) {
@@ -96,6 +110,12 @@ func Dial(addr string, opts DialOptions) (*Emitter, error) {
 	if opts.TLS == nil && ep.network == "tcp" {
 		if opts.TLS, err = ClientTLSFromEnv(); err != nil {
 			return nil, fmt.Errorf("dial %s: %w", ep, err)
+		}
+	}
+	if opts.ConfirmWait <= 0 {
+		opts.ConfirmWait = 10 * time.Millisecond
+		if opts.TLS != nil && ep.network == "tcp" {
+			opts.ConfirmWait = 250 * time.Millisecond
 		}
 	}
 	e := &Emitter{ep: ep, opts: opts,
@@ -205,8 +225,10 @@ func (e *Emitter) connect(timeout time.Duration) bool {
 		nc, err = net.DialTimeout(e.ep.network, e.ep.address, timeout)
 	}
 	if err == nil {
-		if err = nc.SetWriteDeadline(time.Now().Add(e.opts.WriteTimeout)); err == nil {
-			_, err = nc.Write([]byte(FramePreamble))
+		if err = e.confirm(nc); err == nil {
+			if err = nc.SetWriteDeadline(time.Now().Add(e.opts.WriteTimeout)); err == nil {
+				_, err = nc.Write([]byte(FramePreamble))
+			}
 		}
 		if err != nil {
 			nc.Close()
@@ -221,6 +243,28 @@ func (e *Emitter) connect(timeout time.Duration) bool {
 	e.connMu.Unlock()
 	e.connects.Add(1)
 	return true
+}
+
+// confirm waits ConfirmWait for the collector's verdict on a new connection.
+// The collector sends nothing on an accepted connection, so a read that times
+// out is the only good answer; a TLS alert (a refused client certificate),
+// EOF or data mean it refused or closed the connection.
+func (e *Emitter) confirm(nc net.Conn) error {
+	if err := nc.SetReadDeadline(time.Now().Add(e.opts.ConfirmWait)); err != nil {
+		return err
+	}
+	var b [1]byte
+	n, err := nc.Read(b[:])
+	switch {
+	case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+		return nc.SetReadDeadline(time.Time{}) // nothing from the collector: accepted
+	case errors.Is(err, io.EOF):
+		return errors.New("the collector closed the connection (refused; see its refused_by)")
+	case err != nil:
+		return fmt.Errorf("the collector refused the connection: %w", err)
+	default:
+		return fmt.Errorf("the collector sent %d byte(s), which it never does: not a kvcanary collector?", n)
+	}
 }
 
 func (e *Emitter) disconnect() {

@@ -196,3 +196,45 @@ func TestTLSClientFromEnv(t *testing.T) {
 	}
 	em.Close()
 }
+
+// TestTLSEmitterRefusedCountsNothingSent: in TLS 1.3 the client's handshake
+// completes before the collector checks the client certificate, so the
+// emitter must wait for the collector's verdict before it counts anything as
+// sent. A producer whose certificate the collector refuses sends nothing,
+// counts every event dropped, never counts a connection, names the TLS alert
+// in LastError, and backs off (with a one-hour backoff it dials at most three
+// times: in Dial, on the first event, and in Close).
+func TestTLSEmitterRefusedCountsNothingSent(t *testing.T) {
+	s := newTLSSetup(t)
+	c, rec := startCollectorAt(t, "tcp://127.0.0.1:0", ListenOptions{TLS: s.server, Run: "r"})
+	now := time.Now()
+	other, err := pki.NewCA("another CA", now.Add(-time.Hour), now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := s.client(t, s.issue(t, other, "prefill-host-1", now.Add(-time.Hour), now.Add(time.Hour)))
+	em, err := Dial(c.Addr(), DialOptions{TLS: evil, MinBackoff: time.Hour, MaxBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	for i := 0; i < n; i++ {
+		em.Emit(Event{Kind: KindReplay, TS: int64(i + 1), Body: &Replay{Step: uint64(i), Mode: ModeGraph}})
+	}
+	waitFor(t, "a refusal", func() bool { return c.Stats().RefusedBy["tls_unknown_ca"] >= 1 })
+	em.Close()
+	st := em.Stats()
+	if st.Sent != 0 || st.Dropped != n || st.Connects != 0 {
+		t.Errorf("refused producer: %+v; want sent 0, dropped %d, connects 0", st, n)
+	}
+	if le := em.LastError(); !strings.Contains(le, "unknown certificate authority") {
+		t.Errorf("LastError %q does not carry the collector's TLS alert", le)
+	}
+	if got := len(rec.events()); got != 0 {
+		t.Errorf("collector received %d events from a refused producer", got)
+	}
+	waitFor(t, "the last refusal", func() bool { return c.Stats().Connections == 0 && c.Stats().Refused >= 1 })
+	if r := c.Stats().Refused; r > 3 {
+		t.Errorf("the refused producer dialled %d times with a one-hour backoff; want at most 3", r)
+	}
+}

@@ -19,6 +19,11 @@ Decisions (documented in README.md, "Emitter"):
 - A write blocked for `write_timeout` (5 s) on a collector that stopped reading
   drops the connection and redials (the lines not written are dropped); a
   broken pipe or a peer that closed does the same.
+- A new connection counts only once the collector has not refused it within
+  `confirm_wait` (0.25 s with TLS, 10 ms otherwise; WIRE.md "TLS"): in TLS 1.3
+  a refused client certificate arrives as an alert after the client's
+  handshake completed. A refused connection sends nothing, is not counted in
+  `connects`, puts the alert in `last_error` and backs off like a failed dial.
 - After `os.fork` the child starts fresh: empty queue, zero counters, its own
   pid, no connection (the parent's socket is left to the parent) and a writer
   thread started on the first `emit`.
@@ -183,7 +188,8 @@ class Emitter:
     def __init__(self, addr: str | None, run: str = "", proc: str = "", queue_size: int = 4096, *,
                  write_timeout: float = 5.0, connect_timeout: float = 1.0,
                  min_backoff: float = 0.05, max_backoff: float = 2.0,
-                 role: str = "", rank: int = 0, tls: tuple | None = None):
+                 role: str = "", rank: int = 0, tls: tuple | None = None,
+                 confirm_wait: float | None = None):
         self.run = run or ""
         self.proc = proc or ""
         self.role, self.rank = "", 0
@@ -194,6 +200,11 @@ class Emitter:
         self.write_timeout = write_timeout
         self.connect_timeout = connect_timeout
         self.min_backoff = min_backoff
+        # How long a new connection waits for the collector's verdict (WIRE.md
+        # "TLS"): TLS 1.3 finishes the client's handshake before the collector
+        # checks the client certificate, and a capped collector closes right
+        # after accepting. Default 0.25 s with TLS, 10 ms otherwise.
+        self.confirm_wait = confirm_wait if confirm_wait and confirm_wait > 0 else (0.25 if tls is not None else 0.01)
         self.max_backoff = max(max_backoff, min_backoff)
         self.addr = None
         self.noop = addr is None
@@ -373,11 +384,20 @@ class Emitter:
                     except BaseException:
                         s.close()
                         raise
-            s.settimeout(self.write_timeout)
         except OSError as e:
             self._last_error = "connect %s: %s" % (a, e)
             self._warn_once("connect", "kvcanary: no collector at %s (%s); events are dropped until one "
                             "answers (retrying every <= %gs)", a, e, self.max_backoff)
+            return False
+        why = self._confirm(s)
+        if why:
+            try:
+                s.close()
+            except OSError:
+                pass
+            self._last_error = "connect %s: %s" % (a, why)
+            self._warn_once("refused", "kvcanary: the collector at %s refused this producer (%s); events are "
+                            "dropped (retrying every <= %gs)", a, why, self.max_backoff)
             return False
         self._sock = s
         with self._lock:
@@ -385,6 +405,29 @@ class Emitter:
         if "connect" in self._warned:
             log.info("kvcanary: connected to %s", a)
         return True
+
+    def _confirm(self, s) -> str:
+        """Wait confirm_wait for the collector's verdict on a new connection:
+        "" when it is accepted (the read times out: the collector never
+        writes), else why not (a TLS alert such as a refused client
+        certificate, EOF, or bytes a collector never sends). Leaves s with
+        the write timeout."""
+        try:
+            s.settimeout(self.confirm_wait)
+            try:
+                data = s.recv(1)
+            except socket.timeout:
+                return ""
+            except OSError as e:  # ssl.SSLError included: the collector's alert
+                return "the collector refused the connection: %s" % e
+            if not data:
+                return "the collector closed the connection (refused; see its refused_by)"
+            return "the collector sent bytes, which it never does: not a kvcanary collector?"
+        finally:
+            try:
+                s.settimeout(self.write_timeout)
+            except OSError:
+                pass
 
     def _disconnect(self) -> None:
         s, self._sock = self._sock, None

@@ -124,6 +124,25 @@ def test_emitter_with_a_foreign_certificate_is_refused(tls_collector):
     assert "certificate" in tls_collector.refused[0].lower(), tls_collector.refused
 
 
+def test_refused_emitter_counts_nothing_sent_and_backs_off(tls_collector):
+    # TLS 1.3: the client's handshake completes before the collector checks
+    # the client certificate. The emitter waits for the verdict: a refused
+    # producer counts every event dropped, no connection, the alert in
+    # last_error, and backs off (a one-hour backoff: it dials on the first
+    # event and once more at close, never in a loop).
+    em = Emitter(tls_collector.addr, tls=(fx("other-client.pem"), fx("other-client-key.pem"), fx("ca.pem")),
+                 min_backoff=3600, max_backoff=3600)
+    for i in range(30):
+        assert em.emit("replay", {"step": i, "bs": 1, "bucket": 1, "mode": "graph", "dur_ns": 1})
+    assert tls_collector.wait(lambda c: len(c.refused) >= 1)
+    em.close(timeout=HANG)
+    st = em.stats
+    assert st["sent"] == 0 and st["connects"] == 0 and st["dropped"] == 30, st
+    assert "unknown ca" in em.last_error.lower() or "unknown_ca" in em.last_error.lower(), em.last_error
+    assert tls_collector.events == []
+    assert len(tls_collector.refused) <= 2, tls_collector.refused
+
+
 def test_plain_emitter_cannot_talk_to_a_tls_collector(tls_collector):
     em = Emitter(tls_collector.addr, min_backoff=0.01, max_backoff=0.05)
     em.emit("replay", {"step": 1, "bs": 1, "bucket": 1, "mode": "graph", "dur_ns": 1})
