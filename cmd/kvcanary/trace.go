@@ -149,7 +149,11 @@ func writeInspect(out io.Writer, s traces.Summary) error {
 	}
 	switch {
 	case s.HasFooter && !s.Truncated:
-		fmt.Fprintf(tw, "footer\tyes (%d events, %d dropped before the writer, %d rejected)\n", s.Footer.Events, s.Footer.Dropped, s.Footer.Rejected)
+		dropped := fmt.Sprintf("%d dropped before the writer", s.Footer.Dropped)
+		if s.Footer.DroppedUnknown {
+			dropped = fmt.Sprintf("at least %d dropped before the writer (an input of the merge had no footer)", s.Footer.Dropped)
+		}
+		fmt.Fprintf(tw, "footer\tyes (%d events, %s, %d rejected)\n", s.Footer.Events, dropped, s.Footer.Rejected)
 	case s.HasFooter:
 		fmt.Fprintf(tw, "footer\tyes\n")
 	default:

@@ -107,3 +107,34 @@ func TestTraceMergeUnknownOffset(t *testing.T) {
 		t.Errorf("--align start with an unknown offset: %v, want a refusal naming b.kvtrace", err)
 	}
 }
+
+// TestTraceInspectMergedDropsUnknown: a merge with an input that lost its
+// footer cannot count that input's drops; trace inspect says the merged
+// count is a lower bound.
+func TestTraceInspectMergedDropsUnknown(t *testing.T) {
+	a := writeTraceBundle(t, 40)
+	b, err := os.ReadFile(writeTraceBundle(t, 40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.kvtrace")
+	if err := os.WriteFile(cut, b[:len(b)-40], 0o600); err != nil { // the footer frame cut off
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "all.kvtrace")
+	ios, _, _, _ := cmdutil.Test()
+	merge := NewCmdTraceMerge(&cmdutil.Factory{IO: ios}, nil)
+	merge.SetArgs([]string{a, cut, "-o", out})
+	if err := merge.Execute(); err != nil {
+		t.Fatalf("merge: %v", err)
+	}
+	ios, _, stdout, _ := cmdutil.Test()
+	inspect := NewCmdTraceInspect(&cmdutil.Factory{IO: ios}, nil)
+	inspect.SetArgs([]string{out})
+	if err := inspect.Execute(); err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	if !strings.Contains(stdout.String(), "at least 0 dropped before the writer (an input of the merge had no footer)") {
+		t.Fatalf("inspect of a merge with a footerless input:\n%s", stdout)
+	}
+}
