@@ -29,10 +29,19 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// Commands keep things in the user's state directory (the demo's
+	// pictures, dashboard snapshots): the tests' go to a directory of
+	// their own, never the user's.
+	state, err := os.MkdirTemp("", "kvcanary-test-state-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_STATE_HOME", state)
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	os.RemoveAll(state)
 	os.Exit(code)
 }
 
