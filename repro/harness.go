@@ -43,9 +43,9 @@ type HarnessOptions struct {
 	// OnSession, when set, sees every finished session with its index
 	// (the order sessions were started in), one call at a time.
 	OnSession func(i int, sr SessionResult)
-	Tool       string        // tool version for run.start
-	Host       hook.HostInfo // host facts for run.start
-	Run        string        // run id put on every event published ("": none)
+	Tool      string        // tool version for run.start
+	Host      hook.HostInfo // host facts for run.start
+	Run       string        // run id put on every event published ("": none)
 
 	// APIKey, when set, is sent as "Authorization: Bearer <key>" with every
 	// request (models, preflight probe, chat). It is never published,
