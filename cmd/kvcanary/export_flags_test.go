@@ -24,6 +24,7 @@ import (
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/spec/outcome"
@@ -81,20 +82,6 @@ func TestExportFlagsBadValuesAreUsageErrors(t *testing.T) {
 	if err != nil || len(sinks) != 0 || stop() != nil {
 		t.Errorf("no flags: %d sinks, err %v", len(sinks), err)
 	}
-}
-
-// requireTool finds a tool the test needs, or skips with the reason; under
-// KVCANARY_REQUIRE_PRIVILEGED=1 (CI, which installs it) a missing tool fails.
-func requireTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("KVCANARY_REQUIRE_PRIVILEGED") == "1" {
-			t.Fatalf("%s not found but KVCANARY_REQUIRE_PRIVILEGED=1: install it (apt-get install -y %s)", name, pkg)
-		}
-		t.Skipf("%s not found (apt-get install -y %s)", name, pkg)
-	}
-	return p
 }
 
 func freePort(t *testing.T) int {
@@ -188,7 +175,7 @@ func TestCollectMetricsScrapedByPrometheus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Prometheus and a twin run")
 	}
-	bin := requireTool(t, "prometheus", "prometheus")
+	bin := testenv.LookTool(t, "prometheus", "apt-get install -y prometheus")
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "c.sock")
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))

@@ -21,6 +21,7 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 	"github.com/kvcanary/kvcanary/tui"
@@ -175,18 +176,6 @@ type fakeAnalyzer struct {
 func (a *fakeAnalyzer) Name() string                         { return a.name }
 func (a *fakeAnalyzer) Observe(hook.Event, func(hook.Event)) {}
 func (a *fakeAnalyzer) Summary() any                         { return a.sum }
-
-// waitUntil polls cond until it holds or the deadline passes.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // wrapChild is a Python producer: it reports what wrap gave it (env, the
 // socket's and its directory's modes, its process group) to argv[1], sends
@@ -407,9 +396,9 @@ func TestWrapForwardsSIGINT(t *testing.T) {
 	done := make(chan error, 1)
 	args := append([]string{"--"}, w.childArgs("0", "trap")...)
 	go func() { done <- w.run(args...) }()
-	waitUntil(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	testenv.WaitFor(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
 	// Plain progress lines on stderr while the command runs.
-	waitUntil(t, "a progress line", func() bool {
+	testenv.WaitFor(t, "a progress line", func() bool {
 		return strings.Contains(w.errOut.String(), "wrap: 2 events (room.checksum 2); 0 producers connected, 1 connection in all; 0 rejected\n")
 	})
 	w.sigs <- syscall.SIGINT
@@ -442,7 +431,7 @@ func TestWrapForwardsHangupAsTerm(t *testing.T) {
 	done := make(chan error, 1)
 	args := append([]string{"--"}, w.childArgs("0", "trap")...)
 	go func() { done <- w.run(args...) }()
-	waitUntil(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	testenv.WaitFor(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
 	w.sigs <- syscall.SIGHUP
 	select {
 	case err := <-done:
@@ -462,7 +451,7 @@ func TestWrapSecondSignalKills(t *testing.T) {
 	done := make(chan error, 1)
 	args := append([]string{"--"}, w.childArgs("0", "ignore")...)
 	go func() { done <- w.run(args...) }()
-	waitUntil(t, "the child ignoring SIGINT", func() bool { return strings.Contains(w.out.String(), "ready") })
+	testenv.WaitFor(t, "the child ignoring SIGINT", func() bool { return strings.Contains(w.out.String(), "ready") })
 	w.sigs <- syscall.SIGINT
 	w.sigs <- syscall.SIGINT
 	select {
