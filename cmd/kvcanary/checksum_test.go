@@ -20,34 +20,23 @@ import (
 )
 
 func TestChecksumCompareFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *ChecksumCompareOptions
-	cmd := NewCmdChecksum(f, func(o *ChecksumCompareOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"compare", "p.log", "d.log", "--json", "--warmup-max-seqlen", "32", "--limit", "5"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdChecksum, "compare", "p.log", "d.log", "--json", "--warmup-max-seqlen", "32", "--limit", "5")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got == nil || strings.Join(got.Paths, ",") != "p.log,d.log" || !got.JSON.JSON || got.WarmupMaxSeqLen != 32 || got.Limit != 5 {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdChecksum(f, func(o *ChecksumCompareOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"compare", "run.kvtrace"})
-	if err := cmd.Execute(); err != nil || got.WarmupMaxSeqLen != 16 {
+	if got, err = parseCmd(NewCmdChecksum, "compare", "run.kvtrace"); err != nil || got.WarmupMaxSeqLen != 16 {
 		t.Fatalf("defaults: %v %+v", err, got)
 	}
 	// Several inputs (hosts, ranks) are one compare.
-	cmd = NewCmdChecksum(f, func(o *ChecksumCompareOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"compare", "p0.log", "p1.log", "decode.kvtrace"})
-	if err := cmd.Execute(); err != nil || strings.Join(got.Paths, ",") != "p0.log,p1.log,decode.kvtrace" {
+	if got, err = parseCmd(NewCmdChecksum, "compare", "p0.log", "p1.log", "decode.kvtrace"); err != nil || strings.Join(got.Paths, ",") != "p0.log,p1.log,decode.kvtrace" {
 		t.Fatalf("three inputs: %v %+v", err, got)
 	}
 	for _, args := range [][]string{{"compare"}, {"compare", "a", "--warmup-max-seqlen", "-1"}} {
-		cmd = NewCmdChecksum(f, func(*ChecksumCompareOptions) error { t.Fatal("ran"); return nil })
-		cmd.SetArgs(args)
-		cmd.SetErr(&strings.Builder{})
-		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-			t.Errorf("%v: %v (exit %d), want usage", args, err, cmdutil.ExitCode(err))
+		if got, err := parseCmd(NewCmdChecksum, args...); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
+			t.Errorf("%v: %v (exit %d, ran: %v), want usage", args, err, cmdutil.ExitCode(err), got != nil)
 		}
 	}
 }
