@@ -19,23 +19,14 @@ import (
 )
 
 func TestCollectFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *CollectOptions
-	cmd := NewCmdCollect(f, func(o *CollectOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Listen != "unix:///tmp/x.sock" || got.Record != "out.kvtrace" || !got.AllowRemote || !got.JSON.JSON || got.Run != "r9" {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdCollect(f, func(*CollectOptions) error { t.Fatal("ran without --listen"); return nil })
-	cmd.SetArgs([]string{})
-	var sink strings.Builder
-	cmd.SetOut(&sink)
-	cmd.SetErr(&sink)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+	if ran, err := parseCmd(NewCmdCollect); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Fatalf("missing --listen: %v (exit %d)", err, cmdutil.ExitCode(err))
 	}
 }
@@ -289,12 +280,8 @@ func TestWriteCollectSummaryConnections(t *testing.T) {
 }
 
 func TestCollectLimitFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *CollectOptions
-	cmd := NewCmdCollect(f, func(o *CollectOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock")
+	if err != nil {
 		t.Fatal(err)
 	}
 	var lo hook.ListenOptions
@@ -302,9 +289,7 @@ func TestCollectLimitFlags(t *testing.T) {
 	if lo.BufferBudget != hook.DefaultBufferBudget || lo.MaxConns != hook.DefaultMaxConns || lo.IdleTimeout != hook.DefaultIdleTimeout || lo.StallTimeout != hook.DefaultStallTimeout {
 		t.Fatalf("defaults: %+v", lo)
 	}
-	cmd = NewCmdCollect(f, func(o *CollectOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--buffer-budget-mib", "8", "--max-conns", "0", "--idle-timeout", "1m", "--stall-timeout", "0"})
-	if err := cmd.Execute(); err != nil {
+	if got, err = parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--buffer-budget-mib", "8", "--max-conns", "0", "--idle-timeout", "1m", "--stall-timeout", "0"); err != nil {
 		t.Fatal(err)
 	}
 	got.Limits.apply(&lo)
@@ -312,13 +297,11 @@ func TestCollectLimitFlags(t *testing.T) {
 		t.Fatalf("set: %+v (0 must mean no limit: negative in ListenOptions)", lo)
 	}
 	for _, bad := range [][]string{{"--max-conns", "-1"}, {"--buffer-budget-mib", "-5"}, {"--idle-timeout", "-1s"}} {
-		cmd = NewCmdCollect(f, func(*CollectOptions) error { t.Fatalf("ran with %v", bad); return nil })
-		cmd.SetArgs(append([]string{"--listen", "unix:///tmp/x.sock"}, bad...))
-		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), bad[0]) {
+		if ran, err := parseCmd(NewCmdCollect, append([]string{"--listen", "unix:///tmp/x.sock"}, bad...)...); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%v: %v", bad, err)
 		}
 	}
-	help := cmd.Long
+	help := NewCmdCollect(newTestCLI().F, nil).Long
 	for _, want := range []string{"16 MiB", "too_large", "--buffer-budget-mib 256", "--max-conns 1024", "--idle-timeout 5m", "--stall-timeout 30s"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("collect --help lacks %q", want)
@@ -388,12 +371,8 @@ func TestWriteCollectSummaryLimits(t *testing.T) {
 }
 
 func TestWatchListenLimitFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *WatchOptions
-	cmd := NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdWatch, "--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64")
+	if err != nil {
 		t.Fatal(err)
 	}
 	var lo hook.ListenOptions
@@ -401,12 +380,7 @@ func TestWatchListenLimitFlags(t *testing.T) {
 	if lo.MaxConns != 5 || lo.IdleTimeout != 10*time.Second || lo.StallTimeout != 2*time.Second || lo.BufferBudget != 64<<20 {
 		t.Fatalf("watch --listen limits: %+v", lo)
 	}
-	cmd = NewCmdWatch(f, func(*WatchOptions) error { t.Fatal("ran"); return nil })
-	cmd.SetArgs([]string{"--bundle", "x.kvtrace", "--max-conns", "5"})
-	var sink strings.Builder
-	cmd.SetOut(&sink)
-	cmd.SetErr(&sink)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--max-conns needs --listen") {
+	if ran, err := parseCmd(NewCmdWatch, "--bundle", "x.kvtrace", "--max-conns", "5"); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--max-conns needs --listen") {
 		t.Fatalf("--max-conns with --bundle: %v", err)
 	}
 }

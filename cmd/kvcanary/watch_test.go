@@ -15,12 +15,8 @@ import (
 )
 
 func TestWatchFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *WatchOptions
-	cmd := NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--sim", "--inject", "transfer-race", "--sessions", "8", "--rounds", "2", "--seed", "3", "--record", "r.kvtrace", "--multi-stream-overlap=false"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdWatch, "--sim", "--inject", "transfer-race", "--sessions", "8", "--rounds", "2", "--seed", "3", "--record", "r.kvtrace", "--multi-stream-overlap=false")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !got.Sim || got.Sessions != 8 || got.Rounds != 2 || got.Seed != 3 || got.Record != "r.kvtrace" || !got.speedSet || got.Speed != "1x" {
@@ -31,14 +27,10 @@ func TestWatchFlags(t *testing.T) {
 	if err != nil || cfg.MultiStreamOverlap || len(cfg.Inject) != 1 || cfg.Inject[0] != "transfer-race" {
 		t.Fatalf("engine config %+v, %v", cfg, err)
 	}
-	cmd = NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--sim", "--speed", "2x"})
-	if err := cmd.Execute(); err != nil || !got.speedSet || got.Speed != "2x" {
+	if got, err = parseCmd(NewCmdWatch, "--sim", "--speed", "2x"); err != nil || !got.speedSet || got.Speed != "2x" {
 		t.Fatalf("sim speed: %v %+v", err, got)
 	}
-	cmd = NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--bundle", "x.kvtrace", "--speed", "10x"})
-	if err := cmd.Execute(); err != nil || got.Bundle != "x.kvtrace" || got.Speed != "10x" {
+	if got, err = parseCmd(NewCmdWatch, "--bundle", "x.kvtrace", "--speed", "10x"); err != nil || got.Bundle != "x.kvtrace" || got.Speed != "10x" {
 		t.Fatalf("bundle flags: %v %+v", err, got)
 	}
 	for _, args := range [][]string{
@@ -54,12 +46,7 @@ func TestWatchFlags(t *testing.T) {
 		{"--listen", "unix:///tmp/x.sock", "--speed", "10x"},
 		{"--sim", "--allow-remote"},
 	} {
-		cmd := NewCmdWatch(f, func(*WatchOptions) error { t.Fatalf("%v: ran", args); return nil })
-		cmd.SetArgs(args)
-		var sink strings.Builder
-		cmd.SetOut(&sink)
-		cmd.SetErr(&sink)
-		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		if ran, err := parseCmd(NewCmdWatch, args...); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 			t.Errorf("%v: err %v (exit %d), want a usage error", args, err, cmdutil.ExitCode(err))
 		}
 	}
