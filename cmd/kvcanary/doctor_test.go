@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/gpu"
@@ -171,20 +170,14 @@ func TestDoctorSocketAndJSON(t *testing.T) {
 }
 
 func TestDoctorRequireFlag(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Now: time.Now, Ctx: context.Background()}
-	var got *DoctorOptions
-	cmd := NewCmdDoctor(f, func(o *DoctorOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--require", "gpu,ebpf", "--socket", "unix:///x.sock", "--json"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdDoctor, "--require", "gpu,ebpf", "--socket", "unix:///x.sock", "--json")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(got.Require, ",") != "gpu,ebpf" || got.Socket != "unix:///x.sock" || !got.JSON.JSON || got.Env.ProcRoot != "/proc" {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdDoctor(f, nil)
-	cmd.SetArgs([]string{"--require", "gpus"})
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), `"gpus"`) {
+	if _, _, err := runCmd(NewCmdDoctor, "--require", "gpus"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), `"gpus"`) {
 		t.Fatalf("bad group: %v", err)
 	}
 }
