@@ -348,11 +348,8 @@ func TestDoctorSGLangNotImportable(t *testing.T) {
 }
 
 func TestDoctorPythonFlag(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	var got *DoctorOptions
-	cmd := NewCmdDoctor(&cmdutil.Factory{IO: ios}, func(o *DoctorOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--python", "/opt/venv/bin/python", "--require", "sglang"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdDoctor, "--python", "/opt/venv/bin/python", "--require", "sglang")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Python != "/opt/venv/bin/python" || got.Require[0] != "sglang" || got.Env.PyhookPath == nil {

@@ -14,11 +14,8 @@ import (
 )
 
 func TestPyhookPathFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	var got *PyhookPathOptions
-	cmd := NewCmdPyhookPath(&cmdutil.Factory{IO: ios}, func(o *PyhookPathOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--cache-dir", "/x", "--json"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdPyhookPath, "--cache-dir", "/x", "--json")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.CacheDir != "/x" || !got.JSON.JSON {

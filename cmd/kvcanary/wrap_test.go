@@ -28,15 +28,10 @@ import (
 )
 
 func TestWrapFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *WrapOptions
-	capture := func(o *WrapOptions) error { got = o; return nil }
-	cmd := NewCmdWrap(f, capture)
-	cmd.SetArgs([]string{"--record", "d.kvtrace", "--canary-policy", "sweep:8", "--graphdiff-every", "64",
+	got, err := parseCmd(NewCmdWrap, "--record", "d.kvtrace", "--canary-policy", "sweep:8", "--graphdiff-every", "64",
 		"--graphdiff-layers", "0,3,60", "--config", "cuda_graph=on", "--",
-		"python3", "-m", "sglang.launch_server", "--disaggregation-mode", "decode", "--record", "theirs"})
-	if err := cmd.Execute(); err != nil {
+		"python3", "-m", "sglang.launch_server", "--disaggregation-mode", "decode", "--record", "theirs")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Record != "d.kvtrace" || got.Engine != "sglang" || strings.Join(got.Command, " ") != "python3 -m sglang.launch_server --disaggregation-mode decode --record theirs" {
@@ -78,12 +73,8 @@ func TestWrapFlags(t *testing.T) {
 		{[]string{"--watch", "--json", "--", "x"}, "do not go together"},
 		{[]string{"--log", "x.log", "--", "x"}, "--log needs --watch"},
 	} {
-		cmd := NewCmdWrap(f, func(*WrapOptions) error { t.Fatalf("%q ran", tc.args); return nil })
-		cmd.SetArgs(tc.args)
-		cmd.SetOut(io.Discard)
-		cmd.SetErr(io.Discard)
-		err := cmd.Execute()
-		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), tc.want) {
+		ran, err := parseCmd(NewCmdWrap, tc.args...)
+		if ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v (exit %d), want a usage error containing %q", tc.args, err, cmdutil.ExitCode(err), tc.want)
 		}
 	}
