@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvcanary/kvcanary/cmd/kvcanary/internal/doctor"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/gpu"
 	"github.com/kvcanary/kvcanary/runtime/gpu/gputest"
@@ -184,7 +185,7 @@ func TestDoctorRequireFlag(t *testing.T) {
 
 func TestDoctorOnThisHost(t *testing.T) {
 	ios, _, out, _ := cmdutil.Test()
-	err := doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: context.Background(), Env: systemDoctorEnv()})
+	err := doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: context.Background(), Env: doctor.SystemEnv()})
 	if err != nil {
 		t.Fatalf("doctor without required checks: %v\n%s", err, out)
 	}
@@ -193,18 +194,6 @@ func TestDoctorOnThisHost(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "\n"); n < 9 || n > 24 {
 		t.Fatalf("%d lines: not one screen:\n%s", n, out)
-	}
-}
-
-func TestKernelVersion(t *testing.T) {
-	for rel, want := range map[string][2]int{"6.18.44-fc-v857": {6, 18}, "5.15.0": {5, 15}, "5.4": {5, 4}, "4.19.0-rc1": {4, 19}} {
-		ma, mi, ok := kernelVersion(rel)
-		if !ok || ma != want[0] || mi != want[1] {
-			t.Errorf("%s: %d.%d %v", rel, ma, mi, ok)
-		}
-	}
-	if _, _, ok := kernelVersion("garbage"); ok {
-		t.Error("parsed garbage")
 	}
 }
 

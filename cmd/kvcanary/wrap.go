@@ -200,7 +200,7 @@ func checkInstruments(v string) error {
 		switch {
 		case x == "":
 			return fmt.Errorf("item %d is empty; want a comma list of %s", i+1, strings.Join(wrapInstruments, ", "))
-		case !doctorHas(wrapInstruments, x):
+		case !slices.Contains(wrapInstruments, x):
 			return fmt.Errorf("item %d %q is no instrument; want %s", i+1, x, strings.Join(wrapInstruments, ", "))
 		case seen[x]:
 			return fmt.Errorf("item %d %q repeats", i+1, x)
@@ -289,7 +289,7 @@ func wrapEnv(base []string, pyDir, addr, run string, settings []WrapSetting) []s
 		set[s.Env] = s.Value
 	}
 	env := make([]string, 0, len(base)+len(set)+1)
-	for _, kv := range prependPythonPath(base, pyDir) {
+	for _, kv := range pyhook.WithPythonPath(base, pyDir) {
 		k, _, _ := strings.Cut(kv, "=")
 		if _, over := set[k]; !over {
 			env = append(env, kv)
