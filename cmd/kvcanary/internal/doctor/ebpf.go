@@ -17,27 +17,40 @@ const (
 	capBPF      = 39
 )
 
+// ebpfChecks is the ebpf section: privileges, kernel version, BTF and
+// uprobe support, what `kvcanary probe cuda` needs.
 func ebpfChecks(env Env) []Check {
-	priv := Check{Name: "privileges", Group: "ebpf"}
+	priv, privileged := privilegesCheck(env)
+	return []Check{priv, kernelCheck(env), btfCheck(env), uprobesCheck(env, privileged)}
+}
+
+// privilegesCheck reads the effective capabilities; privileged says the
+// process may load eBPF programs (CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON).
+func privilegesCheck(env Env) (c Check, privileged bool) {
+	c = Check{Name: "privileges", Group: "ebpf"}
 	capEff, err := effectiveCaps(filepath.Join(env.ProcRoot, "self", "status"))
 	has := func(bit uint) bool { return capEff&(1<<bit) != 0 }
-	privileged := err == nil && (has(capSysAdmin) || (has(capBPF) && has(capPerfmon)))
+	privileged = err == nil && (has(capSysAdmin) || (has(capBPF) && has(capPerfmon)))
 	switch {
 	case err != nil:
-		priv.Status, priv.Detail = StatusWarn, err.Error()
+		c.Status, c.Detail = StatusWarn, err.Error()
 	case privileged:
-		priv.Status = StatusOK
-		priv.Detail = "CAP_BPF and CAP_PERFMON effective"
+		c.Status = StatusOK
+		c.Detail = "CAP_BPF and CAP_PERFMON effective"
 		if has(capSysAdmin) {
-			priv.Detail = "CAP_SYS_ADMIN effective (root)"
+			c.Detail = "CAP_SYS_ADMIN effective (root)"
 		}
 	default:
-		priv.Status, priv.Detail = StatusFail, fmt.Sprintf("effective capabilities %#x lack CAP_BPF and CAP_PERFMON", capEff)
+		c.Status, c.Detail = StatusFail, fmt.Sprintf("effective capabilities %#x lack CAP_BPF and CAP_PERFMON", capEff)
 	}
-	if priv.Status != StatusOK {
-		priv.Fix = "run as root or grant CAP_BPF and CAP_PERFMON (e.g. sudo setcap cap_bpf,cap_perfmon+ep $(which kvcanary))"
+	if c.Status != StatusOK {
+		c.Fix = "run as root or grant CAP_BPF and CAP_PERFMON (e.g. sudo setcap cap_bpf,cap_perfmon+ep $(which kvcanary))"
 	}
+	return c, privileged
+}
 
+// kernelCheck wants Linux 5.15+ (uprobe attach cookies).
+func kernelCheck(env Env) Check {
 	kern := Check{Name: "kernel", Group: "ebpf"}
 	rel, err := os.ReadFile(filepath.Join(env.ProcRoot, "sys", "kernel", "osrelease"))
 	release := strings.TrimSpace(string(rel))
@@ -52,7 +65,11 @@ func ebpfChecks(env Env) []Check {
 		kern.Status, kern.Detail = StatusFail, "Linux "+safetext.Quote(release)+" is older than 5.15"
 		kern.Fix = "the CUDA probe needs bpf_get_attach_cookie (Linux 5.15+): upgrade the kernel"
 	}
+	return kern
+}
 
+// btfCheck is informational: the CUDA probe does not need BTF.
+func btfCheck(env Env) Check {
 	btf := Check{Name: "BTF", Status: StatusOK}
 	btfPath := filepath.Join(env.SysRoot, "kernel", "btf", "vmlinux")
 	if env.Exists(btfPath) {
@@ -61,7 +78,12 @@ func ebpfChecks(env Env) []Check {
 		btf.Status, btf.Detail = StatusWarn, btfPath+" missing (the CUDA probe does not need it; other eBPF tools may)"
 		btf.Fix = "enable CONFIG_DEBUG_INFO_BTF in the kernel if other tools need it"
 	}
+	return btf
+}
 
+// uprobesCheck finds uprobe support and, with privileges, loads the
+// probe's test programs.
+func uprobesCheck(env Env, privileged bool) Check {
 	up := Check{Name: "uprobes", Group: "ebpf"}
 	var found string
 	for _, p := range []string{
@@ -88,7 +110,7 @@ func ebpfChecks(env Env) []Check {
 			up.Status, up.Detail = StatusOK, "uprobe programs, ring buffers and attach cookies load ("+found+")"
 		}
 	}
-	return []Check{priv, kern, btf, up}
+	return up
 }
 
 // effectiveCaps reads CapEff from a /proc/PID/status file.

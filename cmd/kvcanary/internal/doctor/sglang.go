@@ -38,6 +38,22 @@ const sglangCheckTimeout = 2 * time.Minute
 // the embedded package on PYTHONPATH and shows its answer.
 func sglangChecks(ctx context.Context, env Env, python string) []Check {
 	head := Check{Name: "sglang", Group: "sglang"}
+	py, ok := findPython(env, python, &head)
+	if !ok {
+		return []Check{head}
+	}
+	ctx, cancel := context.WithTimeout(ctx, sglangCheckTimeout)
+	defer cancel()
+	res, ok := runSGLangCheck(ctx, env, py, &head)
+	if !ok {
+		return []Check{head}
+	}
+	return targetChecks(res, py, head)
+}
+
+// findPython resolves the interpreter: --python, else $KVCANARY_PYTHON,
+// else python3 on PATH. When it cannot, head says why and ok is false.
+func findPython(env Env, python string, head *Check) (py string, ok bool) {
 	from := "--python"
 	if python == "" {
 		python, from = env.Getenv("KVCANARY_PYTHON"), "KVCANARY_PYTHON"
@@ -46,37 +62,41 @@ func sglangChecks(ctx context.Context, env Env, python string) []Check {
 		python, from = "python3", "PATH"
 	}
 	py, err := env.LookPath(python)
-	if err != nil {
-		if from == "PATH" {
-			head.Status, head.Detail = StatusSkip, "no python3 on PATH (name the engine's with --python or KVCANARY_PYTHON)"
-			return []Check{head}
-		}
-		head.Status, head.Detail = StatusWarn, fmt.Sprintf("%s %s: %v", from, safetext.Quote(python), err)
-		head.Fix = "name the Python interpreter SGLang runs in"
-		return []Check{head}
+	if err == nil {
+		return py, true
 	}
-	ctx, cancel := context.WithTimeout(ctx, sglangCheckTimeout)
-	defer cancel()
+	if from == "PATH" {
+		head.Status, head.Detail = StatusSkip, "no python3 on PATH (name the engine's with --python or KVCANARY_PYTHON)"
+		return "", false
+	}
+	head.Status, head.Detail = StatusWarn, fmt.Sprintf("%s %s: %v", from, safetext.Quote(python), err)
+	head.Fix = "name the Python interpreter SGLang runs in"
+	return "", false
+}
+
+// runSGLangCheck asks py whether it has sglang, then runs the binding's
+// check with the embedded package on PYTHONPATH. When there is no answer,
+// head says why and ok is false.
+func runSGLangCheck(ctx context.Context, env Env, py string, head *Check) (res SGLangCheck, ok bool) {
 	// find_spec locates the package without importing it (and torch).
 	_, stderr, code, err := runPython(ctx, py, env.Environ(), "-c",
 		"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 4)")
 	if err != nil || code != 0 {
 		head.Status, head.Detail = StatusWarn, fmt.Sprintf("sglang is not importable by %s%s", safetext.Quote(py), pythonWhy(err, code, stderr, 4))
 		head.Fix = "install SGLang in this interpreter, or name the engine's with --python or KVCANARY_PYTHON"
-		return []Check{head}
+		return res, false
 	}
 	dir, err := env.PyhookPath()
 	if err != nil {
 		head.Status, head.Detail = StatusWarn, err.Error()
 		head.Fix = "kvcanary extracts its Python package into the user cache: set XDG_CACHE_HOME to a writable directory"
-		return []Check{head}
+		return res, false
 	}
 	stdout, stderr, code, err := runPython(ctx, py, pyhook.WithPythonPath(env.Environ(), dir), "-m", "kvcanary.sglang", "check", "--json")
-	var res SGLangCheck
 	if err == nil && code == 3 {
 		head.Status, head.Detail = StatusWarn, fmt.Sprintf("sglang is found by %s but does not import%s", safetext.Quote(py), pythonWhy(nil, code, stderr, -1))
 		head.Fix = "run python3 -c 'import sglang' in the engine's environment to see why"
-		return []Check{head}
+		return res, false
 	}
 	if jerr := json.Unmarshal(stdout, &res); err != nil || jerr != nil || len(res.Targets) == 0 {
 		why := pythonWhy(err, code, stderr, -1)
@@ -87,8 +107,14 @@ func sglangChecks(ctx context.Context, env Env, python string) []Check {
 		}
 		head.Status, head.Detail = StatusWarn, "kvcanary.sglang check failed"+why
 		head.Fix = "run " + safetext.Quote(py) + " -m kvcanary.sglang check with PYTHONPATH=$(kvcanary pyhook path) to see why"
-		return []Check{head}
+		return res, false
 	}
+	return res, true
+}
+
+// targetChecks is the summary line head then one line per hook target of
+// the check's answer.
+func targetChecks(res SGLangCheck, py string, head Check) []Check {
 	ok := 0
 	off := map[string]bool{}
 	lines := make([]Check, 0, len(res.Targets))
