@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -116,13 +117,9 @@ func TestCollectRecordsTwoProducers(t *testing.T) {
 		nc.Write([]byte(`{"v":1,"kind":"sched","ts_ns":1,"body":{"token_usage":NaN}}` + "\n"))
 	}()
 	wg.Wait()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
-	for c.Stats().Events < nGo+nJSON+1 || c.Stats().Rejected < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("collector stats %+v", c.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitForState(t, "every event and the rejected one", func() bool {
+		return c.Stats().Events >= nGo+nJSON+1 && c.Stats().Rejected >= 1
+	}, func() any { return c.Stats() })
 	if err := stop(); err != nil {
 		t.Fatalf("collect: %v\n%s", err, errOut)
 	}
@@ -181,11 +178,7 @@ func TestCollectTextReport(t *testing.T) {
 	frame, _ := hook.AppendFrame(nil, hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Mode: "graph"}})
 	nc.Write(frame)
 	nc.Write([]byte{0, 0, 0, 0x40}) // a 1 GB length prefix: framing lost
-	for deadline := time.Now().Add(30 * time.Second); c.Stats().LostFraming == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the collector never reported the lost framing")
-		}
-	}
+	testenv.WaitFor(t, "the collector to report the lost framing", func() bool { return c.Stats().LostFraming > 0 })
 	nc.Close()
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -238,13 +231,9 @@ func TestCollectProgressOnTTY(t *testing.T) {
 		em.Emit(hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Step: uint64(i), Mode: hook.ModeGraph}})
 	}
 	em.Close()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
-	for !strings.Contains(errOut.String(), "\r\x1b[Kcollect: 50 events (") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress line on a TTY: %q", errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitForState(t, "a progress line on a TTY", func() bool {
+		return strings.Contains(errOut.String(), "\r\x1b[Kcollect: 50 events (")
+	}, func() any { return strconv.Quote(errOut.String()) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -328,11 +317,9 @@ func TestCollectRefusesAtIngestWhatTheBundleCannotHold(t *testing.T) {
 	nc.Write([]byte(`{"v":1,"kind":"replay","ts_ns":2,"body":{"step":1,"bs":1,"mode":"graph","dur_ns":5}}` + "\n"))
 	nc.Write([]byte(`{"v":1,"kind":"replay","ts_ns":3,"body":{"step":2,`)) // cut by the close
 	nc.Close()
-	for deadline := time.Now().Add(30 * time.Second); c.Stats().Open > 0 || c.Stats().Connections == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v", c.Stats())
-		}
-	}
+	testenv.WaitForState(t, "the connection to close", func() bool {
+		return c.Stats().Open == 0 && c.Stats().Connections > 0
+	}, func() any { return c.Stats() })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/pki"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/spec/kvlayout"
 	"github.com/kvcanary/kvcanary/traces"
@@ -117,13 +118,9 @@ func TestFleetTwoHostPDOverMTLS(t *testing.T) {
 	go produce("decode-host", pkiDir, hook.Source{Node: "lies-about-its-name", Role: "decode", Rank: 1}, hook.SideDecode)
 	go produce("decode-host", forgedDir, hook.Source{Node: "decode-host", Role: "decode", Rank: 1}, hook.SideDecode)
 	wg.Wait()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard
-	for c.Stats().Events < 2*pdRooms || c.Stats().RefusedBy["tls_unknown_ca"] == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("collector stats %+v", c.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitForState(t, "both hosts' rooms and the forged certificate's refusal", func() bool {
+		return c.Stats().Events >= 2*pdRooms && c.Stats().RefusedBy["tls_unknown_ca"] > 0
+	}, func() any { return c.Stats() })
 	if err := stop(); err != nil {
 		t.Fatalf("collect: %v\n%s", err, errOut)
 	}

@@ -50,6 +50,20 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 	WaitForWithin(t, HangGuard, what, cond)
 }
 
+// WaitForState is WaitFor whose failure also shows state() as it was last
+// seen (a collector's counters, a queue's length), so a hang says where it
+// stopped.
+func WaitForState(t testing.TB, what string, cond func() bool, state func() any) {
+	t.Helper()
+	deadline := time.Now().Add(HangGuard)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; last state %+v", what, state())
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
 // WaitForWithin is WaitFor with another hang guard, for waits that build or
 // start a program first.
 func WaitForWithin(t testing.TB, guard time.Duration, what string, cond func() bool) {

@@ -62,6 +62,7 @@ func TestWaitFor(t *testing.T) {
 	if n.Load() != 3 {
 		t.Errorf("polled %d times, want 3", n.Load())
 	}
+	WaitForState(t, "a true condition", func() bool { return true }, func() any { t.Error("state asked for"); return nil })
 	r := run(func(r *recorder) { WaitForWithin(r, time.Millisecond, "never", func() bool { return false }) })
 	if r.failed != "timed out waiting for %s" {
 		t.Errorf("a condition that never holds: failed %q, want the timeout", r.failed)
