@@ -112,6 +112,7 @@ func TestABTextAndExitCodes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ab is a report and exits 0: %v", err)
 	}
+	assertGolden(t, "ab-multi-stream-overlap", out, map[string]string{filepath.Dir(a): "TMP-A", filepath.Dir(b): "TMP-B"})
 	for _, want := range []string{"CORRUPTION sessions: 8/40 = 20%", "flag under test: multi_stream_overlap  true -> false",
 		"retractions occurred in a run with no corruption", "verdict: B corrupts significantly less than A"} {
 		if !strings.Contains(out, want) {

@@ -123,6 +123,10 @@ func TestCanaryReportBundleOverwrite(t *testing.T) {
 	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
 		t.Fatalf("exit %d (%v), want 1\n%s", cmdutil.ExitCode(err), err, out)
 	}
+	assertGolden(t, "canary-report-overwrite", out, nil)
+	if pipe, _, _ := runCanaryReport(t, path, false, false); pipe != out {
+		t.Errorf("the report in a pipe differs from the one on a terminal:\n%s", pipe)
+	}
 	if !strings.HasPrefix(out, "LIVE-PAGE-OVERWRITE hits: 1 in 3 replays") || !strings.Contains(out, "MISSING STORES: 1") {
 		t.Fatalf("report:\n%s", out)
 	}

@@ -188,26 +188,18 @@ func mustRead(t *testing.T, p string) string {
 }
 
 func TestChecksumCompareBundle(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "run.kvtrace")
-	w, err := traces.Create(path, traces.Manifest{Run: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := []*hook.RoomChecksum{
+	rcs := []*hook.RoomChecksum{
 		{Room: 0, Side: hook.SidePrefill, SeqLen: 4, Pages: 1, Bsum: 31177},
 		{Room: 0, Side: hook.SideDecode, SeqLen: 4, Pages: 1},
 		{Room: 9, Side: hook.SidePrefill, SeqLen: 150, Pages: 3, Bsum: 1, XXH3: 2, PageSum: []hook.Hex64{1, 2, 3}},
 		{Room: 9, Side: hook.SideDecode, SeqLen: 150, Pages: 3, Bsum: 1, XXH3: 5, PageSum: []hook.Hex64{1, 2, 4}},
 		{Room: 10, Side: hook.SidePrefill, SeqLen: 300, Pages: 5, Bsum: 7, XXH3: 8},
 	}
-	for i, b := range evs {
-		if err := w.Write(hook.Event{Kind: hook.KindRoomChecksum, TS: int64(i + 1), Body: b}); err != nil {
-			t.Fatal(err)
-		}
+	var evs []hook.Event
+	for _, b := range rcs {
+		evs = append(evs, hook.Event{Kind: hook.KindRoomChecksum, Body: b})
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := writeBundle(t, traces.Manifest{Run: "t"}, evs...)
 	out, _, err := runChecksumCompare(t, true, false, path)
 	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
 		t.Fatalf("err %v, want exit 1\n%s", err, out)
@@ -296,20 +288,11 @@ func TestChecksumCompareTwinBundles(t *testing.T) {
 // hostBundle writes room.checksum events as a bundle recorded on node.
 func hostBundle(t *testing.T, dir, name, node string, rcs []*hook.RoomChecksum) string {
 	t.Helper()
-	path := filepath.Join(dir, name)
-	w, err := traces.Create(path, traces.Manifest{Run: name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := make([]hook.Event, len(rcs))
 	for i, rc := range rcs {
-		if err := w.Write(hook.Event{Kind: hook.KindRoomChecksum, TS: int64(i + 1), Src: hook.Source{Node: node, Proc: "sglang"}, Body: rc}); err != nil {
-			t.Fatal(err)
-		}
+		evs[i] = hook.Event{Kind: hook.KindRoomChecksum, Src: hook.Source{Node: node, Proc: "sglang"}, Body: rc}
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeBundleAt(t, filepath.Join(dir, name), traces.Manifest{Run: name}, evs...)
 }
 
 // TestChecksumCompareTwoHostBundles: the prefill host's bundle and the

@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
+	"testing"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
 )
 
 // testCLI is the outside world of one command under test: fake streams (no
@@ -49,4 +53,30 @@ func parseCmd[O any](newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Comman
 	var got *O
 	err := c.exec(newCmd(c.F, func(o *O) error { got = o; return nil }), args...)
 	return got, err
+}
+
+// writeBundle writes a closed bundle under t.TempDir() holding evs, their
+// timestamps 1, 2, 3… in order.
+func writeBundle(t *testing.T, man traces.Manifest, evs ...hook.Event) string {
+	t.Helper()
+	return writeBundleAt(t, filepath.Join(t.TempDir(), "run.kvtrace"), man, evs...)
+}
+
+// writeBundleAt is writeBundle at path.
+func writeBundleAt(t *testing.T, path string, man traces.Manifest, evs ...hook.Event) string {
+	t.Helper()
+	w, err := traces.Create(path, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs {
+		ev.TS = int64(i + 1)
+		if err := w.Write(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -77,6 +77,7 @@ func TestLogsScanTextQuotesAndStdin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	assertGolden(t, "logs-scan-sglang", out, nil)
 	for _, want := range []string{"stdin: sglang log, 5 lines (1 unrecognized", "retractions          1 event, 3 requests retracted",
 		"2025-06-01T12:00:03Z  retracted 3", "canary violations    1", `\x1b[2J`} {
 		if !strings.Contains(out, want) {
