@@ -32,39 +32,45 @@ import (
 
 // Each of the four streaming commands takes both export flags.
 func TestExportFlagsOnStreamingCommands(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
 	flags := []string{"--metrics-addr", "127.0.0.1:9464", "--otlp-endpoint", "http://otel:4318"}
-	var got []exportOptions
-	cmds := map[string]func() ([]string, error){
-		"collect": func() ([]string, error) {
-			c := NewCmdCollect(f, func(o *CollectOptions) error { got = append(got, o.Export); return nil })
-			c.SetArgs(append([]string{"--listen", "unix:///tmp/x.sock"}, flags...))
-			return nil, c.Execute()
+	var got *exportOptions
+	cmds := map[string]func() error{
+		"collect": func() error {
+			o, err := parseCmd(NewCmdCollect, append([]string{"--listen", "unix:///tmp/x.sock"}, flags...)...)
+			if o != nil {
+				got = &o.Export
+			}
+			return err
 		},
-		"watch": func() ([]string, error) {
-			c := NewCmdWatch(f, func(o *WatchOptions) error { got = append(got, o.Export); return nil })
-			c.SetArgs(append([]string{"--sim"}, flags...))
-			return nil, c.Execute()
+		"watch": func() error {
+			o, err := parseCmd(NewCmdWatch, append([]string{"--sim"}, flags...)...)
+			if o != nil {
+				got = &o.Export
+			}
+			return err
 		},
-		"wrap": func() ([]string, error) {
-			c := NewCmdWrap(f, func(o *WrapOptions) error { got = append(got, o.Export); return nil })
-			c.SetArgs(append(flags, "--", "true"))
-			return nil, c.Execute()
+		"wrap": func() error {
+			o, err := parseCmd(NewCmdWrap, append(flags, "--", "true")...)
+			if o != nil {
+				got = &o.Export
+			}
+			return err
 		},
-		"sim serve": func() ([]string, error) {
-			c := NewCmdSimServe(f, func(o *SimServeOptions) error { got = append(got, o.Export); return nil })
-			c.SetArgs(flags)
-			return nil, c.Execute()
+		"sim serve": func() error {
+			o, err := parseCmd(NewCmdSimServe, flags...)
+			if o != nil {
+				got = &o.Export
+			}
+			return err
 		},
 	}
 	for name, run := range cmds {
 		got = nil
-		if _, err := run(); err != nil {
+		if err := run(); err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		if len(got) != 1 || got[0].MetricsAddr != "127.0.0.1:9464" || got[0].OTLPEndpoint != "http://otel:4318" {
+		if got == nil || got.MetricsAddr != "127.0.0.1:9464" || got.OTLPEndpoint != "http://otel:4318" {
 			t.Errorf("%s: export options %+v", name, got)
 		}
 	}
@@ -324,8 +330,6 @@ func TestDeployCommandLinesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
 	var lines [][]string
 	for _, l := range strings.Split(string(unit), "\n") {
 		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
@@ -353,13 +357,13 @@ func TestDeployCommandLinesParse(t *testing.T) {
 		ran := false
 		switch args[0] {
 		case "collect":
-			c := NewCmdCollect(f, func(o *CollectOptions) error { ran = o.Export.MetricsAddr != ""; return nil })
-			c.SetArgs(args[1:])
-			err = c.Execute()
+			var o *CollectOptions
+			o, err = parseCmd(NewCmdCollect, args[1:]...)
+			ran = o != nil && o.Export.MetricsAddr != ""
 		case "probe":
-			c := NewCmdProbe(f, func(o *ProbeCUDAOptions) error { ran = true; return nil })
-			c.SetArgs(args[1:])
-			err = c.Execute()
+			var o *ProbeCUDAOptions
+			o, err = parseCmd(NewCmdProbe, args[1:]...)
+			ran = o != nil
 		default:
 			t.Fatalf("unexpected command line %q", args)
 		}

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/pyhook"
@@ -25,15 +23,13 @@ func TestPyhookPathFlags(t *testing.T) {
 
 func TestPyhookPathPrintsExtractedDir(t *testing.T) {
 	cache := t.TempDir()
-	ios, _, out, _ := cmdutil.Test()
-	root := NewCmdRoot(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now})
-	root.SetArgs([]string{"pyhook", "path", "--cache-dir", cache})
-	if err := root.Execute(); err != nil {
+	c := newTestCLI()
+	if err := c.exec(NewCmdRoot(c.F), "pyhook", "path", "--cache-dir", cache); err != nil {
 		t.Fatal(err)
 	}
-	dir := strings.TrimSuffix(out.String(), "\n")
+	dir := strings.TrimSuffix(c.Out.String(), "\n")
 	if filepath.Dir(dir) != cache || strings.Contains(dir, "\n") {
-		t.Fatalf("printed %q, want one line: a directory in %s", out.String(), cache)
+		t.Fatalf("printed %q, want one line: a directory in %s", c.Out.String(), cache)
 	}
 	for _, f := range []string{"kvcanary/__init__.py", "sitecustomize.py"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
@@ -41,7 +37,7 @@ func TestPyhookPathPrintsExtractedDir(t *testing.T) {
 		}
 	}
 
-	ios, _, out, _ = cmdutil.Test()
+	ios, _, out, _ := cmdutil.Test()
 	if err := pyhookPathRun(&PyhookPathOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: true}, CacheDir: cache}); err != nil {
 		t.Fatal(err)
 	}

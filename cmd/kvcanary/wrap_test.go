@@ -647,10 +647,8 @@ func TestWrapStandInEngine(t *testing.T) {
 		if got := strings.Join(layers, " "); got != tc.transfer || sum.Dropped != 0 || sum.Rejected != 0 {
 			t.Errorf("%s: layers %s, dropped %d, rejected %d; want %s, nothing lost\nstderr:\n%s", tc.fault, got, sum.Dropped, sum.Rejected, tc.transfer, w.errOut)
 		}
-		ios, _, _, _ := cmdutil.Test()
-		root := NewCmdRoot(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now})
-		root.SetArgs([]string{"checksum", "compare", bundle})
-		if code := cmdutil.ExitCode(root.Execute()); code != tc.compare {
+		c := newTestCLI()
+		if code := cmdutil.ExitCode(c.exec(NewCmdRoot(c.F), "checksum", "compare", bundle)); code != tc.compare {
 			t.Errorf("%s: checksum compare of the bundle exits %d, want %d", tc.fault, code, tc.compare)
 		}
 	}
