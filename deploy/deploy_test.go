@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/metrics"
 )
 
@@ -93,13 +94,7 @@ func TestAlertingRules(t *testing.T) {
 	if alerts["KvcanaryCorruptionRateHigh"] != "10m" {
 		t.Errorf("corruption rate alert holds for %q, the issue says 10m", alerts["KvcanaryCorruptionRateHigh"])
 	}
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if os.Getenv("KVCANARY_REQUIRE_PRIVILEGED") == "1" {
-			t.Fatal("promtool not found but KVCANARY_REQUIRE_PRIVILEGED=1: install it (apt-get install -y prometheus)")
-		}
-		t.Skip("promtool not found (apt-get install -y prometheus): rules not checked by promtool")
-	}
+	promtool := testenv.LookTool(t, "promtool", "apt-get install -y prometheus")
 	for _, args := range [][]string{{"check", "rules", "prometheus/kvcanary-rules.yml"}, {"test", "rules", "prometheus/kvcanary-rules.test.yml"}} {
 		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)

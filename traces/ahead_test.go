@@ -2,13 +2,14 @@ package traces
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
-	"time"
 
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -25,14 +26,12 @@ func manyFrames(t *testing.T) *frameLog {
 // waitGoroutines waits until the goroutine count drops to at most n.
 func waitGoroutines(t *testing.T, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
-	for runtime.NumGoroutine() > n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines, want at most %d: the decode-ahead goroutine leaked", runtime.NumGoroutine(), n)
-		}
+	testenv.WaitForState(t, "the decode-ahead goroutine to end", func() bool {
 		runtime.GC()
-		time.Sleep(5 * time.Millisecond)
-	}
+		return runtime.NumGoroutine() <= n
+	}, func() any {
+		return fmt.Sprintf("%d goroutines, want at most %d: the decode-ahead goroutine leaked", runtime.NumGoroutine(), n)
+	})
 }
 
 func TestCloseStopsDecodeAhead(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -270,21 +271,16 @@ func TestWriterFlushesOnTimer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
-	for {
+	onDisk := 0
+	testenv.WaitForState(t, "every event on disk", func() bool {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, got := readAll(t, data)
-		if len(got) == len(evs) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s only %d of %d events on disk", len(got), len(evs))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		onDisk = len(got)
+		return onDisk == len(evs)
+	}, func() any { return fmt.Sprintf("%d of %d events", onDisk, len(evs)) })
 }
 
 func TestRecord(t *testing.T) {

@@ -10,25 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
-// needTool skips when a standard tool is missing, unless the environment
-// promises it (.ci/run installs zstd and jq and sets KVCANARY_REQUIRE_PRIVILEGED).
-func needTool(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("KVCANARY_REQUIRE_PRIVILEGED") == "1" {
-			t.Fatalf("%s not found but KVCANARY_REQUIRE_PRIVILEGED=1: install it (apt-get install -y zstd jq)", name)
-		}
-		t.Skipf("%s not installed (apt-get install -y zstd jq); skipping the standard-tools check", name)
-	}
-}
-
 // A bundle must be readable without kvcanary: `zstdcat FILE | jq -c .`.
 func TestZstdcatJq(t *testing.T) {
-	needTool(t, "zstdcat")
-	needTool(t, "jq")
+	testenv.LookTool(t, "zstdcat", "apt-get install -y zstd jq")
+	testenv.LookTool(t, "jq", "apt-get install -y zstd jq")
 	var evs []hook.Event
 	for i := 0; i < 3000; i++ {
 		ev := sampleEvents()[i%len(hook.Kinds())]
@@ -98,7 +87,7 @@ func TestZstdcatJq(t *testing.T) {
 // zstd's own test mode accepts every frame of a bundle, and a truncated
 // bundle is reported by zstd too (our reader reads what it can).
 func TestZstdIntegrity(t *testing.T) {
-	needTool(t, "zstd")
+	testenv.LookTool(t, "zstd", "apt-get install -y zstd jq")
 	l := smallBundle(t, sampleEvents(), 2)
 	path := filepath.Join(t.TempDir(), "run.kvtrace")
 	if err := os.WriteFile(path, l.buf.Bytes(), 0o644); err != nil {

@@ -53,13 +53,7 @@ func writeABBundle(t *testing.T, name string, cfg hook.RunConfig, gpus, n, leaks
 
 func runAB(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	ios, _, out, errOut := cmdutil.Test()
-	cmd := NewCmdAB(&cmdutil.Factory{IO: ios}, nil)
-	cmd.SetArgs(args)
-	cmd.SetOut(out)
-	cmd.SetErr(errOut)
-	err := cmd.Execute()
-	return out.String(), errOut.String(), err
+	return runCmd(NewCmdAB, args...)
 }
 
 func TestABSeedsConfoundsJSON(t *testing.T) {
@@ -118,6 +112,7 @@ func TestABTextAndExitCodes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ab is a report and exits 0: %v", err)
 	}
+	assertGolden(t, "ab-multi-stream-overlap", out, map[string]string{filepath.Dir(a): "TMP-A", filepath.Dir(b): "TMP-B"})
 	for _, want := range []string{"CORRUPTION sessions: 8/40 = 20%", "flag under test: multi_stream_overlap  true -> false",
 		"retractions occurred in a run with no corruption", "verdict: B corrupts significantly less than A"} {
 		if !strings.Contains(out, want) {
@@ -132,17 +127,12 @@ func TestABTextAndExitCodes(t *testing.T) {
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Errorf("one arg: %v", err)
 	}
-	var got *ABOptions
-	cmd := NewCmdAB(&cmdutil.Factory{IO: func() *cmdutil.IOStreams { s, _, _, _ := cmdutil.Test(); return s }()}, func(o *ABOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"x", "y", "--flag", "cuda_graph", "--json"})
-	if err := cmd.Execute(); err != nil || got.PathA != "x" || got.PathB != "y" || got.Flag != "cuda_graph" || !got.JSON.JSON {
+	got, err := parseCmd(NewCmdAB, "x", "y", "--flag", "cuda_graph", "--json")
+	if err != nil || got.PathA != "x" || got.PathB != "y" || got.Flag != "cuda_graph" || !got.JSON.JSON {
 		t.Errorf("options %+v %v", got, err)
 	}
 	// A misspelt --flag is a usage error, not a silent "same value in both runs".
-	got = nil
-	cmd.SetArgs([]string{"x", "y", "--flag", "cuda-graph"})
-	cmd.SetErr(&strings.Builder{})
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil || !strings.Contains(err.Error(), "cuda-graph") {
+	if got, err := parseCmd(NewCmdAB, "x", "y", "--flag", "cuda-graph"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil || !strings.Contains(err.Error(), "cuda-graph") {
 		t.Errorf("--flag cuda-graph: exit %d, %v (ran: %v)", cmdutil.ExitCode(err), err, got != nil)
 	}
 }

@@ -15,18 +15,14 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/bisect"
-	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
 func runBisect(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
 	t.Helper()
-	ios, _, out, errOut := cmdutil.Test()
-	cmd := NewCmdBisect(&cmdutil.Factory{IO: ios, Ctx: ctx, Now: time.Now}, nil)
-	cmd.SetArgs(args)
-	cmd.SetOut(out)
-	cmd.SetErr(errOut)
-	err := cmd.Execute()
-	return out.String(), errOut.String(), err
+	c := newTestCLI()
+	c.F.Ctx = ctx
+	err := c.exec(NewCmdBisect(c.F, nil), args...)
+	return c.Out.String(), c.ErrOut.String(), err
 }
 
 // TestBisectSeedsOnTheTwin runs the shipped plan in process: the seeds'

@@ -15,22 +15,15 @@ import (
 )
 
 func TestCanaryReportFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *CanaryReportOptions
-	cmd := NewCmdCanary(f, func(o *CanaryReportOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"report", "run.kvtrace", "--json"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdCanary, "report", "run.kvtrace", "--json")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdCanary(f, func(*CanaryReportOptions) error { t.Fatal("ran"); return nil })
-	cmd.SetArgs([]string{"report"})
-	cmd.SetErr(&strings.Builder{})
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Fatalf("no args: %v (exit %d)", err, cmdutil.ExitCode(err))
+	if got, err := parseCmd(NewCmdCanary, "report"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
+		t.Fatalf("no args: %v (exit %d, ran: %v)", err, cmdutil.ExitCode(err), got != nil)
 	}
 }
 
@@ -129,6 +122,10 @@ func TestCanaryReportBundleOverwrite(t *testing.T) {
 	out, _, err := runCanaryReport(t, path, true, false)
 	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
 		t.Fatalf("exit %d (%v), want 1\n%s", cmdutil.ExitCode(err), err, out)
+	}
+	assertGolden(t, "canary-report-overwrite", out, nil)
+	if pipe, _, _ := runCanaryReport(t, path, false, false); pipe != out {
+		t.Errorf("the report in a pipe differs from the one on a terminal:\n%s", pipe)
 	}
 	if !strings.HasPrefix(out, "LIVE-PAGE-OVERWRITE hits: 1 in 3 replays") || !strings.Contains(out, "MISSING STORES: 1") {
 		t.Fatalf("report:\n%s", out)

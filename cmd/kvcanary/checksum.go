@@ -13,7 +13,6 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/input"
-	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -228,121 +227,6 @@ func checksumNoData(srcs []checksum.Source) *cmdutil.NoData {
 	return nil
 }
 
-func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error {
-	out := opts.IO.Out
-	if _, err := fmt.Fprintln(out, rep.Headline()); err != nil {
-		return err
-	}
-	if len(rep.NonMatching) == 0 {
-		return nil
-	}
-	fmt.Fprintln(out)
-	// With several records per room, PREFILL is the reference record and
-	// DECODE the first disagreeing decode record; REASON names them all.
-	rows := [][]string{{"ROOM", "CLASS", "SEQ_LEN", "PREFILL BSUM", "PREFILL XXH3", "DECODE BSUM", "DECODE XXH3", "PAGES", "REASON"}}
-	hosts := namedProducers(rep)
-	if hosts {
-		rows[0] = append(rows[0], "FROM")
-	}
-	limit := opts.Limit
-	if limit <= 0 {
-		limit = len(rep.NonMatching)
-	}
-	for i, rr := range rep.NonMatching {
-		if i == limit {
-			break
-		}
-		room := strconv.FormatUint(uint64(rr.Room), 10)
-		seq := strconv.Itoa(rr.SeqLen)
-		if rr.Prefill != nil && rr.Decode != nil && rr.Prefill.SeqLen != rr.Decode.SeqLen {
-			seq = fmt.Sprintf("%d/%d", rr.Prefill.SeqLen, rr.Decode.SeqLen)
-		}
-		reason := rr.Reason
-		if len(rr.Evidence) > 0 {
-			reason += " (" + cmdutil.Quote(strings.Join(rr.Evidence, ", ")) + ")"
-		}
-		if rr.Class == checksum.ClassDuplicate || len(rr.Duplicates) > 0 {
-			for _, d := range rr.Duplicates {
-				pb, px, db, dx := "-", "-", "-", "-"
-				if d.Side == hook.SidePrefill {
-					pb, px = d.Bsum.String(), xxh3Cell(d.XXH3)
-				} else {
-					db, dx = d.Bsum.String(), xxh3Cell(d.XXH3)
-				}
-				who := string(d.Side)
-				if d.Rank != 0 || d.Stage != "" || d.Node != "" {
-					who = checksum.RecordID{Side: d.Side, Rank: d.Rank, Stage: d.Stage, Node: d.Node}.String()
-				}
-				row := []string{room, fmt.Sprintf("%s (%s)", rr.Class, cmdutil.Quote(who)), strconv.Itoa(d.SeqLen), pb, px, db, dx, "-", reason}
-				if hosts {
-					row = append(row, cmdutil.Quote(producerCell(&checksum.RecordID{Side: d.Side, Rank: d.Rank, Node: d.Node})))
-				}
-				rows = append(rows, row)
-			}
-			continue
-		}
-		pb, px, db, dx := "-", "-", "-", "-"
-		if rr.Prefill != nil {
-			pb, px = rr.Prefill.Bsum.String(), xxh3Cell(rr.Prefill.XXH3)
-		}
-		if rr.Decode != nil {
-			db, dx = rr.Decode.Bsum.String(), xxh3Cell(rr.Decode.XXH3)
-		}
-		pages := "-"
-		if len(rr.MismatchPages) > 0 {
-			var ts []string
-			for _, t := range rr.MismatchTokens {
-				ts = append(ts, fmt.Sprintf("%d-%d", t.Lo, t.Hi))
-			}
-			pages = intRanges(rr.MismatchPages) + " (tokens " + strings.Join(ts, ",") + ")"
-		}
-		if len(rr.MismatchLayers) > 0 {
-			on := "layer " + intRanges(rr.MismatchLayers)
-			if len(rr.MismatchLayers) > 1 {
-				on = "layers " + intRanges(rr.MismatchLayers)
-			}
-			if pages == "-" {
-				pages = on
-			} else {
-				pages += " on " + on
-			}
-		}
-		row := []string{room, rr.Class, seq, pb, px, db, dx, pages, reason}
-		if hosts {
-			row = append(row, cmdutil.Quote(fromCell(&rr)))
-		}
-		rows = append(rows, row)
-	}
-	if err := cmdutil.WriteTable(out, opts.IO.IsStdoutTTY(), rows); err != nil {
-		return err
-	}
-	if n := len(rep.NonMatching); n > limit {
-		fmt.Fprintf(out, "… %d more non-matching rooms (--limit 0 or --json lists all)\n", n-limit)
-	}
-	if hosts {
-		return writeProducerTable(opts, rep)
-	}
-	return nil
-}
-
-// intRanges renders sorted ints as ranges: [1 2 3 7] → "1-3,7".
-func intRanges(xs []int) string {
-	var parts []string
-	for i := 0; i < len(xs); {
-		j := i
-		for j+1 < len(xs) && xs[j+1] == xs[j]+1 {
-			j++
-		}
-		if j > i {
-			parts = append(parts, fmt.Sprintf("%d-%d", xs[i], xs[j]))
-		} else {
-			parts = append(parts, strconv.Itoa(xs[i]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
-}
-
 func joinLines(ls []int64, total int64) string {
 	var s []string
 	for _, l := range ls {
@@ -391,12 +275,31 @@ func writeChecksumNotes(w io.Writer, rep *checksum.Report, bundles map[string]*b
 	}
 }
 
-// xxh3Cell shows an xxh3 of 0 as "not computed" (SPEC §9: engines that
-// digest on the GPU send bsum only), never as a digest that could be read as
-// a value both sides happen to share.
-func xxh3Cell(v hook.Hex64) string {
-	if v == 0 {
-		return "not computed"
+// writeChecksumText prints the headline, the table of the first --limit
+// non-matching rooms and, when the records name their producers, the
+// per-producer table (rendered by checksum.Report).
+func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error {
+	out, tty := opts.IO.Out, opts.IO.IsStdoutTTY()
+	if _, err := fmt.Fprintln(out, rep.Headline()); err != nil {
+		return err
 	}
-	return v.String()
+	if len(rep.NonMatching) == 0 {
+		return nil
+	}
+	fmt.Fprintln(out)
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = len(rep.NonMatching)
+	}
+	if err := cmdutil.WriteTable(out, tty, rep.NonMatchingTable(limit)); err != nil {
+		return err
+	}
+	if n := len(rep.NonMatching); n > limit {
+		fmt.Fprintf(out, "… %d more non-matching rooms (--limit 0 or --json lists all)\n", n-limit)
+	}
+	if !rep.NamedProducers() {
+		return nil
+	}
+	fmt.Fprintln(out)
+	return cmdutil.WriteTable(out, tty, rep.ProducerTable())
 }

@@ -20,34 +20,23 @@ import (
 )
 
 func TestChecksumCompareFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *ChecksumCompareOptions
-	cmd := NewCmdChecksum(f, func(o *ChecksumCompareOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"compare", "p.log", "d.log", "--json", "--warmup-max-seqlen", "32", "--limit", "5"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdChecksum, "compare", "p.log", "d.log", "--json", "--warmup-max-seqlen", "32", "--limit", "5")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got == nil || strings.Join(got.Paths, ",") != "p.log,d.log" || !got.JSON.JSON || got.WarmupMaxSeqLen != 32 || got.Limit != 5 {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdChecksum(f, func(o *ChecksumCompareOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"compare", "run.kvtrace"})
-	if err := cmd.Execute(); err != nil || got.WarmupMaxSeqLen != 16 {
+	if got, err = parseCmd(NewCmdChecksum, "compare", "run.kvtrace"); err != nil || got.WarmupMaxSeqLen != 16 {
 		t.Fatalf("defaults: %v %+v", err, got)
 	}
 	// Several inputs (hosts, ranks) are one compare.
-	cmd = NewCmdChecksum(f, func(o *ChecksumCompareOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"compare", "p0.log", "p1.log", "decode.kvtrace"})
-	if err := cmd.Execute(); err != nil || strings.Join(got.Paths, ",") != "p0.log,p1.log,decode.kvtrace" {
+	if got, err = parseCmd(NewCmdChecksum, "compare", "p0.log", "p1.log", "decode.kvtrace"); err != nil || strings.Join(got.Paths, ",") != "p0.log,p1.log,decode.kvtrace" {
 		t.Fatalf("three inputs: %v %+v", err, got)
 	}
 	for _, args := range [][]string{{"compare"}, {"compare", "a", "--warmup-max-seqlen", "-1"}} {
-		cmd = NewCmdChecksum(f, func(*ChecksumCompareOptions) error { t.Fatal("ran"); return nil })
-		cmd.SetArgs(args)
-		cmd.SetErr(&strings.Builder{})
-		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-			t.Errorf("%v: %v (exit %d), want usage", args, err, cmdutil.ExitCode(err))
+		if got, err := parseCmd(NewCmdChecksum, args...); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
+			t.Errorf("%v: %v (exit %d, ran: %v), want usage", args, err, cmdutil.ExitCode(err), got != nil)
 		}
 	}
 }
@@ -199,26 +188,18 @@ func mustRead(t *testing.T, p string) string {
 }
 
 func TestChecksumCompareBundle(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "run.kvtrace")
-	w, err := traces.Create(path, traces.Manifest{Run: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := []*hook.RoomChecksum{
+	rcs := []*hook.RoomChecksum{
 		{Room: 0, Side: hook.SidePrefill, SeqLen: 4, Pages: 1, Bsum: 31177},
 		{Room: 0, Side: hook.SideDecode, SeqLen: 4, Pages: 1},
 		{Room: 9, Side: hook.SidePrefill, SeqLen: 150, Pages: 3, Bsum: 1, XXH3: 2, PageSum: []hook.Hex64{1, 2, 3}},
 		{Room: 9, Side: hook.SideDecode, SeqLen: 150, Pages: 3, Bsum: 1, XXH3: 5, PageSum: []hook.Hex64{1, 2, 4}},
 		{Room: 10, Side: hook.SidePrefill, SeqLen: 300, Pages: 5, Bsum: 7, XXH3: 8},
 	}
-	for i, b := range evs {
-		if err := w.Write(hook.Event{Kind: hook.KindRoomChecksum, TS: int64(i + 1), Body: b}); err != nil {
-			t.Fatal(err)
-		}
+	var evs []hook.Event
+	for _, b := range rcs {
+		evs = append(evs, hook.Event{Kind: hook.KindRoomChecksum, Body: b})
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := writeBundle(t, traces.Manifest{Run: "t"}, evs...)
 	out, _, err := runChecksumCompare(t, true, false, path)
 	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
 		t.Fatalf("err %v, want exit 1\n%s", err, out)
@@ -304,34 +285,14 @@ func TestChecksumCompareTwinBundles(t *testing.T) {
 	}
 }
 
-func TestIntRanges(t *testing.T) {
-	for _, c := range []struct {
-		in   []int
-		want string
-	}{{nil, ""}, {[]int{4}, "4"}, {[]int{1, 2, 3, 7}, "1-3,7"}, {[]int{0, 2, 3}, "0,2-3"}} {
-		if got := intRanges(c.in); got != c.want {
-			t.Errorf("intRanges(%v) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}
-
 // hostBundle writes room.checksum events as a bundle recorded on node.
 func hostBundle(t *testing.T, dir, name, node string, rcs []*hook.RoomChecksum) string {
 	t.Helper()
-	path := filepath.Join(dir, name)
-	w, err := traces.Create(path, traces.Manifest{Run: name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := make([]hook.Event, len(rcs))
 	for i, rc := range rcs {
-		if err := w.Write(hook.Event{Kind: hook.KindRoomChecksum, TS: int64(i + 1), Src: hook.Source{Node: node, Proc: "sglang"}, Body: rc}); err != nil {
-			t.Fatal(err)
-		}
+		evs[i] = hook.Event{Kind: hook.KindRoomChecksum, Src: hook.Source{Node: node, Proc: "sglang"}, Body: rc}
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return writeBundleAt(t, filepath.Join(dir, name), traces.Manifest{Run: name}, evs...)
 }
 
 // TestChecksumCompareTwoHostBundles: the prefill host's bundle and the

@@ -14,28 +14,20 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
 func TestCollectFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *CollectOptions
-	cmd := NewCmdCollect(f, func(o *CollectOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Listen != "unix:///tmp/x.sock" || got.Record != "out.kvtrace" || !got.AllowRemote || !got.JSON.JSON || got.Run != "r9" {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdCollect(f, func(*CollectOptions) error { t.Fatal("ran without --listen"); return nil })
-	cmd.SetArgs([]string{})
-	var sink strings.Builder
-	cmd.SetOut(&sink)
-	cmd.SetErr(&sink)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+	if ran, err := parseCmd(NewCmdCollect); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Fatalf("missing --listen: %v (exit %d)", err, cmdutil.ExitCode(err))
 	}
 }
@@ -125,13 +117,9 @@ func TestCollectRecordsTwoProducers(t *testing.T) {
 		nc.Write([]byte(`{"v":1,"kind":"sched","ts_ns":1,"body":{"token_usage":NaN}}` + "\n"))
 	}()
 	wg.Wait()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
-	for c.Stats().Events < nGo+nJSON+1 || c.Stats().Rejected < 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("collector stats %+v", c.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitForState(t, "every event and the rejected one", func() bool {
+		return c.Stats().Events >= nGo+nJSON+1 && c.Stats().Rejected >= 1
+	}, func() any { return c.Stats() })
 	if err := stop(); err != nil {
 		t.Fatalf("collect: %v\n%s", err, errOut)
 	}
@@ -190,11 +178,7 @@ func TestCollectTextReport(t *testing.T) {
 	frame, _ := hook.AppendFrame(nil, hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Mode: "graph"}})
 	nc.Write(frame)
 	nc.Write([]byte{0, 0, 0, 0x40}) // a 1 GB length prefix: framing lost
-	for deadline := time.Now().Add(30 * time.Second); c.Stats().LostFraming == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the collector never reported the lost framing")
-		}
-	}
+	testenv.WaitFor(t, "the collector to report the lost framing", func() bool { return c.Stats().LostFraming > 0 })
 	nc.Close()
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -247,13 +231,9 @@ func TestCollectProgressOnTTY(t *testing.T) {
 		em.Emit(hook.Event{Kind: hook.KindReplay, Body: &hook.Replay{Step: uint64(i), Mode: hook.ModeGraph}})
 	}
 	em.Close()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
-	for !strings.Contains(errOut.String(), "\r\x1b[Kcollect: 50 events (") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress line on a TTY: %q", errOut.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.WaitForState(t, "a progress line on a TTY", func() bool {
+		return strings.Contains(errOut.String(), "\r\x1b[Kcollect: 50 events (")
+	}, func() any { return strconv.Quote(errOut.String()) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -289,12 +269,8 @@ func TestWriteCollectSummaryConnections(t *testing.T) {
 }
 
 func TestCollectLimitFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *CollectOptions
-	cmd := NewCmdCollect(f, func(o *CollectOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock")
+	if err != nil {
 		t.Fatal(err)
 	}
 	var lo hook.ListenOptions
@@ -302,9 +278,7 @@ func TestCollectLimitFlags(t *testing.T) {
 	if lo.BufferBudget != hook.DefaultBufferBudget || lo.MaxConns != hook.DefaultMaxConns || lo.IdleTimeout != hook.DefaultIdleTimeout || lo.StallTimeout != hook.DefaultStallTimeout {
 		t.Fatalf("defaults: %+v", lo)
 	}
-	cmd = NewCmdCollect(f, func(o *CollectOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--buffer-budget-mib", "8", "--max-conns", "0", "--idle-timeout", "1m", "--stall-timeout", "0"})
-	if err := cmd.Execute(); err != nil {
+	if got, err = parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--buffer-budget-mib", "8", "--max-conns", "0", "--idle-timeout", "1m", "--stall-timeout", "0"); err != nil {
 		t.Fatal(err)
 	}
 	got.Limits.apply(&lo)
@@ -312,13 +286,11 @@ func TestCollectLimitFlags(t *testing.T) {
 		t.Fatalf("set: %+v (0 must mean no limit: negative in ListenOptions)", lo)
 	}
 	for _, bad := range [][]string{{"--max-conns", "-1"}, {"--buffer-budget-mib", "-5"}, {"--idle-timeout", "-1s"}} {
-		cmd = NewCmdCollect(f, func(*CollectOptions) error { t.Fatalf("ran with %v", bad); return nil })
-		cmd.SetArgs(append([]string{"--listen", "unix:///tmp/x.sock"}, bad...))
-		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), bad[0]) {
+		if ran, err := parseCmd(NewCmdCollect, append([]string{"--listen", "unix:///tmp/x.sock"}, bad...)...); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%v: %v", bad, err)
 		}
 	}
-	help := cmd.Long
+	help := NewCmdCollect(newTestCLI().F, nil).Long
 	for _, want := range []string{"16 MiB", "too_large", "--buffer-budget-mib 256", "--max-conns 1024", "--idle-timeout 5m", "--stall-timeout 30s"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("collect --help lacks %q", want)
@@ -345,11 +317,9 @@ func TestCollectRefusesAtIngestWhatTheBundleCannotHold(t *testing.T) {
 	nc.Write([]byte(`{"v":1,"kind":"replay","ts_ns":2,"body":{"step":1,"bs":1,"mode":"graph","dur_ns":5}}` + "\n"))
 	nc.Write([]byte(`{"v":1,"kind":"replay","ts_ns":3,"body":{"step":2,`)) // cut by the close
 	nc.Close()
-	for deadline := time.Now().Add(30 * time.Second); c.Stats().Open > 0 || c.Stats().Connections == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats %+v", c.Stats())
-		}
-	}
+	testenv.WaitForState(t, "the connection to close", func() bool {
+		return c.Stats().Open == 0 && c.Stats().Connections > 0
+	}, func() any { return c.Stats() })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -388,12 +358,8 @@ func TestWriteCollectSummaryLimits(t *testing.T) {
 }
 
 func TestWatchListenLimitFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *WatchOptions
-	cmd := NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdWatch, "--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64")
+	if err != nil {
 		t.Fatal(err)
 	}
 	var lo hook.ListenOptions
@@ -401,12 +367,7 @@ func TestWatchListenLimitFlags(t *testing.T) {
 	if lo.MaxConns != 5 || lo.IdleTimeout != 10*time.Second || lo.StallTimeout != 2*time.Second || lo.BufferBudget != 64<<20 {
 		t.Fatalf("watch --listen limits: %+v", lo)
 	}
-	cmd = NewCmdWatch(f, func(*WatchOptions) error { t.Fatal("ran"); return nil })
-	cmd.SetArgs([]string{"--bundle", "x.kvtrace", "--max-conns", "5"})
-	var sink strings.Builder
-	cmd.SetOut(&sink)
-	cmd.SetErr(&sink)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--max-conns needs --listen") {
+	if ran, err := parseCmd(NewCmdWatch, "--bundle", "x.kvtrace", "--max-conns", "5"); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--max-conns needs --listen") {
 		t.Fatalf("--max-conns with --bundle: %v", err)
 	}
 }

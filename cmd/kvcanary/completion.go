@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/kvcanary/kvcanary/cmd/kvcanary/internal/doctor"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
@@ -20,7 +21,7 @@ var enumFlagValues = map[string][]string{
 	"canary-policy":  {"live", "all", "sweep:"},
 	"inject":         sim.Faults,
 	"speed":          {"max", "1x", "2x", "10x", "0.5x"},
-	"require":        doctorGroups,
+	"require":        doctor.Groups,
 }
 
 // bundleFlags take a trace bundle file.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,27 +11,17 @@ import (
 )
 
 func TestDemoFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
-	var got *DemoOptions
-	cmd := NewCmdDemo(f, func(o *DemoOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--seed", "3", "--out", "x"})
-	cmd.SetErr(io.Discard)
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdDemo, "--seed", "3", "--out", "x")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Sessions != 80 || got.Rounds != 4 || got.Seed != 3 || got.Out != "x" {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdDemo(f, func(o *DemoOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--keep"})
-	if err := cmd.Execute(); err != nil || !got.Keep || got.Out != "" {
+	if got, err = parseCmd(NewCmdDemo, "--keep"); err != nil || !got.Keep || got.Out != "" {
 		t.Fatalf("--keep: %v %+v", err, got)
 	}
-	cmd = NewCmdDemo(f, func(*DemoOptions) error { return nil })
-	cmd.SetArgs([]string{"--sessions", "0"})
-	cmd.SetErr(io.Discard)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+	if _, err := parseCmd(NewCmdDemo, "--sessions", "0"); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Fatalf("--sessions 0: %v", err)
 	}
 }

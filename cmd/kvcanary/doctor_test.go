@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/kvcanary/kvcanary/cmd/kvcanary/internal/doctor"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/gpu"
 	"github.com/kvcanary/kvcanary/runtime/gpu/gputest"
@@ -171,27 +171,21 @@ func TestDoctorSocketAndJSON(t *testing.T) {
 }
 
 func TestDoctorRequireFlag(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Now: time.Now, Ctx: context.Background()}
-	var got *DoctorOptions
-	cmd := NewCmdDoctor(f, func(o *DoctorOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--require", "gpu,ebpf", "--socket", "unix:///x.sock", "--json"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdDoctor, "--require", "gpu,ebpf", "--socket", "unix:///x.sock", "--json")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(got.Require, ",") != "gpu,ebpf" || got.Socket != "unix:///x.sock" || !got.JSON.JSON || got.Env.ProcRoot != "/proc" {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdDoctor(f, nil)
-	cmd.SetArgs([]string{"--require", "gpus"})
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), `"gpus"`) {
+	if _, _, err := runCmd(NewCmdDoctor, "--require", "gpus"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), `"gpus"`) {
 		t.Fatalf("bad group: %v", err)
 	}
 }
 
 func TestDoctorOnThisHost(t *testing.T) {
 	ios, _, out, _ := cmdutil.Test()
-	err := doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: context.Background(), Env: systemDoctorEnv()})
+	err := doctorRun(&DoctorOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: context.Background(), Env: doctor.SystemEnv()})
 	if err != nil {
 		t.Fatalf("doctor without required checks: %v\n%s", err, out)
 	}
@@ -200,18 +194,6 @@ func TestDoctorOnThisHost(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "\n"); n < 9 || n > 24 {
 		t.Fatalf("%d lines: not one screen:\n%s", n, out)
-	}
-}
-
-func TestKernelVersion(t *testing.T) {
-	for rel, want := range map[string][2]int{"6.18.44-fc-v857": {6, 18}, "5.15.0": {5, 15}, "5.4": {5, 4}, "4.19.0-rc1": {4, 19}} {
-		ma, mi, ok := kernelVersion(rel)
-		if !ok || ma != want[0] || mi != want[1] {
-			t.Errorf("%s: %d.%d %v", rel, ma, mi, ok)
-		}
-	}
-	if _, _, ok := kernelVersion("garbage"); ok {
-		t.Error("parsed garbage")
 	}
 }
 
@@ -355,11 +337,8 @@ func TestDoctorSGLangNotImportable(t *testing.T) {
 }
 
 func TestDoctorPythonFlag(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	var got *DoctorOptions
-	cmd := NewCmdDoctor(&cmdutil.Factory{IO: ios}, func(o *DoctorOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--python", "/opt/venv/bin/python", "--require", "sglang"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdDoctor, "--python", "/opt/venv/bin/python", "--require", "sglang")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Python != "/opt/venv/bin/python" || got.Require[0] != "sglang" || got.Env.PyhookPath == nil {

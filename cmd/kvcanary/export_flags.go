@@ -124,23 +124,27 @@ func (o *exportOptions) start(_ context.Context, stderr io.Writer, src exportSou
 	if judge {
 		pub = hook.WithAnalyzers(pub, as...)
 	}
-	stop = func() error {
-		var errs []error
-		if sink != nil {
-			errs = append(errs, sink.Close())
-			st := sink.Stats()
-			fmt.Fprintf(stderr, "otlp: %d records exported, %d failed, %d dropped; %d metric exports (%d failed)\n",
-				st.Exported, st.Failed, st.Dropped, st.MetricExports, st.MetricFailures)
-			if st.LastError != "" {
-				fmt.Fprintf(stderr, "otlp: last error: %s\n", cmdutil.Quote(st.LastError))
-			}
-		}
-		if srv != nil {
-			errs = append(errs, srv.Close())
-		}
-		return errors.Join(errs...)
-	}
+	stop = func() error { return stopExport(stderr, sink, srv) }
 	return []hook.Publisher{hook.WithRun(pub, src.Run)}, stop, nil
+}
+
+// stopExport flushes and closes the OTLP sink and the metrics server (each
+// may be nil) and reports on stderr what the export did.
+func stopExport(stderr io.Writer, sink *otlp.Sink, srv *metrics.Server) error {
+	var errs []error
+	if sink != nil {
+		errs = append(errs, sink.Close())
+		st := sink.Stats()
+		fmt.Fprintf(stderr, "otlp: %d records exported, %d failed, %d dropped; %d metric exports (%d failed)\n",
+			st.Exported, st.Failed, st.Dropped, st.MetricExports, st.MetricFailures)
+		if st.LastError != "" {
+			fmt.Fprintf(stderr, "otlp: last error: %s\n", cmdutil.Quote(st.LastError))
+		}
+	}
+	if srv != nil {
+		errs = append(errs, srv.Close())
+	}
+	return errors.Join(errs...)
 }
 
 func isLoopbackHost(h string) bool {

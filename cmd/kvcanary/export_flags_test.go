@@ -24,6 +24,7 @@ import (
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/spec/outcome"
@@ -31,39 +32,45 @@ import (
 
 // Each of the four streaming commands takes both export flags.
 func TestExportFlagsOnStreamingCommands(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
 	flags := []string{"--metrics-addr", "127.0.0.1:9464", "--otlp-endpoint", "http://otel:4318"}
-	var got []exportOptions
-	cmds := map[string]func() ([]string, error){
-		"collect": func() ([]string, error) {
-			c := NewCmdCollect(f, func(o *CollectOptions) error { got = append(got, o.Export); return nil })
-			c.SetArgs(append([]string{"--listen", "unix:///tmp/x.sock"}, flags...))
-			return nil, c.Execute()
+	var got *exportOptions
+	cmds := map[string]func() error{
+		"collect": func() error {
+			o, err := parseCmd(NewCmdCollect, append([]string{"--listen", "unix:///tmp/x.sock"}, flags...)...)
+			if o != nil {
+				got = &o.Export
+			}
+			return err
 		},
-		"watch": func() ([]string, error) {
-			c := NewCmdWatch(f, func(o *WatchOptions) error { got = append(got, o.Export); return nil })
-			c.SetArgs(append([]string{"--sim"}, flags...))
-			return nil, c.Execute()
+		"watch": func() error {
+			o, err := parseCmd(NewCmdWatch, append([]string{"--sim"}, flags...)...)
+			if o != nil {
+				got = &o.Export
+			}
+			return err
 		},
-		"wrap": func() ([]string, error) {
-			c := NewCmdWrap(f, func(o *WrapOptions) error { got = append(got, o.Export); return nil })
-			c.SetArgs(append(flags, "--", "true"))
-			return nil, c.Execute()
+		"wrap": func() error {
+			o, err := parseCmd(NewCmdWrap, append(flags, "--", "true")...)
+			if o != nil {
+				got = &o.Export
+			}
+			return err
 		},
-		"sim serve": func() ([]string, error) {
-			c := NewCmdSimServe(f, func(o *SimServeOptions) error { got = append(got, o.Export); return nil })
-			c.SetArgs(flags)
-			return nil, c.Execute()
+		"sim serve": func() error {
+			o, err := parseCmd(NewCmdSimServe, flags...)
+			if o != nil {
+				got = &o.Export
+			}
+			return err
 		},
 	}
 	for name, run := range cmds {
 		got = nil
-		if _, err := run(); err != nil {
+		if err := run(); err != nil {
 			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		if len(got) != 1 || got[0].MetricsAddr != "127.0.0.1:9464" || got[0].OTLPEndpoint != "http://otel:4318" {
+		if got == nil || got.MetricsAddr != "127.0.0.1:9464" || got.OTLPEndpoint != "http://otel:4318" {
 			t.Errorf("%s: export options %+v", name, got)
 		}
 	}
@@ -81,20 +88,6 @@ func TestExportFlagsBadValuesAreUsageErrors(t *testing.T) {
 	if err != nil || len(sinks) != 0 || stop() != nil {
 		t.Errorf("no flags: %d sinks, err %v", len(sinks), err)
 	}
-}
-
-// requireTool finds a tool the test needs, or skips with the reason; under
-// KVCANARY_REQUIRE_PRIVILEGED=1 (CI, which installs it) a missing tool fails.
-func requireTool(t *testing.T, name, pkg string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("KVCANARY_REQUIRE_PRIVILEGED") == "1" {
-			t.Fatalf("%s not found but KVCANARY_REQUIRE_PRIVILEGED=1: install it (apt-get install -y %s)", name, pkg)
-		}
-		t.Skipf("%s not found (apt-get install -y %s)", name, pkg)
-	}
-	return p
 }
 
 func freePort(t *testing.T) int {
@@ -188,7 +181,7 @@ func TestCollectMetricsScrapedByPrometheus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Prometheus and a twin run")
 	}
-	bin := requireTool(t, "prometheus", "prometheus")
+	bin := testenv.LookTool(t, "prometheus", "apt-get install -y prometheus")
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "c.sock")
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -337,8 +330,6 @@ func TestDeployCommandLinesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
 	var lines [][]string
 	for _, l := range strings.Split(string(unit), "\n") {
 		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
@@ -366,13 +357,13 @@ func TestDeployCommandLinesParse(t *testing.T) {
 		ran := false
 		switch args[0] {
 		case "collect":
-			c := NewCmdCollect(f, func(o *CollectOptions) error { ran = o.Export.MetricsAddr != ""; return nil })
-			c.SetArgs(args[1:])
-			err = c.Execute()
+			var o *CollectOptions
+			o, err = parseCmd(NewCmdCollect, args[1:]...)
+			ran = o != nil && o.Export.MetricsAddr != ""
 		case "probe":
-			c := NewCmdProbe(f, func(o *ProbeCUDAOptions) error { ran = true; return nil })
-			c.SetArgs(args[1:])
-			err = c.Execute()
+			var o *ProbeCUDAOptions
+			o, err = parseCmd(NewCmdProbe, args[1:]...)
+			ran = o != nil
 		default:
 			t.Fatalf("unexpected command line %q", args)
 		}

@@ -11,17 +11,11 @@ import (
 )
 
 func TestTraceExportFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *TraceExportOptions
-	cmd := NewCmdTraceExport(f, func(o *TraceExportOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"x.kvtrace", "--format", "perfetto", "-o", "run.json"})
-	if err := cmd.Execute(); err != nil || got.Path != "x.kvtrace" || got.Out != "run.json" || got.Format != "perfetto" {
+	got, err := parseCmd(NewCmdTraceExport, "x.kvtrace", "--format", "perfetto", "-o", "run.json")
+	if err != nil || got.Path != "x.kvtrace" || got.Out != "run.json" || got.Format != "perfetto" {
 		t.Fatalf("options %+v, %v", got, err)
 	}
-	cmd = NewCmdTraceExport(f, func(*TraceExportOptions) error { return nil })
-	cmd.SetArgs([]string{"x.kvtrace", "--format", "pprof"})
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+	if _, err := parseCmd(NewCmdTraceExport, "x.kvtrace", "--format", "pprof"); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Errorf("--format pprof: %v, want a usage error", err)
 	}
 }
@@ -65,30 +59,23 @@ func TestTraceExportRun(t *testing.T) {
 
 func TestReportRun(t *testing.T) {
 	bundle := writeTraceBundle(t, 40)
-	ios, _, stdout, _ := cmdutil.Test()
-	cmd := NewCmdReport(&cmdutil.Factory{IO: ios}, nil)
-	cmd.SetArgs([]string{bundle, "--format", "md"})
-	if err := cmd.Execute(); err != nil {
+	md, _, err := runCmd(NewCmdReport, bundle, "--format", "md")
+	if err != nil {
 		t.Fatal(err)
 	}
-	md := stdout.String()
 	for _, want := range []string{"0 of 20 sessions corrupted", "not measured: the bundle holds no room.checksum events", "kvcanary report " + bundle} {
 		if !strings.Contains(md, want) {
 			t.Errorf("Markdown lacks %q:\n%s", want, md)
 		}
 	}
 	out := filepath.Join(t.TempDir(), "report.html")
-	cmd = NewCmdReport(&cmdutil.Factory{IO: ios}, nil)
-	cmd.SetArgs([]string{bundle, "-o", out})
-	if err := cmd.Execute(); err != nil {
+	if _, _, err := runCmd(NewCmdReport, bundle, "-o", out); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(out); err != nil || !strings.Contains(string(b), `id="verdict-transfer"`) {
 		t.Fatalf("report.html: %v", err)
 	}
-	cmd = NewCmdReport(&cmdutil.Factory{IO: ios}, nil)
-	cmd.SetArgs([]string{bundle, "--format", "pdf"})
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+	if _, _, err := runCmd(NewCmdReport, bundle, "--format", "pdf"); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Errorf("--format pdf: %v, want a usage error", err)
 	}
 }

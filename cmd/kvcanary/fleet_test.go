@@ -14,6 +14,7 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/pki"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/spec/kvlayout"
 	"github.com/kvcanary/kvcanary/traces"
@@ -42,14 +43,11 @@ func stageOf(side hook.Side) string {
 
 func certsInit(t *testing.T, dir string, names ...string) {
 	t.Helper()
-	ios, _, out, _ := cmdutil.Test()
-	cmd := NewCmdCerts(&cmdutil.Factory{IO: ios}, nil)
-	cmd.SetArgs(append([]string{"init", dir, "--client-names"}, strings.Join(names, ",")))
-	cmd.SetOut(out)
-	if err := cmd.Execute(); err != nil {
+	out, _, err := runCmd(NewCmdCerts, "init", dir, "--client-names", strings.Join(names, ","))
+	if err != nil {
 		t.Fatalf("certs init: %v", err)
 	}
-	if !strings.Contains(out.String(), "--tls-cert "+filepath.Join(dir, "server.pem")) {
+	if !strings.Contains(out, "--tls-cert "+filepath.Join(dir, "server.pem")) {
 		t.Errorf("certs init output lacks the collector flags:\n%s", out)
 	}
 }
@@ -120,13 +118,9 @@ func TestFleetTwoHostPDOverMTLS(t *testing.T) {
 	go produce("decode-host", pkiDir, hook.Source{Node: "lies-about-its-name", Role: "decode", Rank: 1}, hook.SideDecode)
 	go produce("decode-host", forgedDir, hook.Source{Node: "decode-host", Role: "decode", Rank: 1}, hook.SideDecode)
 	wg.Wait()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard
-	for c.Stats().Events < 2*pdRooms || c.Stats().RefusedBy["tls_unknown_ca"] == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("collector stats %+v", c.Stats())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.WaitForState(t, "both hosts' rooms and the forged certificate's refusal", func() bool {
+		return c.Stats().Events >= 2*pdRooms && c.Stats().RefusedBy["tls_unknown_ca"] > 0
+	}, func() any { return c.Stats() })
 	if err := stop(); err != nil {
 		t.Fatalf("collect: %v\n%s", err, errOut)
 	}
@@ -202,14 +196,12 @@ func TestFleetMergeThenCompare(t *testing.T) {
 	a := write("prefill-host", hook.SidePrefill, t0)
 	b := write("decode-host", hook.SideDecode, t0.Add(250*time.Millisecond))
 	merged := filepath.Join(dir, "all.kvtrace")
-	ios, _, out, errOut := cmdutil.Test()
-	cmd := NewCmdTraceMerge(&cmdutil.Factory{IO: ios, Ctx: context.Background()}, nil)
-	cmd.SetArgs([]string{a, b, "-o", merged})
-	if err := cmd.Execute(); err != nil {
+	out, errOut, err := runCmd(NewCmdTraceMerge, a, b, "-o", merged)
+	if err != nil {
 		t.Fatalf("trace merge: %v\n%s", err, errOut)
 	}
-	if !strings.Contains(out.String(), "merged 128 events from 2 bundles") || !strings.Contains(out.String(), "+250ms") ||
-		!strings.Contains(out.String(), "not applied") {
+	if !strings.Contains(out, "merged 128 events from 2 bundles") || !strings.Contains(out, "+250ms") ||
+		!strings.Contains(out, "not applied") {
 		t.Errorf("merge report does not show the events and the estimated offset:\n%s", out)
 	}
 	text, _, err := runChecksumCompare(t, false, false, merged)
@@ -217,11 +209,7 @@ func TestFleetMergeThenCompare(t *testing.T) {
 		t.Fatalf("compare of the merged bundle: %v\n%s", err, text)
 	}
 	// -o naming an input is refused before anything is written.
-	cmd = NewCmdTraceMerge(&cmdutil.Factory{IO: ios, Ctx: context.Background()}, nil)
-	cmd.SetArgs([]string{a, b, "-o", a})
-	cmd.SetOut(out)
-	cmd.SetErr(errOut)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+	if _, _, err := runCmd(NewCmdTraceMerge, a, b, "-o", a); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Fatalf("-o an input: %v", err)
 	}
 	if fi, err := os.Stat(a); err != nil || fi.Size() == 0 {
@@ -248,13 +236,7 @@ func TestCollectInsecureRemoteWarnsAndTLSFlagsGoTogether(t *testing.T) {
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "go together") {
 		t.Errorf("partial TLS flags: %v", err)
 	}
-	ios, _, _, _ = cmdutil.Test()
-	var got *CollectOptions
-	cmd := NewCmdCollect(&cmdutil.Factory{IO: ios}, func(o *CollectOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--listen", "tcp://0.0.0.0:1", "--allow-remote"})
-	cmd.SetOut(ios.Out)
-	cmd.SetErr(ios.ErrOut)
-	if err := cmd.Execute(); err != nil || !got.AllowRemote {
+	if got, err := parseCmd(NewCmdCollect, "--listen", "tcp://0.0.0.0:1", "--allow-remote"); err != nil || !got.AllowRemote {
 		t.Errorf("--allow-remote alias: %v %+v", err, got)
 	}
 }

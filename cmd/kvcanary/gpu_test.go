@@ -15,12 +15,8 @@ import (
 )
 
 func TestGPUFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Now: time.Now, Ctx: context.Background()}
-	var got *GPUOptions
-	cmd := NewCmdGPU(f, func(o *GPUOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--watch", "250ms", "--json"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdGPU, "--watch", "250ms", "--json")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Watch != 250*time.Millisecond || !got.JSON.JSON {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -193,7 +192,7 @@ func graphDiffHeadline(s *graphdiff.Summary) string {
 	}
 	if s.Divergent == 0 {
 		return fmt.Sprintf("graph = eager within tolerance: 0/%s samples diverge (%s differ by rounding, max abs diff %s); worst top-k Jaccard %s",
-			cmdutil.Commas(uint64(s.Samples)), graphDiffRawDiff(s), graphDiffFloat(s.MaxAbsDiff), j)
+			cmdutil.Commas(uint64(s.Samples)), graphDiffRawDiff(s), graphdiff.FormatFloat(s.MaxAbsDiff), j)
 	}
 	req := units(int64(s.DivergentRequests), "request")
 	sess := ""
@@ -207,8 +206,6 @@ func graphDiffHeadline(s *graphdiff.Summary) string {
 		cmdutil.Commas(uint64(s.Divergent)), cmdutil.Commas(uint64(s.Samples)), s.DivergentRequests, req, sess, j)
 }
 
-func graphDiffFloat(f float64) string { return strconv.FormatFloat(f, 'g', 4, 64) }
-
 func writeGraphDiffText(ios *cmdutil.IOStreams, rep *GraphDiffReport) error {
 	s := &rep.GraphDiff
 	tty := ios.IsStdoutTTY()
@@ -220,48 +217,13 @@ func writeGraphDiffText(ios *cmdutil.IOStreams, rep *GraphDiffReport) error {
 		return err
 	}
 	if len(s.Reasons) > 0 {
-		keys := make([]string, 0, len(s.Reasons))
-		for k := range s.Reasons {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			if s.Reasons[keys[i]] != s.Reasons[keys[j]] {
-				return s.Reasons[keys[i]] > s.Reasons[keys[j]]
-			}
-			return keys[i] < keys[j]
-		})
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = fmt.Sprintf("%s %d", k, s.Reasons[k])
-		}
-		b.WriteString("reasons: " + strings.Join(parts, ", ") + "\n")
+		b.WriteString("reasons: " + s.ReasonCounts() + "\n")
 	}
 	fmt.Fprintf(&b, "max abs diff %s (largest within tolerance %s), max rel RMSE %s, max KL %s\n",
-		graphDiffFloat(s.MaxAbsDiff), graphDiffFloat(s.MaxAbsDiffPassing), graphDiffFloat(s.MaxRelRMSE), graphDiffFloat(s.MaxKL))
+		graphdiff.FormatFloat(s.MaxAbsDiff), graphdiff.FormatFloat(s.MaxAbsDiffPassing), graphdiff.FormatFloat(s.MaxRelRMSE), graphdiff.FormatFloat(s.MaxKL))
 
 	b.WriteString("\nworst samples\n")
-	rows := [][]string{{"STEP", "REQUEST", "SESSION", "VERDICT", "JACCARD", "RANK", "MISSING", "EXTRA", "MAX_ABS_DIFF", "REL_RMSE"}}
-	for _, w := range s.Worst {
-		verdict := "ok"
-		if w.Divergent {
-			verdict = w.Reason
-		}
-		sess := w.Session
-		if sess == "" {
-			sess = "-"
-		}
-		missing := strconv.Itoa(w.MissingCount)
-		if w.MissingNewest {
-			missing += " (newest)"
-		}
-		rank := "-"
-		if w.FirstDiffRank >= 0 {
-			rank = strconv.Itoa(w.FirstDiffRank)
-		}
-		rows = append(rows, []string{strconv.FormatUint(w.Step, 10), cmdutil.Quote(w.Request), cmdutil.Quote(sess), verdict,
-			strconv.FormatFloat(w.TopKJaccard, 'f', 3, 64), rank, missing, strconv.Itoa(w.ExtraCount),
-			graphDiffFloat(w.MaxAbsDiff), graphDiffFloat(w.RelRMSE)})
-	}
+	rows := s.WorstTable()
 	cmdutil.WriteTable(&b, tty, rows)
 
 	b.WriteString("\ntop-k Jaccard histogram\n")

@@ -14,43 +14,22 @@ import (
 )
 
 func TestGraphDiffReportFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *GraphDiffReportOptions
-	cmd := NewCmdGraphDiff(f, func(o *GraphDiffReportOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"report", "run.kvtrace", "--json"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdGraphDiff, "report", "run.kvtrace", "--json")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdGraphDiff(f, func(*GraphDiffReportOptions) error { t.Fatal("ran"); return nil })
-	cmd.SetArgs([]string{"report"})
-	cmd.SetErr(&strings.Builder{})
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Fatalf("no args: %v (exit %d)", err, cmdutil.ExitCode(err))
+	if got, err := parseCmd(NewCmdGraphDiff, "report"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
+		t.Fatalf("no args: %v (exit %d, ran: %v)", err, cmdutil.ExitCode(err), got != nil)
 	}
 }
 
 func writeGraphDiffBundle(t *testing.T, cfg hook.RunConfig, evs []hook.Event) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "run.kvtrace")
-	w, err := traces.Create(path, traces.Manifest{Run: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := append([]hook.Event{{Kind: hook.KindRunStart, TS: 1, Body: &hook.RunStart{Tool: "test", Config: cfg}}}, evs...)
-	for i, ev := range all {
-		ev.TS = int64(i + 1)
-		if err := w.Write(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	all := append([]hook.Event{{Kind: hook.KindRunStart, Body: &hook.RunStart{Tool: "test", Config: cfg}}}, evs...)
+	return writeBundle(t, traces.Manifest{Run: "t"}, all...)
 }
 
 func gdSample(step uint64, req, sess string, graph []float32) hook.Event {
@@ -83,6 +62,7 @@ func TestGraphDiffReportDivergent(t *testing.T) {
 		if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
 			t.Fatalf("tty=%v: exit %d (%v), want 1\n%s", tty, cmdutil.ExitCode(err), err, out)
 		}
+		assertGolden(t, "graphdiff-report-divergent-"+ttyName(tty), out, nil)
 		want := "GRAPH≠EAGER: 2/3 samples diverge (2 requests, 1 session of which 1 leaked); worst top-k Jaccard 0.33\n"
 		if !strings.HasPrefix(out, want) {
 			t.Fatalf("tty=%v headline:\n%s", tty, out)

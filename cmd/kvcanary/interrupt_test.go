@@ -317,12 +317,7 @@ func TestDevZeroAndBomb(t *testing.T) {
 // sim run: --sessions is bounded, and Ctrl-C exits 130, not 3 (issue 19
 // item 13).
 func TestSimRunSessionsBoundAndSIGINT(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	cmd := NewCmdSimRun(&cmdutil.Factory{IO: ios}, func(*SimRunOptions) error { return nil })
-	cmd.SetArgs([]string{"--sessions", strconv.Itoa(maxSimSessions + 1)})
-	cmd.SetOut(ios.Out)
-	cmd.SetErr(ios.ErrOut)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "at most "+strconv.Itoa(maxSimSessions)) {
+	if _, err := parseCmd(NewCmdSimRun, "--sessions", strconv.Itoa(maxSimSessions+1)); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "at most "+strconv.Itoa(maxSimSessions)) {
 		t.Errorf("--sessions %d: exit %d, %v", maxSimSessions+1, cmdutil.ExitCode(err), err)
 	}
 

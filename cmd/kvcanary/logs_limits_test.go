@@ -19,12 +19,7 @@ func TestLogsScanRejectsNegativeFlags(t *testing.T) {
 			t.Errorf("%v: exit %d, %v", args, cmdutil.ExitCode(err), err)
 		}
 	}
-	ios, _, _, _ := cmdutil.Test()
-	cmd := NewCmdChecksumCompare(&cmdutil.Factory{IO: ios}, func(*ChecksumCompareOptions) error { return nil })
-	cmd.SetArgs([]string{"a", "b", "--limit", "-3"})
-	cmd.SetOut(ios.Out)
-	cmd.SetErr(ios.ErrOut)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+	if _, err := parseCmd(NewCmdChecksumCompare, "a", "b", "--limit", "-3"); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Errorf("checksum compare --limit -3: exit %d, %v", cmdutil.ExitCode(err), err)
 	}
 }

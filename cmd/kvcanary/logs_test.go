@@ -33,15 +33,11 @@ func runLogsScan(t *testing.T, args []string, stdin string) (string, string, err
 // machine's zone.
 func runLogsScanDefaultTZ(t *testing.T, args []string, stdin string) (string, string, error) {
 	t.Helper()
-	ios, in, out, errOut := cmdutil.Test()
-	in.WriteString(stdin)
-	f := &cmdutil.Factory{IO: ios, Now: func() time.Time { return time.Date(2025, 7, 1, 0, 0, 0, 0, time.UTC) }}
-	cmd := NewCmdLogsScan(f, nil)
-	cmd.SetArgs(args)
-	cmd.SetOut(out)
-	cmd.SetErr(errOut)
-	err := cmd.Execute()
-	return out.String(), errOut.String(), err
+	c := newTestCLI()
+	c.In.WriteString(stdin)
+	c.F.Now = func() time.Time { return time.Date(2025, 7, 1, 0, 0, 0, 0, time.UTC) }
+	err := c.exec(NewCmdLogsScan(c.F, nil), args...)
+	return c.Out.String(), c.ErrOut.String(), err
 }
 
 func TestLogsScanJSON(t *testing.T) {
@@ -81,6 +77,7 @@ func TestLogsScanTextQuotesAndStdin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	assertGolden(t, "logs-scan-sglang", out, nil)
 	for _, want := range []string{"stdin: sglang log, 5 lines (1 unrecognized", "retractions          1 event, 3 requests retracted",
 		"2025-06-01T12:00:03Z  retracted 3", "canary violations    1", `\x1b[2J`} {
 		if !strings.Contains(out, want) {

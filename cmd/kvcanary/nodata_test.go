@@ -12,32 +12,12 @@ import (
 	"github.com/kvcanary/kvcanary/traces"
 )
 
-// writeNoDataBundle writes a valid bundle holding evs and nothing else.
-func writeNoDataBundle(t *testing.T, man traces.Manifest, evs ...hook.Event) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "run.kvtrace")
-	w, err := traces.Create(path, man)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, ev := range evs {
-		ev.TS = int64(i + 1)
-		if err := w.Write(ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // reproOnlyBundle is what `kvcanary repro --record` against a remote server
 // keeps: a run.start whose engine settings nobody observed (cuda_graph
 // false is the zero value, not a fact) and session outcomes.
 func reproOnlyBundle(t *testing.T) string {
 	cfg := hook.RunConfig{Engine: "remote", URL: "http://127.0.0.1:30000", Model: "m", Sessions: 2}
-	return writeNoDataBundle(t, traces.Manifest{Run: "r", Tool: "repro", Config: cfg},
+	return writeBundle(t, traces.Manifest{Run: "r", Tool: "repro", Config: cfg},
 		hook.Event{Kind: hook.KindRunStart, Body: &hook.RunStart{Tool: "repro", Config: cfg}},
 		hook.Event{Kind: hook.KindSession, Body: &hook.Session{ID: "s1", Outcome: hook.OutcomeDone, Rounds: 3}},
 		hook.Event{Kind: hook.KindSession, Body: &hook.Session{ID: "s2", Outcome: hook.OutcomeLeak, Rounds: 1}},
@@ -102,7 +82,7 @@ func checkNoData(t *testing.T, inst cmdutil.Instrument, path string, events uint
 
 func TestChecksumCompareNoData(t *testing.T) {
 	checkNoData(t, cmdutil.InstrumentChecksum, reproOnlyBundle(t), 3)
-	checkNoData(t, cmdutil.InstrumentChecksum, writeNoDataBundle(t, traces.Manifest{Run: "empty"}), 0)
+	checkNoData(t, cmdutil.InstrumentChecksum, writeBundle(t, traces.Manifest{Run: "empty"}), 0)
 
 	// A log without room_checksum lines is the same absence, counted in lines.
 	noRecs := filepath.Join(t.TempDir(), "server.log")
@@ -145,7 +125,7 @@ func TestChecksumCompareNoData(t *testing.T) {
 
 func TestCanaryReportNoData(t *testing.T) {
 	checkNoData(t, cmdutil.InstrumentCanary, reproOnlyBundle(t), 3)
-	checkNoData(t, cmdutil.InstrumentCanary, writeNoDataBundle(t, traces.Manifest{Run: "empty"}), 0)
+	checkNoData(t, cmdutil.InstrumentCanary, writeBundle(t, traces.Manifest{Run: "empty"}), 0)
 }
 
 func TestGraphDiffReportNoData(t *testing.T) {
@@ -159,7 +139,7 @@ func TestGraphDiffReportNoData(t *testing.T) {
 	if strings.Contains(out, "disabled") || strings.Count(out, "\n") != 1 {
 		t.Errorf("repro bundle report states a guessed setting:\n%s", out)
 	}
-	nd = checkNoData(t, cmdutil.InstrumentGraphDiff, writeNoDataBundle(t, traces.Manifest{Run: "empty"}), 0)
+	nd = checkNoData(t, cmdutil.InstrumentGraphDiff, writeBundle(t, traces.Manifest{Run: "empty"}), 0)
 	if nd.Detail != "" {
 		t.Errorf("empty bundle: detail %q", nd.Detail)
 	}

@@ -60,21 +60,14 @@ func cudaOneCapture() []hook.CUDA {
 }
 
 func TestProbeCUDAFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Now: time.Now, Ctx: context.Background()}
-	var got *ProbeCUDAOptions
-	cmd := NewCmdProbe(f, func(o *ProbeCUDAOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"cuda", "--pid", "42", "--record", "x.kvtrace", "--duration", "2s", "--json"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdProbe, "cuda", "--pid", "42", "--record", "x.kvtrace", "--duration", "2s", "--json")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.PID != 42 || got.Record != "x.kvtrace" || got.Duration != 2*time.Second || !got.JSON.JSON {
 		t.Fatalf("options %+v", got)
 	}
-	cmd = NewCmdProbe(f, func(o *ProbeCUDAOptions) error { t.Fatal("ran without a target"); return nil })
-	cmd.SetArgs([]string{"cuda"})
-	cmd.SetErr(io.Discard)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+	if ran, err := parseCmd(NewCmdProbe, "cuda"); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Fatalf("no --pid/--lib: %v", err)
 	}
 }

@@ -1,24 +1,19 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/pyhook"
 )
 
 func TestPyhookPathFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	var got *PyhookPathOptions
-	cmd := NewCmdPyhookPath(&cmdutil.Factory{IO: ios}, func(o *PyhookPathOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--cache-dir", "/x", "--json"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdPyhookPath, "--cache-dir", "/x", "--json")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.CacheDir != "/x" || !got.JSON.JSON {
@@ -28,15 +23,13 @@ func TestPyhookPathFlags(t *testing.T) {
 
 func TestPyhookPathPrintsExtractedDir(t *testing.T) {
 	cache := t.TempDir()
-	ios, _, out, _ := cmdutil.Test()
-	root := NewCmdRoot(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now})
-	root.SetArgs([]string{"pyhook", "path", "--cache-dir", cache})
-	if err := root.Execute(); err != nil {
+	c := newTestCLI()
+	if err := c.exec(NewCmdRoot(c.F), "pyhook", "path", "--cache-dir", cache); err != nil {
 		t.Fatal(err)
 	}
-	dir := strings.TrimSuffix(out.String(), "\n")
+	dir := strings.TrimSuffix(c.Out.String(), "\n")
 	if filepath.Dir(dir) != cache || strings.Contains(dir, "\n") {
-		t.Fatalf("printed %q, want one line: a directory in %s", out.String(), cache)
+		t.Fatalf("printed %q, want one line: a directory in %s", c.Out.String(), cache)
 	}
 	for _, f := range []string{"kvcanary/__init__.py", "sitecustomize.py"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
@@ -44,7 +37,7 @@ func TestPyhookPathPrintsExtractedDir(t *testing.T) {
 		}
 	}
 
-	ios, _, out, _ = cmdutil.Test()
+	ios, _, out, _ := cmdutil.Test()
 	if err := pyhookPathRun(&PyhookPathOptions{IO: ios, JSON: &cmdutil.JSONFlags{JSON: true}, CacheDir: cache}); err != nil {
 		t.Fatal(err)
 	}

@@ -182,39 +182,8 @@ per line.`,
   kvcanary repro --url http://127.0.0.1:30000 --conversations agent-sessions.jsonl --sessions 200 --run base-graphs-on --record base.kvtrace`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			switch {
-			case opts.URL == "":
-				return cmdutil.UsageError("--url is required")
-			case opts.Sessions < 1, opts.Rounds < 1:
-				return cmdutil.UsageError("--sessions and --rounds must be at least 1")
-			case opts.Concurrency < 0:
-				return cmdutil.UsageError("--concurrency %d: want at least 1", opts.Concurrency)
-			case opts.Timeout <= 0:
-				return cmdutil.UsageError("--timeout %v: want a positive duration", opts.Timeout)
-			case opts.MaxTokens < 0:
-				return cmdutil.UsageError("--max-tokens %d: want a positive count (0: not sent)", opts.MaxTokens)
-			case opts.MaxResponse < 1024:
-				return cmdutil.UsageError("--max-response-bytes %d: want at least 1024", opts.MaxResponse)
-			}
-			if _, err := repro.ChatEndpoint(opts.URL); err != nil {
-				return cmdutil.UsageError("--url: %w", err)
-			}
-			if err := repro.ParseLabels(&hook.RunConfig{}, "--label", opts.Labels); err != nil {
-				return cmdutil.UsageError("%w", err)
-			}
-			if _, err := logscan.ParseZone(opts.TZ); err != nil {
-				return cmdutil.UsageError("--tz: %w", err)
-			}
-			if err := opts.parseWorkloadFlags(cmd.Flags(), headers, sampling); err != nil {
+			if err := opts.check(cmd.Flags(), headers, sampling); err != nil {
 				return err
-			}
-			opts.sessionsSet = cmd.Flags().Changed("sessions")
-			opts.concurrencyDefault = opts.Concurrency == 0
-			if opts.Concurrency == 0 {
-				opts.Concurrency = opts.Sessions
-			}
-			if opts.Watch && !opts.IO.IsStdoutTTY() {
-				return cmdutil.UsageError("--watch: stdout is not a terminal; use --emit ADDR with kvcanary watch --listen ADDR elsewhere")
 			}
 			if runF != nil {
 				return runF(opts)
@@ -252,6 +221,46 @@ per line.`,
 	fl.StringVar(&opts.Run, "run", "", "run `ID` recorded on the bundle and every event (default repro-seed<seed>)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
+}
+
+// check validates the flags and settles what depends on several of them
+// (the default concurrency, the workload flags); a usage error otherwise.
+func (o *ReproOptions) check(fl *pflag.FlagSet, headers []string, sampling samplingFlags) error {
+	switch {
+	case o.URL == "":
+		return cmdutil.UsageError("--url is required")
+	case o.Sessions < 1, o.Rounds < 1:
+		return cmdutil.UsageError("--sessions and --rounds must be at least 1")
+	case o.Concurrency < 0:
+		return cmdutil.UsageError("--concurrency %d: want at least 1", o.Concurrency)
+	case o.Timeout <= 0:
+		return cmdutil.UsageError("--timeout %v: want a positive duration", o.Timeout)
+	case o.MaxTokens < 0:
+		return cmdutil.UsageError("--max-tokens %d: want a positive count (0: not sent)", o.MaxTokens)
+	case o.MaxResponse < 1024:
+		return cmdutil.UsageError("--max-response-bytes %d: want at least 1024", o.MaxResponse)
+	}
+	if _, err := repro.ChatEndpoint(o.URL); err != nil {
+		return cmdutil.UsageError("--url: %w", err)
+	}
+	if err := repro.ParseLabels(&hook.RunConfig{}, "--label", o.Labels); err != nil {
+		return cmdutil.UsageError("%w", err)
+	}
+	if _, err := logscan.ParseZone(o.TZ); err != nil {
+		return cmdutil.UsageError("--tz: %w", err)
+	}
+	if err := o.parseWorkloadFlags(fl, headers, sampling); err != nil {
+		return err
+	}
+	o.sessionsSet = fl.Changed("sessions")
+	o.concurrencyDefault = o.Concurrency == 0
+	if o.Concurrency == 0 {
+		o.Concurrency = o.Sessions
+	}
+	if o.Watch && !o.IO.IsStdoutTTY() {
+		return cmdutil.UsageError("--watch: stdout is not a terminal; use --emit ADDR with kvcanary watch --listen ADDR elsewhere")
+	}
+	return nil
 }
 
 // reproSettings are the engine settings of the run: --label's, then what
@@ -428,7 +437,19 @@ func reproRun(opts *ReproOptions) error {
 		src.progress = progressBar(opts.IO.ErrOut, "repro", opts.Factory.Now)
 	}
 	ctx := factoryCtx(opts.Factory)
-	res := p.Run(ctx, src)
+	runErr := reproRunErr(opts, src, p.Run(ctx, src))
+	if emitter != nil {
+		reportEmit(opts, emitter)
+	}
+	if src.res == nil {
+		return cmdutil.UsageError("%w", runErr)
+	}
+	return reproReport(opts, src, stats, pf, ctx.Err() == nil && !errors.Is(runErr, context.Canceled), runErr)
+}
+
+// reproRunErr reports the dashboard's and the recording's ends on stderr and
+// merges the run's error: the source's, else the view's, else the bundle's.
+func reproRunErr(opts *ReproOptions, src *reproSource, res pipeline.Result) error {
 	runErr := res.SourceErr
 	if opts.Watch {
 		fmt.Fprintf(opts.IO.ErrOut, "repro: watch: %d events shown, %d dropped by the view, %d findings\n", src.view.Events, src.view.Dropped, src.view.Findings)
@@ -442,13 +463,7 @@ func reproRun(opts *ReproOptions) error {
 			runErr = res.RecordErr
 		}
 	}
-	if emitter != nil {
-		reportEmit(opts, emitter)
-	}
-	if src.res == nil {
-		return cmdutil.UsageError("%w", runErr)
-	}
-	return reproReport(opts, src, stats, pf, ctx.Err() == nil && !errors.Is(runErr, context.Canceled), runErr)
+	return runErr
 }
 
 // reproEmitter dials --emit's collector (nil without --emit).

@@ -20,7 +20,6 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/sim"
-	"github.com/kvcanary/kvcanary/runtime/sim/server"
 	"github.com/kvcanary/kvcanary/sessions"
 	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
@@ -293,20 +292,7 @@ func TestReproSamplingRecorded(t *testing.T) {
 // with the usual outcome classes, every request the twin saw accounted for
 // (the preflight probe plus the sessions' requests).
 func TestReproConversationsTwin(t *testing.T) {
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
-	srv, err := server.New(server.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go srv.Run(ctx)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		cancel()
-		srv.Close()
-	})
+	srv, url := serveTwinServer(t, func(*sim.Config) {})
 	dir := t.TempDir()
 	file := filepath.Join(dir, "mine.jsonl")
 	lines := `{"id":"refund","messages":[{"role":"system","content":"You are a support agent."},{"role":"user","content":"Customer 4411 wants a refund for order 9. tool rounds: 2"}],"tool_rounds":2,"rounds":3}
@@ -318,7 +304,7 @@ func TestReproConversationsTwin(t *testing.T) {
 		t.Fatal(err)
 	}
 	bundle := filepath.Join(dir, "conv.kvtrace")
-	out, errOut, err := runRepro(t, "--url", hs.URL, "--conversations", file, "--rounds", "3", "--tool-time", "0", "--record", bundle,
+	out, errOut, err := runRepro(t, "--url", url, "--conversations", file, "--rounds", "3", "--tool-time", "0", "--record", bundle,
 		"--run", "conv-test", "--json")
 	if err != nil {
 		t.Fatalf("%v: %s", err, errOut)
@@ -357,7 +343,7 @@ func TestReproConversationsTwin(t *testing.T) {
 		t.Errorf("bundle outcomes %+v config extra %v", rs.Outcomes, rs.Config.Extra)
 	}
 	// --sessions cycles through the lines.
-	out, errOut, err = runRepro(t, "--url", hs.URL, "--conversations", file, "--sessions", "5", "--tool-time", "0", "--json", "--no-preflight")
+	out, errOut, err = runRepro(t, "--url", url, "--conversations", file, "--sessions", "5", "--tool-time", "0", "--json", "--no-preflight")
 	if err != nil {
 		t.Fatalf("%v: %s", err, errOut)
 	}
@@ -368,7 +354,7 @@ func TestReproConversationsTwin(t *testing.T) {
 	// A bad line is an input error naming the file and line.
 	bad := filepath.Join(dir, "bad.jsonl")
 	os.WriteFile(bad, []byte(lines+`{"messages":[{"role":"user","content":"x"}],"tool_round":2}`+"\n"), 0o644)
-	_, _, err = runRepro(t, "--url", hs.URL, "--conversations", bad)
+	_, _, err = runRepro(t, "--url", url, "--conversations", bad)
 	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(fmt.Sprint(err), bad+":5:") || !strings.Contains(fmt.Sprint(err), `"tool_round"`) {
 		t.Errorf("bad line: %v", err)
 	}

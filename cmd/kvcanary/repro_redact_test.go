@@ -179,23 +179,15 @@ func TestReproEmitStreamsSessions(t *testing.T) {
 func TestReproWatch(t *testing.T) {
 	srv := httptest.NewServer(leakFake())
 	defer srv.Close()
-	ios, _, out, errOut := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
-	cmd := NewCmdRepro(f, func(o *ReproOptions) error {
-		t.Fatal("--watch without a terminal started the run")
-		return nil
-	})
-	cmd.SetArgs([]string{"--url", srv.URL, "--no-preflight", "--watch"})
-	cmd.SetErr(io.Discard)
-	cmd.SetOut(io.Discard)
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "not a terminal") {
+	if ran, err := parseCmd(NewCmdRepro, "--url", srv.URL, "--no-preflight", "--watch"); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "not a terminal") {
 		t.Fatalf("--watch without a terminal: %v", err)
 	}
 
-	ios.SetTTY(true, false)
+	c := newTestCLI()
+	c.IO.SetTTY(true, false)
 	var seen []hook.Event
 	var doneErr error
-	cmd = NewCmdRepro(f, func(o *ReproOptions) error {
+	cmd := NewCmdRepro(c.F, func(o *ReproOptions) error {
 		// The dashboard stand-in reads the live view to its end, as the
 		// dashboard would, then takes the source's end.
 		o.runTUI = func(ctx context.Context, to tui.Options) (tui.Stats, error) {
@@ -217,10 +209,8 @@ func TestReproWatch(t *testing.T) {
 		}
 		return reproRun(o)
 	})
-	cmd.SetArgs([]string{"--url", srv.URL, "--no-preflight", "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--watch", "--redact"})
-	cmd.SetErr(io.Discard)
-	if err := cmd.Execute(); err != nil || doneErr != nil {
-		t.Fatalf("repro --watch: %v (source end %v); stderr %s", err, doneErr, errOut)
+	if err := c.exec(cmd, "--url", srv.URL, "--no-preflight", "--sessions", "3", "--rounds", "2", "--tool-time", "0", "--watch", "--redact"); err != nil || doneErr != nil {
+		t.Fatalf("repro --watch: %v (source end %v); stderr %s", err, doneErr, c.ErrOut)
 	}
 	sessions := 0
 	for _, ev := range seen {
@@ -234,7 +224,7 @@ func TestReproWatch(t *testing.T) {
 	if sessions != 3 || seen[0].Kind != hook.KindRunStart || seen[len(seen)-1].Kind != hook.KindRunEnd {
 		t.Errorf("the view saw %d sessions in %d events", sessions, len(seen))
 	}
-	if !strings.Contains(out.String(), "leak=3") || !strings.Contains(errOut.String(), "repro: watch: ") {
-		t.Errorf("report after the dashboard: stdout %q stderr %q", out, errOut)
+	if !strings.Contains(c.Out.String(), "leak=3") || !strings.Contains(c.ErrOut.String(), "repro: watch: ") {
+		t.Errorf("report after the dashboard: stdout %q stderr %q", c.Out, c.ErrOut)
 	}
 }

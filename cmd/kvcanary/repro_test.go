@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,13 +24,8 @@ import (
 )
 
 func TestReproFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
-	var got *ReproOptions
-	cmd := NewCmdRepro(f, func(o *ReproOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--url", "http://127.0.0.1:30000", "--sessions", "12", "--leak-marker", "X", "--leak-marker", "Y", "--stream"})
-	cmd.SetErr(io.Discard)
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdRepro, "--url", "http://127.0.0.1:30000", "--sessions", "12", "--leak-marker", "X", "--leak-marker", "Y", "--stream")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Sessions != 12 || got.Rounds != 4 || got.Concurrency != 12 || got.Timeout != 120*time.Second || !got.Stream ||
@@ -47,11 +41,7 @@ func TestReproFlags(t *testing.T) {
 		{"--url", "http://h", "--max-tokens", "-5"},
 		{"--url", "http://h", "--concurrency", "-1"},
 	} {
-		cmd := NewCmdRepro(f, func(*ReproOptions) error { return nil })
-		cmd.SetArgs(args)
-		cmd.SetErr(io.Discard)
-		cmd.SetOut(io.Discard)
-		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		if _, err := parseCmd(NewCmdRepro, args...); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 			t.Errorf("%v: err %v, want a usage error", args, err)
 		}
 	}
@@ -117,15 +107,11 @@ func sglangFake(t *testing.T, logPath string) http.Handler {
 
 func runRepro(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	ios, _, out, errOut := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
-	cmd := NewCmdRepro(f, nil)
+	c := newTestCLI()
+	cmd := NewCmdRepro(c.F, nil)
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true // as under the root command
-	cmd.SetArgs(args)
-	cmd.SetOut(out)
-	cmd.SetErr(errOut)
-	err := cmd.Execute()
-	return out.String(), errOut.String(), err
+	err := c.exec(cmd, args...)
+	return c.Out.String(), c.ErrOut.String(), err
 }
 
 func TestReproRecordsForAB(t *testing.T) {
@@ -227,8 +213,6 @@ func TestReproRecordsForAB(t *testing.T) {
 // TestReproToolTimeFlag: --tool-time takes MIN-MAX or one duration; a bad
 // value is a usage error naming the flag and the value.
 func TestReproToolTimeFlag(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
 	for _, tc := range []struct {
 		val  string
 		want repro.ToolTime
@@ -237,20 +221,13 @@ func TestReproToolTimeFlag(t *testing.T) {
 		{"2s", repro.ToolTime{Min: 2 * time.Second, Max: 2 * time.Second}},
 		{"250ms-1s", repro.ToolTime{Min: 250 * time.Millisecond, Max: time.Second}},
 	} {
-		var got *ReproOptions
-		cmd := NewCmdRepro(f, func(o *ReproOptions) error { got = o; return nil })
-		cmd.SetArgs([]string{"--url", "http://h", "--tool-time", tc.val})
-		cmd.SetErr(io.Discard)
-		if err := cmd.Execute(); err != nil || got.ToolTime != tc.want {
+		if got, err := parseCmd(NewCmdRepro, "--url", "http://h", "--tool-time", tc.val); err != nil || got.ToolTime != tc.want {
 			t.Errorf("--tool-time %s: err %v, options %+v", tc.val, err, got)
 		}
 	}
 	for _, val := range []string{"3s-1s", "soon", "-2s", ""} {
-		root := NewCmdRoot(f)
-		root.SetArgs([]string{"repro", "--url", "http://h", "--tool-time", val})
-		root.SetErr(io.Discard)
-		root.SetOut(io.Discard)
-		err := root.Execute()
+		c := newTestCLI()
+		err := c.exec(NewCmdRoot(c.F), "repro", "--url", "http://h", "--tool-time", val)
 		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(fmt.Sprint(err), "--tool-time") || !strings.Contains(fmt.Sprint(err), "tool time") {
 			t.Errorf("--tool-time %q: err %v, want a usage error naming the flag", val, err)
 		}

@@ -19,13 +19,8 @@ import (
 )
 
 func TestSimServeFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
-	var got *SimServeOptions
-	cmd := NewCmdSimServe(f, func(o *SimServeOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--multi-stream-overlap=false", "--seed", "7", "--addr", "localhost:0"})
-	cmd.SetErr(io.Discard)
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdSimServe, "--multi-stream-overlap=false", "--seed", "7", "--addr", "localhost:0")
+	if err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := got.Engine.config(got.Seed)
@@ -45,17 +40,13 @@ func TestSimServeFlags(t *testing.T) {
 		{[]string{"--step-time", "-1ms"}, false},
 		{[]string{"--step-time", "0"}, true},
 	} {
-		cmd := NewCmdSimServe(f, func(*SimServeOptions) error { return nil })
-		cmd.SetArgs(tc.args)
-		cmd.SetErr(io.Discard)
-		cmd.SetOut(io.Discard)
-		err := cmd.Execute()
+		_, err := parseCmd(NewCmdSimServe, tc.args...)
 		if tc.ok != (err == nil) || (!tc.ok && cmdutil.ExitCode(err) != cmdutil.ExitUsage) {
 			t.Errorf("%v: err %v", tc.args, err)
 		}
 	}
 	// sim serve hangs under the sim parent.
-	root := NewCmdRoot(f)
+	root := NewCmdRoot(newTestCLI().F)
 	if c, _, err := root.Find([]string{"sim", "serve"}); err != nil || c.Name() != "serve" {
 		t.Fatalf("sim serve not registered: %v", err)
 	}
@@ -113,15 +104,9 @@ func TestSimServeBusyPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
 	dir := t.TempDir()
 	bundle, logFile := filepath.Join(dir, "serve.kvtrace"), filepath.Join(dir, "serve.log")
-	cmd := NewCmdSimServe(f, nil)
-	cmd.SetArgs([]string{"--addr", busy.Addr().String(), "--record", bundle, "--log-file", logFile})
-	cmd.SetErr(io.Discard)
-	cmd.SetOut(io.Discard)
-	err = cmd.Execute()
+	_, _, err = runCmd(NewCmdSimServe, "--addr", busy.Addr().String(), "--record", bundle, "--log-file", logFile)
 	if err == nil || cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), busy.Addr().String()) {
 		t.Fatalf("busy port: err %v (exit %d), want an input error naming %s", err, cmdutil.ExitCode(err), busy.Addr())
 	}

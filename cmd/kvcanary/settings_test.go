@@ -3,11 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/runtime/sim"
-	"github.com/kvcanary/kvcanary/runtime/sim/server"
-	"github.com/kvcanary/kvcanary/sessions"
-	"github.com/kvcanary/kvcanary/traces"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,10 +11,24 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/traces"
 )
 
 // serveTwin serves the twin (instruments off) as `kvcanary sim serve` does.
 func serveTwin(t *testing.T, mut func(*sim.Config)) string {
+	t.Helper()
+	_, url := serveTwinServer(t, mut)
+	return url
+}
+
+// serveTwinServer is serveTwin that also returns the server, for what it
+// recorded.
+func serveTwinServer(t *testing.T, mut func(*sim.Config)) (*server.Server, string) {
 	t.Helper()
 	cfg := sim.DefaultConfig()
 	cfg.Instruments = sim.Instruments{}
@@ -36,7 +45,7 @@ func serveTwin(t *testing.T, mut func(*sim.Config)) string {
 		cancel()
 		srv.Close()
 	})
-	return hs.URL
+	return srv, hs.URL
 }
 
 func manifestConfig(t *testing.T, path string) (hook.RunConfig, *hook.RunStart) {

@@ -1,29 +1,22 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
 func runSim(t *testing.T, tty bool, args ...string) (string, string, error) {
 	t.Helper()
-	ios, _, out, errOut := cmdutil.Test()
-	ios.SetTTY(tty, tty)
-	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
-	cmd := NewCmdSim(f)
-	cmd.SetArgs(args)
-	cmd.SetOut(out)
-	cmd.SetErr(errOut)
-	err := cmd.ExecuteContext(context.Background())
-	return out.String(), errOut.String(), err
+	c := newTestCLI()
+	c.IO.SetTTY(tty, tty)
+	err := c.exec(NewCmdSim(c.F), args...)
+	return c.Out.String(), c.ErrOut.String(), err
 }
 
 func TestSimRunJSONSchema(t *testing.T) {

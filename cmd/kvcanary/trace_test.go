@@ -45,24 +45,15 @@ func writeTraceBundle(t *testing.T, n int) string {
 }
 
 func TestTraceFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var ins *TraceInspectOptions
-	cmd := NewCmdTraceInspect(f, func(o *TraceInspectOptions) error { ins = o; return nil })
-	cmd.SetArgs([]string{"x.kvtrace", "--json"})
-	if err := cmd.Execute(); err != nil || ins.Path != "x.kvtrace" || !ins.JSON.JSON {
+	ins, err := parseCmd(NewCmdTraceInspect, "x.kvtrace", "--json")
+	if err != nil || ins.Path != "x.kvtrace" || !ins.JSON.JSON {
 		t.Fatalf("inspect options %+v, %v", ins, err)
 	}
 	var cat *TraceCatOptions
-	cmd = NewCmdTraceCat(f, func(o *TraceCatOptions) error { cat = o; return nil })
-	cmd.SetArgs([]string{"x.kvtrace", "--kind", "replay", "--kind", "session,gpu", "--all"})
-	if err := cmd.Execute(); err != nil || cat.Path != "x.kvtrace" || !cat.All || strings.Join(cat.Kinds, " ") != "replay session gpu" {
+	if cat, err = parseCmd(NewCmdTraceCat, "x.kvtrace", "--kind", "replay", "--kind", "session,gpu", "--all"); err != nil || cat.Path != "x.kvtrace" || !cat.All || strings.Join(cat.Kinds, " ") != "replay session gpu" {
 		t.Fatalf("cat options %+v, %v", cat, err)
 	}
-	cmd = NewCmdTraceCat(f, func(*TraceCatOptions) error { t.Fatal("ran"); return nil })
-	cmd.SetArgs([]string{})
-	cmd.SetErr(&strings.Builder{})
-	if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+	if ran, err := parseCmd(NewCmdTraceCat); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 		t.Fatalf("no file: %v", err)
 	}
 }

@@ -15,12 +15,8 @@ import (
 )
 
 func TestWatchFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *WatchOptions
-	cmd := NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--sim", "--inject", "transfer-race", "--sessions", "8", "--rounds", "2", "--seed", "3", "--record", "r.kvtrace", "--multi-stream-overlap=false"})
-	if err := cmd.Execute(); err != nil {
+	got, err := parseCmd(NewCmdWatch, "--sim", "--inject", "transfer-race", "--sessions", "8", "--rounds", "2", "--seed", "3", "--record", "r.kvtrace", "--multi-stream-overlap=false")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !got.Sim || got.Sessions != 8 || got.Rounds != 2 || got.Seed != 3 || got.Record != "r.kvtrace" || !got.speedSet || got.Speed != "1x" {
@@ -31,14 +27,10 @@ func TestWatchFlags(t *testing.T) {
 	if err != nil || cfg.MultiStreamOverlap || len(cfg.Inject) != 1 || cfg.Inject[0] != "transfer-race" {
 		t.Fatalf("engine config %+v, %v", cfg, err)
 	}
-	cmd = NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--sim", "--speed", "2x"})
-	if err := cmd.Execute(); err != nil || !got.speedSet || got.Speed != "2x" {
+	if got, err = parseCmd(NewCmdWatch, "--sim", "--speed", "2x"); err != nil || !got.speedSet || got.Speed != "2x" {
 		t.Fatalf("sim speed: %v %+v", err, got)
 	}
-	cmd = NewCmdWatch(f, func(o *WatchOptions) error { got = o; return nil })
-	cmd.SetArgs([]string{"--bundle", "x.kvtrace", "--speed", "10x"})
-	if err := cmd.Execute(); err != nil || got.Bundle != "x.kvtrace" || got.Speed != "10x" {
+	if got, err = parseCmd(NewCmdWatch, "--bundle", "x.kvtrace", "--speed", "10x"); err != nil || got.Bundle != "x.kvtrace" || got.Speed != "10x" {
 		t.Fatalf("bundle flags: %v %+v", err, got)
 	}
 	for _, args := range [][]string{
@@ -54,12 +46,7 @@ func TestWatchFlags(t *testing.T) {
 		{"--listen", "unix:///tmp/x.sock", "--speed", "10x"},
 		{"--sim", "--allow-remote"},
 	} {
-		cmd := NewCmdWatch(f, func(*WatchOptions) error { t.Fatalf("%v: ran", args); return nil })
-		cmd.SetArgs(args)
-		var sink strings.Builder
-		cmd.SetOut(&sink)
-		cmd.SetErr(&sink)
-		if err := cmd.Execute(); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
+		if ran, err := parseCmd(NewCmdWatch, args...); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
 			t.Errorf("%v: err %v (exit %d), want a usage error", args, err, cmdutil.ExitCode(err))
 		}
 	}
@@ -118,16 +105,15 @@ func countKind(evs []hook.Event, k hook.Kind) int {
 func TestWatchSimRecordThenReplay(t *testing.T) {
 	dir := t.TempDir()
 	rec := filepath.Join(dir, "sim.kvtrace")
-	ios, _, _, errOut := cmdutil.Test()
-	ios.SetTTY(true, true)
+	c := newTestCLI()
+	c.IO.SetTTY(true, true)
 	var seen []hook.Event
-	cmd := NewCmdWatch(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, func(o *WatchOptions) error {
+	cmd := NewCmdWatch(c.F, func(o *WatchOptions) error {
 		o.runTUI = drainUI(t, &seen, nil)
 		return watchRun(o)
 	})
-	cmd.SetArgs([]string{"--sim", "--sessions", "3", "--rounds", "1", "--inject", "transfer-race", "--no-graphdiff", "--pool-tokens", "20000", "--record", rec, "--speed", "max"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("watch --sim: %v; stderr %s", err, errOut)
+	if err := c.exec(cmd, "--sim", "--sessions", "3", "--rounds", "1", "--inject", "transfer-race", "--no-graphdiff", "--pool-tokens", "20000", "--record", rec, "--speed", "max"); err != nil {
+		t.Fatalf("watch --sim: %v; stderr %s", err, c.ErrOut)
 	}
 	if countKind(seen, hook.KindRunStart) != 1 || countKind(seen, hook.KindSession) != 3 {
 		t.Fatalf("view saw %d run.start and %d sessions, want 1 and 3", countKind(seen, hook.KindRunStart), countKind(seen, hook.KindSession))
@@ -139,26 +125,25 @@ func TestWatchSimRecordThenReplay(t *testing.T) {
 	if sum.Events != uint64(len(seen)) || sum.Truncated || sum.Manifest.Command != "watch" {
 		t.Fatalf("recorded %d events (truncated %v, command %q), the view saw %d", sum.Events, sum.Truncated, sum.Manifest.Command, len(seen))
 	}
-	if !strings.Contains(errOut.String(), "recorded ") || !strings.Contains(errOut.String(), "0 dropped by the view") {
-		t.Fatalf("exit report: %q", errOut)
+	if !strings.Contains(c.ErrOut.String(), "recorded ") || !strings.Contains(c.ErrOut.String(), "0 dropped by the view") {
+		t.Fatalf("exit report: %q", c.ErrOut)
 	}
 	recorded := sum.Counts["finding"]
 	if recorded == 0 {
 		t.Fatal("the twin with transfer-race recorded no findings; the replay check needs some")
 	}
 
-	ios, _, _, errOut = cmdutil.Test()
-	ios.SetTTY(true, true)
+	c = newTestCLI()
+	c.IO.SetTTY(true, true)
 	seen = nil
 	var opts tui.Options
-	cmd = NewCmdWatch(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, func(o *WatchOptions) error {
+	cmd = NewCmdWatch(c.F, func(o *WatchOptions) error {
 		ui := drainUI(t, &seen, nil)
 		o.runTUI = func(ctx context.Context, to tui.Options) (tui.Stats, error) { opts = to; return ui(ctx, to) }
 		return watchRun(o)
 	})
-	cmd.SetArgs([]string{"--bundle", rec, "--speed", "max"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("watch --bundle: %v; %s", err, errOut)
+	if err := c.exec(cmd, "--bundle", rec, "--speed", "max"); err != nil {
+		t.Fatalf("watch --bundle: %v; %s", err, c.ErrOut)
 	}
 	if got := countKind(seen, hook.KindFinding); uint64(got) != recorded {
 		t.Fatalf("replay shows %d findings, the bundle recorded %d", got, recorded)
@@ -195,10 +180,10 @@ func TestWatchListen(t *testing.T) {
 	dir := t.TempDir()
 	addr := "unix://" + filepath.Join(dir, "w.sock")
 	rec := filepath.Join(dir, "live.kvtrace")
-	ios, _, _, errOut := cmdutil.Test()
-	ios.SetTTY(true, true)
+	c := newTestCLI()
+	c.IO.SetTTY(true, true)
 	var seen []hook.Event
-	cmd := NewCmdWatch(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, func(o *WatchOptions) error {
+	cmd := NewCmdWatch(c.F, func(o *WatchOptions) error {
 		ui := drainUI(t, &seen, func(evs []hook.Event) bool { return countKind(evs, hook.KindSession) == 3 })
 		o.runTUI = func(ctx context.Context, to tui.Options) (tui.Stats, error) {
 			if !strings.HasPrefix(to.Source, "listen unix://") || to.SourceStatus == nil || !to.KeepRuns {
@@ -216,15 +201,14 @@ func TestWatchListen(t *testing.T) {
 		}
 		return watchRun(o)
 	})
-	cmd.SetArgs([]string{"--listen", addr, "--record", rec, "--run", "live1"})
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("watch --listen: %v; %s", err, errOut)
+	if err := c.exec(cmd, "--listen", addr, "--record", rec, "--run", "live1"); err != nil {
+		t.Fatalf("watch --listen: %v; %s", err, c.ErrOut)
 	}
 	if countKind(seen, hook.KindSession) != 3 || seen[0].Run != "live1" {
 		t.Fatalf("view saw %+v", seen)
 	}
-	if !strings.Contains(errOut.String(), "3 events shown, 0 dropped by the view") {
-		t.Fatalf("exit report %q", errOut)
+	if !strings.Contains(c.ErrOut.String(), "3 events shown, 0 dropped by the view") {
+		t.Fatalf("exit report %q", c.ErrOut)
 	}
 	sum, err := traces.Inspect(rec)
 	if err != nil || sum.Counts["session"] != 3 || sum.Manifest.Run != "live1" {
@@ -335,19 +319,18 @@ func TestDemoPicksDashboardOnTerminal(t *testing.T) {
 		{"pipe", false, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ios, _, _, errOut := cmdutil.Test()
-			ios.SetTTY(tc.tty, tc.tty)
-			ctx := context.Background()
+			c := newTestCLI()
+			c.IO.SetTTY(tc.tty, tc.tty)
 			if !tc.want {
-				ctx = cancelled // the plain demo stops at once; only the choice matters
+				c.F.Ctx = cancelled // the plain demo stops at once; only the choice matters
 			}
+			errOut := c.ErrOut
 			called := false
-			cmd := NewCmdDemo(&cmdutil.Factory{IO: ios, Ctx: ctx, Now: time.Now}, func(o *DemoOptions) error {
+			cmd := NewCmdDemo(c.F, func(o *DemoOptions) error {
 				o.runTUI = func(context.Context, tui.Options) (tui.Stats, error) { called = true; return tui.Stats{}, nil }
 				return demoRun(o)
 			})
-			cmd.SetArgs(append([]string{"--sessions", "2", "--rounds", "1", "--out", t.TempDir()}, tc.args...))
-			err := cmd.Execute()
+			err := c.exec(cmd, append([]string{"--sessions", "2", "--rounds", "1", "--out", t.TempDir()}, tc.args...)...)
 			if called != tc.want {
 				t.Fatalf("dashboard used: %v, want %v (err %v)", called, tc.want, err)
 			}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -27,13 +28,7 @@ func TestWatchUnderTmux(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and drives tmux; skipped with -short")
 	}
-	tmux, err := exec.LookPath("tmux")
-	if err != nil {
-		if os.Getenv("KVCANARY_REQUIRE_PRIVILEGED") == "1" {
-			t.Fatal("tmux is not installed (.ci/run installs it)")
-		}
-		t.Skip("tmux is not installed; install it to run the dashboard in a real terminal")
-	}
+	tmux := testenv.LookTool(t, "tmux", "apt-get install -y tmux; .ci/run installs it")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "kvcanary")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/kvcanary/kvcanary/canary"
@@ -144,27 +145,8 @@ checksum compare, canary report or graphdiff report for a check's exit code.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Command = args
-			for i, s := range wrapSettingFlags {
-				if !cmd.Flags().Changed(s.flag) {
-					continue
-				}
-				if err := s.check(values[i]); err != nil {
-					return cmdutil.UsageError("wrap: --%s %s: %w", s.flag, strconv.Quote(values[i]), err)
-				}
-				opts.Settings = append(opts.Settings, WrapSetting{Flag: s.flag, Env: s.env, Value: values[i]})
-			}
-			if _, err := wrapRunConfig(opts.Engine, opts.Config); err != nil {
+			if err := opts.check(cmd.Flags(), args, values); err != nil {
 				return err
-			}
-			if opts.Watch && opts.JSON.JSON {
-				return cmdutil.UsageError("wrap: --watch and --json do not go together: the dashboard owns the terminal")
-			}
-			if opts.Log != "" && !opts.Watch {
-				return cmdutil.UsageError("wrap: --log needs --watch (without it the command's output stays on this terminal)")
-			}
-			if opts.Drain < 0 {
-				return cmdutil.UsageError("wrap: --drain %s is negative", opts.Drain)
 			}
 			if runF != nil {
 				return runF(opts)
@@ -191,6 +173,34 @@ checksum compare, canary report or graphdiff report for a check's exit code.`,
 	return cmd
 }
 
+// check takes the command and the engine-setting flags given (values, in
+// wrapSettingFlags order) into the options; a usage error otherwise.
+func (o *WrapOptions) check(fl *pflag.FlagSet, args, values []string) error {
+	o.Command = args
+	for i, s := range wrapSettingFlags {
+		if !fl.Changed(s.flag) {
+			continue
+		}
+		if err := s.check(values[i]); err != nil {
+			return cmdutil.UsageError("wrap: --%s %s: %w", s.flag, strconv.Quote(values[i]), err)
+		}
+		o.Settings = append(o.Settings, WrapSetting{Flag: s.flag, Env: s.env, Value: values[i]})
+	}
+	if _, err := wrapRunConfig(o.Engine, o.Config); err != nil {
+		return err
+	}
+	if o.Watch && o.JSON.JSON {
+		return cmdutil.UsageError("wrap: --watch and --json do not go together: the dashboard owns the terminal")
+	}
+	if o.Log != "" && !o.Watch {
+		return cmdutil.UsageError("wrap: --log needs --watch (without it the command's output stays on this terminal)")
+	}
+	if o.Drain < 0 {
+		return cmdutil.UsageError("wrap: --drain %s is negative", o.Drain)
+	}
+	return nil
+}
+
 // ---------------------------------------------------------------------------
 // Settings.
 
@@ -203,7 +213,7 @@ func checkInstruments(v string) error {
 		switch {
 		case x == "":
 			return fmt.Errorf("item %d is empty; want a comma list of %s", i+1, strings.Join(wrapInstruments, ", "))
-		case !doctorHas(wrapInstruments, x):
+		case !slices.Contains(wrapInstruments, x):
 			return fmt.Errorf("item %d %q is no instrument; want %s", i+1, x, strings.Join(wrapInstruments, ", "))
 		case seen[x]:
 			return fmt.Errorf("item %d %q repeats", i+1, x)
@@ -317,7 +327,7 @@ func wrapEnv(base []string, pyDir, addr, run string, settings []WrapSetting) []s
 		set[s.Env] = s.Value
 	}
 	env := make([]string, 0, len(base)+len(set)+1)
-	for _, kv := range prependPythonPath(base, pyDir) {
+	for _, kv := range pyhook.WithPythonPath(base, pyDir) {
 		k, _, _ := strings.Cut(kv, "=")
 		if _, over := set[k]; !over {
 			env = append(env, kv)

@@ -21,21 +21,17 @@ import (
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 	"github.com/kvcanary/kvcanary/tui"
 )
 
 func TestWrapFlags(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios}
-	var got *WrapOptions
-	capture := func(o *WrapOptions) error { got = o; return nil }
-	cmd := NewCmdWrap(f, capture)
-	cmd.SetArgs([]string{"--record", "d.kvtrace", "--canary-policy", "sweep:8", "--graphdiff-every", "64",
+	got, err := parseCmd(NewCmdWrap, "--record", "d.kvtrace", "--canary-policy", "sweep:8", "--graphdiff-every", "64",
 		"--graphdiff-layers", "0,3,60", "--config", "cuda_graph=on", "--",
-		"python3", "-m", "sglang.launch_server", "--disaggregation-mode", "decode", "--record", "theirs"})
-	if err := cmd.Execute(); err != nil {
+		"python3", "-m", "sglang.launch_server", "--disaggregation-mode", "decode", "--record", "theirs")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Record != "d.kvtrace" || got.Engine != "sglang" || strings.Join(got.Command, " ") != "python3 -m sglang.launch_server --disaggregation-mode decode --record theirs" {
@@ -77,12 +73,8 @@ func TestWrapFlags(t *testing.T) {
 		{[]string{"--watch", "--json", "--", "x"}, "do not go together"},
 		{[]string{"--log", "x.log", "--", "x"}, "--log needs --watch"},
 	} {
-		cmd := NewCmdWrap(f, func(*WrapOptions) error { t.Fatalf("%q ran", tc.args); return nil })
-		cmd.SetArgs(tc.args)
-		cmd.SetOut(io.Discard)
-		cmd.SetErr(io.Discard)
-		err := cmd.Execute()
-		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), tc.want) {
+		ran, err := parseCmd(NewCmdWrap, tc.args...)
+		if ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v (exit %d), want a usage error containing %q", tc.args, err, cmdutil.ExitCode(err), tc.want)
 		}
 	}
@@ -175,18 +167,6 @@ type fakeAnalyzer struct {
 func (a *fakeAnalyzer) Name() string                         { return a.name }
 func (a *fakeAnalyzer) Observe(hook.Event, func(hook.Event)) {}
 func (a *fakeAnalyzer) Summary() any                         { return a.sum }
-
-// waitUntil polls cond until it holds or the deadline passes.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // wrapChild is a Python producer: it reports what wrap gave it (env, the
 // socket's and its directory's modes, its process group) to argv[1], sends
@@ -407,9 +387,9 @@ func TestWrapForwardsSIGINT(t *testing.T) {
 	done := make(chan error, 1)
 	args := append([]string{"--"}, w.childArgs("0", "trap")...)
 	go func() { done <- w.run(args...) }()
-	waitUntil(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	testenv.WaitFor(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
 	// Plain progress lines on stderr while the command runs.
-	waitUntil(t, "a progress line", func() bool {
+	testenv.WaitFor(t, "a progress line", func() bool {
 		return strings.Contains(w.errOut.String(), "wrap: 2 events (room.checksum 2); 0 producers connected, 1 connection in all; 0 rejected\n")
 	})
 	w.sigs <- syscall.SIGINT
@@ -442,7 +422,7 @@ func TestWrapForwardsHangupAsTerm(t *testing.T) {
 	done := make(chan error, 1)
 	args := append([]string{"--"}, w.childArgs("0", "trap")...)
 	go func() { done <- w.run(args...) }()
-	waitUntil(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	testenv.WaitFor(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
 	w.sigs <- syscall.SIGHUP
 	select {
 	case err := <-done:
@@ -462,7 +442,7 @@ func TestWrapSecondSignalKills(t *testing.T) {
 	done := make(chan error, 1)
 	args := append([]string{"--"}, w.childArgs("0", "ignore")...)
 	go func() { done <- w.run(args...) }()
-	waitUntil(t, "the child ignoring SIGINT", func() bool { return strings.Contains(w.out.String(), "ready") })
+	testenv.WaitFor(t, "the child ignoring SIGINT", func() bool { return strings.Contains(w.out.String(), "ready") })
 	w.sigs <- syscall.SIGINT
 	w.sigs <- syscall.SIGINT
 	select {
@@ -667,10 +647,8 @@ func TestWrapStandInEngine(t *testing.T) {
 		if got := strings.Join(layers, " "); got != tc.transfer || sum.Dropped != 0 || sum.Rejected != 0 {
 			t.Errorf("%s: layers %s, dropped %d, rejected %d; want %s, nothing lost\nstderr:\n%s", tc.fault, got, sum.Dropped, sum.Rejected, tc.transfer, w.errOut)
 		}
-		ios, _, _, _ := cmdutil.Test()
-		root := NewCmdRoot(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now})
-		root.SetArgs([]string{"checksum", "compare", bundle})
-		if code := cmdutil.ExitCode(root.Execute()); code != tc.compare {
+		c := newTestCLI()
+		if code := cmdutil.ExitCode(c.exec(NewCmdRoot(c.F), "checksum", "compare", bundle)); code != tc.compare {
 			t.Errorf("%s: checksum compare of the bundle exits %d, want %d", tc.fault, code, tc.compare)
 		}
 	}

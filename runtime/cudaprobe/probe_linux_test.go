@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -25,14 +26,14 @@ import (
 func needProbe(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		requirePrivileged(t, "not root: attaching uprobes needs root or CAP_BPF and CAP_PERFMON")
+		testenv.SkipOrFail(t, "not root: attaching uprobes needs root or CAP_BPF and CAP_PERFMON")
 	}
 	if err := Supported(); err != nil {
-		requirePrivileged(t, fmt.Sprintf("kernel cannot run the probe: %v", err))
+		testenv.SkipOrFail(t, fmt.Sprintf("kernel cannot run the probe: %v", err))
 	}
 	if _, err := os.Stat("/sys/bus/event_source/devices/uprobe"); err != nil {
 		if _, err := os.Stat("/sys/kernel/tracing/uprobe_events"); err != nil {
-			requirePrivileged(t, "no uprobe PMU or tracefs uprobe_events: uprobes unsupported")
+			testenv.SkipOrFail(t, "no uprobe PMU or tracefs uprobe_events: uprobes unsupported")
 		}
 	}
 }

@@ -1,30 +1,20 @@
 package cudaprobe
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
-
-// requirePrivileged skips with reason, or fails when KVCANARY_REQUIRE_PRIVILEGED=1
-// says the capability is known to exist here.
-func requirePrivileged(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("KVCANARY_REQUIRE_PRIVILEGED") == "1" {
-		t.Fatalf("KVCANARY_REQUIRE_PRIVILEGED=1 but %s", reason)
-	}
-	t.Skip(reason)
-}
 
 // buildStub compiles testdata/stub into dir: the stub libcuda.so.1 and the driver.
 func buildStub(t testing.TB) (lib, driver string) {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		requirePrivileged(t, "gcc not found: cannot build the stub libcuda")
+		testenv.SkipOrFail(t, "gcc not found: cannot build the stub libcuda")
 	}
 	dir := t.TempDir()
 	lib = filepath.Join(dir, "libcuda.so.1")

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kvcanary/kvcanary/internal/testenv"
 )
 
 // liveHeap is the bytes of live heap objects after a collection.
@@ -41,7 +43,7 @@ func TestCollectorRefusesWhatABundleCannotHold(t *testing.T) {
 	if _, err := fc.Write(append(f, mustFrame(t, replayEvent(3))...)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "two refusals and two events", func() bool { st := c.Stats(); return st.Rejected == 2 && st.Events == 2 })
+	testenv.WaitFor(t, "two refusals and two events", func() bool { st := c.Stats(); return st.Rejected == 2 && st.Events == 2 })
 	st := c.Stats()
 	if st.RejectedBy["too_large"] != 2 {
 		t.Fatalf("rejected_by %v, want too_large 2", st.RejectedBy)
@@ -70,7 +72,7 @@ func TestCollectorCountsCutLineAndFrameAsTruncated(t *testing.T) {
 	fc := dialRaw(t, c)
 	fc.Write(append(append([]byte(FramePreamble), frame...), frame[:9]...))
 	fc.Close()
-	waitFor(t, "both connections closed", func() bool { st := c.Stats(); return st.Open == 0 && st.Connections == 2 })
+	testenv.WaitFor(t, "both connections closed", func() bool { st := c.Stats(); return st.Open == 0 && st.Connections == 2 })
 	st := c.Stats()
 	if st.Events != 2 || st.RejectedBy["truncated"] != 2 {
 		t.Fatalf("events %d, rejected_by %v: want 2 events and truncated 2", st.Events, st.RejectedBy)
@@ -96,7 +98,7 @@ func TestCollectorFrameHeaderReservesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "every header read", func() bool {
+	testenv.WaitFor(t, "every header read", func() bool {
 		st := c.Stats()
 		return st.Open == conns && st.Bytes == conns*uint64(len(hdr))
 	})
@@ -133,7 +135,7 @@ func TestCollectorBufferBudgetHolds(t *testing.T) {
 		}(ncs[i])
 	}
 	wg.Wait()
-	waitFor(t, "every connection holding its line or closed over budget", func() bool {
+	testenv.WaitFor(t, "every connection holding its line or closed over budget", func() bool {
 		cs := connStats(c)
 		if len(cs) != conns {
 			return false
@@ -162,7 +164,7 @@ func TestCollectorBufferBudgetHolds(t *testing.T) {
 	for _, nc := range ncs {
 		nc.Close()
 	}
-	waitFor(t, "every connection closed", func() bool { return c.Stats().Open == 0 })
+	testenv.WaitFor(t, "every connection closed", func() bool { return c.Stats().Open == 0 })
 	if st := c.Stats(); st.Buffered != 0 {
 		t.Errorf("%d bytes still accounted after every connection closed", st.Buffered)
 	}
@@ -177,11 +179,11 @@ func TestCollectorOneLineOverBudget(t *testing.T) {
 	c, _ := startCollector(t, ListenOptions{BufferBudget: 1 << 20, StallTimeout: -1})
 	nc := dialRaw(t, c)
 	go nc.Write([]byte(`{"v":1,"kind":"finding","body":{"summary":"` + strings.Repeat("y", 2<<20)))
-	waitFor(t, "over budget", func() bool { return c.Stats().RejectedBy["over_budget"] == 1 })
+	testenv.WaitFor(t, "over budget", func() bool { return c.Stats().RejectedBy["over_budget"] == 1 })
 	if err := readUntilClosed(nc); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the connection ended", func() bool { return c.Stats().Open == 0 })
+	testenv.WaitFor(t, "the connection ended", func() bool { return c.Stats().Open == 0 })
 	cs := c.Stats().Conns[0]
 	if cs.Closed != "over budget" || !strings.Contains(cs.LastError, "1048576-byte memory budget") {
 		t.Fatalf("closed %q, last error %q", cs.Closed, cs.LastError)
@@ -217,7 +219,7 @@ func TestCollectorIdleAndStallDeadlines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "two closed each", func() bool {
+	testenv.WaitFor(t, "two closed each", func() bool {
 		return c.Stats().Open == 0 && len(c.Stats().Conns) == 2 && s.Stats().Open == 0 && len(s.Stats().Conns) == 2
 	})
 	if st := c.Stats(); st.ClosedBy["idle timeout"] != 2 || st.Events != 1 {
@@ -242,7 +244,7 @@ func TestCollectorConnectionCap(t *testing.T) {
 	c, rec := startCollector(t, ListenOptions{MaxConns: maxConns, IdleTimeout: 2 * time.Second})
 	producer := dialRaw(t, c)
 	producer.Write(jsonLine(t, replayEvent(1)))
-	waitFor(t, "first event", func() bool { return len(rec.events()) == 1 })
+	testenv.WaitFor(t, "first event", func() bool { return len(rec.events()) == 1 })
 	ep, _ := parseAddr(c.Addr())
 	var floods []net.Conn
 	for range flood {
@@ -257,7 +259,7 @@ func TestCollectorConnectionCap(t *testing.T) {
 			nc.Close()
 		}
 	}()
-	waitFor(t, "the flood refused", func() bool { st := c.Stats(); return st.Refused+uint64(st.Open) >= flood+1 })
+	testenv.WaitFor(t, "the flood refused", func() bool { st := c.Stats(); return st.Refused+uint64(st.Open) >= flood+1 })
 	st := c.Stats()
 	if st.Open > maxConns || st.RefusedBy["conn_limit"] < flood+1-maxConns {
 		t.Fatalf("open %d, refused_by %v: want at most %d open and the rest refused", st.Open, st.RefusedBy, maxConns)
@@ -270,12 +272,12 @@ func TestCollectorConnectionCap(t *testing.T) {
 	}
 	// The connected producer is still served.
 	producer.Write(jsonLine(t, replayEvent(2)))
-	waitFor(t, "second event", func() bool { return len(rec.events()) == 2 })
+	testenv.WaitFor(t, "second event", func() bool { return len(rec.events()) == 2 })
 	// Once the idle connections time out, a new producer is accepted.
-	waitFor(t, "idle connections closed", func() bool { return c.Stats().ClosedBy["idle timeout"] >= maxConns-1 })
+	testenv.WaitFor(t, "idle connections closed", func() bool { return c.Stats().ClosedBy["idle timeout"] >= maxConns-1 })
 	late := dialRaw(t, c)
 	late.Write(jsonLine(t, replayEvent(3)))
-	waitFor(t, "the late producer's event", func() bool { return len(rec.events()) == 3 })
+	testenv.WaitFor(t, "the late producer's event", func() bool { return len(rec.events()) == 3 })
 }
 
 func TestUnixPathOverSunPathRefused(t *testing.T) {
@@ -299,7 +301,7 @@ func TestEmitterRefusesWhatTheCollectorWouldRefuse(t *testing.T) {
 	em.Emit(Event{Kind: KindFinding, TS: 1, Body: &Finding{Severity: SevInfo, Summary: strings.Repeat("<", 3<<20)}})
 	em.Emit(replayEvent(1))
 	em.Close()
-	waitFor(t, "the replay", func() bool { return len(rec.events()) == 1 })
+	testenv.WaitFor(t, "the replay", func() bool { return len(rec.events()) == 1 })
 	if st := em.Stats(); st.Invalid != 1 || !strings.Contains(em.LastError(), "16777216-byte limit") {
 		t.Fatalf("emitter stats %+v, last error %q", st, em.LastError())
 	}
@@ -317,8 +319,8 @@ func TestCollectorShrinksAfterLargeInput(t *testing.T) {
 	fc.Write(append(append([]byte(FramePreamble), mustFrame(t, big)...), mustFrame(t, replayEvent(1))...))
 	jc := dialRaw(t, c)
 	jc.Write(append(jsonLine(t, big), jsonLine(t, replayEvent(2))...))
-	waitFor(t, "four events", func() bool { return len(rec.events()) == 4 })
-	waitFor(t, "buffers back to their first size", func() bool { return c.Stats().Buffered == 2*decodeBufSize })
+	testenv.WaitFor(t, "four events", func() bool { return len(rec.events()) == 4 })
+	testenv.WaitFor(t, "buffers back to their first size", func() bool { return c.Stats().Buffered == 2*decodeBufSize })
 	if st := c.Stats(); st.BufferedPeak < 8<<20 {
 		t.Fatalf("peak %d: the large inputs never grew the buffers", st.BufferedPeak)
 	}

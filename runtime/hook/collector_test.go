@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kvcanary/kvcanary/internal/testenv"
 )
 
 // recorder is a Publisher that keeps events and fails the test if Publish is
@@ -65,18 +67,6 @@ func startCollectorAt(t *testing.T, addr string, opts ListenOptions) (*Collector
 		}
 	})
 	return c, rec
-}
-
-// waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func dialRaw(t *testing.T, c *Collector) net.Conn {
@@ -134,7 +124,7 @@ func TestCollectorTwoConcurrentProducers(t *testing.T) {
 	}()
 	wg.Wait()
 	// Both producers closed; the collector sees each EOF after the last event.
-	waitFor(t, "all events and both EOFs", func() bool {
+	testenv.WaitFor(t, "all events and both EOFs", func() bool {
 		st := c.Stats()
 		if st.Events != nGo+nJSON || len(st.Conns) != 2 {
 			return false
@@ -270,7 +260,7 @@ func TestCollectorBadInput(t *testing.T) {
 	if em.Stats().Dropped != 0 {
 		t.Fatalf("good producer dropped: %+v", em.Stats())
 	}
-	waitFor(t, "every connection to finish", func() bool {
+	testenv.WaitFor(t, "every connection to finish", func() bool {
 		st := c.Stats()
 		return st.Open == 0 && st.Connections == uint64(len(cases)+1)
 	})
@@ -300,9 +290,9 @@ func TestEmitterDropsWhenCollectorGone(t *testing.T) {
 	for i := range 10 {
 		em.Emit(replayEvent(uint64(i)))
 	}
-	waitFor(t, "first events", func() bool { return len(rec.events()) == 10 })
+	testenv.WaitFor(t, "first events", func() bool { return len(rec.events()) == 10 })
 	c.Close()
-	waitFor(t, "collector to close", func() bool { return c.Stats().Open == 0 })
+	testenv.WaitFor(t, "collector to close", func() bool { return c.Stats().Open == 0 })
 	const more = 5000
 	for i := range more {
 		em.Emit(replayEvent(uint64(i)))
@@ -348,12 +338,12 @@ func TestEmitterReconnects(t *testing.T) {
 	}
 	defer em.Close()
 	em.Emit(replayEvent(1))
-	waitFor(t, "event on first collector", func() bool { return len(rec1.events()) == 1 })
+	testenv.WaitFor(t, "event on first collector", func() bool { return len(rec1.events()) == 1 })
 	c1.Close()
 	c2, rec2 := startCollectorAt(t, "unix://"+sock, ListenOptions{})
 	_ = c2
 	// Keep emitting until the emitter has found the new collector.
-	waitFor(t, "event on second collector", func() bool {
+	testenv.WaitFor(t, "event on second collector", func() bool {
 		em.Emit(replayEvent(2))
 		time.Sleep(time.Millisecond)
 		return len(rec2.events()) > 0
@@ -373,7 +363,7 @@ func TestEmitterRejectsInvalidEvents(t *testing.T) {
 	em.Emit(Event{Kind: KindReplay}) // no body
 	em.Emit(Event{Kind: KindSched, Body: &Sched{TokenUsage: 2}})
 	em.Close()
-	waitFor(t, "events", func() bool { return len(rec.events()) == 2 })
+	testenv.WaitFor(t, "events", func() bool { return len(rec.events()) == 2 })
 	if st := em.Stats(); st.Invalid != 1 || st.Sent != 2 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -465,7 +455,7 @@ func TestCollectorShortPreambleQuotesOnlyWhatArrived(t *testing.T) {
 	nc := dialRaw(t, c)
 	nc.Write([]byte("xy"))
 	nc.(interface{ CloseWrite() error }).CloseWrite()
-	waitFor(t, "the connection to end", func() bool {
+	testenv.WaitFor(t, "the connection to end", func() bool {
 		st := c.Stats()
 		return st.Connections == 1 && st.Open == 0
 	})
@@ -483,7 +473,7 @@ func TestCollectorTCPFillsNodeFromRemote(t *testing.T) {
 	nc := dialRaw(t, c)
 	nc.Write(jsonLine(t, replayEvent(1)))
 	nc.Write(jsonLine(t, Event{Kind: KindReplay, Src: Source{Node: "mine", PID: 9}, Run: "own", Body: &Replay{Mode: ModeEager}}))
-	waitFor(t, "events", func() bool { return len(rec.events()) == 2 })
+	testenv.WaitFor(t, "events", func() bool { return len(rec.events()) == 2 })
 	evs := rec.events()
 	if evs[0].Src.Node != "127.0.0.1" || evs[0].Run != "r" || evs[0].Src.PID != 0 {
 		t.Errorf("filled envelope %+v", evs[0])
@@ -517,7 +507,7 @@ func TestCollectorManyProducersPublishSerially(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, "all events", func() bool { return c.Stats().Events == producers*each })
+	testenv.WaitFor(t, "all events", func() bool { return c.Stats().Events == producers*each })
 	perProducer := map[int64]int{}
 	for _, ev := range rec.events() {
 		perProducer[ev.TS]++
@@ -559,7 +549,7 @@ func TestPythonExampleFromWIRE(t *testing.T) {
 	if err != nil {
 		t.Fatalf("python: %v\n%s", err, out)
 	}
-	waitFor(t, "100 events", func() bool { return len(rec.events()) == 100 })
+	testenv.WaitFor(t, "100 events", func() bool { return len(rec.events()) == 100 })
 	for i, ev := range rec.events() {
 		r, ok := ev.Body.(*Replay)
 		if !ok || r.Step != uint64(i) || ev.Src.Proc != "py-demo" || ev.Src.PID == 0 || ev.Run != "py" || ev.TS == 0 {
@@ -580,7 +570,7 @@ func TestCollectorCloseDrainsInFlight(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- c.Serve(context.Background(), rec) }()
 	nc := dialRaw(t, c)
-	waitFor(t, "connection", func() bool { return c.Stats().Open == 1 })
+	testenv.WaitFor(t, "connection", func() bool { return c.Stats().Open == 1 })
 	buf := []byte(FramePreamble)
 	for i := range 2000 {
 		buf, _ = AppendFrame(buf, replayEvent(uint64(i)))
@@ -610,7 +600,7 @@ func TestCollectorCloseIdleConnectionIsShutdown(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- c.Serve(context.Background(), &recorder{t: t}) }()
 	dialRaw(t, c)
-	waitFor(t, "connection", func() bool { return c.Stats().Open == 1 })
+	testenv.WaitFor(t, "connection", func() bool { return c.Stats().Open == 1 })
 	c.Close()
 	if err := <-served; err != nil {
 		t.Fatal(err)
@@ -692,5 +682,5 @@ func TestUnixSocketLongPath(t *testing.T) {
 	}
 	em.Emit(replayEvent(1))
 	em.Close()
-	waitFor(t, "event", func() bool { return len(rec.events()) == 1 })
+	testenv.WaitFor(t, "event", func() bool { return len(rec.events()) == 1 })
 }

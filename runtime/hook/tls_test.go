@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/internal/pki"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 )
 
 // tlsSetup is a CA with a collector certificate for 127.0.0.1 and helpers to
@@ -128,11 +129,11 @@ func TestTLSRefusesForgedProducersWhileServingTheGoodOne(t *testing.T) {
 			}
 			tc.Close()
 		}
-		waitFor(t, reason+" refusal", func() bool { return c.Stats().RefusedBy[reason] == 1 })
+		testenv.WaitFor(t, reason+" refusal", func() bool { return c.Stats().RefusedBy[reason] == 1 })
 	}
 	plain := dialRaw(t, c)
 	plain.Write([]byte(`{"v":1,"kind":"replay","body":{"mode":"graph"}}` + "\n"))
-	waitFor(t, "plain TCP refusal", func() bool { return c.Stats().RefusedBy["tls_handshake"] == 1 })
+	testenv.WaitFor(t, "plain TCP refusal", func() bool { return c.Stats().RefusedBy["tls_handshake"] == 1 })
 
 	wg.Wait()
 	if err := em.Close(); err != nil {
@@ -141,7 +142,7 @@ func TestTLSRefusesForgedProducersWhileServingTheGoodOne(t *testing.T) {
 	if st := em.Stats(); st.Sent != n {
 		t.Fatalf("good producer sent %d of %d (%+v, %s)", st.Sent, n, st, em.LastError())
 	}
-	waitFor(t, "every good event", func() bool { return len(rec.events()) == n })
+	testenv.WaitFor(t, "every good event", func() bool { return len(rec.events()) == n })
 	for _, ev := range rec.events() {
 		if ev.Src.Node != "prefill-host-1" || ev.Src.Role != "prefill" || ev.Src.Rank != 2 {
 			t.Fatalf("event src %+v: want node from the certificate, role and rank from the producer", ev.Src)

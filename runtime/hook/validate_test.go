@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvcanary/kvcanary/internal/testenv"
 )
 
 // conform makes a filled or zero body valid: enumerations get an allowed
@@ -572,7 +574,7 @@ func TestCollectorCountsBadValuesAndKeepsServing(t *testing.T) {
 		}
 		nc.(interface{ CloseWrite() error }).CloseWrite()
 	}
-	waitFor(t, "both connections to end", func() bool {
+	testenv.WaitFor(t, "both connections to end", func() bool {
 		st := c.Stats()
 		return st.Connections == 2 && st.Open == 0
 	})
@@ -622,7 +624,7 @@ func TestEmitterRefusesBadValues(t *testing.T) {
 	if want := cases[len(cases)-1].want; !strings.Contains(em.LastError(), want) {
 		t.Errorf("last error %q, want %q", em.LastError(), want)
 	}
-	waitFor(t, "events", func() bool { return len(rec.events()) == len(cases)+1 })
+	testenv.WaitFor(t, "events", func() bool { return len(rec.events()) == len(cases)+1 })
 	for i, ev := range rec.events() {
 		if r, ok := ev.Body.(*Replay); !ok || r.Step != uint64(i) {
 			t.Fatalf("event %d: %+v", i, ev.Body)

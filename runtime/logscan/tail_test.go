@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -29,18 +30,6 @@ func (c *collector) snapshot() []hook.Event {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]hook.Event(nil), c.evs...)
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second) // a hang guard: only a failure waits this long
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func appendFile(t *testing.T, path, s string) {
@@ -78,22 +67,22 @@ func TestTailFollowsTruncationRotationGarbage(t *testing.T) {
 	appendFile(t, path, "[2025-06-01 12:00:02 TP0] KV cache pool is full. Retract requests. #retr")
 	time.Sleep(10 * time.Millisecond)
 	appendFile(t, path, "acted_reqs: 3, #new_token_ratio: 0.4100 -> 0.7000\n")
-	waitFor(t, "retraction", func() bool { return tl.Summary().RetractionEvents == 1 })
+	testenv.WaitFor(t, "retraction", func() bool { return tl.Summary().RetractionEvents == 1 })
 
 	// copytruncate-style rotation: the file shrinks in place.
 	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "truncation seen", func() bool { return tl.Stats().Truncations == 1 })
+	testenv.WaitFor(t, "truncation seen", func() bool { return tl.Stats().Truncations == 1 })
 	appendFile(t, path, decodeLine(3, 20))
-	waitFor(t, "line after truncation", func() bool { return tl.Summary().DecodeBatches == 2 })
+	testenv.WaitFor(t, "line after truncation", func() bool { return tl.Summary().DecodeBatches == 2 })
 
 	// rename rotation: a new file takes the name.
 	if err := os.Rename(path, path+".1"); err != nil {
 		t.Fatal(err)
 	}
 	appendFile(t, path, decodeLine(5, 40))
-	waitFor(t, "rotation", func() bool { return tl.Stats().Rotations == 1 && tl.Summary().DecodeBatches == 3 })
+	testenv.WaitFor(t, "rotation", func() bool { return tl.Stats().Rotations == 1 && tl.Summary().DecodeBatches == 3 })
 
 	// A final line without newline is flushed at shutdown.
 	appendFile(t, path, "INFO 06-01 12:00:06 [loggers.py:1] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: 50 reqs, Waiting: 0 reqs, Preemptions: 2, GPU KV cache usage: 90.0%, Prefix cache hit rate: 0.0%")
@@ -147,7 +136,7 @@ func TestTailFromStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tl.Run(ctx) }()
-	waitFor(t, "existing lines", func() bool { return len(col.snapshot()) == 2 })
+	testenv.WaitFor(t, "existing lines", func() bool { return len(col.snapshot()) == 2 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
+)
+
+// testCLI is the outside world of one command under test: fake streams (no
+// TTY unless IO.SetTTY says so), the wall clock and a background context.
+type testCLI struct {
+	IO              *cmdutil.IOStreams
+	In, Out, ErrOut *bytes.Buffer
+	F               *cmdutil.Factory
+}
+
+func newTestCLI() *testCLI {
+	ios, in, out, errOut := cmdutil.Test()
+	return &testCLI{IO: ios, In: in, Out: out, ErrOut: errOut,
+		F: &cmdutil.Factory{IO: ios, Now: time.Now, Ctx: context.Background()}}
+}
+
+// exec runs cmd with args, cobra's own output (usage, help) going to the
+// fake streams too.
+func (c *testCLI) exec(cmd *cobra.Command, args ...string) error {
+	cmd.SetArgs(args)
+	cmd.SetOut(c.Out)
+	cmd.SetErr(c.ErrOut)
+	return cmd.Execute()
+}
+
+// runCmd builds a command with newCmd (its real run function) over fresh
+// fake streams, runs it with args, and returns what it wrote.
+func runCmd[O any](newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, args ...string) (stdout, stderr string, err error) {
+	c := newTestCLI()
+	err = c.exec(newCmd(c.F, nil), args...)
+	return c.Out.String(), c.ErrOut.String(), err
+}
+
+// parseCmd builds a command with newCmd, parses args and returns the
+// options its run function would get: nil when parsing stopped it (err
+// then says why).
+func parseCmd[O any](newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, args ...string) (*O, error) {
+	c := newTestCLI()
+	var got *O
+	err := c.exec(newCmd(c.F, func(o *O) error { got = o; return nil }), args...)
+	return got, err
+}
+
+// writeBundle writes a closed bundle under t.TempDir() holding evs, their
+// timestamps 1, 2, 3… in order.
+func writeBundle(t *testing.T, man traces.Manifest, evs ...hook.Event) string {
+	t.Helper()
+	return writeBundleAt(t, filepath.Join(t.TempDir(), "run.kvtrace"), man, evs...)
+}
+
+// writeBundleAt is writeBundle at path.
+func writeBundleAt(t *testing.T, path string, man traces.Manifest, evs ...hook.Event) string {
+	t.Helper()
+	w, err := traces.Create(path, man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs {
+		ev.TS = int64(i + 1)
+		if err := w.Write(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
