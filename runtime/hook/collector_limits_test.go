@@ -332,7 +332,7 @@ func TestEmitterRefusedAtTheConnectionCapCountsNothingSent(t *testing.T) {
 	c, rec := startCollector(t, ListenOptions{MaxConns: 1})
 	holder := dialRaw(t, c)
 	holder.Write(jsonLine(t, replayEvent(1)))
-	waitFor(t, "the holder's event", func() bool { return len(rec.events()) == 1 })
+	testenv.WaitFor(t, "the holder's event", func() bool { return len(rec.events()) == 1 })
 	// ConfirmWait is generous: the refusal arrives at once, and only a
 	// failure of this test would wait it out.
 	em, err := Dial(c.Addr(), DialOptions{ConfirmWait: 10 * time.Second, MinBackoff: time.Hour, MaxBackoff: time.Hour})

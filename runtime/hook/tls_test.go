@@ -222,7 +222,7 @@ func TestTLSEmitterRefusedCountsNothingSent(t *testing.T) {
 	for i := 0; i < n; i++ {
 		em.Emit(Event{Kind: KindReplay, TS: int64(i + 1), Body: &Replay{Step: uint64(i), Mode: ModeGraph}})
 	}
-	waitFor(t, "a refusal", func() bool { return c.Stats().RefusedBy["tls_unknown_ca"] >= 1 })
+	testenv.WaitFor(t, "a refusal", func() bool { return c.Stats().RefusedBy["tls_unknown_ca"] >= 1 })
 	em.Close()
 	st := em.Stats()
 	if st.Sent != 0 || st.Dropped != n || st.Connects != 0 {
@@ -234,7 +234,7 @@ func TestTLSEmitterRefusedCountsNothingSent(t *testing.T) {
 	if got := len(rec.events()); got != 0 {
 		t.Errorf("collector received %d events from a refused producer", got)
 	}
-	waitFor(t, "the last refusal", func() bool { return c.Stats().Connections == 0 && c.Stats().Refused >= 1 })
+	testenv.WaitFor(t, "the last refusal", func() bool { return c.Stats().Connections == 0 && c.Stats().Refused >= 1 })
 	if r := c.Stats().Refused; r > 3 {
 		t.Errorf("the refused producer dialled %d times with a one-hour backoff; want at most 3", r)
 	}
