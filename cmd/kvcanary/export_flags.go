@@ -29,12 +29,15 @@ const twinWarmup = sim.WarmupSeqLen
 type exportOptions struct {
 	MetricsAddr  string
 	OTLPEndpoint string
+	// MetricsRemote allows --metrics-addr on an address other hosts reach.
+	MetricsRemote bool
 }
 
 // addExportFlags registers --metrics-addr and --otlp-endpoint on cmd.
 func addExportFlags(cmd *cobra.Command, o *exportOptions) {
 	fl := cmd.Flags()
 	fl.StringVar(&o.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics on http://`HOST:PORT`/metrics (e.g. 127.0.0.1:9464; read-only)")
+	fl.BoolVar(&o.MetricsRemote, "metrics-remote", false, "allow --metrics-addr on an address other hosts reach (no authentication: anyone who can reach it reads the counts; nothing can be sent through it)")
 	fl.StringVar(&o.OTLPEndpoint, "otlp-endpoint", "", "send findings and session outcomes as OTLP log records, and the metrics, to this OTLP/HTTP `URL` (http://otel-collector:4318)")
 }
 
@@ -60,8 +63,14 @@ func (o *exportOptions) enabled() bool { return o.MetricsAddr != "" || o.OTLPEnd
 // check refuses malformed flag values (usage errors, before anything starts).
 func (o *exportOptions) check() error {
 	if o.MetricsAddr != "" {
-		if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
+		host, _, err := net.SplitHostPort(o.MetricsAddr)
+		if err != nil {
 			return cmdutil.UsageError("--metrics-addr %q: want HOST:PORT: %w", o.MetricsAddr, err)
+		}
+		// Nothing listens beyond loopback unless the user says so: the
+		// counts are read-only, but they say what a fleet is seeing.
+		if !isLoopbackHost(host) && !o.MetricsRemote {
+			return cmdutil.UsageError("--metrics-addr %q is reachable from other hosts, without authentication: add --metrics-remote to serve it there anyway (or use 127.0.0.1 and let a local agent scrape it)", o.MetricsAddr)
 		}
 	}
 	if o.OTLPEndpoint != "" {

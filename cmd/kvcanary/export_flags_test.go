@@ -413,3 +413,26 @@ func TestExportStartAndStop(t *testing.T) {
 		t.Errorf("%d posts; stderr:\n%s", posts.Load(), stderr.String())
 	}
 }
+
+// A --metrics-addr other hosts reach needs --metrics-remote: nothing
+// listens beyond loopback unless the user says so.
+func TestMetricsAddrRemoteNeedsConsent(t *testing.T) {
+	for _, c := range []struct {
+		addr   string
+		remote bool
+		ok     bool
+	}{
+		{"127.0.0.1:9464", false, true}, {"localhost:9464", false, true}, {"[::1]:9464", false, true},
+		{"0.0.0.0:9464", false, false}, {":9464", false, false}, {"10.0.0.5:9464", false, false},
+		{"0.0.0.0:9464", true, true},
+	} {
+		o := exportOptions{MetricsAddr: c.addr, MetricsRemote: c.remote}
+		err := o.check()
+		if (err == nil) != c.ok {
+			t.Errorf("--metrics-addr %s remote=%v: %v", c.addr, c.remote, err)
+		}
+		if err != nil && (cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--metrics-remote")) {
+			t.Errorf("--metrics-addr %s: %v, want a usage error naming --metrics-remote", c.addr, err)
+		}
+	}
+}

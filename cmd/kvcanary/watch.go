@@ -139,7 +139,7 @@ func watchFlagsFitSource(cmd *cobra.Command, opts *WatchOptions) error {
 	var bad []string
 	cmd.Flags().Visit(func(f *pflag.Flag) {
 		switch f.Name {
-		case "listen", "bundle", "sim", "record", "snapshot-dir", "metrics-addr", "otlp-endpoint":
+		case "listen", "bundle", "sim", "record", "snapshot-dir", "metrics-addr", "metrics-remote", "otlp-endpoint":
 		case "allow-remote", "insecure-remote", "tls-cert", "tls-key", "client-ca", "run", "buffer-budget-mib", "max-conns", "idle-timeout", "stall-timeout":
 			if opts.Listen == "" {
 				bad = append(bad, "--"+f.Name+" needs --listen")
