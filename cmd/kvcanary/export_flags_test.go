@@ -343,6 +343,7 @@ func TestDeployCommandLinesParse(t *testing.T) {
 		switch {
 		case s == "args:":
 			cur = []string{}
+		case cur != nil && strings.HasPrefix(s, "#"): // a comment inside the list
 		case cur != nil && strings.HasPrefix(s, "- "):
 			cur = append(cur, strings.TrimPrefix(s, "- "))
 		case cur != nil:
