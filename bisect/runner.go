@@ -63,6 +63,10 @@ type Runner struct {
 	// resumed bisect fills them from the bundles of earlier segments.
 	Stats map[string]*sessions.RunStats
 	Log   func(format string, args ...any) // progress lines; nil: none
+	// Progress, when set, sees every counted session: the arm, its
+	// sessions counted and corrupted, and how many this segment runs to
+	// (a live status line).
+	Progress func(arm string, counted, corrupted, target int)
 }
 
 // ErrBaselineFailed marks a bisect that could not run its baseline.
@@ -223,6 +227,9 @@ func (r *Runner) segment(ctx context.Context, i, want int, each func(Session) (s
 			next++
 			a.Sessions = append(a.Sessions, s)
 			rec.Counted++
+			if r.Progress != nil {
+				r.Progress(a.Name, len(a.Sessions), a.Corrupted(), len(a.Sessions)-rec.Counted+want)
+			}
 			stopped = each(s) || rec.Counted >= want
 		}
 		return stopped

@@ -14,6 +14,7 @@ import (
 	"github.com/kvcanary/kvcanary/bisect"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 )
 
@@ -132,12 +133,18 @@ func bisectRun(opts *BisectOptions) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return cmdutil.InputError(fmt.Errorf("bisect: %w", err))
 	}
-	logf := func(format string, args ...any) { fmt.Fprintf(opts.IO.ErrOut, format+"\n", args...) }
+	// On a terminal, a status line under the log says where the arm is.
+	line := pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY() && !opts.JSON.JSON, opts.Factory.Now)
+	defer line.Clear()
+	logf := func(format string, args ...any) { line.Printf(format+"\n", args...) }
 	eng, err := bisectEngine(opts, plan, logf)
 	if err != nil {
 		return err
 	}
-	r := &bisect.Runner{Plan: plan, Engine: eng, Out: out, State: st, Log: logf}
+	r := &bisect.Runner{Plan: plan, Engine: eng, Out: out, State: st, Log: logf,
+		Progress: func(arm string, counted, corrupted, target int) {
+			line.Set(fmt.Sprintf("bisect: %s: %d/%d sessions counted, %d corrupted", arm, counted, target, corrupted))
+		}}
 	if st != nil {
 		if err := r.LoadStats(); err != nil {
 			logf("bisect: %v (confounds from the earlier segments are incomplete)", err)
