@@ -2,6 +2,7 @@ package traces
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +65,7 @@ type Writer struct {
 	out      []byte
 	frames   uint64
 	offset   int64
+	work     int64 // what a reader's decompression budget counts so far (decoded bytes and lineWork per line)
 	errMu    sync.Mutex
 	ioErr    error // first I/O error, sticky
 }
@@ -178,7 +180,47 @@ func (w *Writer) writeFrame(buf []byte) error {
 		return err
 	}
 	w.frames++
-	return nil
+	w.work += int64(len(buf)) + int64(bytes.Count(buf, []byte{'\n'}))*lineWork
+	return w.padForBudget()
+}
+
+// padRatio is the decoded-to-file ratio a writer keeps its bundles under:
+// three quarters of the reader's decodeRatio, so every bundle it writes
+// reads back whole.
+const padRatio = decodeRatio * 3 / 4
+
+// padForBudget keeps the bundle readable under the reader's decompression
+// budget (decodeSlack + decodeRatio × file bytes read). Honest events can
+// compress far better than that ratio (a stream of identical lines reaches
+// 1,300:1, like a decompression bomb); the reader cannot tell them from a
+// bomb, so the writer pads with a skippable frame of zeros whenever the work
+// a reader will do outgrows half the slack plus padRatio × the bytes written.
+// Realistic bundles (40:1 and less) never need it.
+func (w *Writer) padForBudget() error {
+	pad := (w.work-decodeSlack/2)/padRatio - w.offset
+	if pad <= 0 {
+		return nil
+	}
+	pad = max(pad, 64<<10) // pad in steps, not after every frame
+	// A zstd skippable frame (RFC 8878 §3.1.2): readers (kvcanary's,
+	// zstdcat) step over its bytes.
+	w.out = binary.LittleEndian.AppendUint32(w.out[:0], skippableMagic)
+	w.out = binary.LittleEndian.AppendUint32(w.out, uint32(pad))
+	w.out = append(w.out, make([]byte, pad)...)
+	n, err := w.dst.Write(w.out)
+	w.offset += int64(n)
+	if err == nil && n < len(w.out) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		err = fmt.Errorf("write bundle %s padding at byte %d: %w", w.name, w.offset-int64(n), err)
+		w.errMu.Lock()
+		if w.ioErr == nil {
+			w.ioErr = err
+		}
+		w.errMu.Unlock()
+	}
+	return err
 }
 
 func (w *Writer) ioError() error {
