@@ -160,14 +160,18 @@ type SessionResult struct {
 // HarnessResult is a harness run: the Summary contract plus extras.
 type HarnessResult struct {
 	outcome.Summary
-	URL           string          `json:"url"`
-	Model         string          `json:"model"`
-	Concurrency   int             `json:"concurrency"`
-	Requests      int             `json:"requests"`
-	ToolTime      string          `json:"tool_time"` // client-side tool execution time per round ("0s": none)
-	FinishReasons map[string]int  `json:"finish_reasons"`
-	Loops         int             `json:"loops"`
-	PerSession    []SessionResult `json:"per_session,omitempty"`
+	URL           string         `json:"url"`
+	Model         string         `json:"model"`
+	Concurrency   int            `json:"concurrency"`
+	Requests      int            `json:"requests"`
+	ToolTime      string         `json:"tool_time"` // client-side tool execution time per round ("0s": none)
+	FinishReasons map[string]int `json:"finish_reasons"`
+	Loops         int            `json:"loops"`
+	// Aborted sessions were cut by the run's end (Ctrl-C, a deadline) before
+	// they finished: their outcome is unknown, so they are not counted,
+	// published or listed.
+	Aborted    int             `json:"aborted,omitempty"`
+	PerSession []SessionResult `json:"per_session,omitempty"`
 }
 
 // Corrupted returns the ids of the corrupted sessions.
@@ -317,6 +321,7 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 		PerSession: make([]SessionResult, opts.Sessions)}
 	var mu sync.Mutex
 	var outcomes outcome.Counts
+	counted := make([]bool, opts.Sessions)
 	finished := 0
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -327,7 +332,12 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 			for i := range next {
 				sr := d.session(ctx, i)
 				mu.Lock()
-				res.PerSession[i] = sr
+				if ctx.Err() != nil && sr.Outcome == hook.OutcomeError && strings.HasPrefix(sr.Reason, "aborted") {
+					res.Aborted++ // cut by the run's end, not an outcome
+					mu.Unlock()
+					continue
+				}
+				res.PerSession[i], counted[i] = sr, true
 				outcomes.Add(sr.Outcome)
 				res.Requests += len(sr.Requests)
 				for _, f := range sr.FinishReasons {
@@ -360,6 +370,13 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 		opts.Client.CloseIdleConnections()
 	}
 	wall := time.Since(start)
+	kept := res.PerSession[:0] // the aborted and the never started go
+	for i, s := range res.PerSession {
+		if counted[i] {
+			kept = append(kept, s)
+		}
+	}
+	res.PerSession = kept
 	res.Summary = outcome.SummaryOf(outcomes, opts.Rounds, wall)
 	end := &hook.RunEnd{WallNS: int64(wall)}
 	if err := ctx.Err(); err != nil {

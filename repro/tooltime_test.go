@@ -170,7 +170,7 @@ func TestHarnessWaitsToolTime(t *testing.T) {
 }
 
 // TestHarnessCancelDuringToolTime: Ctrl-C while sessions run their tools
-// ends the run at once, every session classified error (aborted).
+// ends the run at once; the sessions it cut short are aborted, not errors.
 func TestHarnessCancelDuringToolTime(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var once sync.Once
@@ -191,13 +191,10 @@ func TestHarnessCancelDuringToolTime(t *testing.T) {
 	}()
 	select {
 	case r := <-done:
-		if r.err == nil || r.res == nil || r.res.Outcomes.Error != 4 {
+		// Cut short by the stop, the sessions have no outcome: none is
+		// counted (as error or anything else), listed or published.
+		if r.err == nil || r.res == nil || r.res.Aborted != 4 || r.res.Outcomes.Total() != 0 || len(r.res.PerSession) != 0 {
 			t.Fatalf("err %v, res %+v", r.err, r.res)
-		}
-		for _, s := range r.res.PerSession {
-			if !strings.HasPrefix(s.Reason, "aborted") {
-				t.Errorf("session %s: reason %q, want aborted", s.ID, s.Reason)
-			}
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("a cancelled run kept waiting out an hour of tool time")

@@ -396,6 +396,9 @@ type reproJSON struct {
 	// "server_failed" (exit 3) or "needs_control"; Notes say why.
 	Verdict string   `json:"verdict"`
 	Notes   []string `json:"notes,omitempty"`
+	// Interrupted: the run was stopped before every session finished; the
+	// rate is over the sessions that finished (the aborted are not counted).
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 func reproRun(opts *ReproOptions) error {
@@ -674,6 +677,8 @@ func reproReport(opts *ReproOptions, src *reproSource, stats *sessions.RunStats,
 		if note != "" {
 			out.Notes = append(out.Notes, note)
 		}
+	} else {
+		out.Interrupted = true
 	}
 	if pf != nil {
 		out.Notes = append(out.Notes, pf.Notes...)
@@ -755,6 +760,10 @@ func writeCorrupted(w io.Writer, r reproJSON) {
 }
 
 func writeReproText(w io.Writer, r reproJSON) error {
+	if r.Interrupted {
+		fmt.Fprintf(w, "INTERRUPTED: %d sessions finished before the stop, %d were cut short and are not counted; the rate below is over the finished ones\n",
+			r.Sessions, r.Aborted)
+	}
 	if r.Verdict == sessions.VerdictServerFailed {
 		fmt.Fprintf(w, "NO MEASUREMENT: all %d sessions ended in error or timeout; the server failed, so this run says nothing about corruption\n", r.Sessions)
 	} else {

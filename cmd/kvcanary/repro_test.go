@@ -280,3 +280,17 @@ func TestProgressBar(t *testing.T) {
 		t.Fatalf("%q", b.String())
 	}
 }
+
+// An interrupted run says so before its rate, and counts only what finished.
+func TestReproTextInterrupted(t *testing.T) {
+	var b strings.Builder
+	res := &repro.HarnessResult{Aborted: 35}
+	res.Summary = outcome.SummaryOf(outcome.Counts{Done: 4, Leak: 1}, 4, time.Second)
+	if err := writeReproText(&b, reproJSON{HarnessResult: res, Interrupted: true}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.String(), "INTERRUPTED: 5 sessions finished before the stop, 35 were cut short and are not counted") ||
+		!strings.Contains(b.String(), "CORRUPTION sessions: 1/5") {
+		t.Fatalf("interrupted report:\n%s", b.String())
+	}
+}

@@ -25,7 +25,9 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error
 4 no data (checksum compare, canary report, graphdiff report: the input reads
 fine but holds none of the instrument's observations; the report names what
 records them), 130 interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any
-command within a second; a second one kills it at once.`,
+command within a second; a second one kills it at once. collect and sim serve
+run until stopped, so Ctrl-C is their normal end: they exit 0 with the bundle
+complete.`,
 		Example: `  kvcanary demo                      # the whole investigation on the twin, no GPU
   kvcanary watch --sim               # the live dashboard over the twin
   kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
