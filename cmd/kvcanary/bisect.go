@@ -118,20 +118,9 @@ func bisectRun(opts *BisectOptions) error {
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
-	out := opts.Out
-	if out == "" {
-		out = strings.TrimSuffix(opts.Plan, filepath.Ext(opts.Plan)) + ".bisect"
-	}
-	var st *bisect.State
-	if opts.Resume {
-		if st, err = bisect.LoadState(out, plan); err != nil {
-			return cmdutil.InputError(err)
-		}
-	} else if _, err := os.Stat(filepath.Join(out, bisect.StateFile)); err == nil {
-		return cmdutil.UsageError("%s holds a bisect already: --resume to continue it, or choose another --out", out)
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return cmdutil.InputError(fmt.Errorf("bisect: %w", err))
+	out, st, err := bisectOutDir(opts, plan)
+	if err != nil {
+		return err
 	}
 	// On a terminal, a status line under the log says where the arm is.
 	line := pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY() && !opts.JSON.JSON, opts.Factory.Now)
@@ -161,6 +150,36 @@ func bisectRun(opts *BisectOptions) error {
 		logf("bisect: interrupted; %d sessions saved in %s; continue with: kvcanary bisect %s --out %s --resume",
 			rep.Sessions, out, opts.Plan, out)
 	}
+	return bisectReport(opts, rep, runErr)
+}
+
+// bisectOutDir is the bisect's directory (default: the plan's name +
+// .bisect) and, with --resume, the state saved there; without --resume a
+// directory holding a bisect is refused.
+func bisectOutDir(opts *BisectOptions, plan *bisect.Plan) (string, *bisect.State, error) {
+	out := opts.Out
+	if out == "" {
+		out = strings.TrimSuffix(opts.Plan, filepath.Ext(opts.Plan)) + ".bisect"
+	}
+	var st *bisect.State
+	if opts.Resume {
+		var err error
+		if st, err = bisect.LoadState(out, plan); err != nil {
+			return "", nil, cmdutil.InputError(err)
+		}
+	} else if _, err := os.Stat(filepath.Join(out, bisect.StateFile)); err == nil {
+		return "", nil, cmdutil.UsageError("%s holds a bisect already: --resume to continue it, or choose another --out", out)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", nil, cmdutil.InputError(fmt.Errorf("bisect: %w", err))
+	}
+	return out, st, nil
+}
+
+// bisectReport prints the report (text or --json) and maps the run's end
+// to the exit code: 0 finished, 130 interrupted, 3 a baseline that could
+// not run.
+func bisectReport(opts *BisectOptions, rep bisect.Report, runErr error) error {
 	if opts.JSON.JSON {
 		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
 			return err

@@ -100,28 +100,18 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	outAbs, _ := filepath.Abs(opts.Out)
-	outInfo, _ := os.Stat(opts.Out)
-	var inputs []*traces.Reader
-	var files []*bundleFile
+	files, err := openMergeInputs(ctx, opts)
 	defer func() {
 		for _, b := range files {
 			b.Close()
 		}
 	}()
-	for _, p := range opts.Paths {
-		if a, _ := filepath.Abs(p); a == outAbs {
-			return cmdutil.UsageError("trace merge: -o %s is also an input", cmdutil.Quote(opts.Out))
-		}
-		if fi, err := os.Stat(p); err == nil && outInfo != nil && os.SameFile(fi, outInfo) {
-			return cmdutil.UsageError("trace merge: -o %s is also an input", cmdutil.Quote(opts.Out))
-		}
-		b, err := openBundle(ctx, p)
-		if err != nil {
-			return err
-		}
-		files = append(files, b)
-		inputs = append(inputs, b.Reader)
+	if err != nil {
+		return err
+	}
+	inputs := make([]*traces.Reader, len(files))
+	for i, b := range files {
+		inputs[i] = b.Reader
 	}
 	mo := traces.MergeOptions{Align: opts.Align, Window: opts.Window, Tool: "kvcanary " + buildinfo.String()}
 	plan := traces.PlanMerge(inputs, mo)
@@ -152,6 +142,38 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 		}
 		return cmdutil.InputError(err)
 	}
+	warnMerge(opts, inputs, rep)
+	if opts.JSON.JSON {
+		return cmdutil.WriteJSON(opts.IO.Out, rep)
+	}
+	return writeMergeReport(opts.IO.Out, opts.Out, rep, time.Since(start))
+}
+
+// openMergeInputs opens every input bundle, refusing the output among them
+// (by name or by file). The bundles opened so far are returned with an error.
+func openMergeInputs(ctx context.Context, opts *TraceMergeOptions) ([]*bundleFile, error) {
+	outAbs, _ := filepath.Abs(opts.Out)
+	outInfo, _ := os.Stat(opts.Out)
+	var files []*bundleFile
+	for _, p := range opts.Paths {
+		if a, _ := filepath.Abs(p); a == outAbs {
+			return files, cmdutil.UsageError("trace merge: -o %s is also an input", cmdutil.Quote(opts.Out))
+		}
+		if fi, err := os.Stat(p); err == nil && outInfo != nil && os.SameFile(fi, outInfo) {
+			return files, cmdutil.UsageError("trace merge: -o %s is also an input", cmdutil.Quote(opts.Out))
+		}
+		b, err := openBundle(ctx, p)
+		if err != nil {
+			return files, err
+		}
+		files = append(files, b)
+	}
+	return files, nil
+}
+
+// warnMerge says on stderr what the merge could not do perfectly: damaged
+// inputs, events written late, unknown drops, settings that differ.
+func warnMerge(opts *TraceMergeOptions, inputs []*traces.Reader, rep traces.MergeReport) {
 	for i, in := range rep.Inputs {
 		warnBundle(opts.IO.ErrOut, in.Name, in.Truncated, in.TruncationReason, in.Skipped, inputs[i].Skips())
 	}
@@ -166,10 +188,6 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 		fmt.Fprintf(opts.IO.ErrOut, "warning: the inputs' settings differ (%s): the merged manifest leaves them unset; each input's are in its merge.N.config / merge.N.host_info labels\n",
 			strings.Join(rep.ConfigDiffers, ", "))
 	}
-	if opts.JSON.JSON {
-		return cmdutil.WriteJSON(opts.IO.Out, rep)
-	}
-	return writeMergeReport(opts.IO.Out, opts.Out, rep, time.Since(start))
 }
 
 func writeMergeReport(out io.Writer, path string, rep traces.MergeReport, took time.Duration) error {
