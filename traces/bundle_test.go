@@ -2,7 +2,6 @@ package traces
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -150,7 +149,6 @@ func TestRoundTripAllKinds(t *testing.T) {
 // The writer's envelope encoder must produce hook's JSON-lines form byte for byte.
 func TestWriterLineIsHookForm(t *testing.T) {
 	w := &Writer{}
-	w.bodyJS = json.NewEncoder(&w.body)
 	evs := sampleEvents()
 	evs = append(evs, hook.Event{Kind: hook.KindSession, TS: -5, Src: hook.Source{Proc: "p\x01\"<"}, Run: "run\u2028x\xff", Body: &hook.Session{ID: "x", Outcome: hook.OutcomeDone}})
 	for _, ev := range evs {

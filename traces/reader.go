@@ -607,9 +607,3 @@ func classify(line []byte) (typ RecordType, kind hook.Kind, ts int64, fast bool,
 	}
 	return 0, 0, 0, false, "unknown record: none of the keys v, kind, kvtrace, kvtrace_footer"
 }
-
-// kindOf and eventPrefix are hook's (kept under these names for
-// reader_internal_test.go).
-func kindOf(name []byte) hook.Kind { return hook.KindByName(name) }
-
-func eventPrefix(line []byte) (hook.Kind, int64, bool) { return hook.PeekCanonicalJSONLine(line) }

@@ -11,7 +11,7 @@ import (
 func TestEventPrefixTimestamps(t *testing.T) {
 	for _, ts := range []int64{0, 1, -1, 1_796_202_000_000_000_000, math.MaxInt64, math.MinInt64, -999999999999999999} {
 		line := `{"v":1,"kind":"replay","ts_ns":` + strconv.FormatInt(ts, 10) + `,"body":{}}`
-		k, got, ok := eventPrefix([]byte(line))
+		k, got, ok := hook.PeekCanonicalJSONLine([]byte(line))
 		if !ok || k != hook.KindReplay || got != ts {
 			t.Errorf("%s: kind %v ts %d ok %v", line, k, got, ok)
 		}
@@ -25,7 +25,7 @@ func TestEventPrefixTimestamps(t *testing.T) {
 		`{"v":1,"kind":"replay","ts_ns":1.5,"body":{}}`,
 		`{"v":1,"kind":"warp","ts_ns":1,"body":{}}`,
 	} {
-		if _, _, ok := eventPrefix([]byte(bad)); ok {
+		if _, _, ok := hook.PeekCanonicalJSONLine([]byte(bad)); ok {
 			t.Errorf("%s: accepted by the fast path", bad)
 		}
 	}
@@ -33,11 +33,11 @@ func TestEventPrefixTimestamps(t *testing.T) {
 
 func TestKindOf(t *testing.T) {
 	for _, k := range hook.Kinds() {
-		if got := kindOf([]byte(k.String())); got != k {
-			t.Errorf("kindOf(%q) = %v", k, got)
+		if got := hook.KindByName([]byte(k.String())); got != k {
+			t.Errorf("KindByName(%q) = %v", k, got)
 		}
 	}
-	if got := kindOf([]byte("nope")); got != hook.KindInvalid {
-		t.Errorf("kindOf(nope) = %v", got)
+	if got := hook.KindByName([]byte("nope")); got != hook.KindInvalid {
+		t.Errorf("KindByName(nope) = %v", got)
 	}
 }

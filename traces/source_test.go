@@ -2,7 +2,6 @@ package traces
 
 import (
 	"bytes"
-	"encoding/json"
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -11,7 +10,6 @@ import (
 // The writer's envelope encoder writes src role and rank as hook does.
 func TestWriterLineCarriesRoleRank(t *testing.T) {
 	w := &Writer{}
-	w.bodyJS = json.NewEncoder(&w.body)
 	for _, src := range []hook.Source{
 		{Node: "h", Proc: "p", PID: 2, Role: "prefill", Rank: 3},
 		{Role: "decode"},

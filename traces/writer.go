@@ -29,15 +29,11 @@ var ErrClosed = errors.New("bundle writer closed")
 // compressed and written by a second goroutine, so encoding events and
 // compressing the previous frame overlap; always Close a Writer.
 type Writer struct {
-	mu   sync.Mutex
-	dst  io.Writer
-	file *os.File // set by Create; synced and closed by Close
-	name string
-	buf  []byte // pending JSON lines, ending on '\n'
-	// body and bodyJS are unused since events are encoded by
-	// hook.AppendJSON; TestWriterLineIsHookForm still sets them.
-	body   bytes.Buffer
-	bodyJS *json.Encoder
+	mu     sync.Mutex
+	dst    io.Writer
+	file   *os.File // set by Create; synced and closed by Close
+	name   string
+	buf    []byte // pending JSON lines, ending on '\n'
 	closed bool
 
 	events  uint64
