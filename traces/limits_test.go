@@ -48,16 +48,8 @@ func bigBundle(t testing.TB, minJSON int) ([]byte, int) {
 func countEvents(t testing.TB, r *Reader) int {
 	t.Helper()
 	n := 0
-	for {
-		_, err := r.Next()
-		if err == io.EOF {
-			return n
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
+	eachEvent(t, r, func(hook.Event) { n++ })
+	return n
 }
 
 // FORMAT.md promises that `zstdcat b | zstd > r` is a readable bundle: a
