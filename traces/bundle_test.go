@@ -93,11 +93,7 @@ func readAll(t testing.TB, data []byte) (*Reader, []hook.Event) {
 // than io.EOF fails the test.
 func eachEvent(t testing.TB, r *Reader, fn func(hook.Event)) {
 	t.Helper()
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			return
-		}
+	for ev, err := range r.All() {
 		if err != nil {
 			t.Fatal(err)
 		}

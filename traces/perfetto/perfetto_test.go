@@ -131,11 +131,7 @@ func makeTwin(t *testing.T) *twin {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
+	for ev, err := range r.All() {
 		if err != nil {
 			t.Fatal(err)
 		}
