@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"strings"
 
@@ -372,11 +371,7 @@ func (r *Runner) loadBundle(arm, path string) error {
 		st.SetManifest(m.Tool, m.Created, m.Host, m.Config)
 		r.Stats[arm] = st
 	}
-	for {
-		ev, err := br.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
+	for ev, err := range br.All() {
 		if err != nil {
 			return err
 		}
@@ -384,4 +379,5 @@ func (r *Runner) loadBundle(arm, path string) error {
 			st.Observe(ev)
 		}
 	}
+	return nil
 }

@@ -262,22 +262,8 @@ func parseHex(b []byte) (uint64, bool) {
 	if len(b) < 3 || b[0] != '0' || (b[1] != 'x' && b[1] != 'X') || len(b) > 18 {
 		return 0, false
 	}
-	var x uint64
-	for _, c := range b[2:] {
-		var d byte
-		switch {
-		case c >= '0' && c <= '9':
-			d = c - '0'
-		case c >= 'a' && c <= 'f':
-			d = c - 'a' + 10
-		case c >= 'A' && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		x = x<<4 | uint64(d)
-	}
-	return x, true
+	x, err := strconv.ParseUint(string(b[2:]), 16, 64) // 1 to 16 digits: no overflow, no sign
+	return x, err == nil
 }
 
 func trunc(s string, n int) string {

@@ -144,6 +144,8 @@ func (p *LineParser) parseRecord(rest []byte, rec *Record) (LineKind, error) {
 		}
 		key, val := tok[:eq], tok[eq+1:]
 		var bit uint
+		var bad string // why val is malformed: p.Reason is "<key> <val> <bad>"
+		var err error  // a malformed digest
 		switch string(key) {
 		case "side":
 			bit = fSide
@@ -153,43 +155,26 @@ func (p *LineParser) parseRecord(rest []byte, rec *Record) (LineKind, error) {
 			case "decode":
 				rec.Side = hook.SideDecode
 			default:
-				return p.malformed("side %q is neither prefill nor decode", trunc(val))
+				bad = "is neither prefill nor decode"
 			}
 		case "room":
 			bit = fRoom
-			v, ok := parseU64(val)
-			if !ok {
-				return p.malformed("room %q is not a number", trunc(val))
+			var ok bool
+			if rec.Room, ok = parseU64(val); !ok {
+				bad = "is not a number"
 			}
-			rec.Room = v
 		case "seq_len":
 			bit = fSeqLen
-			v, ok := parseU64(val)
-			if !ok || v > maxCount {
-				return p.malformed("seq_len %q is not a number below 2^31", trunc(val))
-			}
-			rec.SeqLen = int(v)
+			rec.SeqLen, bad = parseCount(val)
 		case "pages":
 			bit = fPages
-			v, ok := parseU64(val)
-			if !ok || v > maxCount {
-				return p.malformed("pages %q is not a number below 2^31", trunc(val))
-			}
-			rec.Pages = int(v)
+			rec.Pages, bad = parseCount(val)
 		case "bsum":
 			bit = fBsum
-			v, ok := parseU64(val)
-			if !ok {
-				return LineMalformed, &DigestError{Field: "bsum", Value: trunc(val)}
-			}
-			rec.Bsum = v
+			rec.Bsum, err = parseDigest(val, "bsum")
 		case "xxh3":
 			bit = fXXH3
-			v, ok := parseU64(val)
-			if !ok {
-				return LineMalformed, &DigestError{Field: "xxh3", Value: trunc(val)}
-			}
-			rec.XXH3 = v
+			rec.XXH3, err = parseDigest(val, "xxh3")
 		case "dtype":
 			bit = fDtype
 			switch string(val) {
@@ -205,39 +190,26 @@ func (p *LineParser) parseRecord(rest []byte, rec *Record) (LineKind, error) {
 			rec.Request = string(val)
 		case "page_xxh3":
 			bit = fPageXXH3
-			var err error
-			if p.pages, err = digestList(val, "page_xxh3", p.pages); err != nil {
-				return LineMalformed, err
-			}
+			p.pages, err = digestList(val, "page_xxh3", p.pages)
 			rec.PageXXH3 = p.pages
 		case "layer_bsum":
 			bit = fLayerBsum
-			var err error
-			if p.layerBsum, err = digestList(val, "layer_bsum", p.layerBsum); err != nil {
-				return LineMalformed, err
-			}
+			p.layerBsum, err = digestList(val, "layer_bsum", p.layerBsum)
 			rec.LayerBsum = p.layerBsum
 		case "page_bsum":
 			bit = fPageBsum
-			var err error
-			if p.pageBsum, err = digestList(val, "page_bsum", p.pageBsum); err != nil {
-				return LineMalformed, err
-			}
+			p.pageBsum, err = digestList(val, "page_bsum", p.pageBsum)
 			rec.PageBsum = p.pageBsum
 		case "rank":
 			bit = fRank
-			v, ok := parseU64(val)
-			if !ok || v > maxCount {
-				return p.malformed("rank %q is not a number below 2^31", trunc(val))
-			}
-			rec.Rank = int(v)
+			rec.Rank, bad = parseCount(val)
 		case "stage":
 			bit = fStage
-			st, ok := stageCode(string(val))
-			if !ok || st == 0 {
-				return p.malformed("stage %q is not one of sent|transferred|admitted", trunc(val))
+			if st, ok := stageCode(string(val)); ok && st != 0 {
+				rec.Stage = stageNames[st]
+			} else {
+				bad = "is not one of sent|transferred|admitted"
 			}
-			rec.Stage = stageNames[st]
 		case "layers":
 			bit = fLayers
 			for f := range bytes.SplitSeq(val, []byte{','}) {
@@ -254,7 +226,12 @@ func (p *LineParser) parseRecord(rest []byte, rec *Record) (LineKind, error) {
 		default:
 			continue
 		}
-		if seen&bit != 0 {
+		switch {
+		case err != nil:
+			return LineMalformed, err
+		case bad != "":
+			return p.malformed("%s %q %s", key, trunc(val), bad)
+		case seen&bit != 0:
 			return p.malformed("%s given twice", key)
 		}
 		seen |= bit
@@ -277,6 +254,24 @@ func (p *LineParser) parseRecord(rest []byte, rec *Record) (LineKind, error) {
 	return LineRecord, nil
 }
 
+// parseCount parses a seq_len, pages or rank value; bad says why it is not one.
+func parseCount(val []byte) (n int, bad string) {
+	v, ok := parseU64(val)
+	if !ok || v > maxCount {
+		return 0, "is not a number below 2^31"
+	}
+	return int(v), ""
+}
+
+// parseDigest parses one digest of field.
+func parseDigest(val []byte, field string) (uint64, error) {
+	v, ok := parseU64(val)
+	if !ok {
+		return 0, &DigestError{Field: field, Value: trunc(val)}
+	}
+	return v, nil
+}
+
 // digestList parses comma-separated digests into dst[:0].
 func digestList(val []byte, field string, dst []uint64) ([]uint64, error) {
 	for len(val) > 0 {
@@ -284,9 +279,9 @@ func digestList(val []byte, field string, dst []uint64) ([]uint64, error) {
 		if c < 0 {
 			c = len(val)
 		}
-		v, ok := parseU64(val[:c])
-		if !ok {
-			return dst, &DigestError{Field: field, Value: trunc(val[:c])}
+		v, err := parseDigest(val[:c], field)
+		if err != nil {
+			return dst, err
 		}
 		dst = append(dst, v)
 		if c == len(val) {

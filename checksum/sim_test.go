@@ -2,6 +2,7 @@ package checksum_test
 
 import (
 	"context"
+	"io"
 	"slices"
 	"strconv"
 	"testing"
@@ -45,27 +46,35 @@ func twinRooms(t *testing.T, cfg sim.Config) ([]*hook.RoomChecksum, []*hook.Find
 	return rooms, findings, an.Summary().(checksum.Summary)
 }
 
+// compareEvents compares the twin's room.checksum events as checksum
+// compare does a bundle's (both passes, page location included).
 func compareEvents(t *testing.T, rooms []*hook.RoomChecksum) *checksum.Report {
 	t.Helper()
-	c := checksum.NewComparer(checksum.Options{})
-	recs := make([]checksum.Record, len(rooms))
-	for i, rc := range rooms {
-		r, err := checksum.RecordFromEvent(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs[i] = r
-		c.Add(&recs[i], "twin")
+	rep, err := checksum.Compare(checksum.Options{}, checksum.EventSource("twin", func() (checksum.EventStream, error) {
+		return &roomStream{rooms: rooms}, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	rep := c.Finish()
-	if c.NeedPages() {
-		for i := range recs {
-			c.AddPages(&recs[i])
-		}
-		c.Locate()
+	if in := rep.Inputs[0]; in.Malformed != 0 || int(in.Records) != len(rooms) {
+		t.Fatalf("twin events: %d records of %d, %d malformed (%s)", in.Records, len(rooms), in.Malformed, in.FirstReason)
 	}
 	return rep
 }
+
+// roomStream serves room.checksum bodies as a bundle's events.
+type roomStream struct{ rooms []*hook.RoomChecksum }
+
+func (s *roomStream) Next() (hook.Event, error) {
+	if len(s.rooms) == 0 {
+		return hook.Event{}, io.EOF
+	}
+	ev := hook.Event{Kind: hook.KindRoomChecksum, Body: s.rooms[0]}
+	s.rooms = s.rooms[1:]
+	return ev, nil
+}
+
+func (s *roomStream) Close() error { return nil }
 
 // Acceptance: on the twin's baseline every non-warmup room matches and the
 // warmup room (room 0, seq_len 4, decode digest 0) is classified warmup.

@@ -2,6 +2,18 @@
 
 #include "textflag.h"
 
+// HORNER8 takes eight Horner steps p = p·x + c, the constants c from the
+// table at off, off+32, …, off+224 (R8), highest degree first.
+#define HORNER8(off, x, p) \
+	VFMADD213PD (off)(R8), x, p; \
+	VFMADD213PD (off+32)(R8), x, p; \
+	VFMADD213PD (off+64)(R8), x, p; \
+	VFMADD213PD (off+96)(R8), x, p; \
+	VFMADD213PD (off+128)(R8), x, p; \
+	VFMADD213PD (off+160)(R8), x, p; \
+	VFMADD213PD (off+192)(R8), x, p; \
+	VFMADD213PD (off+224)(R8), x, p
+
 // func klKernelAVX2(g, e []float32, mE float64, c *[4 * klConstN]float64, out *[12]float64) int
 //
 // len(e) must be a multiple of 4 and len(g) >= len(e). Per lane of 4 float64,
@@ -59,14 +71,7 @@ loop:
 	VMOVUPD 192(R8), Y7         // ln2 lo
 	VFNMADD231PD Y7, Y11, Y5        // r -= kd·ln2lo
 	VMOVUPD 224(R8), Y7         // c8
-	VFMADD213PD 256(R8), Y5, Y7          // p = p·r + c7
-	VFMADD213PD 288(R8), Y5, Y7          // c6
-	VFMADD213PD 320(R8), Y5, Y7          // c5
-	VFMADD213PD 352(R8), Y5, Y7          // c4
-	VFMADD213PD 384(R8), Y5, Y7          // c3
-	VFMADD213PD 416(R8), Y5, Y7          // c2
-	VFMADD213PD 448(R8), Y5, Y7          // c1
-	VFMADD213PD 480(R8), Y5, Y7          // c0
+	HORNER8(256, Y5, Y7)            // p = p·r + c7 … c0
 	VMOVUPD 512(R8), Y9        // int64 1023
 	VPADDQ    Y9, Y10, Y10
 	VPSLLQ    $52, Y10, Y10         // 2^k
@@ -78,14 +83,7 @@ loop:
 	// em = expm1(-d) = u·P(u), u = -d
 	VSUBPD    Y6, Y15, Y9           // u
 	VMOVUPD 544(R8), Y11       // q9
-	VFMADD213PD 576(R8), Y9, Y11        // q8
-	VFMADD213PD 608(R8), Y9, Y11        // q7
-	VFMADD213PD 640(R8), Y9, Y11        // q6
-	VFMADD213PD 672(R8), Y9, Y11        // q5
-	VFMADD213PD 704(R8), Y9, Y11        // q4
-	VFMADD213PD 736(R8), Y9, Y11        // q3
-	VFMADD213PD 768(R8), Y9, Y11        // q2
-	VFMADD213PD 800(R8), Y9, Y11        // q1
+	HORNER8(576, Y9, Y11)           // p = p·u + q8 … q1
 	VMULPD    Y9, Y11, Y11          // em
 	VFMADD231PD Y11, Y7, Y2         // b += w·em
 	ADDQ      $4, BX

@@ -128,31 +128,14 @@ func (s *topkScratch) radixSelect(v []float32, k int, dst []int32) []int32 {
 		keys[i] = key
 		hist[key>>16]++
 	}
-	need := k
-	hi := uint32(0)
-	for b := len(hist) - 1; b >= 0; b-- {
-		c := int(hist[b])
-		if c >= need {
-			hi = uint32(b)
-			break
-		}
-		need -= c
-	}
+	hi, need := histSelect(&hist, k)
 	clear(hist[:])
 	for _, key := range keys {
 		if key>>16 == hi {
 			hist[key&0xffff]++
 		}
 	}
-	lo := uint32(0)
-	for b := len(hist) - 1; b >= 0; b-- {
-		c := int(hist[b])
-		if c >= need {
-			lo = uint32(b)
-			break
-		}
-		need -= c
-	}
+	lo, need := histSelect(&hist, need)
 	t := hi<<16 | lo
 	// Every key above t is in; of the keys equal to t, the first `need` in
 	// index order are.
@@ -166,6 +149,21 @@ func (s *topkScratch) radixSelect(v []float32, k int, dst []int32) []int32 {
 		}
 	}
 	return s.finish(k, dst)
+}
+
+// histSelect finds the bin holding the need-th largest key of a histogram
+// and how many keys of that bin are still needed (need minus the keys in
+// the bins above it). When all bins together hold fewer than need keys it
+// returns bin 0 and what remains of need.
+func histSelect(hist *[1 << 16]int32, need int) (bin uint32, stillNeed int) {
+	for b := len(hist) - 1; b >= 0; b-- {
+		c := int(hist[b])
+		if c >= need {
+			return uint32(b), need
+		}
+		need -= c
+	}
+	return 0, need
 }
 
 // finish orders s.pairs (gathered in ascending index order) by key descending,

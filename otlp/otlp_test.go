@@ -50,7 +50,8 @@ func (rv *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rv.mu.Lock()
 	defer rv.mu.Unlock()
-	var resp proto.Message
+	var req, resp proto.Message
+	var keep func() // stores the decoded req
 	switch r.URL.Path {
 	case "/otel/v1/logs":
 		rv.logPosts++
@@ -58,25 +59,22 @@ func (rv *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "try later", http.StatusServiceUnavailable)
 			return
 		}
-		var req collogspb.ExportLogsServiceRequest
-		if err := proto.Unmarshal(raw, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		rv.logs = append(rv.logs, req.ResourceLogs...)
-		resp = &collogspb.ExportLogsServiceResponse{}
+		logs := &collogspb.ExportLogsServiceRequest{}
+		req, resp = logs, &collogspb.ExportLogsServiceResponse{}
+		keep = func() { rv.logs = append(rv.logs, logs.ResourceLogs...) }
 	case "/otel/v1/metrics":
-		var req colmetricspb.ExportMetricsServiceRequest
-		if err := proto.Unmarshal(raw, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		rv.metrics = append(rv.metrics, req.ResourceMetrics...)
-		resp = &colmetricspb.ExportMetricsServiceResponse{}
+		metrics := &colmetricspb.ExportMetricsServiceRequest{}
+		req, resp = metrics, &colmetricspb.ExportMetricsServiceResponse{}
+		keep = func() { rv.metrics = append(rv.metrics, metrics.ResourceMetrics...) }
 	default:
 		http.NotFound(w, r)
 		return
 	}
+	if err := proto.Unmarshal(raw, req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	keep()
 	out, _ := proto.Marshal(resp)
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	w.Write(out)

@@ -44,27 +44,21 @@ func (l *StatusLine) Active() bool { return l != nil && l.on }
 
 // Set replaces the line's text, redrawing it unless the last redraw was
 // less than Throttle ago.
-func (l *StatusLine) Set(text string) {
-	if !l.Active() {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.text = text
-	if t := l.now(); !l.shown || t.Sub(l.last) >= l.Throttle {
-		l.drawLocked(t)
-	}
-}
+func (l *StatusLine) Set(text string) { l.set(text, false) }
 
 // Show replaces the line's text and redraws it now.
-func (l *StatusLine) Show(text string) {
+func (l *StatusLine) Show(text string) { l.set(text, true) }
+
+func (l *StatusLine) set(text string, force bool) {
 	if !l.Active() {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.text = text
-	l.drawLocked(l.now())
+	if t := l.now(); force || !l.shown || t.Sub(l.last) >= l.Throttle {
+		l.drawLocked(t)
+	}
 }
 
 func (l *StatusLine) drawLocked(t time.Time) {

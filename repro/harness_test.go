@@ -178,8 +178,6 @@ func TestHarnessBadServers(t *testing.T) {
 	}
 	deadURL := "http://" + dead.Addr().String()
 	dead.Close()
-	hang := make(chan struct{})
-	defer close(hang)
 	for _, tc := range []struct {
 		name    string
 		h       http.HandlerFunc
@@ -189,57 +187,24 @@ func TestHarnessBadServers(t *testing.T) {
 		reason  string
 	}{
 		{name: "dead url", url: deadURL, outcome: hook.OutcomeError, reason: "transport"},
-		{name: "html", outcome: hook.OutcomeError, reason: "HTML", h: func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			io.WriteString(w, "<html><body>502 Bad Gateway</body></html>")
-		}},
-		{name: "html as json", outcome: hook.OutcomeError, reason: "HTML", h: func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			io.WriteString(w, "  <!DOCTYPE html><p>login</p>")
-		}},
+		{name: "html", outcome: hook.OutcomeError, reason: "HTML", h: reply("text/html; charset=utf-8", "<html><body>502 Bad Gateway</body></html>")},
+		{name: "html as json", outcome: hook.OutcomeError, reason: "HTML", h: reply("application/json", "  <!DOCTYPE html><p>login</p>")},
 		{name: "500", outcome: hook.OutcomeError, reason: "HTTP 500: boom", h: func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(500)
 			io.WriteString(w, `{"error":{"message":"boom","type":"server_error"}}`)
 		}},
-		{name: "invalid json", outcome: hook.OutcomeError, reason: "invalid JSON", h: func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, `{"id":"x","choices":[{"message":`)
-		}},
-		{name: "no choices", outcome: hook.OutcomeError, reason: "no choices", h: func(w http.ResponseWriter, r *http.Request) {
-			io.WriteString(w, `{"id":"x","choices":[]}`)
-		}},
-		{name: "stream cut mid-event", stream: true, outcome: hook.OutcomeError, reason: "cut mid-event", h: func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			io.WriteString(w, "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: {\"id\":\"x\",\"cho")
-		}},
-		{name: "stream without done", stream: true, outcome: hook.OutcomeError, reason: "without [DONE]", h: func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			io.WriteString(w, "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n")
-		}},
-		{name: "stream bad json", stream: true, outcome: hook.OutcomeError, reason: "invalid JSON", h: func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			io.WriteString(w, "data: {nope}\n\ndata: [DONE]\n\n")
-		}},
-		{name: "stream error event", stream: true, outcome: hook.OutcomeError, reason: "server error", h: func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			io.WriteString(w, "data: {\"error\":{\"message\":\"aborted\"}}\n\ndata: [DONE]\n\n")
-		}},
-		{name: "hung server", outcome: hook.OutcomeTimeout, reason: "timed out", h: func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body) // the server notices a gone client only after the body
-			select {
-			case <-hang:
-			case <-r.Context().Done():
-			}
-		}},
-		{name: "hung stream", stream: true, outcome: hook.OutcomeTimeout, reason: "timed out", h: func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "text/event-stream")
-			io.WriteString(w, "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n")
-			w.(http.Flusher).Flush()
-			select {
-			case <-hang:
-			case <-r.Context().Done():
-			}
-		}},
+		{name: "invalid json", outcome: hook.OutcomeError, reason: "invalid JSON", h: reply("", `{"id":"x","choices":[{"message":`)},
+		{name: "no choices", outcome: hook.OutcomeError, reason: "no choices", h: reply("", `{"id":"x","choices":[]}`)},
+		{name: "stream cut mid-event", stream: true, outcome: hook.OutcomeError, reason: "cut mid-event",
+			h: reply("text/event-stream", "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: {\"id\":\"x\",\"cho")},
+		{name: "stream without done", stream: true, outcome: hook.OutcomeError, reason: "without [DONE]",
+			h: reply("text/event-stream", "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n")},
+		{name: "stream bad json", stream: true, outcome: hook.OutcomeError, reason: "invalid JSON", h: reply("text/event-stream", "data: {nope}\n\ndata: [DONE]\n\n")},
+		{name: "stream error event", stream: true, outcome: hook.OutcomeError, reason: "server error",
+			h: reply("text/event-stream", "data: {\"error\":{\"message\":\"aborted\"}}\n\ndata: [DONE]\n\n")},
+		{name: "hung server", outcome: hook.OutcomeTimeout, reason: "timed out", h: stall(t, nil)},
+		{name: "hung stream", stream: true, outcome: hook.OutcomeTimeout, reason: "timed out",
+			h: stall(t, reply("text/event-stream", "data: {\"id\":\"x\",\"choices\":[{\"delta\":{\"role\":\"assistant\"}}]}\n\n"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Only the hung cases need a short timeout; the others get

@@ -24,18 +24,13 @@ func modelsAnd(models string, chat http.HandlerFunc) http.HandlerFunc {
 }
 
 func answer(msg, finish string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"id":"p","choices":[{"index":0,"message":`+msg+`,"finish_reason":"`+finish+`"}]}`)
-	}
+	return reply("application/json", `{"id":"p","choices":[{"index":0,"message":`+msg+`,"finish_reason":"`+finish+`"}]}`)
 }
 
 const goodCall = `{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"get_weather","arguments":"{\"location\":\"Oslo\"}"}}]}`
 
 func TestPreflightCauses(t *testing.T) {
 	list := `{"data":[{"id":"m1"},{"id":"m2"}]}`
-	hang := make(chan struct{})
-	defer close(hang)
 	for _, tc := range []struct {
 		name  string
 		h     http.HandlerFunc
@@ -44,10 +39,7 @@ func TestPreflightCauses(t *testing.T) {
 		want  string
 	}{
 		{"models 500", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) }, HarnessOptions{}, CauseNotOpenAI, "HTTP 500"},
-		{"models html", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/html")
-			io.WriteString(w, "<html>login</html>")
-		}, HarnessOptions{}, CauseNotOpenAI, "no OpenAI model list"},
+		{"models html", reply("text/html", "<html>login</html>"), HarnessOptions{}, CauseNotOpenAI, "no OpenAI model list"},
 		{"no models", modelsAnd(`{"data":[]}`, answer(goodCall, "tool_calls")), HarnessOptions{}, CauseModelMissing, "lists no models"},
 		{"403 probe", modelsAnd(list, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(403) }), HarnessOptions{}, CauseAuth, "HTTP 403"},
 		{"probe 404 model", modelsAnd(list, func(w http.ResponseWriter, r *http.Request) {
@@ -55,13 +47,7 @@ func TestPreflightCauses(t *testing.T) {
 			io.WriteString(w, `{"error":{"message":"The model m1 does not exist."}}`)
 		}), HarnessOptions{}, CauseModelMissing, "does not exist"},
 		{"probe 500", modelsAnd(list, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "oom", 500) }), HarnessOptions{}, CauseServerError, "HTTP 500"},
-		{"probe timeout", modelsAnd(list, func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body) // so the server sees the client give up
-			select {
-			case <-hang:
-			case <-r.Context().Done():
-			}
-		}), HarnessOptions{Timeout: 2 * time.Second}, CauseTimeout, "timed out"}, // the models list shares the bound: room for a loaded box
+		{"probe timeout", modelsAnd(list, stall(t, nil)), HarnessOptions{Timeout: 2 * time.Second}, CauseTimeout, "timed out"}, // the models list shares the bound: room for a loaded box
 		{"bad arguments", modelsAnd(list, answer(`{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"get_weather","arguments":"[1]"}}]}`, "tool_calls")),
 			HarnessOptions{}, CauseBadToolCall, "not a JSON object"},
 		{"truncated", modelsAnd(list, answer(`{"role":"assistant","content":"Let me think about Paris"}`, "length")), HarnessOptions{MaxTokens: 16}, CauseTruncated, "max_tokens"},

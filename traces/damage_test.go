@@ -234,18 +234,7 @@ func TestGarbageLinesSkippedWithPosition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for {
-		_, _, _, err := r2.NextLine()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if n != 3 || r2.Skipped() != 5 {
+	if n := countLines(t, r2); n != 3 || r2.Skipped() != 5 {
 		t.Errorf("NextLine: %d lines, %d skipped %v; want 3 and 5", n, r2.Skipped(), r2.Skips())
 	}
 }

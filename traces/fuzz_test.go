@@ -3,10 +3,11 @@ package traces
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
 // fuzzSeeds are small bundles and broken variants of them; the same list is
@@ -48,19 +49,12 @@ func FuzzReader(f *testing.F) {
 			return
 		}
 		events := 0
-		for {
-			ev, err := r.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("Next on an in-memory reader: %v", err)
-			}
+		eachEvent(t, r, func(ev hook.Event) {
 			if _, err := ev.MarshalJSON(); err != nil {
 				t.Fatalf("decoded event does not marshal: %v", err)
 			}
 			events++
-		}
+		})
 		if r.Truncated() != (r.TruncationReason() != "") {
 			t.Fatalf("truncated=%v with reason %q", r.Truncated(), r.TruncationReason())
 		}
@@ -72,18 +66,7 @@ func FuzzReader(f *testing.F) {
 		if err != nil {
 			t.Fatalf("second open failed after the first succeeded: %v", err)
 		}
-		lines := 0
-		for {
-			_, _, _, err := r2.NextLine()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines++
-		}
-		if lines < events {
+		if lines := countLines(t, r2); lines < events {
 			t.Fatalf("NextLine read %d events, Next %d", lines, events)
 		}
 	})

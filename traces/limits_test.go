@@ -48,16 +48,8 @@ func bigBundle(t testing.TB, minJSON int) ([]byte, int) {
 func countEvents(t testing.TB, r *Reader) int {
 	t.Helper()
 	n := 0
-	for {
-		_, err := r.Next()
-		if err == io.EOF {
-			return n
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
+	eachEvent(t, r, func(hook.Event) { n++ })
+	return n
 }
 
 // FORMAT.md promises that `zstdcat b | zstd > r` is a readable bundle: a
@@ -329,5 +321,39 @@ func TestStreamedBombBudget(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no budget damage reported: %v", r.Skips())
+	}
+}
+
+// All yields what Next returns and ends at the end of the bundle, or after
+// yielding a read error (here a cancelled context) as its last pair.
+func TestReaderAllEndsAtEOFOrError(t *testing.T) {
+	data := writeBundle(t, sampleEvents(), 2)
+	if r, evs := readAll(t, data); len(evs) != len(sampleEvents()) || r.Truncated() {
+		t.Fatalf("read %d of %d events, truncated %v", len(evs), len(sampleEvents()), r.Truncated())
+	}
+	big, _ := bigBundle(t, 4<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r, err := NewReaderContext(ctx, bytes.NewReader(big), "b.kvtrace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	n, errs := 0, 0
+	for ev, err := range r.All() {
+		if n++; n == 1 {
+			cancel()
+		}
+		if err != nil {
+			if errs++; errs > 1 {
+				t.Fatalf("pair %d: a second error (%v): the range goes on after an error", n, err)
+			}
+			if !errors.Is(err, context.Canceled) || ev.Body != nil {
+				t.Fatalf("pair %d: %v with event %+v, want context.Canceled with a zero event", n, err, ev)
+			}
+		}
+	}
+	if errs != 1 {
+		t.Fatalf("%d pairs, %d errors; want the range to end after its one error", n, errs)
 	}
 }

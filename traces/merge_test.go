@@ -3,7 +3,6 @@ package traces
 import (
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -77,16 +76,8 @@ func readMerged(t testing.TB, p string) (*Reader, []hook.Event) {
 	}
 	t.Cleanup(func() { r.Close() })
 	var evs []hook.Event
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			return r, evs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs = append(evs, ev)
-	}
+	eachEvent(t, r, func(ev hook.Event) { evs = append(evs, ev) })
+	return r, evs
 }
 
 func TestMergeTwoHostsIntoOneTimeline(t *testing.T) {

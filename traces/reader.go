@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"runtime"
 	"strconv"
@@ -333,6 +334,20 @@ func (r *Reader) skip(p Position, format string, a ...any) {
 	if *n < maxSkipDetails {
 		*n++
 		r.skips = append(r.skips, Skip{Position: p, Reason: fmt.Sprintf(format, a...)})
+	}
+}
+
+// All ranges over the events left in r, as Next returns them, and ends at
+// the end of the bundle. A read error ends it too: it comes as the last
+// pair, with a zero event.
+func (r *Reader) All() iter.Seq2[hook.Event, error] {
+	return func(yield func(hook.Event, error) bool) {
+		for {
+			ev, err := r.Next()
+			if err == io.EOF || !yield(ev, err) || err != nil {
+				return
+			}
+		}
 	}
 }
 

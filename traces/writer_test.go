@@ -64,3 +64,48 @@ func TestWriterAndCollectorShareTheSizeRule(t *testing.T) {
 		t.Fatalf("read %d events (wrote %d); footer %+v; writer rejected %d: want footer rejected = 3 by the writer + 7 at ingest", len(evs), written, f, w.Rejected())
 	}
 }
+
+// checkHookLine fails t unless the writer's envelope encoder writes ev in
+// hook's JSON-lines form, byte for byte.
+func checkHookLine(t *testing.T, w *Writer, ev hook.Event) {
+	t.Helper()
+	want, err := ev.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.appendEvent(nil, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("%s:\nhook   %s\nwriter %s", ev.Kind, want, got)
+	}
+}
+
+// The writer's envelope encoder must produce hook's JSON-lines form byte for byte.
+func TestWriterLineIsHookForm(t *testing.T) {
+	w := &Writer{}
+	evs := sampleEvents()
+	evs = append(evs, hook.Event{Kind: hook.KindSession, TS: -5, Src: hook.Source{Proc: "p\x01\"<"}, Run: "run\u2028x\xff", Body: &hook.Session{ID: "x", Outcome: hook.OutcomeDone}})
+	for _, ev := range evs {
+		checkHookLine(t, w, ev)
+	}
+	if _, err := w.appendEvent(nil, hook.Event{Kind: hook.KindReplay}); err == nil {
+		t.Error("event without body accepted")
+	}
+	if _, err := w.appendEvent(nil, hook.Event{Kind: hook.KindReplay, Body: &hook.Session{}}); err == nil {
+		t.Error("event with a body of another kind accepted")
+	}
+}
+
+// The writer's envelope encoder writes src role and rank as hook does.
+func TestWriterLineCarriesRoleRank(t *testing.T) {
+	w := &Writer{}
+	for _, src := range []hook.Source{
+		{Node: "h", Proc: "p", PID: 2, Role: "prefill", Rank: 3},
+		{Role: "decode"},
+		{Node: "h", Role: "decode", Rank: 1},
+	} {
+		checkHookLine(t, w, hook.Event{Kind: hook.KindReplay, TS: 9, Src: src, Body: &hook.Replay{Mode: hook.ModeGraph}})
+	}
+}

@@ -12,10 +12,7 @@ import (
 const benchPages = 64
 
 func benchArena(b *testing.B) (Layout, []byte) {
-	l, err := NewLayout(DtypeBF16)
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := mustLayout(b, DtypeBF16)
 	return l, GenArena(l, 1, benchPages)
 }
 
@@ -29,28 +26,21 @@ func reportGBps(b *testing.B, bytes int, cpu0 time.Duration) {
 	}
 }
 
-// BenchmarkXXH3Page digests 16 KiB bf16 pages with Page (xxh3-64).
-func BenchmarkXXH3Page(b *testing.B) {
+// benchPageDigest digests benchPages 16 KiB bf16 pages in turn with digest.
+func benchPageDigest(b *testing.B, digest func(Layout, []byte, uint32) uint64) {
 	l, arena := benchArena(b)
 	b.SetBytes(int64(l.PageBytes()))
 	var sink uint64
 	cpu0 := cputime.Process()
 	for i := 0; b.Loop(); i++ {
-		sink += Page(l, arena, uint32(i%benchPages))
+		sink += digest(l, arena, uint32(i%benchPages))
 	}
 	reportGBps(b, l.PageBytes(), cpu0)
 	_ = sink
 }
 
+// BenchmarkXXH3Page digests 16 KiB bf16 pages with Page (xxh3-64).
+func BenchmarkXXH3Page(b *testing.B) { benchPageDigest(b, Page) }
+
 // BenchmarkBsumPage digests 16 KiB bf16 pages with PageBsum.
-func BenchmarkBsumPage(b *testing.B) {
-	l, arena := benchArena(b)
-	b.SetBytes(int64(l.PageBytes()))
-	var sink uint64
-	cpu0 := cputime.Process()
-	for i := 0; b.Loop(); i++ {
-		sink += PageBsum(l, arena, uint32(i%benchPages))
-	}
-	reportGBps(b, l.PageBytes(), cpu0)
-	_ = sink
-}
+func BenchmarkBsumPage(b *testing.B) { benchPageDigest(b, PageBsum) }

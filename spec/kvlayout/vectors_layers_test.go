@@ -2,9 +2,6 @@ package kvlayout
 
 import (
 	"bytes"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -59,6 +56,8 @@ func layerArenas(l Layout, v layersVector) []LayerArena {
 	return out
 }
 
+func (v layersVector) vectorName() string { return v.Name }
+
 func computeLayersVector(t *testing.T, in layersVector) layersVector {
 	t.Helper()
 	l := mustLayout(t, in.Dtype)
@@ -101,42 +100,9 @@ func refLayers(l Layout, v layersVector) (layerBsum []uint64, bsum, x uint64, pa
 // reads the same file) against the Go code and the literal reference. Run
 // with -update to rewrite it after a deliberate, versioned change of SPEC §9.
 func TestVectorsLayers(t *testing.T) {
-	path := filepath.Join(specDir, "testdata", "vectors_layers.json")
-	if *update {
-		var all []layersVector
-		for _, in := range layersVectorInputs {
-			all = append(all, computeLayersVector(t, in))
-		}
-		b, err := json.MarshalIndent(all, "", "  ")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []layersVector
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&want); err != nil {
-		t.Fatalf("decode %s: %v", path, err)
-	}
-	if len(want) < len(layersVectorInputs) {
-		t.Fatalf("%s holds %d vectors, want at least %d", path, len(want), len(layersVectorInputs))
-	}
 	seen := map[string]bool{}
-	for _, w := range want {
+	for _, w := range checkVectorFile(t, "vectors_layers.json", layersVectorInputs, computeLayersVector) {
 		l := mustLayout(t, w.Dtype)
-		got := computeLayersVector(t, w)
-		gb, _ := json.Marshal(got)
-		wb, _ := json.Marshal(w)
-		if !bytes.Equal(gb, wb) {
-			t.Errorf("vector %q:\n got  %s\n want %s", w.Name, gb, wb)
-		}
 		lb, bsum, _, pb := refLayers(l, w)
 		if len(lb) != len(w.LayerBsum) || bsum != uint64(w.Bsum) || len(pb) != len(w.PageBsum) {
 			t.Errorf("vector %q: reference bsum %#x (%d layers, %d pages), committed %v (%d, %d)", w.Name, bsum, len(lb), len(pb), w.Bsum, len(w.LayerBsum), len(w.PageBsum))

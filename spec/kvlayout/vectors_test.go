@@ -43,12 +43,11 @@ var vectorInputs = []vector{
 	{Name: "fp8 one token", Dtype: "fp8", Seed: 5, ArenaPages: 1, Pages: []uint32{0}, SeqLen: 1},
 }
 
+func (v vector) vectorName() string { return v.Name }
+
 func computeVector(t *testing.T, in vector) vector {
 	t.Helper()
-	l, err := NewLayout(in.Dtype)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := mustLayout(t, in.Dtype)
 	arena := GenArena(l, in.Seed, in.ArenaPages)
 	out := in
 	d := Room(l, arena, in.Pages, in.SeqLen)
@@ -66,14 +65,17 @@ func computeVector(t *testing.T, in vector) vector {
 	return out
 }
 
-// TestVectors checks the committed SPEC vectors. Run with -update to rewrite
-// them after a deliberate, documented change of the SPEC.
-func TestVectors(t *testing.T) {
-	path := filepath.Join(specDir, "testdata", "vectors.json")
+// checkVectorFile reads checksum/testdata/<file> (rewritten from inputs
+// first with -update), checks it holds at least the inputs' number of
+// vectors and that compute reproduces each one, and returns them for the
+// caller's checks against the literal reference.
+func checkVectorFile[V interface{ vectorName() string }](t *testing.T, file string, inputs []V, compute func(*testing.T, V) V) []V {
+	t.Helper()
+	path := filepath.Join(specDir, "testdata", file)
 	if *update {
-		var all []vector
-		for _, in := range vectorInputs {
-			all = append(all, computeVector(t, in))
+		var all []V
+		for _, in := range inputs {
+			all = append(all, compute(t, in))
 		}
 		b, err := json.MarshalIndent(all, "", "  ")
 		if err != nil {
@@ -87,22 +89,29 @@ func TestVectors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []vector
+	var want []V
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&want); err != nil {
 		t.Fatalf("decode %s: %v", path, err)
 	}
-	if len(want) < len(vectorInputs) {
-		t.Fatalf("%s holds %d vectors, want at least %d", path, len(want), len(vectorInputs))
+	if len(want) < len(inputs) {
+		t.Fatalf("%s holds %d vectors, want at least %d", path, len(want), len(inputs))
 	}
 	for _, w := range want {
-		got := computeVector(t, w)
-		gb, _ := json.Marshal(got)
+		gb, _ := json.Marshal(compute(t, w))
 		wb, _ := json.Marshal(w)
 		if !bytes.Equal(gb, wb) {
-			t.Errorf("vector %q:\n got  %s\n want %s", w.Name, gb, wb)
+			t.Errorf("vector %q:\n got  %s\n want %s", w.vectorName(), gb, wb)
 		}
+	}
+	return want
+}
+
+// TestVectors checks the committed SPEC vectors. Run with -update to rewrite
+// them after a deliberate, documented change of the SPEC.
+func TestVectors(t *testing.T) {
+	for _, w := range checkVectorFile(t, "vectors.json", vectorInputs, computeVector) {
 		// The spec-literal reference must agree with the committed digests.
 		l, _ := NewLayout(w.Dtype)
 		ref := refRoom(l, GenArena(l, w.Seed, w.ArenaPages), w.Pages, w.SeqLen)

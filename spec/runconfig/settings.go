@@ -40,34 +40,10 @@ type ServerField struct {
 // ServerFields maps SGLang server args (and two the twin reports) onto
 // RunConfig fields.
 var ServerFields = []ServerField{
-	{"disable_cuda_graph", "cuda_graph", func(rc *hook.RunConfig, v string) bool {
-		b, err := strconv.ParseBool(v)
-		if err == nil {
-			rc.CUDAGraph = hook.Bool(!b)
-		}
-		return err == nil
-	}},
-	{"cuda_graph_max_bs", "cuda_graph_max_bs", func(rc *hook.RunConfig, v string) bool {
-		n, err := strconv.Atoi(v)
-		if err == nil && n > 0 {
-			rc.CUDAGraphMaxBS = n
-		}
-		return err == nil && n > 0
-	}},
-	{"max_running_requests", "max_running_requests", func(rc *hook.RunConfig, v string) bool {
-		n, err := strconv.Atoi(v)
-		if err == nil && n > 0 {
-			rc.MaxRunningRequests = n
-		}
-		return err == nil && n > 0
-	}},
-	{"max_total_num_tokens", "pool_tokens", func(rc *hook.RunConfig, v string) bool {
-		n, err := strconv.Atoi(v)
-		if err == nil && n > 0 {
-			rc.PoolTokens = n
-		}
-		return err == nil && n > 0
-	}},
+	{"disable_cuda_graph", "cuda_graph", boolArg(func(rc *hook.RunConfig) **bool { return &rc.CUDAGraph }, true)},
+	{"cuda_graph_max_bs", "cuda_graph_max_bs", positiveArg(func(rc *hook.RunConfig) *int { return &rc.CUDAGraphMaxBS })},
+	{"max_running_requests", "max_running_requests", positiveArg(func(rc *hook.RunConfig) *int { return &rc.MaxRunningRequests })},
+	{"max_total_num_tokens", "pool_tokens", positiveArg(func(rc *hook.RunConfig) *int { return &rc.PoolTokens })},
 	// Not SGLang server args; the twin reports them (SGLang takes
 	// multi-stream overlap from SGLANG_OPT_USE_MULTI_STREAM_OVERLAP).
 	{"index_k_dtype", "index_k_dtype", func(rc *hook.RunConfig, v string) bool {
@@ -77,13 +53,7 @@ var ServerFields = []ServerField{
 		rc.IndexKDtype = v
 		return true
 	}},
-	{"multi_stream_overlap", "multi_stream_overlap", func(rc *hook.RunConfig, v string) bool {
-		b, err := strconv.ParseBool(v)
-		if err == nil {
-			rc.MultiStreamOverlap = hook.Bool(b)
-		}
-		return err == nil
-	}},
+	{"multi_stream_overlap", "multi_stream_overlap", boolArg(func(rc *hook.RunConfig) **bool { return &rc.MultiStreamOverlap }, false)},
 	{"kvcanary_inject", "inject", func(rc *hook.RunConfig, v string) bool {
 		rc.Inject = nil
 		if v != "" {
@@ -104,6 +74,31 @@ var ServerFields = []ServerField{
 		}
 		return true
 	}},
+}
+
+// boolArg sets the *bool field picks from a boolean arg (negated for a
+// disable_ arg).
+func boolArg(field func(*hook.RunConfig) **bool, negate bool) func(*hook.RunConfig, string) bool {
+	return func(rc *hook.RunConfig, v string) bool {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false
+		}
+		*field(rc) = hook.Bool(b != negate)
+		return true
+	}
+}
+
+// positiveArg sets the int field picks from a positive integer arg.
+func positiveArg(field func(*hook.RunConfig) *int) func(*hook.RunConfig, string) bool {
+	return func(rc *hook.RunConfig, v string) bool {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return false
+		}
+		*field(rc) = n
+		return true
+	}
 }
 
 // ServerMapped reports whether a server arg is carried by a RunConfig field

@@ -131,11 +131,7 @@ func makeTwin(t *testing.T) *twin {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
+	for ev, err := range r.All() {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,6 +164,13 @@ func export(t *testing.T, bundle []byte) (traceFile, perfetto.Stats, *traces.Rea
 	if err := w.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
+	return decodeTrace(t, &out), w.Stats(), r
+}
+
+// decodeTrace decodes an export strictly (no field the format does not
+// define) and checks its format.
+func decodeTrace(t *testing.T, out *bytes.Buffer) traceFile {
+	t.Helper()
 	var tf traceFile
 	dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
 	dec.DisallowUnknownFields()
@@ -175,7 +178,7 @@ func export(t *testing.T, bundle []byte) (traceFile, perfetto.Stats, *traces.Rea
 		t.Fatalf("the export is not trace-event JSON: %v\n%.2000s", err, out.String())
 	}
 	checkFormat(t, tf)
-	return tf, w.Stats(), r
+	return tf
 }
 
 type track struct{ pid, tid int }
@@ -521,15 +524,14 @@ func publishAll(t *testing.T, evs []hook.Event) (traceFile, perfetto.Stats) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var tf traceFile
-	dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&tf); err != nil {
-		t.Fatalf("the export is not trace-event JSON: %v\n%.2000s", err, out.String())
-	}
-	checkFormat(t, tf)
-	return tf, w.Stats()
+	return decodeTrace(t, &out), w.Stats()
 }
+
+// engine and t0 are the process and the start time of the hand-made CUDA
+// call lists below.
+var engine = hook.Source{Node: "h", Proc: "engine", PID: 9}
+
+const t0 = int64(20e9)
 
 func cudaEv(src hook.Source, call string, tid uint32, stream uint64, start, end int64) hook.Event {
 	return hook.Event{Kind: hook.KindCUDA, TS: end, Src: src, Body: &hook.CUDA{Call: call, PID: uint32(src.PID), TID: tid, Stream: hook.Hex64(stream), StartNS: start, EndNS: end}}
@@ -538,12 +540,10 @@ func cudaEv(src hook.Source, call string, tid uint32, stream uint64, start, end 
 // A capture that begins and never ends (the probe stopped, the engine died)
 // is closed at Close, at the last time seen, and marked as cut.
 func TestExportCaptureNeverEnds(t *testing.T) {
-	src := hook.Source{Node: "h", Proc: "engine", PID: 9}
-	const t0 = int64(20e9)
 	tf, _ := publishAll(t, []hook.Event{
-		cudaEv(src, "cuStreamBeginCapture_v2", 1, 0xA0, t0, t0+1000),
-		cudaEv(src, "cuLaunchKernel", 1, 0xA0, t0+5000, t0+6000),
-		cudaEv(src, "cuLaunchKernel", 1, 0xA0, t0+9000, t0+12000),
+		cudaEv(engine, "cuStreamBeginCapture_v2", 1, 0xA0, t0, t0+1000),
+		cudaEv(engine, "cuLaunchKernel", 1, 0xA0, t0+5000, t0+6000),
+		cudaEv(engine, "cuLaunchKernel", 1, 0xA0, t0+9000, t0+12000),
 	})
 	var ends []traceEvent
 	for _, e := range tf.TraceEvents {
@@ -571,16 +571,14 @@ func TestExportCaptureNeverEnds(t *testing.T) {
 // Calls from two host threads on one stream overlap in time; each thread
 // gets its own track so the slices of a track nest.
 func TestExportTwoThreadsOneStream(t *testing.T) {
-	src := hook.Source{Node: "h", Proc: "engine", PID: 9}
-	const t0 = int64(20e9)
 	tf, st := publishAll(t, []hook.Event{
-		cudaEv(src, "cuLaunchKernel", 1, 0xA0, t0, t0+10000),
-		cudaEv(src, "cuLaunchKernel", 2, 0xA0, t0+5000, t0+15000),
-		cudaEv(src, "cuMemAlloc_v2", 1, 0, t0+20000, t0+30000),
-		cudaEv(src, "cuMemFree_v2", 2, 0, t0+25000, t0+35000),
-		cudaEv(src, "cuStreamBeginCapture_v2", 1, 0xB0, t0+40000, t0+41000),
-		cudaEv(src, "cuLaunchKernel", 2, 0xB0, t0+40500, t0+42000),
-		cudaEv(src, "cuStreamEndCapture", 2, 0xB0, t0+43000, t0+44000),
+		cudaEv(engine, "cuLaunchKernel", 1, 0xA0, t0, t0+10000),
+		cudaEv(engine, "cuLaunchKernel", 2, 0xA0, t0+5000, t0+15000),
+		cudaEv(engine, "cuMemAlloc_v2", 1, 0, t0+20000, t0+30000),
+		cudaEv(engine, "cuMemFree_v2", 2, 0, t0+25000, t0+35000),
+		cudaEv(engine, "cuStreamBeginCapture_v2", 1, 0xB0, t0+40000, t0+41000),
+		cudaEv(engine, "cuLaunchKernel", 2, 0xB0, t0+40500, t0+42000),
+		cudaEv(engine, "cuStreamEndCapture", 2, 0xB0, t0+43000, t0+44000),
 	})
 	if n := count(tf, func(e traceEvent) bool { return e.Ph == "X" && e.Cat == "cuda" }); n != 7 {
 		t.Errorf("%d CUDA call slices, want 7", n)
@@ -622,11 +620,9 @@ func TestProcessPerRoleAndRank(t *testing.T) {
 // Past the track cap, calls share one overflow track; those that would
 // overlap there become instants, so its slices still nest.
 func TestExportOverflowTrackNests(t *testing.T) {
-	src := hook.Source{Node: "h", Proc: "engine", PID: 9}
-	const t0 = int64(20e9)
 	var evs []hook.Event
 	for i := range perfetto.MaxStreams + 10 {
-		evs = append(evs, cudaEv(src, "cuLaunchKernel", uint32(i+1), 0xA0, t0+int64(i)*100, t0+int64(i)*100+1000))
+		evs = append(evs, cudaEv(engine, "cuLaunchKernel", uint32(i+1), 0xA0, t0+int64(i)*100, t0+int64(i)*100+1000))
 	}
 	tf, st := publishAll(t, evs)
 	if st.CUDATracks != perfetto.MaxStreams || st.Unnested == 0 {
