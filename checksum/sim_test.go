@@ -42,7 +42,7 @@ func twinRooms(t *testing.T, cfg sim.Config) ([]*hook.RoomChecksum, []*hook.Find
 	if len(rooms) < 4 {
 		t.Fatalf("twin published %d room.checksum events", len(rooms))
 	}
-	return rooms, findings, an.Summary().(checksum.Summary)
+	return rooms, findings, an.Result()
 }
 
 func compareEvents(t *testing.T, rooms []*hook.RoomChecksum) *checksum.Report {

@@ -10,6 +10,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/teatest"
 
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
@@ -65,7 +66,7 @@ func TestWatchBundleFlow(t *testing.T) {
 		done <- err
 	}()
 	m := New(Options{Title: "kvcanary watch", Source: "bundle fixture.kvtrace", Sub: sub, Cursor: cursor, Done: done,
-		Summaries: func() map[string]any { return fixtureSummaries() }, Styles: asciiStyles(), SnapshotDir: t.TempDir()})
+		Summaries: func() analyzers.Summaries { return *fixtureSummaries() }, Styles: asciiStyles(), SnapshotDir: t.TempDir()})
 	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(120, 40))
 
 	// The replay fills every panel; the cursor reaches the end.

@@ -9,9 +9,6 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/golden"
 
-	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/checksum"
-	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -317,8 +314,7 @@ func TestNoDataPanelsSayNotMeasured(t *testing.T) {
 	m := New(Options{Source: "bundle real.kvtrace", Styles: asciiStyles()})
 	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
 	evs := []hook.Event{{Kind: hook.KindSession, TS: 1, Body: &hook.Session{ID: "s000", Outcome: hook.OutcomeDone, Rounds: 2}}}
-	m.Update(frameMsg{at: wall0, batch: &evs, open: true, summaries: map[string]any{
-		"checksum": checksum.Summary{}, "canary": canary.Summary{Policy: "live"}, "graphdiff": graphdiff.Summary{}}})
+	m.Update(frameMsg{at: wall0, batch: &evs, open: true, summaries: zeroSummaries()})
 	out := m.View()
 	for _, p := range []viewer{m.checksum, m.canary, m.graphdiff} {
 		if v := p.View(); !strings.Contains(v, "not measured") || !strings.Contains(strings.Join(strings.Fields(v), " "), "needs") {
