@@ -32,22 +32,15 @@ func testModel(t *testing.T, w, h int, steps bool) *Model {
 	return m
 }
 
+// namedKeys are the keys the tests press by name; any other string is typed.
+var namedKeys = map[string]tea.KeyType{
+	"tab": tea.KeyTab, "shift+tab": tea.KeyShiftTab, "enter": tea.KeyEnter, "esc": tea.KeyEsc,
+	"up": tea.KeyUp, "backspace": tea.KeyBackspace, "ctrl+u": tea.KeyCtrlU,
+}
+
 func keyMsg(s string) tea.KeyMsg {
-	switch s {
-	case "tab":
-		return tea.KeyMsg{Type: tea.KeyTab}
-	case "shift+tab":
-		return tea.KeyMsg{Type: tea.KeyShiftTab}
-	case "enter":
-		return tea.KeyMsg{Type: tea.KeyEnter}
-	case "esc":
-		return tea.KeyMsg{Type: tea.KeyEsc}
-	case "up":
-		return tea.KeyMsg{Type: tea.KeyUp}
-	case "backspace":
-		return tea.KeyMsg{Type: tea.KeyBackspace}
-	case "ctrl+u":
-		return tea.KeyMsg{Type: tea.KeyCtrlU}
+	if k, ok := namedKeys[s]; ok {
+		return tea.KeyMsg{Type: k}
 	}
 	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s)}
 }
