@@ -25,7 +25,7 @@ type Options struct {
 
 // Analyzer judges canary.pages events: it classifies every replay, emits an
 // error finding for each live-page overwrite and each missing store, and
-// aggregates the run. Observe and Summary may be called from different
+// aggregates the run. Observe and Result may be called from different
 // goroutines.
 type Analyzer struct {
 	mu         sync.Mutex
@@ -95,9 +95,6 @@ func (a *Analyzer) emit(emit func(hook.Event), f *hook.Finding) {
 	a.emitted++
 	emit(hook.Event{Kind: hook.KindFinding, Body: f})
 }
-
-// Summary implements hook.Analyzer; it returns Result's Summary.
-func (a *Analyzer) Summary() any { return a.Result() }
 
 // Result returns the run-level aggregate so far.
 func (a *Analyzer) Result() Summary {

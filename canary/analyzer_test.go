@@ -50,7 +50,7 @@ func TestAnalyzerEmitsFindings(t *testing.T) {
 		miss.Evidence["owner"] != "victim" || !strings.Contains(miss.Summary, "step 42") {
 		t.Errorf("missing-store finding: %+v", miss)
 	}
-	s := a.Summary().(Summary)
+	s := a.Result()
 	if s.Replays != 2 || s.PagesChecked != 16 || s.ExpectedWrites != 2 || s.BenignTransferWrites != 1 ||
 		s.LivePageOverwrites != 1 || s.MissingStores != 1 || s.Policy != "live" || s.Coverage != 0.125 {
 		t.Fatalf("summary: %+v", s)
@@ -65,7 +65,7 @@ func TestAnalyzerBoundsFindings(t *testing.T) {
 			Step: step, Running: []string{"v"}, Changed: []hook.PageChange{chg(1, "v")},
 		}}, func(hook.Event) { n++ })
 	}
-	s := a.Summary().(Summary)
+	s := a.Result()
 	if n != 3 || s.FindingsSuppressed != 2 || s.LivePageOverwrites != 5 {
 		t.Fatalf("emitted %d, summary %+v", n, s)
 	}
@@ -75,7 +75,7 @@ func TestAnalyzerIgnoresOtherKinds(t *testing.T) {
 	a := NewAnalyzer(Options{})
 	a.Observe(hook.Event{Kind: hook.KindSession, Body: &hook.Session{ID: "s"}}, func(hook.Event) { t.Fatal("emitted") })
 	a.Observe(hook.Event{Kind: hook.KindCanaryPages, Body: (*hook.CanaryPages)(nil)}, func(hook.Event) { t.Fatal("emitted") })
-	if s := a.Summary().(Summary); s.Replays != 0 {
+	if s := a.Result(); s.Replays != 0 {
 		t.Fatalf("replays %d", s.Replays)
 	}
 }

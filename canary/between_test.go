@@ -33,7 +33,7 @@ func TestBetweenPhaseCountsApart(t *testing.T) {
 		Changed:     []hook.PageChange{chg(5, "a"), chg(12, "b"), chg(30, "incoming"), chg(40, "")},
 		SlotChecked: true,
 	}}, emit)
-	s := a.Summary().(Summary)
+	s := a.Result()
 	if s.Replays != 1 || s.ExpectedWrites != 1 || s.LivePageOverwrites != 0 || s.MissingStores != 0 || s.PagesChecked != 10 {
 		t.Fatalf("replay counters took between-phase results: %+v", s)
 	}
@@ -71,7 +71,7 @@ func TestBetweenPhaseCountsApart(t *testing.T) {
 	if f := findings[len(findings)-1]; f.Evidence["phase"] != "" || strings.Contains(f.Summary, "between") {
 		t.Errorf("replay finding: %+v", f)
 	}
-	if s := a.Summary().(Summary); s.Replays != 2 || s.LivePageOverwrites != 1 || s.BetweenChecks != 1 {
+	if s := a.Result(); s.Replays != 2 || s.LivePageOverwrites != 1 || s.BetweenChecks != 1 {
 		t.Fatalf("explicit phase replay: %+v", s)
 	}
 }
@@ -98,7 +98,7 @@ func TestUnknownPhaseNotJudged(t *testing.T) {
 	a.Observe(hook.Event{Kind: hook.KindCanaryPages, Body: &hook.CanaryPages{
 		Phase: "sweep-later", Step: 1, Running: []string{"v"}, Changed: []hook.PageChange{chg(1, "v")},
 	}}, func(hook.Event) { t.Fatal("emitted a finding for an unknown phase") })
-	s := a.Summary().(Summary)
+	s := a.Result()
 	if s.UnknownPhase != 1 || s.Replays != 0 || s.BetweenChecks != 0 || s.Findings() {
 		t.Fatalf("summary: %+v", s)
 	}

@@ -55,7 +55,7 @@ func twinRun(t *testing.T, cfg sim.Config, w sim.Workload, more ...hook.Analyzer
 		t.Fatal(err)
 	}
 	o.res = res
-	o.summary = a.Summary().(canary.Summary)
+	o.summary = a.Result()
 	return o
 }
 
@@ -280,7 +280,7 @@ func TestTwinSpecMove(t *testing.T) {
 		gd := graphdiff.NewAnalyzer(graphdiff.Options{})
 		ck := checksum.NewAnalyzer(checksum.Options{WarmupMaxSeqLen: sim.WarmupSeqLen})
 		o := twinRun(t, cfg, w, gd, ck)
-		return run{o: o, gd: gd.Result(), ck: ck.Summary().(checksum.Summary)}
+		return run{o: o, gd: gd.Result(), ck: ck.Result()}
 	}
 	clean, bad := do(), do(sim.FaultSpecMove)
 	for name, r := range map[string]run{"correct moves": clean, "spec-move": bad} {

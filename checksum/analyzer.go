@@ -242,9 +242,6 @@ func joinInts(xs []int) string {
 	return string(b)
 }
 
-// Summary implements hook.Analyzer; it returns Result's Summary.
-func (a *Analyzer) Summary() any { return a.Result() }
-
 // Result returns the run-level aggregate so far. Rooms still waiting for
 // their second side count as missing, or as warmup when short or when the one
 // side is a decode digest of 0 (not transferred), as Compare classifies them

@@ -56,12 +56,12 @@ func TestAnalyzer(t *testing.T) {
 	if !strings.Contains(f.Summary, "room 2") || !strings.Contains(f.Summary, "64-128") {
 		t.Errorf("summary %q", f.Summary)
 	}
-	s := a.Summary().(Summary)
+	s := a.Result()
 	want := Summary{Rooms: 7, Matched: 1, Mismatched: 1, Warmup: 3, Missing: 2, Repeats: 2}
 	if s != want {
 		t.Errorf("summary %+v, want %+v", s, want)
 	}
-	b, _ := json.Marshal(a.Summary())
+	b, _ := json.Marshal(a.Result())
 	for _, k := range []string{`"rooms":7`, `"matched":1`, `"mismatched":1`, `"warmup":3`, `"missing":2`} {
 		if !strings.Contains(string(b), k) {
 			t.Errorf("summary json %s lacks %s", b, k)
@@ -96,12 +96,12 @@ func TestAnalyzerOnBus(t *testing.T) {
 				room := uint64(1000 + i*100 + j)
 				a.Observe(roomEvent(hook.SidePrefill, room, 100, 1, 1), func(hook.Event) {})
 				a.Observe(roomEvent(hook.SideDecode, room, 100, 1, 1), func(hook.Event) {})
-				_ = a.Summary()
+				_ = a.Result()
 			}
 		}()
 	}
 	wg.Wait()
-	if s := a.Summary().(Summary); s.Matched != 400 || s.Mismatched != 1 {
+	if s := a.Result(); s.Matched != 400 || s.Mismatched != 1 {
 		t.Errorf("summary after concurrent use %+v", s)
 	}
 }
@@ -128,7 +128,7 @@ func TestAnalyzerAgreesWithCompare(t *testing.T) {
 		a.Observe(hook.Event{Kind: hook.KindRoomChecksum, Body: recs[i].Event()}, func(hook.Event) {})
 	}
 	r := c.Finish()
-	got := a.Summary().(Summary)
+	got := a.Result()
 	want := Summary{Rooms: r.Rooms, Matched: r.Classes.Match, Mismatched: r.Classes.Mismatch, Warmup: r.Classes.Warmup,
 		Missing: r.Classes.MissingDecode + r.Classes.MissingPrefill}
 	if got != want || want.Warmup != 4 || want.Missing != 2 {
@@ -171,7 +171,7 @@ func TestAnalyzerRanksAndStages(t *testing.T) {
 		f.Evidence["mismatch_pages"] != "1" || f.Evidence["mismatch_tokens"] != "64-100" {
 		t.Errorf("finding %q %v", f.Summary, f.Evidence)
 	}
-	if s := a.Summary().(Summary); s != (Summary{Rooms: 2, Matched: 1, Mismatched: 1, Repeats: 1}) {
+	if s := a.Result(); s != (Summary{Rooms: 2, Matched: 1, Mismatched: 1, Repeats: 1}) {
 		t.Errorf("summary %+v", s)
 	}
 }
@@ -208,7 +208,7 @@ func TestAnalyzerZeroDecodeFirst(t *testing.T) {
 			for _, e := range c.evs {
 				a.Observe(e, func(hook.Event) { n++ })
 			}
-			if s := a.Summary().(Summary); s != c.want || n != c.findings {
+			if s := a.Result(); s != c.want || n != c.findings {
 				t.Errorf("summary %+v, %d findings; want %+v, %d", s, n, c.want, c.findings)
 			}
 		})

@@ -43,7 +43,7 @@ func twinRooms(t *testing.T, cfg sim.Config) ([]*hook.RoomChecksum, []*hook.Find
 	if len(rooms) < 4 {
 		t.Fatalf("twin published %d room.checksum events", len(rooms))
 	}
-	return rooms, findings, an.Summary().(checksum.Summary)
+	return rooms, findings, an.Result()
 }
 
 // compareEvents compares the twin's room.checksum events as checksum

@@ -224,7 +224,7 @@ type run struct {
 	bundle  string
 	stats   *sessions.RunStats
 	result  sim.Result
-	sums    map[string]any // analyzer summaries (baseline only)
+	sums    analyzers.Summaries // analyzer summaries (baseline only)
 	seconds float64
 	err     error
 	done    chan struct{}
@@ -451,10 +451,7 @@ func (o *Options) twin(ctx context.Context, r *run, baseline bool, progress func
 		runErr = fmt.Errorf("record %s: %w", r.bundle, res.RecordErr)
 	}
 	r.result = tw.Result
-	r.sums = map[string]any{}
-	for _, a := range po.Analyzers {
-		r.sums[a.Name()] = a.Summary()
-	}
+	r.sums = analyzers.SetOf(po.Analyzers...).Summaries()
 	r.seconds = o.Now().Sub(t0).Seconds()
 	return runErr
 }
@@ -489,25 +486,14 @@ func sanitize(c sim.Config) string {
 	return "variant"
 }
 
-// missingInstruments names the instruments whose analyzer as lacks, by the
-// summary types fillEvidence reads.
+// missingInstruments names the analyzers fillEvidence reads that as lacks.
 func missingInstruments(as []hook.Analyzer) []string {
-	var ck, ca, gd bool
-	for _, a := range as {
-		switch a.Summary().(type) {
-		case checksum.Summary:
-			ck = true
-		case canary.Summary:
-			ca = true
-		case graphdiff.Summary:
-			gd = true
-		}
-	}
+	s := analyzers.SetOf(as...)
 	var miss []string
 	for _, m := range []struct {
 		name string
 		ok   bool
-	}{{"checksum", ck}, {"canary", ca}, {"graphdiff", gd}} {
+	}{{checksum.AnalyzerName, s.Checksum != nil}, {canary.AnalyzerName, s.Canary != nil}, {graphdiff.AnalyzerName, s.Graphdiff != nil}} {
 		if !m.ok {
 			miss = append(miss, m.name)
 		}
@@ -516,16 +502,15 @@ func missingInstruments(as []hook.Analyzer) []string {
 }
 
 // fillEvidence reads the analyzers' summaries of the baseline.
-func fillEvidence(ev *Evidence, sums map[string]any) {
-	for _, v := range sums {
-		switch s := v.(type) {
-		case checksum.Summary:
-			ev.Rooms, ev.RoomsMatched, ev.RoomsWarmup, ev.RoomsMismatched, ev.RoomsMissing = s.Rooms, s.Matched, s.Warmup, s.Mismatched, s.Missing
-		case canary.Summary:
-			ev.Replays, ev.LivePageOverwrites = s.Replays, s.AllLiveOverwrites()
-		case graphdiff.Summary:
-			ev.GraphDiffSamples, ev.DivergentSamples, ev.DivergentSessions, ev.DivergentLeaked = s.Samples, s.Divergent, s.DivergentSessions, s.DivergentSessionsLeaked
-		}
+func fillEvidence(ev *Evidence, sums analyzers.Summaries) {
+	if s := sums.Checksum; s != nil {
+		ev.Rooms, ev.RoomsMatched, ev.RoomsWarmup, ev.RoomsMismatched, ev.RoomsMissing = s.Rooms, s.Matched, s.Warmup, s.Mismatched, s.Missing
+	}
+	if s := sums.Canary; s != nil {
+		ev.Replays, ev.LivePageOverwrites = s.Replays, s.AllLiveOverwrites()
+	}
+	if s := sums.Graphdiff; s != nil {
+		ev.GraphDiffSamples, ev.DivergentSamples, ev.DivergentSessions, ev.DivergentLeaked = s.Samples, s.Divergent, s.DivergentSessions, s.DivergentSessionsLeaked
 	}
 }
 

@@ -252,7 +252,6 @@ type countingAnalyzer struct{ n atomic.Int64 }
 
 func (a *countingAnalyzer) Name() string                                 { return "counting" }
 func (a *countingAnalyzer) Observe(ev hook.Event, emit func(hook.Event)) { a.n.Add(1) }
-func (a *countingAnalyzer) Summary() any                                 { return a.n.Load() }
 
 // TestRunTapsBaselineEventsLive: Options.Events sees the baseline run's
 // events as it runs (all of them before its step is done, so a dashboard

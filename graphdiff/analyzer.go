@@ -124,7 +124,7 @@ type Summary struct {
 // Analyzer judges graphdiff.sample events with CompareSample, emits an error
 // finding per divergent sample and aggregates the run. It also reads run.start
 // (to explain a run without samples) and session events (to say whether the
-// divergence sits on leaked sessions). Observe and Summary may be called from
+// divergence sits on leaked sessions). Observe and Result may be called from
 // different goroutines.
 type Analyzer struct {
 	mu   sync.Mutex
@@ -281,9 +281,6 @@ func worseFirst(x, y SampleReport) int {
 		cmp.Compare(x.Request, y.Request),
 	)
 }
-
-// Summary implements hook.Analyzer; it returns a Summary.
-func (a *Analyzer) Summary() any { return a.Result() }
 
 // Result returns the run-level aggregate so far.
 func (a *Analyzer) Result() Summary {

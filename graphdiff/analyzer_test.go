@@ -98,7 +98,7 @@ func TestAnalyzerAggregates(t *testing.T) {
 	if s.NoSamplesReason != "" {
 		t.Fatalf("no-samples reason with samples: %q", s.NoSamplesReason)
 	}
-	b, err := json.Marshal(a.Summary())
+	b, err := json.Marshal(a.Result())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/spec/pagediff"
 )
@@ -26,8 +27,9 @@ type Options struct {
 	// collector's) and events that carry no run id.
 	Run string
 	// Analyzers are the pipeline's analyzers (the instances the events went
-	// through, via hook.WithAnalyzers): their summaries are read at scrape
-	// time. Analyzers of unknown types are ignored.
+	// through, via hook.WithAnalyzers): the typed summaries of kvcanary's
+	// (analyzers.SetOf) are read at scrape time. Analyzers of other types are
+	// ignored; an analyzer the list lacks has no series (not measured).
 	Analyzers []hook.Analyzer
 	// MaxSources bounds distinct sources; 0 means DefaultMaxSources.
 	MaxSources int
@@ -329,38 +331,40 @@ func (t *Tally) Collect(fn func(f *Family, value float64, labels ...string)) {
 	}
 
 	run := t.opts.Run
-	for _, a := range t.opts.Analyzers {
-		switch s := a.Summary().(type) {
-		case checksum.Summary:
-			fn(FamRooms, float64(s.Matched), run, "match")
-			fn(FamRooms, float64(s.Mismatched), run, "mismatch")
-			fn(FamRooms, float64(s.Warmup), run, "warmup")
-			fn(FamRooms, float64(s.Missing), run, "one_side")
-			fn(FamRoomMismatches, float64(s.Mismatched), run)
-		case canary.Summary:
-			page := func(phase pagediff.Phase, exp, benign, free, held, live, missing uint64) {
-				fn(FamCanaryPages, u(exp), run, canary.ClassExpectedStore.String(), string(phase))
-				fn(FamCanaryPages, u(benign), run, canary.ClassBenignTransfer.String(), string(phase))
-				fn(FamCanaryPages, u(free), run, canary.ClassFreePage.String(), string(phase))
-				fn(FamCanaryPages, u(held), run, canary.ClassHeldPage.String(), string(phase))
-				fn(FamCanaryPages, u(live), run, canary.ClassLiveOverwrite.String(), string(phase))
-				fn(FamMissingStores, u(missing), run, string(phase))
-			}
-			page(pagediff.PhaseReplay, s.ExpectedWrites, s.BenignTransferWrites, s.FreePageWrites, s.HeldPageWrites, s.LivePageOverwrites, s.MissingStores)
-			live := s.LivePageOverwrites
-			if b := s.Between; b != nil {
-				page(pagediff.PhaseBetween, b.ExpectedWrites, b.BenignTransferWrites, b.FreePageWrites, b.HeldPageWrites, b.LivePageOverwrites, b.MissingStores)
-				live += b.LivePageOverwrites
-			} else {
-				page(pagediff.PhaseBetween, 0, 0, 0, 0, 0, 0)
-			}
-			fn(FamLiveOverwrites, u(live), run)
-			fn(FamSuppressed, u(s.FindingsSuppressed), run, canary.AnalyzerName)
-		case graphdiff.Summary:
-			fn(FamJudgedSamples, float64(s.Samples), run)
-			fn(FamDivergent, float64(s.Divergent), run)
-			fn(FamSuppressed, u(s.FindingsSuppressed), run, graphdiff.AnalyzerName)
+	// In analyzers.All's order (canary, graphdiff, checksum), the order the
+	// series have always come in.
+	sums := analyzers.SetOf(t.opts.Analyzers...).Summaries()
+	if s := sums.Canary; s != nil {
+		page := func(phase pagediff.Phase, exp, benign, free, held, live, missing uint64) {
+			fn(FamCanaryPages, u(exp), run, canary.ClassExpectedStore.String(), string(phase))
+			fn(FamCanaryPages, u(benign), run, canary.ClassBenignTransfer.String(), string(phase))
+			fn(FamCanaryPages, u(free), run, canary.ClassFreePage.String(), string(phase))
+			fn(FamCanaryPages, u(held), run, canary.ClassHeldPage.String(), string(phase))
+			fn(FamCanaryPages, u(live), run, canary.ClassLiveOverwrite.String(), string(phase))
+			fn(FamMissingStores, u(missing), run, string(phase))
 		}
+		page(pagediff.PhaseReplay, s.ExpectedWrites, s.BenignTransferWrites, s.FreePageWrites, s.HeldPageWrites, s.LivePageOverwrites, s.MissingStores)
+		live := s.LivePageOverwrites
+		if b := s.Between; b != nil {
+			page(pagediff.PhaseBetween, b.ExpectedWrites, b.BenignTransferWrites, b.FreePageWrites, b.HeldPageWrites, b.LivePageOverwrites, b.MissingStores)
+			live += b.LivePageOverwrites
+		} else {
+			page(pagediff.PhaseBetween, 0, 0, 0, 0, 0, 0)
+		}
+		fn(FamLiveOverwrites, u(live), run)
+		fn(FamSuppressed, u(s.FindingsSuppressed), run, canary.AnalyzerName)
+	}
+	if s := sums.Graphdiff; s != nil {
+		fn(FamJudgedSamples, float64(s.Samples), run)
+		fn(FamDivergent, float64(s.Divergent), run)
+		fn(FamSuppressed, u(s.FindingsSuppressed), run, graphdiff.AnalyzerName)
+	}
+	if s := sums.Checksum; s != nil {
+		fn(FamRooms, float64(s.Matched), run, "match")
+		fn(FamRooms, float64(s.Mismatched), run, "mismatch")
+		fn(FamRooms, float64(s.Warmup), run, "warmup")
+		fn(FamRooms, float64(s.Missing), run, "one_side")
+		fn(FamRoomMismatches, float64(s.Mismatched), run)
 	}
 
 	t.extraMu.Lock()

@@ -10,9 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/checksum"
-	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
@@ -102,19 +99,8 @@ func TestTallyAgreesWithTheRunReport(t *testing.T) {
 			t.Errorf("sessions{outcome=%q} = %v (%d series), report says %d", o, got, n, outcomes[o])
 		}
 	}
-	var cs checksum.Summary
-	var cn canary.Summary
-	var gd graphdiff.Summary
-	for _, a := range as {
-		switch s := a.Summary().(type) {
-		case checksum.Summary:
-			cs = s
-		case canary.Summary:
-			cn = s
-		case graphdiff.Summary:
-			gd = s
-		}
-	}
+	sums := analyzers.SetOf(as...).Summaries()
+	cs, cn, gd := *sums.Checksum, *sums.Canary, *sums.Graphdiff
 	if cs.Mismatched == 0 {
 		t.Fatalf("transfer-race gave no room mismatch: %+v", cs)
 	}

@@ -146,7 +146,8 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 	sched, ends := newSample[SchedPoint](maxPoints), newSample[SessionEnd](maxPoints)
 	run.Stats.SetManifest(m.Tool, m.Created, m.Host, m.Config)
 	warm := checksum.DefaultWarmupMaxSeqLen
-	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: warm})
+	set := analyzers.NewSet(analyzers.Options{WarmupMaxSeqLen: warm})
+	as := set.All()
 	var kinds [256]uint64
 	stepBS := map[uint64]int{}
 	divSteps := map[uint64]bool{}
@@ -223,21 +224,17 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 	run.jaccards = nil
 	run.Truncated, run.TruncationReason, run.Skipped = r.Truncated(), r.TruncationReason(), r.Skipped()
 	run.Stats.Truncated, run.Stats.Skipped = run.Truncated, run.Skipped
-	for _, a := range as {
-		switch s := a.Summary().(type) {
-		case checksum.Summary:
-			if kinds[hook.KindRoomChecksum] > 0 {
-				run.Checksum = &s
-			}
-		case canary.Summary:
-			if kinds[hook.KindCanaryPages] > 0 {
-				run.Canary = &s
-			}
-		case graphdiff.Summary:
-			if kinds[hook.KindGraphDiffSample] > 0 {
-				run.GraphDiff = &s
-			}
-		}
+	// A layer is measured when the bundle holds its events; otherwise its
+	// summary stays nil.
+	sums := set.Summaries()
+	if kinds[hook.KindRoomChecksum] > 0 {
+		run.Checksum = sums.Checksum
+	}
+	if kinds[hook.KindCanaryPages] > 0 {
+		run.Canary = sums.Canary
+	}
+	if kinds[hook.KindGraphDiffSample] > 0 {
+		run.GraphDiff = sums.Graphdiff
 	}
 	run.Summary = run.Stats.Summary()
 	if n := run.Summary.Sessions; n > 0 {

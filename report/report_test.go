@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,16 +104,23 @@ func fixture(t *testing.T) *report.Report {
 	return fixRep
 }
 
-func TestMarkdownGolden(t *testing.T) {
-	rep := fixture(t)
+// rendered is the fixture's report as write renders it
+// ((*report.Report).WriteMarkdown or WriteHTML).
+func rendered(t *testing.T, write func(*report.Report, io.Writer) error) []byte {
+	t.Helper()
 	var b bytes.Buffer
-	if err := rep.WriteMarkdown(&b); err != nil {
+	if err := write(fixture(t), &b); err != nil {
 		t.Fatal(err)
 	}
-	got := b.String()
+	return b.Bytes()
+}
+
+func TestMarkdownGolden(t *testing.T) {
+	md := rendered(t, (*report.Report).WriteMarkdown)
+	got := string(md)
 	golden := filepath.Join("testdata", "report.md.golden")
 	if *update {
-		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(golden, md, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -137,12 +145,7 @@ func TestMarkdownGolden(t *testing.T) {
 }
 
 func TestHTMLEscapesAndSelfContained(t *testing.T) {
-	rep := fixture(t)
-	var b bytes.Buffer
-	if err := rep.WriteHTML(&b); err != nil {
-		t.Fatal(err)
-	}
-	h := b.String()
+	h := string(rendered(t, (*report.Report).WriteHTML))
 	for _, bad := range []string{"<script", "\x1b", "<tool_call>", "src=", `href="http`, `href="//`, "@import", "url("} {
 		if strings.Contains(h, bad) {
 			i := strings.Index(h, bad)
@@ -273,7 +276,6 @@ func load(t *testing.T, bin, page string) (dom string, console, requests []strin
 // see a console error and a request when there is one.
 func TestHTMLInChromium(t *testing.T) {
 	bin := chromium(t)
-	rep := fixture(t)
 	dir := t.TempDir()
 
 	control := filepath.Join(dir, "control.html")
@@ -284,11 +286,7 @@ func TestHTMLInChromium(t *testing.T) {
 	}
 
 	page := filepath.Join(dir, "report.html")
-	var b bytes.Buffer
-	if err := rep.WriteHTML(&b); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(page, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(page, rendered(t, (*report.Report).WriteHTML), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dom, console, reqs := load(t, bin, page)

@@ -15,12 +15,12 @@
 // frame tick (at most ~10 frames a second), so the producer never waits for
 // it: when the view falls behind, the bus drops the oldest events and the
 // header shows how many. Analyzers run on the producer's side; the dashboard
-// polls their summaries through Options.Summaries and keeps its own small,
+// polls their typed summaries through Options.Summaries and keeps its own small,
 // bounded aggregates (counts, sparkline buckets, the last findings, a window
 // of recent events for snapshots).
 //
 // Entry points: Run shows a dashboard on the terminal (Options: a Live
-// subscription, analyzer summaries through AnalyzerSummaries, an optional
+// subscription, analyzer summaries from an analyzers.Set, an optional
 // replay Cursor, demo Steps, the source's Done and SourceStatus); New builds
 // the bare model for tests and other programs. The paced bundle replay behind
 // `watch --bundle` is a source and lives in package pipeline; it moves the

@@ -75,20 +75,9 @@ func (p *FindingsPanel) Update(msg tea.Msg) (*FindingsPanel, tea.Cmd) {
 			}
 			break
 		}
-		page := max(1, p.h-3)
-		switch {
-		case key.Matches(msg, p.keys.Up):
-			p.move(-1)
-		case key.Matches(msg, p.keys.Down):
-			p.move(1)
-		case key.Matches(msg, p.keys.PageUp):
-			p.move(-page)
-		case key.Matches(msg, p.keys.PageDown):
-			p.move(page)
-		case key.Matches(msg, p.keys.Top):
-			p.move(-len(p.shown))
-		case key.Matches(msg, p.keys.Bottom):
-			p.move(len(p.shown))
+		switch d, nav := p.keys.listMove(msg, max(1, p.h-3), len(p.shown)); {
+		case nav:
+			p.move(d)
 		case key.Matches(msg, p.keys.Drill):
 			if it, ok := p.Selected(); ok {
 				p.drill, p.scroll = &it, 0
@@ -180,11 +169,8 @@ func (p *FindingsPanel) View() string {
 	case len(p.shown) == 0:
 		lines = []string{st.Muted.Render("no finding matches the filter")}
 	default:
-		start := 0
-		if p.sel >= rows {
-			start = p.sel - rows + 1
-		}
-		for i := start; i < len(p.shown) && i < start+rows; i++ {
+		start, end := visible(p.sel, rows, len(p.shown))
+		for i := start; i < end; i++ {
 			it := &p.s.Findings[p.shown[i]]
 			mark := "  "
 			if i == p.sel && p.focused {

@@ -7,6 +7,7 @@ import (
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -76,20 +77,27 @@ func gpuEvents() []hook.Event {
 	}
 }
 
-func fixtureSummaries() map[string]any {
+func fixtureSummaries() *analyzers.Summaries {
 	live := 1.0
-	return map[string]any{
-		"checksum": checksum.Summary{Rooms: 20, Matched: 17, Mismatched: 1, Warmup: 1, Missing: 1},
-		"canary": canary.Summary{Policy: "live", Replays: 20, PagesChecked: 200, PagesTotal: 2000, Coverage: 0.1, LiveCoverage: &live,
+	return &analyzers.Summaries{
+		Checksum: &checksum.Summary{Rooms: 20, Matched: 17, Mismatched: 1, Warmup: 1, Missing: 1},
+		Canary: &canary.Summary{Policy: "live", Replays: 20, PagesChecked: 200, PagesTotal: 2000, Coverage: 0.1, LiveCoverage: &live,
 			ExpectedWrites: 40, BenignTransferWrites: 12, LivePageOverwrites: 1, MissingStores: 0},
-		"graphdiff": graphdiff.Summary{Samples: 20, Divergent: 2, JaccardHist: []graphdiff.HistBin{
+		Graphdiff: &graphdiff.Summary{Samples: 20, Divergent: 2, JaccardHist: []graphdiff.HistBin{
 			{Label: "[0,0.5)", Lo: 0, Hi: 0.5, Count: 2}, {Label: "[0.5,0.8)", Lo: 0.5, Hi: 0.8},
 			{Label: "[0.8,0.9)", Lo: 0.8, Hi: 0.9}, {Label: "[0.9,1)", Lo: 0.9, Hi: 1, Count: 1}, {Label: "1", Lo: 1, Hi: 1, Count: 17}}},
 	}
 }
 
-// fixtureState folds events and summaries into a State as a frame would.
-func fixtureState(evs []hook.Event, sums map[string]any) *State {
+// zeroSummaries are the analyzers' summaries when they ran but saw none of
+// their events (a real server's bundle).
+func zeroSummaries() *analyzers.Summaries {
+	return &analyzers.Summaries{Checksum: &checksum.Summary{}, Canary: &canary.Summary{Policy: "live"}, Graphdiff: &graphdiff.Summary{}}
+}
+
+// fixtureState folds events and summaries (nil: none polled) into a State
+// as a frame would.
+func fixtureState(evs []hook.Event, sums *analyzers.Summaries) *State {
 	a := newAggregator("bundle fixture.kvtrace")
 	for i := range evs {
 		a.apply(&evs[i])

@@ -10,6 +10,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/teatest"
 
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
@@ -34,6 +35,33 @@ func writeFixtureBundle(t *testing.T) string {
 	return path
 }
 
+// replayFixture replays the fixture bundle into a live subscription as fast
+// as it reads, moving pos when set; done receives the replay's end. The
+// replay stops with the test.
+func replayFixture(t *testing.T, pos pipeline.Position) (sub *hook.Subscription, done <-chan error) {
+	t.Helper()
+	path := writeFixtureBundle(t)
+	bus := hook.NewBus()
+	sub = bus.Live("tui", DefaultLiveCapacity)
+	end := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		err := pipeline.ReplayBundle(ctx, path, bus, pipeline.ReplayOptions{Speed: 0, Cursor: pos})
+		bus.Close()
+		end <- err
+	}()
+	return sub, end
+}
+
+// quit presses q and returns the model the program ended with.
+func quit(t *testing.T, tm *teatest.TestModel) *Model {
+	t.Helper()
+	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
+	tm.WaitFinished(t, teatest.WithFinalTimeout(15*time.Second))
+	return tm.FinalModel(t).(*Model)
+}
+
 // waitOut waits until the output written since the last wait holds every
 // one of what.
 func waitOut(t *testing.T, tm *teatest.TestModel, what ...string) {
@@ -52,20 +80,10 @@ func waitOut(t *testing.T, tm *teatest.TestModel, what ...string) {
 // replay fills the panels, tab walks them, enter on a finding shows its
 // evidence, esc returns and q quits.
 func TestWatchBundleFlow(t *testing.T) {
-	path := writeFixtureBundle(t)
-	bus := hook.NewBus()
-	sub := bus.Live("tui", DefaultLiveCapacity)
 	cursor := &Cursor{}
-	done := make(chan error, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		err := pipeline.ReplayBundle(ctx, path, bus, pipeline.ReplayOptions{Speed: 0, Cursor: cursor})
-		bus.Close()
-		done <- err
-	}()
+	sub, done := replayFixture(t, cursor)
 	m := New(Options{Title: "kvcanary watch", Source: "bundle fixture.kvtrace", Sub: sub, Cursor: cursor, Done: done,
-		Summaries: func() map[string]any { return fixtureSummaries() }, Styles: asciiStyles(), SnapshotDir: t.TempDir()})
+		Summaries: func() analyzers.Summaries { return *fixtureSummaries() }, Styles: asciiStyles(), SnapshotDir: t.TempDir()})
 	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(120, 40))
 
 	// The replay fills every panel; the cursor reaches the end.
@@ -81,9 +99,7 @@ func TestWatchBundleFlow(t *testing.T) {
 	waitOut(t, tm, "finding #5 evidence", `victim "s003-r1\x1b[31m"`)
 	tm.Send(tea.KeyMsg{Type: tea.KeyEsc})
 	waitOut(t, tm, "focus: findings")
-	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
-	tm.WaitFinished(t, teatest.WithFinalTimeout(15*time.Second))
-	fm := tm.FinalModel(t).(*Model)
+	fm := quit(t, tm)
 	if fm.findings.Drilled() || fm.Focused() != "findings" {
 		t.Fatalf("final: drilled %v focus %s", fm.findings.Drilled(), fm.Focused())
 	}
@@ -100,17 +116,7 @@ func TestWatchBundleFlow(t *testing.T) {
 // the session is a finding, enter on the sessions panel opens the table
 // with the reply's excerpt (quoted), o sorts by the next column, esc returns.
 func TestSessionsTableFlow(t *testing.T) {
-	path := writeFixtureBundle(t)
-	bus := hook.NewBus()
-	sub := bus.Live("tui", DefaultLiveCapacity)
-	done := make(chan error, 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		err := pipeline.ReplayBundle(ctx, path, bus, pipeline.ReplayOptions{Speed: 0})
-		bus.Close()
-		done <- err
-	}()
+	sub, done := replayFixture(t, nil)
 	m := New(Options{Title: "kvcanary watch", Source: "bundle fixture.kvtrace", Sub: sub, Done: done, Styles: asciiStyles()})
 	tm := teatest.NewTestModel(t, m, teatest.WithInitialTermSize(120, 40))
 
@@ -123,9 +129,7 @@ func TestSessionsTableFlow(t *testing.T) {
 	waitOut(t, tm, "sort: session")
 	tm.Send(tea.KeyMsg{Type: tea.KeyEsc})
 	waitOut(t, tm, "corrupt 3/12 = 25.0%")
-	tm.Send(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("q")})
-	tm.WaitFinished(t, teatest.WithFinalTimeout(15*time.Second))
-	fm := tm.FinalModel(t).(*Model)
+	fm := quit(t, tm)
 	if fm.table.Opened() || fm.Focused() != "sessions" {
 		t.Fatalf("final: table open %v, focus %s", fm.table.Opened(), fm.Focused())
 	}

@@ -9,9 +9,6 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/golden"
 
-	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/checksum"
-	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -41,7 +38,7 @@ func TestPanelGolden(t *testing.T) {
 	noSums := fixtureState(fixtureEvents(), nil)
 	// The analyzers ran but saw none of their events (a real server's
 	// bundle): panels say what would measure, never a zero.
-	zeroSums := fixtureState(nil, map[string]any{"checksum": checksum.Summary{}, "canary": canary.Summary{Policy: "live"}, "graphdiff": graphdiff.Summary{}})
+	zeroSums := fixtureState(nil, zeroSummaries())
 	keys := DefaultKeyMap()
 	type pc struct {
 		name string

@@ -1,6 +1,9 @@
 package tui
 
-import "github.com/charmbracelet/bubbles/key"
+import (
+	"github.com/charmbracelet/bubbles/key"
+	tea "github.com/charmbracelet/bubbletea"
+)
 
 // KeyMap is every key the dashboard answers to, with its help text.
 type KeyMap struct {
@@ -59,4 +62,25 @@ func (k KeyMap) FullHelp() [][]key.Binding {
 		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom},
 		{k.Filter, k.Pause, k.Snapshot, k.Help, k.Quit},
 	}
+}
+
+// listMove is how far a list key (up, down, page up and down, top, bottom)
+// moves the selection in a list of n rows that shows page rows at a time;
+// ok is false for any other key.
+func (k *KeyMap) listMove(msg tea.KeyMsg, page, n int) (d int, ok bool) {
+	switch {
+	case key.Matches(msg, k.Up):
+		return -1, true
+	case key.Matches(msg, k.Down):
+		return 1, true
+	case key.Matches(msg, k.PageUp):
+		return -page, true
+	case key.Matches(msg, k.PageDown):
+		return page, true
+	case key.Matches(msg, k.Top):
+		return -n, true
+	case key.Matches(msg, k.Bottom):
+		return n, true
+	}
+	return 0, false
 }

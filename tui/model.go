@@ -14,6 +14,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -44,10 +45,12 @@ type Options struct {
 	// subscription (bus.Live("tui", DefaultLiveCapacity)) so the producer
 	// never waits; its drops are shown in the header.
 	Sub *hook.Subscription
-	// Summaries, when set, returns the analyzers' current summaries by name
-	// (see AnalyzerSummaries). It is called from a goroutine of its own a
-	// few times a second and must be safe for concurrent use.
-	Summaries func() map[string]any
+	// Summaries, when set, returns the analyzers' current summaries (an
+	// analyzers.Set's Summaries method; a nil field is an analyzer that does
+	// not run, and its panel says "not measured"). It is called from a
+	// goroutine of its own a few times a second and must be safe for
+	// concurrent use (kvcanary's analyzers are: each guards its state).
+	Summaries func() analyzers.Summaries
 	// SourceStatus, when set, returns a short line about the source (open
 	// connections, sessions finished); it is called from the frame's Cmd and
 	// must be safe for concurrent use.
@@ -103,8 +106,8 @@ type frameMsg struct {
 	at        time.Time
 	batch     *[]hook.Event
 	open      bool
-	summaries map[string]any
-	arrived   uint64 // delivered + dropped so far
+	summaries *analyzers.Summaries // nil when this frame did not poll
+	arrived   uint64               // delivered + dropped so far
 	dropped   uint64
 	status    string // Options.SourceStatus
 }
@@ -282,7 +285,8 @@ func (m *Model) tick() tea.Cmd {
 			f.arrived = sub.Delivered() + f.dropped
 		}
 		if sums != nil && (poll || !f.open) {
-			f.summaries = sums()
+			s := sums()
+			f.summaries = &s
 		}
 		if status != nil {
 			f.status = status()

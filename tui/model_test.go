@@ -9,9 +9,6 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/exp/golden"
 
-	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/checksum"
-	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
@@ -35,22 +32,15 @@ func testModel(t *testing.T, w, h int, steps bool) *Model {
 	return m
 }
 
+// namedKeys are the keys the tests press by name; any other string is typed.
+var namedKeys = map[string]tea.KeyType{
+	"tab": tea.KeyTab, "shift+tab": tea.KeyShiftTab, "enter": tea.KeyEnter, "esc": tea.KeyEsc,
+	"up": tea.KeyUp, "backspace": tea.KeyBackspace, "ctrl+u": tea.KeyCtrlU,
+}
+
 func keyMsg(s string) tea.KeyMsg {
-	switch s {
-	case "tab":
-		return tea.KeyMsg{Type: tea.KeyTab}
-	case "shift+tab":
-		return tea.KeyMsg{Type: tea.KeyShiftTab}
-	case "enter":
-		return tea.KeyMsg{Type: tea.KeyEnter}
-	case "esc":
-		return tea.KeyMsg{Type: tea.KeyEsc}
-	case "up":
-		return tea.KeyMsg{Type: tea.KeyUp}
-	case "backspace":
-		return tea.KeyMsg{Type: tea.KeyBackspace}
-	case "ctrl+u":
-		return tea.KeyMsg{Type: tea.KeyCtrlU}
+	if k, ok := namedKeys[s]; ok {
+		return tea.KeyMsg{Type: k}
 	}
 	return tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune(s)}
 }
@@ -317,8 +307,7 @@ func TestNoDataPanelsSayNotMeasured(t *testing.T) {
 	m := New(Options{Source: "bundle real.kvtrace", Styles: asciiStyles()})
 	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
 	evs := []hook.Event{{Kind: hook.KindSession, TS: 1, Body: &hook.Session{ID: "s000", Outcome: hook.OutcomeDone, Rounds: 2}}}
-	m.Update(frameMsg{at: wall0, batch: &evs, open: true, summaries: map[string]any{
-		"checksum": checksum.Summary{}, "canary": canary.Summary{Policy: "live"}, "graphdiff": graphdiff.Summary{}}})
+	m.Update(frameMsg{at: wall0, batch: &evs, open: true, summaries: zeroSummaries()})
 	out := m.View()
 	for _, p := range []viewer{m.checksum, m.canary, m.graphdiff} {
 		if v := p.View(); !strings.Contains(v, "not measured") || !strings.Contains(strings.Join(strings.Fields(v), " "), "needs") {

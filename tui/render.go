@@ -34,6 +34,16 @@ func (st *Styles) frame(title string, lines []string, w, h int, focused bool) st
 	return box.Width(iw).Height(ih).Render(strings.Join(out, "\n"))
 }
 
+// visible is the part [start, end) of a list of n rows that a view of rows
+// lines shows: the top, or scrolled just enough to keep the selected row
+// sel in view.
+func visible(sel, rows, n int) (start, end int) {
+	if sel >= rows {
+		start = sel - rows + 1
+	}
+	return start, min(n, start+rows)
+}
+
 // fit clips or pads each line to exactly w cells.
 func fit(s string, w int) string {
 	if w <= 0 {

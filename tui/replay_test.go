@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -93,7 +94,7 @@ func TestRunRestoresTerminalOnPanic(t *testing.T) {
 	var out bytes.Buffer
 	pr, _ := ioPipe()
 	_, err := Run(context.Background(), Options{Sub: sub, In: pr, Out: &out, NoColor: true,
-		Summaries: func() map[string]any { panic("boom") }})
+		Summaries: func() analyzers.Summaries { panic("boom") }})
 	if err == nil || !strings.Contains(err.Error(), "panic") {
 		t.Fatalf("Run after a panic: %v", err)
 	}

@@ -12,25 +12,6 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 )
 
-// Summarizer is the narrow view of an analyzer the dashboard polls
-// (hook.Analyzer satisfies it).
-type Summarizer interface {
-	Name() string
-	Summary() any
-}
-
-// AnalyzerSummaries returns an Options.Summaries over as. The analyzers must
-// be safe for concurrent use (kvcanary's are: each guards its state).
-func AnalyzerSummaries[A Summarizer](as ...A) func() map[string]any {
-	return func() map[string]any {
-		m := make(map[string]any, len(as))
-		for _, a := range as {
-			m[a.Name()] = a.Summary()
-		}
-		return m
-	}
-}
-
 // Run shows the dashboard on the terminal behind opts.In/opts.Out (default
 // stdin/stdout) in the alternate screen until the user quits, ctx ends or
 // SIGINT/SIGTERM arrives. The terminal is restored on return, on panics (in

@@ -83,22 +83,11 @@ func (p *SessionsTable) Update(msg tea.Msg) (*SessionsTable, tea.Cmd) {
 		if !p.open {
 			break
 		}
-		page := max(1, p.rows())
-		switch {
+		switch d, nav := p.keys.listMove(msg, max(1, p.rows()), len(p.order)); {
 		case key.Matches(msg, p.keys.Back):
 			p.open = false
-		case key.Matches(msg, p.keys.Up):
-			p.move(-1)
-		case key.Matches(msg, p.keys.Down):
-			p.move(1)
-		case key.Matches(msg, p.keys.PageUp):
-			p.move(-page)
-		case key.Matches(msg, p.keys.PageDown):
-			p.move(page)
-		case key.Matches(msg, p.keys.Top):
-			p.move(-len(p.order))
-		case key.Matches(msg, p.keys.Bottom):
-			p.move(len(p.order))
+		case nav:
+			p.move(d)
 		case key.Matches(msg, p.keys.Sort):
 			p.by = (p.by + 1) % sortLimit
 			p.resort()
@@ -212,11 +201,8 @@ func (p *SessionsTable) View() string {
 	head := "  " + fmt.Sprintf("%-*s %-*s %*s %-*s %s", idW, "session", outW, "outcome", rdW, "round", reqW, "request", "reason · excerpt")
 	lines := []string{st.Label.Render(fit(head, iw))}
 	rows := p.rows()
-	start := 0
-	if p.sel >= rows {
-		start = p.sel - rows + 1
-	}
-	for i := start; i < len(p.order) && i < start+rows; i++ {
+	start, end := visible(p.sel, rows, len(p.order))
+	for i := start; i < end; i++ {
 		r := &p.s.SessionRows[p.order[i]]
 		mark := "  "
 		if i == p.sel {

@@ -9,6 +9,7 @@ import (
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/safetext"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/spec/outcome"
@@ -272,7 +273,7 @@ type aggregator struct {
 
 	checksumEvents, canaryEvents, graphdiffEvents uint64
 	mismatches                                    []string
-	summaries                                     map[string]any
+	summaries                                     analyzers.Summaries
 
 	gpu        *hook.GPU
 	gpuSamples uint64
@@ -309,7 +310,7 @@ func (a *aggregator) resetRun() {
 	a.schedRunning, a.schedUsage, a.schedQ, a.schedRt = series{max: true}, series{max: true}, series{max: true}, series{}
 	a.checksumEvents, a.canaryEvents, a.graphdiffEvents = 0, 0, 0
 	a.mismatches = nil
-	a.summaries = nil
+	a.summaries = analyzers.Summaries{}
 	a.cudaCalls, a.cudaGraph, a.cudaErr = 0, 0, 0
 	a.cudaBy = map[string]uint64{}
 	a.cudaPIDs = map[uint32]struct{}{}
@@ -510,10 +511,10 @@ func (a *aggregator) addSession(ev *hook.Event, b *hook.Session) {
 	a.addFinding(ev, &hook.Finding{Analyzer: SessionFindings, Severity: sev, Summary: sum, Evidence: evid})
 }
 
-// setSummaries takes the analyzers' latest summaries.
-func (a *aggregator) setSummaries(m map[string]any) {
-	if m != nil {
-		a.summaries = m
+// setSummaries takes the analyzers' latest summaries (nil: none polled).
+func (a *aggregator) setSummaries(s *analyzers.Summaries) {
+	if s != nil {
+		a.summaries = *s
 	}
 }
 
@@ -566,24 +567,8 @@ func (a *aggregator) snapshot(spark int) State {
 	if len(s.CUDA.Top) > 4 {
 		s.CUDA.Top = s.CUDA.Top[:4]
 	}
-	for _, v := range a.summaries {
-		switch x := v.(type) {
-		case checksum.Summary:
-			s.Checksum = &x
-		case *checksum.Summary:
-			c := *x
-			s.Checksum = &c
-		case canary.Summary:
-			s.Canary = &x
-		case *canary.Summary:
-			c := *x
-			s.Canary = &c
-		case graphdiff.Summary:
-			s.GraphDiff = &x
-		case *graphdiff.Summary:
-			c := *x
-			s.GraphDiff = &c
-		}
-	}
+	// Each poll's summaries are fresh values (analyzers.Set.Summaries), so
+	// the frame may share them.
+	s.Checksum, s.Canary, s.GraphDiff = a.summaries.Checksum, a.summaries.Canary, a.summaries.Graphdiff
 	return s
 }

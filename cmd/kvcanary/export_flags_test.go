@@ -19,9 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvcanary/kvcanary/canary"
-	"github.com/kvcanary/kvcanary/checksum"
-	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/testenv"
@@ -236,19 +233,8 @@ func TestCollectMetricsScrapedByPrometheus(t *testing.T) {
 	for _, s := range res.PerSession {
 		outcomes[s.Outcome]++
 	}
-	var cs checksum.Summary
-	var cn canary.Summary
-	var gd graphdiff.Summary
-	for _, a := range as {
-		switch s := a.Summary().(type) {
-		case checksum.Summary:
-			cs = s
-		case canary.Summary:
-			cn = s
-		case graphdiff.Summary:
-			gd = s
-		}
-	}
+	sums := analyzers.SetOf(as...).Summaries()
+	cs, cn, gd := *sums.Checksum, *sums.Canary, *sums.Graphdiff
 	live := cn.LivePageOverwrites
 	if cn.Between != nil {
 		live += cn.Between.LivePageOverwrites

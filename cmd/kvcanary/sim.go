@@ -247,10 +247,7 @@ func simRunRun(opts *SimRunOptions) error {
 	if err := p.Run(factoryCtx(opts.Factory), twin).Err(); err != nil {
 		return err
 	}
-	sections := map[string]any{}
-	for _, a := range as {
-		sections[a.Name()] = a.Summary()
-	}
+	sections := analyzers.SetOf(as...).Summaries().Sections()
 	if opts.JSON.JSON {
 		return cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, twin.Result, sections))
 	}

@@ -214,3 +214,25 @@ func TestSimInjectCompletion(t *testing.T) {
 		}
 	}
 }
+
+// TestSimRunJSONSections pins the analyzers' sections of `sim run --json`
+// byte for byte, as printed (indentation included), on a seeded twin run
+// with something for every analyzer to count. The golden file was written
+// when the sections were a map of analyzer name to Summary() any; the typed
+// summaries must encode exactly as that map did.
+func TestSimRunJSONSections(t *testing.T) {
+	out, _, err := runSim(t, false, "run", "--sessions", "4", "--rounds", "1", "--seed", "3", "--inject", "transfer-race", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, k := range []string{"canary", "checksum", "graphdiff"} {
+		start := strings.Index(out, "\n  \""+k+"\": {")
+		if start < 0 {
+			t.Fatalf("--json lacks the %s section:\n%s", k, out)
+		}
+		end := strings.Index(out[start:], "\n  }")
+		b.WriteString(out[start+1:start+end+4] + "\n")
+	}
+	assertGolden(t, "sim-run-sections", b.String(), nil)
+}

@@ -310,7 +310,7 @@ func watchView(opts *WatchOptions, ws *watchSource, as []hook.Analyzer, stats *t
 	return func(ctx context.Context, sub *hook.Subscription, done <-chan error) error {
 		var err error
 		*stats, err = run(ctx, tui.Options{
-			Title: "kvcanary watch", Source: ws.label, Run: ws.man.Run, Sub: sub, Summaries: tui.AnalyzerSummaries(as...),
+			Title: "kvcanary watch", Source: ws.label, Run: ws.man.Run, Sub: sub, Summaries: analyzers.SetOf(as...).Summaries,
 			Cursor: ws.cursor, Done: done, SourceStatus: status, SnapshotDir: opts.SnapshotDir, Manifest: ws.man,
 			// Many producers share a collector, and each may open its own
 			// run: panels keep counting across them.
@@ -369,7 +369,7 @@ func demoTUIRun(opts *DemoOptions, runTUI func(context.Context, tui.Options) (tu
 		View: func(ctx context.Context, sub *hook.Subscription, done <-chan error) error {
 			_, err := runTUI(ctx, tui.Options{
 				Title: "kvcanary demo", Source: fmt.Sprintf("the twin, %d sessions × %d rounds, seed %d", opts.Sessions, opts.Rounds, opts.Seed),
-				Sub: sub, Summaries: tui.AnalyzerSummaries(as...), Steps: steps, Done: done, SnapshotDir: opts.Out,
+				Sub: sub, Summaries: analyzers.SetOf(as...).Summaries, Steps: steps, Done: done, SnapshotDir: opts.Out,
 				In: opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
 			})
 			return err

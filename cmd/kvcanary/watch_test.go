@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
@@ -157,8 +158,8 @@ func TestWatchSimRecordThenReplay(t *testing.T) {
 	if opts.Run != "sim-seed1" || !strings.HasPrefix(opts.Source, "bundle ") {
 		t.Fatalf("source %q run %q", opts.Source, opts.Run)
 	}
-	if sums := opts.Summaries(); len(sums) != 3 {
-		t.Fatalf("summaries %v", sums)
+	if sums := opts.Summaries(); sums.Checksum == nil || sums.Canary == nil || sums.Graphdiff == nil {
+		t.Fatalf("summaries %+v", sums)
 	}
 }
 
@@ -228,7 +229,7 @@ func TestDemoWithDashboard(t *testing.T) {
 	var (
 		seen    []hook.Event
 		results = map[int]tui.Step{}
-		sums    map[string]any
+		sums    analyzers.Summaries
 	)
 	err := demoTUIRun(opts, func(ctx context.Context, o tui.Options) (tui.Stats, error) {
 		if o.Steps == nil || o.Sub == nil || o.Done == nil || !strings.Contains(o.Title, "demo") {
@@ -248,9 +249,7 @@ func TestDemoWithDashboard(t *testing.T) {
 			case <-ready:
 				var open bool
 				seen, open = o.Sub.Drain(seen)
-				if m := o.Summaries(); m != nil {
-					sums = m
-				}
+				sums = o.Summaries()
 				if !open {
 					ready = nil
 				}
@@ -275,8 +274,8 @@ func TestDemoWithDashboard(t *testing.T) {
 	if n := countKind(seen, hook.KindRunStart); n != 1 {
 		t.Fatalf("the view replayed %d runs, want 1 (the baseline the layer tests read)", n)
 	}
-	if len(sums) != 3 {
-		t.Fatalf("summaries %v", sums)
+	if sums.Checksum == nil || sums.Canary == nil || sums.Graphdiff == nil {
+		t.Fatalf("summaries %+v", sums)
 	}
 	if !strings.Contains(out.String(), "VERDICT: ") || !strings.Contains(out.String(), "bundles: ") {
 		t.Fatalf("plain report after the dashboard: %q", out)

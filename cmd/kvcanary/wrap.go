@@ -391,24 +391,23 @@ const (
 
 // WrapLayer is one layer's verdict.
 type WrapLayer struct {
-	Layer    string `json:"layer"`    // transfer | buffer | compute (or the analyzer's name)
+	Layer    string `json:"layer"`    // transfer | buffer | compute
 	Analyzer string `json:"analyzer"` // analyzers.All name
 	Status   string `json:"status"`   // ok | finding | not measured | one side only
 	Events   uint64 `json:"events"`   // events of the kind it judges
 	Findings int    `json:"findings"` // error findings it emitted
 	Detail   string `json:"detail"`
-	Summary  any    `json:"summary"` // the analyzer's own summary
+	Summary  any    `json:"summary"` // the analyzer's own summary, for --json (the verdict reads it typed)
 }
 
 // wrapLayerOf names the layer each analyzer judges and the event kind it reads.
 var wrapLayerOf = map[string]struct {
 	layer string
 	kind  hook.Kind
-	order int
 }{
-	checksum.AnalyzerName:  {"transfer", hook.KindRoomChecksum, 0},
-	canary.AnalyzerName:    {"buffer", hook.KindCanaryPages, 1},
-	graphdiff.AnalyzerName: {"compute", hook.KindGraphDiffSample, 2},
+	checksum.AnalyzerName:  {"transfer", hook.KindRoomChecksum},
+	canary.AnalyzerName:    {"buffer", hook.KindCanaryPages},
+	graphdiff.AnalyzerName: {"compute", hook.KindGraphDiffSample},
 }
 
 // wrapTally counts, on the way to the bus, what the final report needs
@@ -555,7 +554,7 @@ func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start t
 		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections,
 		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), DroppedProducer: tally.producerDropped,
 		CutOff: src.info.cutOff, Record: opts.Record, Log: opts.Log,
-		Layers:        wrapLayers(as, st.ByKind, tally.findings),
+		Layers:        wrapLayers(analyzers.SetOf(as...).Summaries(), st.ByKind, tally.findings),
 		ProducerNotes: slices.Clone(tally.producerNotes),
 	}
 	markPartial(sum.Layers, sum.ProducerNotes, sum.DroppedProducer > 0)
@@ -624,7 +623,7 @@ func wrapView(opts *WrapOptions, src *wrapSource, as []hook.Analyzer, man traces
 		var err error
 		*stats, err = run(ctx, tui.Options{
 			Title: "kvcanary wrap", Source: "wrap " + cmdutil.Quote(strings.Join(opts.Command, " ")), Run: opts.Run,
-			Sub: sub, Summaries: tui.AnalyzerSummaries(as...), Done: done, SourceStatus: status,
+			Sub: sub, Summaries: analyzers.SetOf(as...).Summaries, Done: done, SourceStatus: status,
 			SnapshotDir: "", // the user state dir (tui.DefaultSnapshotDir) Manifest: man, KeepRuns: true,
 			In:          opts.IO.In, Out: opts.IO.Out, NoColor: os.Getenv("NO_COLOR") != "",
 		})
@@ -857,27 +856,36 @@ func wrapProgressLine(st hook.Stats) string {
 		plural(int64(st.Events), "event"), kinds, plural(int64(st.Open), "producer"), plural(int64(st.Connections), "connection"), st.Rejected)
 }
 
-// wrapLayers gives each analyzer's verdict, transfer, buffer, compute first.
-func wrapLayers(as []hook.Analyzer, byKind map[string]uint64, findings map[string]int) []WrapLayer {
-	out := make([]WrapLayer, 0, len(as))
-	for _, a := range as {
-		l := WrapLayer{Layer: a.Name(), Analyzer: a.Name(), Findings: findings[a.Name()], Summary: a.Summary()}
-		info, known := wrapLayerOf[a.Name()]
-		if known {
-			l.Layer = info.layer
-			l.Events = byKind[info.kind.String()]
+// wrapLayers gives each analyzer's verdict: transfer, buffer, compute. An
+// analyzer the command did not run has no layer.
+func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map[string]int) []WrapLayer {
+	out := make([]WrapLayer, 0, 3)
+	layer := func(name string, summary any, verdict func(l *WrapLayer)) {
+		info := wrapLayerOf[name]
+		l := WrapLayer{Layer: info.layer, Analyzer: name, Events: byKind[info.kind.String()], Findings: findings[name], Summary: summary}
+		if l.Events == 0 {
+			l.Status, l.Detail = layerNotMeasured, "no "+info.kind.String()+" events"
+		} else {
+			l.Status = layerOK
+			if l.Findings > 0 {
+				l.Status = layerFinding
+			}
+			verdict(&l)
+			if l.Findings > 0 {
+				l.Detail += fmt.Sprintf("; %s", plural(int64(l.Findings), "finding"))
+			}
 		}
-		l.Status, l.Detail = layerVerdict(l, info.kind, known)
 		out = append(out, l)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		oi, ki := wrapLayerOf[out[i].Analyzer]
-		oj, kj := wrapLayerOf[out[j].Analyzer]
-		if ki != kj {
-			return ki
-		}
-		return oi.order < oj.order
-	})
+	if s := sums.Checksum; s != nil {
+		layer(checksum.AnalyzerName, *s, func(l *WrapLayer) { checksumLayer(l, s) })
+	}
+	if s := sums.Canary; s != nil {
+		layer(canary.AnalyzerName, *s, func(l *WrapLayer) { canaryLayer(l, s) })
+	}
+	if s := sums.Graphdiff; s != nil {
+		layer(graphdiff.AnalyzerName, *s, func(l *WrapLayer) { graphdiffLayer(l, s) })
+	}
 	return out
 }
 
@@ -910,57 +918,47 @@ func markPartial(layers []WrapLayer, notes []string, dropped bool) {
 	}
 }
 
-func layerVerdict(l WrapLayer, kind hook.Kind, known bool) (status, detail string) {
-	if known && l.Events == 0 {
-		return layerNotMeasured, "no " + kind.String() + " events"
+// checksumLayer sets the transfer layer's detail, and its status when a
+// room mismatched or only one side was seen.
+func checksumLayer(l *WrapLayer, s *checksum.Summary) {
+	if s.Mismatched > 0 {
+		l.Status = layerFinding
+	} else if s.Matched == 0 && l.Status == layerOK {
+		l.Status = layerOneSide
 	}
-	status = layerOK
-	if l.Findings > 0 {
-		status = layerFinding
+	l.Detail = fmt.Sprintf("%s: %d matched, %d mismatched, %d one side only, %d warmup",
+		plural(int64(s.Rooms), "room"), s.Matched, s.Mismatched, s.Missing, s.Warmup)
+	if l.Status == layerOneSide {
+		l.Detail += `; compare with the other side's bundle: kvcanary checksum compare PREFILL DECODE`
 	}
-	switch s := l.Summary.(type) {
-	case checksum.Summary:
-		if s.Mismatched > 0 {
-			status = layerFinding
-		} else if s.Matched == 0 && status == layerOK {
-			status = layerOneSide
-		}
-		detail = fmt.Sprintf("%s: %d matched, %d mismatched, %d one side only, %d warmup",
-			plural(int64(s.Rooms), "room"), s.Matched, s.Mismatched, s.Missing, s.Warmup)
-		if status == layerOneSide {
-			detail += `; compare with the other side's bundle: kvcanary checksum compare PREFILL DECODE`
-		}
-	case canary.Summary:
-		if s.Findings() {
-			status = layerFinding
-		}
-		detail = fmt.Sprintf("%s (policy %s): %d live-page overwrites, %d missing stores, %d benign transfer writes",
-			plural(int64(s.Replays), "replay"), cmdutil.Quote(s.Policy), s.LivePageOverwrites, s.MissingStores, s.BenignTransferWrites)
-		if b := s.Between; b != nil {
-			detail += fmt.Sprintf("; between replays (%s): %d live-page overwrites, %d missing stores",
-				plural(int64(s.BetweenChecks), "check"), b.LivePageOverwrites, b.MissingStores)
-		} else {
-			detail += "; between replays: not checked"
-		}
-	case graphdiff.Summary:
-		if s.Divergent > 0 {
-			status = layerFinding
-		}
-		detail = fmt.Sprintf("%s: %d divergent", plural(int64(s.Samples), "sample"), s.Divergent)
-		if s.MinTopKJaccard != nil {
-			detail += fmt.Sprintf(", min top-k Jaccard %.3f", *s.MinTopKJaccard)
-		}
-	default:
-		line, err := scalarLine(l.Summary)
-		if err != nil {
-			line = err.Error()
-		}
-		detail = line
+}
+
+// canaryLayer sets the buffer layer's detail, and its status when the
+// canary found something.
+func canaryLayer(l *WrapLayer, s *canary.Summary) {
+	if s.Findings() {
+		l.Status = layerFinding
 	}
-	if l.Findings > 0 {
-		detail += fmt.Sprintf("; %s", plural(int64(l.Findings), "finding"))
+	l.Detail = fmt.Sprintf("%s (policy %s): %d live-page overwrites, %d missing stores, %d benign transfer writes",
+		plural(int64(s.Replays), "replay"), cmdutil.Quote(s.Policy), s.LivePageOverwrites, s.MissingStores, s.BenignTransferWrites)
+	if b := s.Between; b != nil {
+		l.Detail += fmt.Sprintf("; between replays (%s): %d live-page overwrites, %d missing stores",
+			plural(int64(s.BetweenChecks), "check"), b.LivePageOverwrites, b.MissingStores)
+	} else {
+		l.Detail += "; between replays: not checked"
 	}
-	return status, detail
+}
+
+// graphdiffLayer sets the compute layer's detail, and its status when a
+// sample diverged.
+func graphdiffLayer(l *WrapLayer, s *graphdiff.Summary) {
+	if s.Divergent > 0 {
+		l.Status = layerFinding
+	}
+	l.Detail = fmt.Sprintf("%s: %d divergent", plural(int64(s.Samples), "sample"), s.Divergent)
+	if s.MinTopKJaccard != nil {
+		l.Detail += fmt.Sprintf(", min top-k Jaccard %.3f", *s.MinTopKJaccard)
+	}
 }
 
 // writeWrapSummary prints the exit report to stderr (stdout is the

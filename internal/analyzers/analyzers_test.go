@@ -34,8 +34,9 @@ func TestAllNamesAreDistinctAndInstancesFresh(t *testing.T) {
 }
 
 // The typed Summaries encode exactly as the map of analyzer name to
-// Summary() the commands write, after a run that gave every analyzer
-// something to count.
+// summary the commands wrote (pinned here with each analyzer's own Name and
+// Result), after a run that gave every analyzer something to count; Sections
+// is that map.
 func TestSummariesMatchSections(t *testing.T) {
 	s := NewSet(Options{WarmupMaxSeqLen: 8})
 	emit := func(hook.Event) {}
@@ -49,22 +50,64 @@ func TestSummariesMatchSections(t *testing.T) {
 			a.Observe(ev, emit)
 		}
 	}
-	sections := map[string]any{}
-	for _, a := range s.All() {
-		sections[a.Name()] = a.Summary()
-	}
+	sections := map[string]any{s.Canary.Name(): s.Canary.Result(), s.Checksum.Name(): s.Checksum.Result(), s.Graphdiff.Name(): s.Graphdiff.Result()}
 	want, err := json.Marshal(sections)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := json.Marshal(s.Summaries())
+	sums := s.Summaries()
+	for name, v := range map[string]any{"summaries": sums, "sections": sums.Sections()} {
+		got, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s\n%s\nwant\n%s", name, got, want)
+		}
+	}
+	if s.Canary.Result().Replays == 0 || s.Checksum.Result().Rooms == 0 {
+		t.Errorf("nothing counted: %s", want)
+	}
+}
+
+// A set that lacks an analyzer says so: no bus analyzer, no summary, no
+// JSON key — absent, not zero. SetOf finds the analyzers in a caller's list
+// and leaves the others out.
+func TestPartialSet(t *testing.T) {
+	full := NewSet(Options{})
+	part := Set{Checksum: full.Checksum}
+	if as := part.All(); len(as) != 1 || as[0] != hook.Analyzer(full.Checksum) {
+		t.Fatalf("All of a checksum-only set: %v", as)
+	}
+	sums := part.Summaries()
+	if sums.Checksum == nil || sums.Canary != nil || sums.Graphdiff != nil {
+		t.Fatalf("summaries of a checksum-only set: %+v", sums)
+	}
+	b, err := json.Marshal(sums)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("typed summaries\n%s\nsections\n%s", got, want)
+	if want := `{"checksum":{"rooms":0,"matched":0,"mismatched":0,"warmup":0,"missing":0}}`; string(b) != want {
+		t.Errorf("JSON %s, want %s", b, want)
 	}
-	if s.Canary.Result().Replays == 0 || s.Checksum.Result().Rooms == 0 {
-		t.Errorf("nothing counted: %s", got)
+	if m := sums.Sections(); len(m) != 1 || m["checksum"] == nil {
+		t.Errorf("sections %v", m)
+	}
+	if b, _ := json.Marshal(Set{}.Summaries()); string(b) != "{}" {
+		t.Errorf("empty set: %s", b)
+	}
+
+	other := hook.Analyzer(otherAnalyzer{})
+	got := SetOf(other, full.Graphdiff, full.Canary, NewSet(Options{}).Canary)
+	if got.Canary != full.Canary || got.Graphdiff != full.Graphdiff || got.Checksum != nil {
+		t.Errorf("SetOf: %+v", got)
+	}
+	if got := SetOf(full.All()...); got != full {
+		t.Errorf("SetOf(All()) = %+v, want %+v", got, full)
 	}
 }
+
+type otherAnalyzer struct{}
+
+func (otherAnalyzer) Name() string                         { return "other" }
+func (otherAnalyzer) Observe(hook.Event, func(hook.Event)) {}

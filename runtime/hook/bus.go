@@ -228,13 +228,14 @@ func (s *Subscription) Ready() <-chan struct{} {
 
 // Analyzer judges a stream of events. Implementations live in the analyzer
 // packages (checksum, canary, graphdiff, repro); sources never import them.
+// What an analyzer concluded over the run is not the bus's business: each
+// one's typed aggregate is read from the concrete analyzer (their Result
+// methods, gathered in internal/analyzers' Summaries).
 type Analyzer interface {
 	// Name is the analyzer's name and its section key in run reports.
 	Name() string
 	// Observe looks at one event and calls emit for each finding it makes.
 	Observe(ev Event, emit func(Event))
-	// Summary returns the run-level aggregate, JSON-encodable.
-	Summary() any
 }
 
 // WithRun returns a Publisher that stamps run on every event that carries

@@ -158,7 +158,7 @@ func TestSpecMovesCorrectAreNeutral(t *testing.T) {
 		if !reflect.DeepEqual(got.PerSession, want.PerSession) || st != want.Stats {
 			t.Fatalf("topk %d, disaggregation %s: correct moves changed the run: stats %+v vs %+v", k, c.disagg, got.Stats, want.Stats)
 		}
-		s := a.Summary().(canary.Summary)
+		s := a.Result()
 		if findings != 0 || s.Findings() || s.Between == nil {
 			t.Fatalf("topk %d: %d findings with correct moves: %+v", k, findings, s)
 		}
@@ -238,7 +238,7 @@ func runVictims(t *testing.T, cfg Config, drive func(pub hook.Publisher, setup f
 		v.e = en
 		en.testMove = func(w []uint32) { window = append(window, w...) }
 	})
-	v.summary = a.Summary().(canary.Summary)
+	v.summary = a.Result()
 	s := v.summary
 	t.Logf("moves %d (%d out of bounds); victims owned by running requests %d (%d outside the window's page set); canary: between live %d missing %d, replay live %d",
 		v.e.stats.SpecMoves, v.e.stats.SpecMoveErrors, v.victims, v.uncovered, s.Between.LivePageOverwrites, s.Between.MissingStores, s.LivePageOverwrites)
