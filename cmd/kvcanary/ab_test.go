@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/sessions"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -54,6 +55,20 @@ func writeABBundle(t *testing.T, name string, cfg hook.RunConfig, gpus, n, leaks
 func runAB(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	return runCmd(NewCmdAB, args...)
+}
+
+// abJSON runs ab --json on bundles a and b and returns its report.
+func abJSON(t *testing.T, a, b string) sessions.ABReport {
+	t.Helper()
+	out, _, err := runAB(t, a, b, "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep sessions.ABReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
 
 func TestABSeedsConfoundsJSON(t *testing.T) {

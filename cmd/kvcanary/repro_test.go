@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
@@ -190,14 +190,7 @@ func TestReproRecordsForAB(t *testing.T) {
 		"--tool-time", "5ms-20ms"); err != nil {
 		t.Fatalf("%v: %s", err, errOut)
 	}
-	abOut, _, err := runAB(t, a, b, "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep sessions.ABReport
-	if err := json.Unmarshal([]byte(abOut), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := abJSON(t, a, b)
 	if rep.A.Sessions != 20 || rep.B.Sessions != 20 {
 		t.Fatalf("ab arms %+v %+v", rep.A.Summary, rep.B.Summary)
 	}
@@ -247,12 +240,7 @@ func TestReproToolTimeFlag(t *testing.T) {
 // not read as CORRUPTION 100% with exit 0. The bundle still holds the
 // sessions.
 func TestReproAllErrorsExits3(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + ln.Addr().String()
-	ln.Close()
+	url := "http://" + testenv.FreeAddr(t)
 	bundle := filepath.Join(t.TempDir(), "dead.kvtrace")
 	out, _, err := runRepro(t, "--url", url, "--sessions", "3", "--rounds", "2", "--model", "m", "--record", bundle, "--no-preflight")
 	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(fmt.Sprint(err), "every session ended in error or timeout") ||
@@ -330,12 +318,7 @@ const toolCallMsg = `{"role":"assistant","content":null,"tool_calls":[{"id":"c1"
 // preflight, before any session and before the bundle is created, with exit 3
 // and a hint naming the cause.
 func TestReproPreflightStops(t *testing.T) {
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadURL := "http://" + dead.Addr().String()
-	dead.Close()
+	deadURL := "http://" + testenv.FreeAddr(t)
 	auth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		io.WriteString(w, `{"error":{"message":"invalid api key","type":"auth"}}`)
@@ -543,14 +526,7 @@ func TestReproSamplingRecorded(t *testing.T) {
 	if bodies[0]["temperature"] != 0.0 {
 		t.Errorf("--temperature 0 not sent as 0: %v", bodies[0]["temperature"])
 	}
-	abOut, _, err := runAB(t, a, b, "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep sessions.ABReport
-	if err := json.Unmarshal([]byte(abOut), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := abJSON(t, a, b)
 	found := false
 	for _, c := range rep.Confounds {
 		found = found || (c.Name == "extra.workload.temperature" && c.A == "0.6" && c.B == "0")
@@ -1037,14 +1013,7 @@ func TestReproServerSettingsAB(t *testing.T) {
 			if cfg.CUDAGraph == nil || *cfg.CUDAGraph != *rs.Config.CUDAGraph || cfg.CUDAGraphMaxBS != rs.Config.CUDAGraphMaxBS {
 				t.Errorf("manifest config %+v differs from run.start's %+v", cfg, rs.Config)
 			}
-			out, _, err := runAB(t, paths[0], paths[1], "--json")
-			if err != nil {
-				t.Fatal(err)
-			}
-			var rep sessions.ABReport
-			if err := json.Unmarshal([]byte(out), &rep); err != nil {
-				t.Fatal(err)
-			}
+			rep := abJSON(t, paths[0], paths[1])
 			if rep.FlagUnderTest == nil || rep.FlagUnderTest.Name != tc.flag || len(rep.DifferingFlags) != 1 {
 				t.Fatalf("flag under test %+v, differing %+v; want %s alone", rep.FlagUnderTest, rep.DifferingFlags, tc.flag)
 			}

@@ -2,7 +2,7 @@
 // skip-or-fail rule for tests that need something this machine may lack
 // (root, kernel features, a tool such as tmux, promtool or chromium), and
 // one poll-until-true wait for tests that watch another goroutine or
-// process.
+// process, and a loopback address nothing listens on.
 //
 // Under KVCANARY_REQUIRE_PRIVILEGED=1 (set where the capability is known to
 // exist, as in CI) a missing capability fails the test instead of skipping

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,4 +68,16 @@ func TestWaitFor(t *testing.T) {
 	if r.failed != "timed out waiting for %s" {
 		t.Errorf("a condition that never holds: failed %q, want the timeout", r.failed)
 	}
+}
+
+func TestFreeAddr(t *testing.T) {
+	addr := FreeAddr(t)
+	if _, err := net.Dial("tcp", addr); err == nil {
+		t.Errorf("dial %s succeeded, want nothing listening", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s: %v, want the address free", addr, err)
+	}
+	ln.Close()
 }
