@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
@@ -79,4 +81,36 @@ func writeBundleAt(t *testing.T, path string, man traces.Manifest, evs ...hook.E
 		t.Fatal(err)
 	}
 	return path
+}
+
+// readBundle is what a bundle holds, read through to its end: the manifest,
+// the events in order and the footer (nil when the bundle has none). A read
+// error fails t.
+type bundleContents struct {
+	Manifest traces.Manifest
+	Events   []hook.Event
+	Footer   *traces.Footer
+}
+
+func readBundle(t *testing.T, path string) bundleContents {
+	t.Helper()
+	r, err := traces.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var b bundleContents
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Events = append(b.Events, ev)
+	}
+	b.Manifest = r.Manifest()
+	b.Footer, _ = r.Footer()
+	return b
 }

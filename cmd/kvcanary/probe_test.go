@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/cudaprobe"
 	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/traces"
 )
 
 // fakeCUDAProbe delivers its calls, then waits for the context like a live probe.
@@ -101,33 +99,20 @@ func TestProbeCUDAReportAndRecord(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	r, err := traces.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if m := r.Manifest(); m.Command != "probe cuda" || m.Run != "r1" || m.Labels["pid"] != "77" {
+	b := readBundle(t, path)
+	if m := b.Manifest; m.Command != "probe cuda" || m.Run != "r1" || m.Labels["pid"] != "77" {
 		t.Fatalf("manifest %+v", m)
 	}
-	var n int
-	for {
-		ev, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for n, ev := range b.Events {
 		c := ev.Body.(*hook.CUDA)
 		if ev.Kind != hook.KindCUDA || *c != cudaOneCapture()[n] || ev.TS != c.StartNS || ev.Src.PID != 77 {
 			t.Fatalf("event %d: %+v %+v", n, ev, c)
 		}
-		n++
 	}
-	if n != 9 {
+	if n := len(b.Events); n != 9 {
 		t.Fatalf("%d events recorded", n)
 	}
-	if ft, ok := r.Footer(); !ok || ft.Dropped != 3 {
+	if ft := b.Footer; ft == nil || ft.Dropped != 3 {
 		t.Fatalf("footer %+v", ft)
 	}
 }

@@ -622,30 +622,17 @@ func TestReproRunID(t *testing.T) {
 		"--run", "nightly-42", "--no-preflight"); err != nil {
 		t.Fatalf("%v: %s", err, errOut)
 	}
-	br, err := traces.Open(bundle)
-	if err != nil {
-		t.Fatal(err)
+	b := readBundle(t, bundle)
+	if b.Manifest.Run != "nightly-42" {
+		t.Errorf("manifest run %q", b.Manifest.Run)
 	}
-	defer br.Close()
-	if br.Manifest().Run != "nightly-42" {
-		t.Errorf("manifest run %q", br.Manifest().Run)
-	}
-	events := 0
-	for {
-		ev, err := br.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		events++
+	for _, ev := range b.Events {
 		if ev.Run != "nightly-42" {
 			t.Errorf("event %s has run %q", ev.Kind, ev.Run)
 		}
 	}
-	if events != 4 { // run.start, 2 sessions, run.end
-		t.Errorf("%d events", events)
+	if len(b.Events) != 4 { // run.start, 2 sessions, run.end
+		t.Errorf("%d events", len(b.Events))
 	}
 }
 
@@ -674,22 +661,12 @@ func bundleText(t *testing.T, path string) string {
 // bundleRuns is a bundle's manifest run and the distinct runs of its events.
 func bundleRuns(t *testing.T, path string) (string, map[string]int) {
 	t.Helper()
-	br, err := traces.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer br.Close()
+	b := readBundle(t, path)
 	runs := map[string]int{}
-	for {
-		ev, err := br.Next()
-		if err == io.EOF {
-			return br.Manifest().Run, runs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, ev := range b.Events {
 		runs[ev.Run]++
 	}
+	return b.Manifest.Run, runs
 }
 
 // TestSimRunAndServeRunID: the twin's recording commands take --run too.
@@ -958,25 +935,14 @@ func serveTwinServer(t *testing.T, mut func(*sim.Config)) (*server.Server, strin
 
 func manifestConfig(t *testing.T, path string) (hook.RunConfig, *hook.RunStart) {
 	t.Helper()
-	r, err := traces.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	b := readBundle(t, path)
 	var rs *hook.RunStart
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b, ok := ev.Body.(*hook.RunStart); ok {
-			rs = b
+	for _, ev := range b.Events {
+		if s, ok := ev.Body.(*hook.RunStart); ok {
+			rs = s
 		}
 	}
-	return r.Manifest().Config, rs
+	return b.Manifest.Config, rs
 }
 
 // Against the twin standing in for a real server: two runs whose servers
@@ -1094,19 +1060,7 @@ func TestReproSettingsUnknownAndLabelled(t *testing.T) {
 // those of its sched events.
 func bundleSpan(t *testing.T, path string) (first, last int64, sched []int64) {
 	t.Helper()
-	r, err := traces.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, ev := range readBundle(t, path).Events {
 		if first == 0 || ev.TS < first {
 			first = ev.TS
 		}

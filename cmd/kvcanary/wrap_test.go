@@ -23,7 +23,6 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/traces"
 	"github.com/kvcanary/kvcanary/tui"
 )
 
@@ -343,24 +342,13 @@ func TestWrapRecordsChildAndPropagatesExit(t *testing.T) {
 	}
 
 	// The bundle holds the child's events, with the run id from KVCANARY_RUN.
-	r, err := traces.Open(bundle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	m := r.Manifest()
+	rec := readBundle(t, bundle)
+	m := rec.Manifest
 	if m.Run != "r-test" || m.Config.Engine != "sglang" || m.Config.CUDAGraph != nil || m.Labels["KVCANARY_CANARY_POLICY"] != "sweep:4" {
 		t.Fatalf("manifest %+v", m)
 	}
 	sides := map[string]bool{}
-	for {
-		ev, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, ev := range rec.Events {
 		switch b := ev.Body.(type) {
 		case *hook.RoomChecksum:
 			if ev.Run != "r-test" || !strings.HasPrefix(ev.Src.Proc, "child-") {
@@ -376,7 +364,7 @@ func TestWrapRecordsChildAndPropagatesExit(t *testing.T) {
 	if !sides["prefill"] || !sides["decode"] {
 		t.Fatalf("bundle lacks the child's events: %v", sides)
 	}
-	if _, ok := r.Footer(); !ok {
+	if rec.Footer == nil {
 		t.Fatal("bundle not closed cleanly")
 	}
 }
