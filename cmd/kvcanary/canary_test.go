@@ -15,16 +15,11 @@ import (
 )
 
 func TestCanaryReportFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdCanary, "report", "run.kvtrace", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdCanary, "report", "run.kvtrace", "--json")
 	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
 		t.Fatalf("options %+v", got)
 	}
-	if got, err := parseCmd(NewCmdCanary, "report"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
-		t.Fatalf("no args: %v (exit %d, ran: %v)", err, cmdutil.ExitCode(err), got != nil)
-	}
+	wantUsage(t, NewCmdCanary, "report")
 }
 
 // writeCanaryBundle writes a bundle with one replay per element of changes.

@@ -114,3 +114,25 @@ func readBundle(t *testing.T, path string) bundleContents {
 	b.Footer, _ = r.Footer()
 	return b
 }
+
+// mustParse is parseCmd for args that must parse: a parse error fails t.
+func mustParse[O any](t *testing.T, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, args ...string) *O {
+	t.Helper()
+	got, err := parseCmd(newCmd, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// wantUsage parses args with newCmd and fails t unless parsing stopped with
+// a usage error (exit 2) before the run function ran. It returns the error,
+// for the callers that check what it names.
+func wantUsage[O any](t *testing.T, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, args ...string) error {
+	t.Helper()
+	got, err := parseCmd(newCmd, args...)
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
+		t.Errorf("%q: %v (exit %d, ran: %v), want a usage error", args, err, cmdutil.ExitCode(err), got != nil)
+	}
+	return err
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -20,16 +21,11 @@ import (
 )
 
 func TestCollectFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9")
 	if got.Listen != "unix:///tmp/x.sock" || got.Record != "out.kvtrace" || !got.AllowRemote || !got.JSON.JSON || got.Run != "r9" {
 		t.Fatalf("options %+v", got)
 	}
-	if ran, err := parseCmd(NewCmdCollect); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Fatalf("missing --listen: %v (exit %d)", err, cmdutil.ExitCode(err))
-	}
+	wantUsage(t, NewCmdCollect) // missing --listen
 }
 
 func TestCollectRefusesRemoteWithoutFlag(t *testing.T) {
@@ -269,24 +265,19 @@ func TestWriteCollectSummaryConnections(t *testing.T) {
 }
 
 func TestCollectLimitFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdCollect, "--listen", "unix:///tmp/x.sock")
 	var lo hook.ListenOptions
 	got.Limits.apply(&lo)
 	if lo.BufferBudget != hook.DefaultBufferBudget || lo.MaxConns != hook.DefaultMaxConns || lo.IdleTimeout != hook.DefaultIdleTimeout || lo.StallTimeout != hook.DefaultStallTimeout {
 		t.Fatalf("defaults: %+v", lo)
 	}
-	if got, err = parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--buffer-budget-mib", "8", "--max-conns", "0", "--idle-timeout", "1m", "--stall-timeout", "0"); err != nil {
-		t.Fatal(err)
-	}
+	got = mustParse(t, NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--buffer-budget-mib", "8", "--max-conns", "0", "--idle-timeout", "1m", "--stall-timeout", "0")
 	got.Limits.apply(&lo)
 	if lo.BufferBudget != 8<<20 || lo.MaxConns >= 0 || lo.IdleTimeout != time.Minute || lo.StallTimeout >= 0 {
 		t.Fatalf("set: %+v (0 must mean no limit: negative in ListenOptions)", lo)
 	}
 	for _, bad := range [][]string{{"--max-conns", "-1"}, {"--buffer-budget-mib", "-5"}, {"--idle-timeout", "-1s"}} {
-		if ran, err := parseCmd(NewCmdCollect, append([]string{"--listen", "unix:///tmp/x.sock"}, bad...)...); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), bad[0]) {
+		if err := wantUsage(t, NewCmdCollect, append([]string{"--listen", "unix:///tmp/x.sock"}, bad...)...); !strings.Contains(fmt.Sprint(err), bad[0]) {
 			t.Errorf("%v: %v", bad, err)
 		}
 	}
@@ -358,16 +349,13 @@ func TestWriteCollectSummaryLimits(t *testing.T) {
 }
 
 func TestWatchListenLimitFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdWatch, "--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdWatch, "--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64")
 	var lo hook.ListenOptions
 	got.Limits.apply(&lo)
 	if lo.MaxConns != 5 || lo.IdleTimeout != 10*time.Second || lo.StallTimeout != 2*time.Second || lo.BufferBudget != 64<<20 {
 		t.Fatalf("watch --listen limits: %+v", lo)
 	}
-	if ran, err := parseCmd(NewCmdWatch, "--bundle", "x.kvtrace", "--max-conns", "5"); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--max-conns needs --listen") {
+	if err := wantUsage(t, NewCmdWatch, "--bundle", "x.kvtrace", "--max-conns", "5"); !strings.Contains(fmt.Sprint(err), "--max-conns needs --listen") {
 		t.Fatalf("--max-conns with --bundle: %v", err)
 	}
 }

@@ -11,19 +11,14 @@ import (
 )
 
 func TestDemoFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdDemo, "--seed", "3", "--out", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdDemo, "--seed", "3", "--out", "x")
 	if got.Sessions != 80 || got.Rounds != 4 || got.Seed != 3 || got.Out != "x" {
 		t.Fatalf("options %+v", got)
 	}
-	if got, err = parseCmd(NewCmdDemo, "--keep"); err != nil || !got.Keep || got.Out != "" {
+	if got, err := parseCmd(NewCmdDemo, "--keep"); err != nil || !got.Keep || got.Out != "" {
 		t.Fatalf("--keep: %v %+v", err, got)
 	}
-	if _, err := parseCmd(NewCmdDemo, "--sessions", "0"); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Fatalf("--sessions 0: %v", err)
-	}
+	wantUsage(t, NewCmdDemo, "--sessions", "0")
 }
 
 // TestDemoPlainOutput runs a tiny demo: plain numbered steps on a non-TTY,

@@ -171,10 +171,7 @@ func TestDoctorSocketAndJSON(t *testing.T) {
 }
 
 func TestDoctorRequireFlag(t *testing.T) {
-	got, err := parseCmd(NewCmdDoctor, "--require", "gpu,ebpf", "--socket", "unix:///x.sock", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdDoctor, "--require", "gpu,ebpf", "--socket", "unix:///x.sock", "--json")
 	if strings.Join(got.Require, ",") != "gpu,ebpf" || got.Socket != "unix:///x.sock" || !got.JSON.JSON || got.Env.ProcRoot != "/proc" {
 		t.Fatalf("options %+v", got)
 	}
@@ -337,10 +334,7 @@ func TestDoctorSGLangNotImportable(t *testing.T) {
 }
 
 func TestDoctorPythonFlag(t *testing.T) {
-	got, err := parseCmd(NewCmdDoctor, "--python", "/opt/venv/bin/python", "--require", "sglang")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdDoctor, "--python", "/opt/venv/bin/python", "--require", "sglang")
 	if got.Python != "/opt/venv/bin/python" || got.Require[0] != "sglang" || got.Env.PyhookPath == nil {
 		t.Fatalf("options %+v", got)
 	}

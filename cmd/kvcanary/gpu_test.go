@@ -15,10 +15,7 @@ import (
 )
 
 func TestGPUFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdGPU, "--watch", "250ms", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdGPU, "--watch", "250ms", "--json")
 	if got.Watch != 250*time.Millisecond || !got.JSON.JSON {
 		t.Fatalf("options %+v", got)
 	}

@@ -14,16 +14,11 @@ import (
 )
 
 func TestGraphDiffReportFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdGraphDiff, "report", "run.kvtrace", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdGraphDiff, "report", "run.kvtrace", "--json")
 	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
 		t.Fatalf("options %+v", got)
 	}
-	if got, err := parseCmd(NewCmdGraphDiff, "report"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
-		t.Fatalf("no args: %v (exit %d, ran: %v)", err, cmdutil.ExitCode(err), got != nil)
-	}
+	wantUsage(t, NewCmdGraphDiff, "report")
 }
 
 func writeGraphDiffBundle(t *testing.T, cfg hook.RunConfig, evs []hook.Event) string {

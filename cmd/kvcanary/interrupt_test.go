@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -317,7 +318,7 @@ func TestDevZeroAndBomb(t *testing.T) {
 // sim run: --sessions is bounded, and Ctrl-C exits 130, not 3 (issue 19
 // item 13).
 func TestSimRunSessionsBoundAndSIGINT(t *testing.T) {
-	if _, err := parseCmd(NewCmdSimRun, "--sessions", strconv.Itoa(maxSimSessions+1)); cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "at most "+strconv.Itoa(maxSimSessions)) {
+	if err := wantUsage(t, NewCmdSimRun, "--sessions", strconv.Itoa(maxSimSessions+1)); !strings.Contains(fmt.Sprint(err), "at most "+strconv.Itoa(maxSimSessions)) {
 		t.Errorf("--sessions %d: exit %d, %v", maxSimSessions+1, cmdutil.ExitCode(err), err)
 	}
 

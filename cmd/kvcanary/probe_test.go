@@ -58,16 +58,11 @@ func cudaOneCapture() []hook.CUDA {
 }
 
 func TestProbeCUDAFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdProbe, "cuda", "--pid", "42", "--record", "x.kvtrace", "--duration", "2s", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdProbe, "cuda", "--pid", "42", "--record", "x.kvtrace", "--duration", "2s", "--json")
 	if got.PID != 42 || got.Record != "x.kvtrace" || got.Duration != 2*time.Second || !got.JSON.JSON {
 		t.Fatalf("options %+v", got)
 	}
-	if ran, err := parseCmd(NewCmdProbe, "cuda"); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Fatalf("no --pid/--lib: %v", err)
-	}
+	wantUsage(t, NewCmdProbe, "cuda") // no --pid/--lib
 }
 
 func TestProbeCUDAReportAndRecord(t *testing.T) {

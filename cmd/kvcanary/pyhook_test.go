@@ -12,10 +12,7 @@ import (
 )
 
 func TestPyhookPathFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdPyhookPath, "--cache-dir", "/x", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdPyhookPath, "--cache-dir", "/x", "--json")
 	if got.CacheDir != "/x" || !got.JSON.JSON {
 		t.Fatalf("options %+v", got)
 	}

@@ -32,10 +32,7 @@ import (
 )
 
 func TestReproFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdRepro, "--url", "http://127.0.0.1:30000", "--sessions", "12", "--leak-marker", "X", "--leak-marker", "Y", "--stream")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdRepro, "--url", "http://127.0.0.1:30000", "--sessions", "12", "--leak-marker", "X", "--leak-marker", "Y", "--stream")
 	if got.Sessions != 12 || got.Rounds != 4 || got.Concurrency != 12 || got.Timeout != 120*time.Second || !got.Stream ||
 		!reflect.DeepEqual(got.Markers, []string{"X", "Y"}) || got.Seed != 1 || got.ToolTime != repro.DefaultToolTime {
 		t.Fatalf("options %+v", got)
@@ -49,9 +46,7 @@ func TestReproFlags(t *testing.T) {
 		{"--url", "http://h", "--max-tokens", "-5"},
 		{"--url", "http://h", "--concurrency", "-1"},
 	} {
-		if _, err := parseCmd(NewCmdRepro, args...); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-			t.Errorf("%v: err %v, want a usage error", args, err)
-		}
+		wantUsage(t, NewCmdRepro, args...)
 	}
 }
 
@@ -854,7 +849,7 @@ func TestReproEmitStreamsSessions(t *testing.T) {
 func TestReproWatch(t *testing.T) {
 	srv := httptest.NewServer(leakFake())
 	defer srv.Close()
-	if ran, err := parseCmd(NewCmdRepro, "--url", srv.URL, "--no-preflight", "--watch"); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "not a terminal") {
+	if err := wantUsage(t, NewCmdRepro, "--url", srv.URL, "--no-preflight", "--watch"); !strings.Contains(fmt.Sprint(err), "not a terminal") {
 		t.Fatalf("--watch without a terminal: %v", err)
 	}
 

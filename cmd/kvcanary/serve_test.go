@@ -19,10 +19,7 @@ import (
 )
 
 func TestSimServeFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdSimServe, "--multi-stream-overlap=false", "--seed", "7", "--addr", "localhost:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdSimServe, "--multi-stream-overlap=false", "--seed", "7", "--addr", "localhost:0")
 	cfg, err := got.Engine.config(got.Seed)
 	if err != nil || cfg.MultiStreamOverlap || cfg.Seed != 7 || got.Rounds != 4 || got.Model == "" || got.StepTime != server.EngineStepTime {
 		t.Fatalf("options %+v cfg %+v err %v", got, cfg, err)

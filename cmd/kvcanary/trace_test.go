@@ -55,9 +55,7 @@ func TestTraceFlags(t *testing.T) {
 	if cat, err = parseCmd(NewCmdTraceCat, "x.kvtrace", "--kind", "replay", "--kind", "session,gpu", "--all"); err != nil || cat.Path != "x.kvtrace" || !cat.All || strings.Join(cat.Kinds, " ") != "replay session gpu" {
 		t.Fatalf("cat options %+v, %v", cat, err)
 	}
-	if ran, err := parseCmd(NewCmdTraceCat); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Fatalf("no file: %v", err)
-	}
+	wantUsage(t, NewCmdTraceCat) // no file
 }
 
 func TestTraceInspect(t *testing.T) {
@@ -369,9 +367,7 @@ func TestTraceExportFlags(t *testing.T) {
 	if err != nil || got.Path != "x.kvtrace" || got.Out != "run.json" || got.Format != "perfetto" {
 		t.Fatalf("options %+v, %v", got, err)
 	}
-	if _, err := parseCmd(NewCmdTraceExport, "x.kvtrace", "--format", "pprof"); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Errorf("--format pprof: %v, want a usage error", err)
-	}
+	wantUsage(t, NewCmdTraceExport, "x.kvtrace", "--format", "pprof")
 }
 
 // export writes a timeline that decodes, one step slice per replay; a file

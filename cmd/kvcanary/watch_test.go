@@ -15,10 +15,7 @@ import (
 )
 
 func TestWatchFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdWatch, "--sim", "--inject", "transfer-race", "--sessions", "8", "--rounds", "2", "--seed", "3", "--record", "r.kvtrace", "--multi-stream-overlap=false")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdWatch, "--sim", "--inject", "transfer-race", "--sessions", "8", "--rounds", "2", "--seed", "3", "--record", "r.kvtrace", "--multi-stream-overlap=false")
 	if !got.Sim || got.Sessions != 8 || got.Rounds != 2 || got.Seed != 3 || got.Record != "r.kvtrace" || !got.speedSet || got.Speed != "1x" {
 		// --sim without --speed is paced at 1x, the twin's step time.
 		t.Fatalf("options %+v", got)
@@ -46,9 +43,7 @@ func TestWatchFlags(t *testing.T) {
 		{"--listen", "unix:///tmp/x.sock", "--speed", "10x"},
 		{"--sim", "--allow-remote"},
 	} {
-		if ran, err := parseCmd(NewCmdWatch, args...); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-			t.Errorf("%v: err %v (exit %d), want a usage error", args, err, cmdutil.ExitCode(err))
-		}
+		wantUsage(t, NewCmdWatch, args...)
 	}
 }
 
