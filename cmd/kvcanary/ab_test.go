@@ -128,12 +128,8 @@ func TestABTextAndExitCodes(t *testing.T) {
 		t.Fatalf("ab is a report and exits 0: %v", err)
 	}
 	assertGolden(t, "ab-multi-stream-overlap", out, map[string]string{filepath.Dir(a): "TMP-A", filepath.Dir(b): "TMP-B"})
-	for _, want := range []string{"CORRUPTION sessions: 8/40 = 20%", "flag under test: multi_stream_overlap  true -> false",
-		"retractions occurred in a run with no corruption", "verdict: B corrupts significantly less than A"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("text lacks %q:\n%s", want, out)
-		}
-	}
+	wantContains(t, "text", out, "CORRUPTION sessions: 8/40 = 20%", "flag under test: multi_stream_overlap  true -> false",
+		"retractions occurred in a run with no corruption", "verdict: B corrupts significantly less than A")
 	_, _, err = runAB(t, a, filepath.Join(t.TempDir(), "nope.kvtrace"))
 	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), "nope.kvtrace") {
 		t.Errorf("missing bundle: %v", err)

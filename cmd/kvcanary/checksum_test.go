@@ -341,12 +341,8 @@ func TestChecksumCompareTwoHostBundles(t *testing.T) {
 	if !strings.HasPrefix(out, "2/3 rooms match; 1 mismatch (room 9, seq_len 150)\n") {
 		t.Errorf("headline:\n%s", out)
 	}
-	for _, want := range []string{"1 (tokens 64-128) on layer 2", "decode rank 1 admitted @decode-host: bsum differs",
-		"(vs prefill rank 0 sent @prefill-host)", "changed on the decode host after landing"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("text lacks %q:\n%s", want, out)
-		}
-	}
+	wantContains(t, "text", out, "1 (tokens 64-128) on layer 2", "decode rank 1 admitted @decode-host: bsum differs",
+		"(vs prefill rank 0 sent @prefill-host)", "changed on the decode host after landing")
 	if strings.Contains(out, "\t") {
 		t.Errorf("TTY output is not an aligned table:\n%s", out)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,4 +136,15 @@ func wantUsage[O any](t *testing.T, newCmd func(*cmdutil.Factory, func(*O) error
 		t.Errorf("%q: %v (exit %d, ran: %v), want a usage error", args, err, cmdutil.ExitCode(err), got != nil)
 	}
 	return err
+}
+
+// wantContains fails t for each of wants that got lacks, naming got as what
+// ("output", "stderr") and showing it whole.
+func wantContains(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, got)
+		}
+	}
 }

@@ -182,12 +182,8 @@ func TestCollectTextReport(t *testing.T) {
 	if out.Len() != 0 {
 		t.Errorf("stdout not empty without --json: %q", out)
 	}
-	for _, want := range []string{"collect: listening on unix://", "collect: 1 events from 1 connections", "by kind: replay 1",
-		"rejected: 1 (bad_length 1); 1 connections closed after losing framing", "dropped: 0", "length prefix 1073741824"} {
-		if !strings.Contains(errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errOut)
-		}
-	}
+	wantContains(t, "stderr", errOut.String(), "collect: listening on unix://", "collect: 1 events from 1 connections", "by kind: replay 1",
+		"rejected: 1 (bad_length 1); 1 connections closed after losing framing", "dropped: 0", "length prefix 1073741824")
 	if strings.Contains(errOut.String(), "\x1b[") {
 		t.Errorf("escape sequences on a non-TTY stderr: %q", errOut)
 	}
@@ -251,14 +247,10 @@ func TestWriteCollectSummaryConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{
+	wantContains(t, "summary", out,
 		`connection 1 (pid 7 python3, jsonl): 6 events, 1 rejected; last: line 2: bad`,
 		`connection 2 (pid 8 socat): 0 events, 1 rejected; last: `,
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, ", )") || strings.Contains(out, "\x1b") || strings.Contains(out, "connection 3") {
 		t.Errorf("summary has an empty protocol slot, a raw escape, or a connection without rejections:\n%s", out)
 	}
@@ -314,12 +306,8 @@ func TestCollectRefusesAtIngestWhatTheBundleCannotHold(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"collect: 1 events from 1 connections", "rejected: 2 (too_large 1, truncated 1)",
-		"recorded: 1 events", "over the 16777216-byte limit", "2 rejected; last: "} {
-		if !strings.Contains(errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errOut)
-		}
-	}
+	wantContains(t, "stderr", errOut.String(), "collect: 1 events from 1 connections", "rejected: 2 (too_large 1, truncated 1)",
+		"recorded: 1 events", "over the 16777216-byte limit", "2 rejected; last: ")
 	s, err := traces.Inspect(bundle)
 	if err != nil {
 		t.Fatal(err)
@@ -340,12 +328,8 @@ func TestWriteCollectSummaryLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"refused connections: 5 (conn_limit 4, over_budget 1)", "closed by a limit: idle timeout 2, stalled 1",
-		"read buffers: peak 200 of the 256-byte budget"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, b.String())
-		}
-	}
+	wantContains(t, "summary", b.String(), "refused connections: 5 (conn_limit 4, over_budget 1)", "closed by a limit: idle timeout 2, stalled 1",
+		"read buffers: peak 200 of the 256-byte budget")
 }
 
 func TestWatchListenLimitFlags(t *testing.T) {

@@ -32,14 +32,10 @@ func TestDemoPlainOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := out.String()
-	for _, want := range []string{"1. baseline", "CORRUPTION sessions:", "2. transfer", "3. persistent buffer", "4. transient compute",
-		"5. A/B --index-k-dtype fp8", "8. A/B --multi-stream-overlap=false", "VERDICT: ", "bundles: " + dir, "wall: ",
-		"kvcanary checksum compare " + dir + "/baseline.kvtrace", "kvcanary graphdiff report " + dir + "/baseline.kvtrace",
-		"kvcanary ab " + dir + "/baseline.kvtrace " + dir + "/ab-overlap-off.kvtrace", dir + "/ab-index-k-fp8.kvtrace"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("output lacks %q:\n%s", want, s)
-		}
-	}
+	wantContains(t, "output", s, "1. baseline", "CORRUPTION sessions:", "2. transfer", "3. persistent buffer", "4. transient compute",
+		"5. A/B --index-k-dtype fp8", "8. A/B --multi-stream-overlap=false", "VERDICT: ", "bundles: "+dir, "wall: ",
+		"kvcanary checksum compare "+dir+"/baseline.kvtrace", "kvcanary graphdiff report "+dir+"/baseline.kvtrace",
+		"kvcanary ab "+dir+"/baseline.kvtrace "+dir+"/ab-overlap-off.kvtrace", dir+"/ab-index-k-fp8.kvtrace")
 	if errOut.Len() != 0 {
 		t.Errorf("stderr on a non-TTY: %q", errOut)
 	}

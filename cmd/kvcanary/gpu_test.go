@@ -67,11 +67,7 @@ func TestGPUOneSampleOutputs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(out.String(), w) {
-					t.Errorf("output lacks %q:\n%s", w, out)
-				}
-			}
+			wantContains(t, "output", out.String(), tc.want...)
 			if !lib.IsClosed() {
 				t.Error("lib not closed")
 			}

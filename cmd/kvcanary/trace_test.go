@@ -413,11 +413,7 @@ func TestReportRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"0 of 20 sessions corrupted", "not measured: the bundle holds no room.checksum events", "kvcanary report " + bundle} {
-		if !strings.Contains(md, want) {
-			t.Errorf("Markdown lacks %q:\n%s", want, md)
-		}
-	}
+	wantContains(t, "Markdown", md, "0 of 20 sessions corrupted", "not measured: the bundle holds no room.checksum events", "kvcanary report "+bundle)
 	out := filepath.Join(t.TempDir(), "report.html")
 	if _, _, err := runCmd(NewCmdReport, bundle, "-o", out); err != nil {
 		t.Fatal(err)

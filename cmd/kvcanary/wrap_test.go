@@ -394,12 +394,8 @@ func TestWrapForwardsSIGINT(t *testing.T) {
 	if !strings.Contains(w.out.String(), "got signal 2") {
 		t.Fatalf("the child never saw SIGINT:\n%s", w.out)
 	}
-	for _, want := range []string{"forwarded SIGINT to the command's process group", "the command exited with status 0",
-		"transfer (checksum)", "buffer (canary)      not measured  no canary.pages", "compute (graphdiff)  not measured  no graphdiff.sample", "2 events (room.checksum 2); 0 producers connected, 1 connection in all"} {
-		if !strings.Contains(w.errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, w.errOut)
-		}
-	}
+	wantContains(t, "stderr", w.errOut.String(), "forwarded SIGINT to the command's process group", "the command exited with status 0",
+		"transfer (checksum)", "buffer (canary)      not measured  no canary.pages", "compute (graphdiff)  not measured  no graphdiff.sample", "2 events (room.checksum 2); 0 producers connected, 1 connection in all")
 }
 
 // TestWrapForwardsHangupAsTerm: a closed terminal (SIGHUP) must not end
@@ -577,11 +573,7 @@ p.stdout.readline()
 	if err := w.run("--drain", "300ms", "--", py, "-S", parent, holder); err != nil {
 		t.Fatalf("%v\n%s", err, w.errOut)
 	}
-	for _, want := range []string{"processes of its group", "still run", "1 producer still connected 300ms after the command exited"} {
-		if !strings.Contains(w.errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, w.errOut)
-		}
-	}
+	wantContains(t, "stderr", w.errOut.String(), "processes of its group", "still run", "1 producer still connected 300ms after the command exited")
 	// --json counts them in the summary.
 	w.out.b.Reset()
 	if err := w.run("--json", "--drain", "300ms", "--", py, "-S", parent, holder); err != nil {
