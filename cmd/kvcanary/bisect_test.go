@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/bisect"
-	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
 func runBisect(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
@@ -256,16 +255,14 @@ func TestBisectStatusLineOnATerminal(t *testing.T) {
 	if err := os.WriteFile(plan, []byte("[[arm]]\nname = \"fp8\"\nflags = [\"--index-k-dtype\", \"fp8\"]\n[workload]\nconcurrency = 8\nrounds = 2\n[stats]\nbudget = 16\nbatch = 8\nbaseline_start = 8\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ios, _, _, errOut := cmdutil.Test()
-	ios.SetTTY(false, true)
-	cmd := NewCmdBisect(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, nil)
-	cmd.SetArgs([]string{plan, "--out", filepath.Join(t.TempDir(), "out")})
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("bisect: %v\n%s", err, errOut)
+	c := newTestCLI()
+	c.IO.SetTTY(false, true)
+	if err := c.exec(NewCmdBisect(c.F, nil), plan, "--out", filepath.Join(t.TempDir(), "out")); err != nil {
+		t.Fatalf("bisect: %v\n%s", err, c.ErrOut)
 	}
 	for _, want := range []string{"\r\x1b[Kbisect: baseline: ", "sessions counted, ", "bisect: fp8 look at 8: "} {
-		if !strings.Contains(errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%q", want, errOut)
+		if !strings.Contains(c.ErrOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%q", want, c.ErrOut)
 		}
 	}
 }
