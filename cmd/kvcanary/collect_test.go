@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,6 +71,21 @@ func runCollect(t *testing.T, opts *CollectOptions) (*hook.Collector, func() err
 	return nil, nil
 }
 
+// stopCollectJSON stops a collect --json that runCollect started and returns
+// its summary from out; a failed run or a summary that does not decode fails
+// t.
+func stopCollectJSON(t *testing.T, stop func() error, out, errOut *bytes.Buffer) CollectSummary {
+	t.Helper()
+	if err := stop(); err != nil {
+		t.Fatalf("collect: %v\n%s", err, errOut)
+	}
+	var sum CollectSummary
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
+		t.Fatalf("collect --json: %v\n%s", err, out)
+	}
+	return sum
+}
+
 // TestCollectRecordsTwoProducers is the "done when": a Go emitter and
 // a JSON-lines writer at once, recorded into a bundle that trace inspect (and
 // zstdcat | jq, when installed) read.
@@ -116,13 +132,7 @@ func TestCollectRecordsTwoProducers(t *testing.T) {
 	testenv.WaitForState(t, "every event and the rejected one", func() bool {
 		return c.Stats().Events >= nGo+nJSON+1 && c.Stats().Rejected >= 1
 	}, func() any { return c.Stats() })
-	if err := stop(); err != nil {
-		t.Fatalf("collect: %v\n%s", err, errOut)
-	}
-	var sum CollectSummary
-	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, out)
-	}
+	sum := stopCollectJSON(t, stop, out, errOut)
 	if sum.Events != nGo+nJSON+1 || sum.ByKind["replay"] != nGo || sum.ByKind["session"] != nJSON ||
 		sum.Rejected != 1 || sum.RejectedBy["non_finite"] != 1 || sum.Recorded != sum.Events ||
 		sum.DroppedProducer != 7 || sum.Dropped != 7 || sum.Connections != 2 || sum.Run != "r-collect" {
