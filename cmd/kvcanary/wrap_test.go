@@ -259,6 +259,28 @@ func (w *wrapTest) childArgs(code, mode string) []string {
 	return []string{w.python(), "-S", script, filepath.Join(w.dir, "report.json"), code, mode}
 }
 
+// runChild runs wrap over the Python child in mode (exit 0) in the
+// background and waits, as waitingFor, until the child is ready. The
+// function it returns waits for wrap to end and returns its error; if wrap
+// has not ended within the hang guard, t fails saying after what.
+func (w *wrapTest) runChild(mode, waitingFor string) (wait func(after string) error) {
+	w.t.Helper()
+	done := make(chan error, 1)
+	args := append([]string{"--"}, w.childArgs("0", mode)...)
+	go func() { done <- w.run(args...) }()
+	testenv.WaitFor(w.t, waitingFor, func() bool { return strings.Contains(w.out.String(), "ready") })
+	return func(after string) error {
+		w.t.Helper()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(60 * time.Second):
+			w.t.Fatalf("wrap did not end after %s\nstdout:\n%s\nstderr:\n%s", after, w.out, w.errOut)
+			return nil
+		}
+	}
+}
+
 func (w *wrapTest) run(args ...string) error {
 	f := &cmdutil.Factory{IO: w.ios, Ctx: context.Background(), Now: time.Now}
 	cmd := NewCmdWrap(f, func(o *WrapOptions) error {
@@ -372,23 +394,14 @@ func TestWrapRecordsChildAndPropagatesExit(t *testing.T) {
 func TestWrapForwardsSIGINT(t *testing.T) {
 	w := newWrapTest(t)
 	w.setup = func(o *WrapOptions) { o.progressEvery = 10 * time.Millisecond }
-	done := make(chan error, 1)
-	args := append([]string{"--"}, w.childArgs("0", "trap")...)
-	go func() { done <- w.run(args...) }()
-	testenv.WaitFor(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	wait := w.runChild("trap", "the child's signal handler")
 	// Plain progress lines on stderr while the command runs.
 	testenv.WaitFor(t, "a progress line", func() bool {
 		return strings.Contains(w.errOut.String(), "wrap: 2 events (room.checksum 2); 0 producers connected, 1 connection in all; 0 rejected\n")
 	})
 	w.sigs <- syscall.SIGINT
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("wrap did not end after SIGINT\nstdout:\n%s\nstderr:\n%s", w.out, w.errOut)
-	}
 	// The child handled SIGINT and exited 0: wrap exits with its status.
-	if err != nil {
+	if err := wait("SIGINT"); err != nil {
 		t.Fatalf("wrap: %v\nstderr:\n%s", err, w.errOut)
 	}
 	if !strings.Contains(w.out.String(), "got signal 2") {
@@ -403,18 +416,10 @@ func TestWrapForwardsSIGINT(t *testing.T) {
 // gets SIGTERM.
 func TestWrapForwardsHangupAsTerm(t *testing.T) {
 	w := newWrapTest(t)
-	done := make(chan error, 1)
-	args := append([]string{"--"}, w.childArgs("0", "trap")...)
-	go func() { done <- w.run(args...) }()
-	testenv.WaitFor(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	wait := w.runChild("trap", "the child's signal handler")
 	w.sigs <- syscall.SIGHUP
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("wrap: %v\nstderr:\n%s", err, w.errOut)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("wrap did not end after SIGHUP\nstderr:\n%s", w.errOut)
+	if err := wait("SIGHUP"); err != nil {
+		t.Fatalf("wrap: %v\nstderr:\n%s", err, w.errOut)
 	}
 	if !strings.Contains(w.out.String(), "got signal 15") {
 		t.Fatalf("the child did not get SIGTERM:\n%s\nstderr:\n%s", w.out, w.errOut)
@@ -423,19 +428,11 @@ func TestWrapForwardsHangupAsTerm(t *testing.T) {
 
 func TestWrapSecondSignalKills(t *testing.T) {
 	w := newWrapTest(t)
-	done := make(chan error, 1)
-	args := append([]string{"--"}, w.childArgs("0", "ignore")...)
-	go func() { done <- w.run(args...) }()
-	testenv.WaitFor(t, "the child ignoring SIGINT", func() bool { return strings.Contains(w.out.String(), "ready") })
+	wait := w.runChild("ignore", "the child ignoring SIGINT")
 	w.sigs <- syscall.SIGINT
 	w.sigs <- syscall.SIGINT
-	select {
-	case err := <-done:
-		if cmdutil.ExitCode(err) != 128+9 {
-			t.Fatalf("wrap: %v (exit %d), want 137 (SIGKILL)\nstderr:\n%s", err, cmdutil.ExitCode(err), w.errOut)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("wrap did not end after two signals\nstderr:\n%s", w.errOut)
+	if err := wait("two signals"); cmdutil.ExitCode(err) != 128+9 {
+		t.Fatalf("wrap: %v (exit %d), want 137 (SIGKILL)\nstderr:\n%s", err, cmdutil.ExitCode(err), w.errOut)
 	}
 	if !strings.Contains(w.errOut.String(), "killed the command's process group") {
 		t.Fatalf("stderr:\n%s", w.errOut)
