@@ -15,10 +15,9 @@ import (
 )
 
 func TestCanaryReportFlags(t *testing.T) {
-	got := mustParse(t, NewCmdCanary, "report", "run.kvtrace", "--json")
-	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
-		t.Fatalf("options %+v", got)
-	}
+	wantOptions(t, NewCmdCanary, []string{"report", "run.kvtrace", "--json"}, func(o *CanaryReportOptions) bool {
+		return o.Path == "run.kvtrace" && o.JSON.JSON
+	})
 	wantUsage(t, NewCmdCanary, "report")
 }
 

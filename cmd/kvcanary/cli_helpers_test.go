@@ -148,3 +148,14 @@ func wantContains(t *testing.T, what, got string, wants ...string) {
 		}
 	}
 }
+
+// wantOptions parses args with newCmd and fails t unless they parse and ok
+// holds for the options the run function would get, which it returns.
+func wantOptions[O any](t *testing.T, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, args []string, ok func(*O) bool) *O {
+	t.Helper()
+	got := mustParse(t, newCmd, args...)
+	if got == nil || !ok(got) {
+		t.Fatalf("%q: options %+v", args, got)
+	}
+	return got
+}

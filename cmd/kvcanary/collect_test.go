@@ -22,10 +22,9 @@ import (
 )
 
 func TestCollectFlags(t *testing.T) {
-	got := mustParse(t, NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9")
-	if got.Listen != "unix:///tmp/x.sock" || got.Record != "out.kvtrace" || !got.AllowRemote || !got.JSON.JSON || got.Run != "r9" {
-		t.Fatalf("options %+v", got)
-	}
+	wantOptions(t, NewCmdCollect, []string{"--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9"}, func(o *CollectOptions) bool {
+		return o.Listen == "unix:///tmp/x.sock" && o.Record == "out.kvtrace" && o.AllowRemote && o.JSON.JSON && o.Run == "r9"
+	})
 	wantUsage(t, NewCmdCollect) // missing --listen
 }
 

@@ -15,10 +15,9 @@ import (
 )
 
 func TestGPUFlags(t *testing.T) {
-	got := mustParse(t, NewCmdGPU, "--watch", "250ms", "--json")
-	if got.Watch != 250*time.Millisecond || !got.JSON.JSON {
-		t.Fatalf("options %+v", got)
-	}
+	wantOptions(t, NewCmdGPU, []string{"--watch", "250ms", "--json"}, func(o *GPUOptions) bool {
+		return o.Watch == 250*time.Millisecond && o.JSON.JSON
+	})
 }
 
 func TestGPUNoDriverExit3WithHint(t *testing.T) {

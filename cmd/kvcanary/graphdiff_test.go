@@ -14,10 +14,9 @@ import (
 )
 
 func TestGraphDiffReportFlags(t *testing.T) {
-	got := mustParse(t, NewCmdGraphDiff, "report", "run.kvtrace", "--json")
-	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
-		t.Fatalf("options %+v", got)
-	}
+	wantOptions(t, NewCmdGraphDiff, []string{"report", "run.kvtrace", "--json"}, func(o *GraphDiffReportOptions) bool {
+		return o.Path == "run.kvtrace" && o.JSON.JSON
+	})
 	wantUsage(t, NewCmdGraphDiff, "report")
 }
 
