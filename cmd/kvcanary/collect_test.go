@@ -198,28 +198,10 @@ func TestCollectTextReport(t *testing.T) {
 	}
 }
 
-// syncBuffer is a strings.Builder safe to read while collect writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestCollectProgressOnTTY(t *testing.T) {
 	ios, _, _, _ := cmdutil.Test()
 	ios.SetTTY(false, true)
-	errOut := &syncBuffer{}
+	errOut := &testenv.SyncBuffer{}
 	ios.ErrOut = errOut
 	opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Now: time.Now},
 		JSON: &cmdutil.JSONFlags{}, Listen: "unix://" + filepath.Join(t.TempDir(), "c.sock")}

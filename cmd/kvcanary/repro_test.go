@@ -917,15 +917,7 @@ func serveTwinServer(t *testing.T, mut func(*sim.Config)) (*server.Server, strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go srv.Run(ctx)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		cancel()
-		srv.Close()
-	})
-	return srv, hs.URL
+	return srv, testenv.ServeLoop(t, srv.Handler(), srv.Run, srv.Close).URL
 }
 
 func manifestConfig(t *testing.T, path string) (hook.RunConfig, *hook.RunStart) {

@@ -223,8 +223,8 @@ type wrapTest struct {
 	t       *testing.T
 	dir     string
 	py      string
-	out     *syncBuffer
-	errOut  *syncBuffer
+	out     *testenv.SyncBuffer
+	errOut  *testenv.SyncBuffer
 	sigs    chan os.Signal
 	ios     *cmdutil.IOStreams
 	environ []string
@@ -232,7 +232,7 @@ type wrapTest struct {
 }
 
 func newWrapTest(t *testing.T) *wrapTest {
-	w := &wrapTest{t: t, dir: t.TempDir(), out: &syncBuffer{}, errOut: &syncBuffer{}, sigs: make(chan os.Signal, 2)}
+	w := &wrapTest{t: t, dir: t.TempDir(), out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}, sigs: make(chan os.Signal, 2)}
 	w.ios = &cmdutil.IOStreams{In: &bytes.Buffer{}, Out: w.out, ErrOut: w.errOut}
 	w.environ = []string{"PATH=" + os.Getenv("PATH"), "PYTHONPATH=/user/site", "KVCANARY_LOG=debug", "PYTHONDONTWRITEBYTECODE=1"}
 	return w
@@ -572,7 +572,7 @@ p.stdout.readline()
 	}
 	wantContains(t, "stderr", w.errOut.String(), "processes of its group", "still run", "1 producer still connected 300ms after the command exited")
 	// --json counts them in the summary.
-	w.out.b.Reset()
+	w.out.Reset()
 	if err := w.run("--json", "--drain", "300ms", "--", py, "-S", parent, holder); err != nil {
 		t.Fatalf("%v\n%s", err, w.errOut)
 	}
