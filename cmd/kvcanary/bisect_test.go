@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/kvcanary/kvcanary/bisect"
-	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
 func runBisect(t *testing.T, ctx context.Context, args ...string) (string, string, error) {
@@ -99,6 +98,38 @@ baseline_start = 8
 	return path
 }
 
+// bisectJSON runs the kvcanary binary bin as `bisect ARGS... --json` and
+// returns its report and stderr; a failed run or a report that does not
+// decode fails t.
+func bisectJSON(t *testing.T, bin string, args ...string) (bisect.Report, string) {
+	t.Helper()
+	cmd := exec.Command(bin, append(append([]string{"bisect"}, args...), "--json")...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bisect %q: %v\n%s", args, err, stderr.String())
+	}
+	var rep bisect.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, stdout.String())
+	}
+	return rep, stderr.String()
+}
+
+// bisectState is the state bisect saved in its out directory.
+func bisectState(t *testing.T, out string) bisect.State {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(out, bisect.StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st bisect.State
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // TestBisectThroughProcesses: real server processes from the command
 // template — health wait, sessions, stop; an arm whose flags make the
 // server exit at start and one whose server is killed mid-arm are marked
@@ -118,16 +149,7 @@ name = "fp8"
 flags = ["--index-k-dtype", "fp8"]
 `)
 	out := filepath.Join(dir, "out")
-	cmd := exec.Command(bin, "bisect", plan, "--out", out, "--json")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("bisect: %v\n%s", err, stderr.String())
-	}
-	var rep bisect.Report
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("%v\n%s", err, stdout.String())
-	}
+	rep, stderr := bisectJSON(t, bin, plan, "--out", out)
 	byName := map[string]bisect.ArmReport{}
 	for _, a := range rep.Arms {
 		byName[a.Name] = a
@@ -139,7 +161,7 @@ flags = ["--index-k-dtype", "fp8"]
 		t.Errorf("killed: %q, error %q", a.Decision, a.Error)
 	}
 	if a := byName["fp8"]; a.Decision == bisect.Failed || a.Decision == bisect.Undecided || a.Sessions < 8 {
-		t.Errorf("fp8: %q after %d sessions (%s)\n%s", a.Decision, a.Sessions, a.Error, stderr.String())
+		t.Errorf("fp8: %q after %d sessions (%s)\n%s", a.Decision, a.Sessions, a.Error, stderr)
 	}
 	if b := byName["baseline"]; b.Sessions < 8 || len(b.Bundles) == 0 {
 		t.Errorf("baseline: %d sessions, bundles %v", b.Sessions, b.Bundles)
@@ -198,38 +220,15 @@ flags = ["--disable-cuda-graph"]
 	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
 		t.Fatalf("after SIGINT: %v, want exit 130\n%s", err, log.String())
 	}
-	before, err := os.ReadFile(filepath.Join(out, bisect.StateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st0 bisect.State
-	if err := json.Unmarshal(before, &st0); err != nil {
-		t.Fatal(err)
-	}
+	st0 := bisectState(t, out)
 	if len(st0.Arms[0].Sessions) < 8 {
 		t.Fatalf("baseline sessions saved: %d", len(st0.Arms[0].Sessions))
 	}
-	res := exec.Command(bin, "bisect", plan, "--out", out, "--resume", "--json")
-	var stdout, stderr bytes.Buffer
-	res.Stdout, res.Stderr = &stdout, &stderr
-	if err := res.Run(); err != nil {
-		t.Fatalf("resume: %v\n%s", err, stderr.String())
-	}
-	var rep bisect.Report
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep, _ := bisectJSON(t, bin, plan, "--out", out, "--resume")
 	if !rep.Complete {
 		t.Fatalf("not complete after resume: %+v", rep.Verdict)
 	}
-	after, err := os.ReadFile(filepath.Join(out, bisect.StateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st1 bisect.State
-	if err := json.Unmarshal(after, &st1); err != nil {
-		t.Fatal(err)
-	}
+	st1 := bisectState(t, out)
 	for i, a := range st1.Arms {
 		seen := map[string]bool{}
 		for j, s := range a.Sessions {
@@ -256,16 +255,14 @@ func TestBisectStatusLineOnATerminal(t *testing.T) {
 	if err := os.WriteFile(plan, []byte("[[arm]]\nname = \"fp8\"\nflags = [\"--index-k-dtype\", \"fp8\"]\n[workload]\nconcurrency = 8\nrounds = 2\n[stats]\nbudget = 16\nbatch = 8\nbaseline_start = 8\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ios, _, _, errOut := cmdutil.Test()
-	ios.SetTTY(false, true)
-	cmd := NewCmdBisect(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, nil)
-	cmd.SetArgs([]string{plan, "--out", filepath.Join(t.TempDir(), "out")})
-	if err := cmd.Execute(); err != nil {
-		t.Fatalf("bisect: %v\n%s", err, errOut)
+	c := newTestCLI()
+	c.IO.SetTTY(false, true)
+	if err := c.exec(NewCmdBisect(c.F, nil), plan, "--out", filepath.Join(t.TempDir(), "out")); err != nil {
+		t.Fatalf("bisect: %v\n%s", err, c.ErrOut)
 	}
 	for _, want := range []string{"\r\x1b[Kbisect: baseline: ", "sessions counted, ", "bisect: fp8 look at 8: "} {
-		if !strings.Contains(errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%q", want, errOut)
+		if !strings.Contains(c.ErrOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%q", want, c.ErrOut)
 		}
 	}
 }

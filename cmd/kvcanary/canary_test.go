@@ -15,16 +15,10 @@ import (
 )
 
 func TestCanaryReportFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdCanary, "report", "run.kvtrace", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
-		t.Fatalf("options %+v", got)
-	}
-	if got, err := parseCmd(NewCmdCanary, "report"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
-		t.Fatalf("no args: %v (exit %d, ran: %v)", err, cmdutil.ExitCode(err), got != nil)
-	}
+	wantOptions(t, NewCmdCanary, []string{"report", "run.kvtrace", "--json"}, func(o *CanaryReportOptions) bool {
+		return o.Path == "run.kvtrace" && o.JSON.JSON
+	})
+	wantUsage(t, NewCmdCanary, "report")
 }
 
 // writeCanaryBundle writes a bundle with one replay per element of changes.

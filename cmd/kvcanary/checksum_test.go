@@ -20,14 +20,12 @@ import (
 )
 
 func TestChecksumCompareFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdChecksum, "compare", "p.log", "d.log", "--json", "--warmup-max-seqlen", "32", "--limit", "5")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdChecksum, "compare", "p.log", "d.log", "--json", "--warmup-max-seqlen", "32", "--limit", "5")
 	if got == nil || strings.Join(got.Paths, ",") != "p.log,d.log" || !got.JSON.JSON || got.WarmupMaxSeqLen != 32 || got.Limit != 5 {
 		t.Fatalf("options %+v", got)
 	}
-	if got, err = parseCmd(NewCmdChecksum, "compare", "run.kvtrace"); err != nil || got.WarmupMaxSeqLen != 16 {
+	got, err := parseCmd(NewCmdChecksum, "compare", "run.kvtrace")
+	if err != nil || got.WarmupMaxSeqLen != 16 {
 		t.Fatalf("defaults: %v %+v", err, got)
 	}
 	// Several inputs (hosts, ranks) are one compare.
@@ -35,9 +33,7 @@ func TestChecksumCompareFlags(t *testing.T) {
 		t.Fatalf("three inputs: %v %+v", err, got)
 	}
 	for _, args := range [][]string{{"compare"}, {"compare", "a", "--warmup-max-seqlen", "-1"}} {
-		if got, err := parseCmd(NewCmdChecksum, args...); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
-			t.Errorf("%v: %v (exit %d, ran: %v), want usage", args, err, cmdutil.ExitCode(err), got != nil)
-		}
+		wantUsage(t, NewCmdChecksum, args...)
 	}
 }
 
@@ -345,12 +341,8 @@ func TestChecksumCompareTwoHostBundles(t *testing.T) {
 	if !strings.HasPrefix(out, "2/3 rooms match; 1 mismatch (room 9, seq_len 150)\n") {
 		t.Errorf("headline:\n%s", out)
 	}
-	for _, want := range []string{"1 (tokens 64-128) on layer 2", "decode rank 1 admitted @decode-host: bsum differs",
-		"(vs prefill rank 0 sent @prefill-host)", "changed on the decode host after landing"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("text lacks %q:\n%s", want, out)
-		}
-	}
+	wantContains(t, "text", out, "1 (tokens 64-128) on layer 2", "decode rank 1 admitted @decode-host: bsum differs",
+		"(vs prefill rank 0 sent @prefill-host)", "changed on the decode host after landing")
 	if strings.Contains(out, "\t") {
 		t.Errorf("TTY output is not an aligned table:\n%s", out)
 	}

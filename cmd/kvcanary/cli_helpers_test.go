@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +82,80 @@ func writeBundleAt(t *testing.T, path string, man traces.Manifest, evs ...hook.E
 		t.Fatal(err)
 	}
 	return path
+}
+
+// readBundle is what a bundle holds, read through to its end: the manifest,
+// the events in order and the footer (nil when the bundle has none). A read
+// error fails t.
+type bundleContents struct {
+	Manifest traces.Manifest
+	Events   []hook.Event
+	Footer   *traces.Footer
+}
+
+func readBundle(t *testing.T, path string) bundleContents {
+	t.Helper()
+	r, err := traces.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var b bundleContents
+	for {
+		ev, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Events = append(b.Events, ev)
+	}
+	b.Manifest = r.Manifest()
+	b.Footer, _ = r.Footer()
+	return b
+}
+
+// mustParse is parseCmd for args that must parse: a parse error fails t.
+func mustParse[O any](t *testing.T, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, args ...string) *O {
+	t.Helper()
+	got, err := parseCmd(newCmd, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// wantUsage parses args with newCmd and fails t unless parsing stopped with
+// a usage error (exit 2) before the run function ran. It returns the error,
+// for the callers that check what it names.
+func wantUsage[O any](t *testing.T, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, args ...string) error {
+	t.Helper()
+	got, err := parseCmd(newCmd, args...)
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
+		t.Errorf("%q: %v (exit %d, ran: %v), want a usage error", args, err, cmdutil.ExitCode(err), got != nil)
+	}
+	return err
+}
+
+// wantContains fails t for each of wants that got lacks, naming got as what
+// ("output", "stderr") and showing it whole.
+func wantContains(t *testing.T, what, got string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(got, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, got)
+		}
+	}
+}
+
+// wantOptions parses args with newCmd and fails t unless they parse and ok
+// holds for the options the run function would get, which it returns.
+func wantOptions[O any](t *testing.T, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, args []string, ok func(*O) bool) *O {
+	t.Helper()
+	got := mustParse(t, newCmd, args...)
+	if got == nil || !ok(got) {
+		t.Fatalf("%q: options %+v", args, got)
+	}
+	return got
 }

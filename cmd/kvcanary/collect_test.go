@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
@@ -20,16 +22,10 @@ import (
 )
 
 func TestCollectFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Listen != "unix:///tmp/x.sock" || got.Record != "out.kvtrace" || !got.AllowRemote || !got.JSON.JSON || got.Run != "r9" {
-		t.Fatalf("options %+v", got)
-	}
-	if ran, err := parseCmd(NewCmdCollect); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Fatalf("missing --listen: %v (exit %d)", err, cmdutil.ExitCode(err))
-	}
+	wantOptions(t, NewCmdCollect, []string{"--listen", "unix:///tmp/x.sock", "--record", "out.kvtrace", "--allow-remote", "--json", "--run", "r9"}, func(o *CollectOptions) bool {
+		return o.Listen == "unix:///tmp/x.sock" && o.Record == "out.kvtrace" && o.AllowRemote && o.JSON.JSON && o.Run == "r9"
+	})
+	wantUsage(t, NewCmdCollect) // missing --listen
 }
 
 func TestCollectRefusesRemoteWithoutFlag(t *testing.T) {
@@ -72,6 +68,21 @@ func runCollect(t *testing.T, opts *CollectOptions) (*hook.Collector, func() err
 		t.Fatalf("collect ended before listening: %v", err)
 	}
 	return nil, nil
+}
+
+// stopCollectJSON stops a collect --json that runCollect started and returns
+// its summary from out; a failed run or a summary that does not decode fails
+// t.
+func stopCollectJSON(t *testing.T, stop func() error, out, errOut *bytes.Buffer) CollectSummary {
+	t.Helper()
+	if err := stop(); err != nil {
+		t.Fatalf("collect: %v\n%s", err, errOut)
+	}
+	var sum CollectSummary
+	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
+		t.Fatalf("collect --json: %v\n%s", err, out)
+	}
+	return sum
 }
 
 // TestCollectRecordsTwoProducers is the issue's "done when": a Go emitter and
@@ -120,13 +131,7 @@ func TestCollectRecordsTwoProducers(t *testing.T) {
 	testenv.WaitForState(t, "every event and the rejected one", func() bool {
 		return c.Stats().Events >= nGo+nJSON+1 && c.Stats().Rejected >= 1
 	}, func() any { return c.Stats() })
-	if err := stop(); err != nil {
-		t.Fatalf("collect: %v\n%s", err, errOut)
-	}
-	var sum CollectSummary
-	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, out)
-	}
+	sum := stopCollectJSON(t, stop, out, errOut)
 	if sum.Events != nGo+nJSON+1 || sum.ByKind["replay"] != nGo || sum.ByKind["session"] != nJSON ||
 		sum.Rejected != 1 || sum.RejectedBy["non_finite"] != 1 || sum.Recorded != sum.Events ||
 		sum.DroppedProducer != 7 || sum.Dropped != 7 || sum.Connections != 2 || sum.Run != "r-collect" {
@@ -186,39 +191,17 @@ func TestCollectTextReport(t *testing.T) {
 	if out.Len() != 0 {
 		t.Errorf("stdout not empty without --json: %q", out)
 	}
-	for _, want := range []string{"collect: listening on unix://", "collect: 1 events from 1 connections", "by kind: replay 1",
-		"rejected: 1 (bad_length 1); 1 connections closed after losing framing", "dropped: 0", "length prefix 1073741824"} {
-		if !strings.Contains(errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errOut)
-		}
-	}
+	wantContains(t, "stderr", errOut.String(), "collect: listening on unix://", "collect: 1 events from 1 connections", "by kind: replay 1",
+		"rejected: 1 (bad_length 1); 1 connections closed after losing framing", "dropped: 0", "length prefix 1073741824")
 	if strings.Contains(errOut.String(), "\x1b[") {
 		t.Errorf("escape sequences on a non-TTY stderr: %q", errOut)
 	}
 }
 
-// syncBuffer is a strings.Builder safe to read while collect writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestCollectProgressOnTTY(t *testing.T) {
 	ios, _, _, _ := cmdutil.Test()
 	ios.SetTTY(false, true)
-	errOut := &syncBuffer{}
+	errOut := &testenv.SyncBuffer{}
 	ios.ErrOut = errOut
 	opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Now: time.Now},
 		JSON: &cmdutil.JSONFlags{}, Listen: "unix://" + filepath.Join(t.TempDir(), "c.sock")}
@@ -255,38 +238,29 @@ func TestWriteCollectSummaryConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{
+	wantContains(t, "summary", out,
 		`connection 1 (pid 7 python3, jsonl): 6 events, 1 rejected; last: line 2: bad`,
 		`connection 2 (pid 8 socat): 0 events, 1 rejected; last: `,
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Contains(out, ", )") || strings.Contains(out, "\x1b") || strings.Contains(out, "connection 3") {
 		t.Errorf("summary has an empty protocol slot, a raw escape, or a connection without rejections:\n%s", out)
 	}
 }
 
 func TestCollectLimitFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdCollect, "--listen", "unix:///tmp/x.sock")
 	var lo hook.ListenOptions
 	got.Limits.apply(&lo)
 	if lo.BufferBudget != hook.DefaultBufferBudget || lo.MaxConns != hook.DefaultMaxConns || lo.IdleTimeout != hook.DefaultIdleTimeout || lo.StallTimeout != hook.DefaultStallTimeout {
 		t.Fatalf("defaults: %+v", lo)
 	}
-	if got, err = parseCmd(NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--buffer-budget-mib", "8", "--max-conns", "0", "--idle-timeout", "1m", "--stall-timeout", "0"); err != nil {
-		t.Fatal(err)
-	}
+	got = mustParse(t, NewCmdCollect, "--listen", "unix:///tmp/x.sock", "--buffer-budget-mib", "8", "--max-conns", "0", "--idle-timeout", "1m", "--stall-timeout", "0")
 	got.Limits.apply(&lo)
 	if lo.BufferBudget != 8<<20 || lo.MaxConns >= 0 || lo.IdleTimeout != time.Minute || lo.StallTimeout >= 0 {
 		t.Fatalf("set: %+v (0 must mean no limit: negative in ListenOptions)", lo)
 	}
 	for _, bad := range [][]string{{"--max-conns", "-1"}, {"--buffer-budget-mib", "-5"}, {"--idle-timeout", "-1s"}} {
-		if ran, err := parseCmd(NewCmdCollect, append([]string{"--listen", "unix:///tmp/x.sock"}, bad...)...); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), bad[0]) {
+		if err := wantUsage(t, NewCmdCollect, append([]string{"--listen", "unix:///tmp/x.sock"}, bad...)...); !strings.Contains(fmt.Sprint(err), bad[0]) {
 			t.Errorf("%v: %v", bad, err)
 		}
 	}
@@ -323,12 +297,8 @@ func TestCollectRefusesAtIngestWhatTheBundleCannotHold(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"collect: 1 events from 1 connections", "rejected: 2 (too_large 1, truncated 1)",
-		"recorded: 1 events", "over the 16777216-byte limit", "2 rejected; last: "} {
-		if !strings.Contains(errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, errOut)
-		}
-	}
+	wantContains(t, "stderr", errOut.String(), "collect: 1 events from 1 connections", "rejected: 2 (too_large 1, truncated 1)",
+		"recorded: 1 events", "over the 16777216-byte limit", "2 rejected; last: ")
 	s, err := traces.Inspect(bundle)
 	if err != nil {
 		t.Fatal(err)
@@ -349,25 +319,18 @@ func TestWriteCollectSummaryLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"refused connections: 5 (conn_limit 4, over_budget 1)", "closed by a limit: idle timeout 2, stalled 1",
-		"read buffers: peak 200 of the 256-byte budget"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("summary lacks %q:\n%s", want, b.String())
-		}
-	}
+	wantContains(t, "summary", b.String(), "refused connections: 5 (conn_limit 4, over_budget 1)", "closed by a limit: idle timeout 2, stalled 1",
+		"read buffers: peak 200 of the 256-byte budget")
 }
 
 func TestWatchListenLimitFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdWatch, "--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdWatch, "--listen", "unix:///tmp/x.sock", "--max-conns", "5", "--idle-timeout", "10s", "--stall-timeout", "2s", "--buffer-budget-mib", "64")
 	var lo hook.ListenOptions
 	got.Limits.apply(&lo)
 	if lo.MaxConns != 5 || lo.IdleTimeout != 10*time.Second || lo.StallTimeout != 2*time.Second || lo.BufferBudget != 64<<20 {
 		t.Fatalf("watch --listen limits: %+v", lo)
 	}
-	if ran, err := parseCmd(NewCmdWatch, "--bundle", "x.kvtrace", "--max-conns", "5"); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--max-conns needs --listen") {
+	if err := wantUsage(t, NewCmdWatch, "--bundle", "x.kvtrace", "--max-conns", "5"); !strings.Contains(fmt.Sprint(err), "--max-conns needs --listen") {
 		t.Fatalf("--max-conns with --bundle: %v", err)
 	}
 }

@@ -11,19 +11,14 @@ import (
 )
 
 func TestDemoFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdDemo, "--seed", "3", "--out", "x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdDemo, "--seed", "3", "--out", "x")
 	if got.Sessions != 80 || got.Rounds != 4 || got.Seed != 3 || got.Out != "x" {
 		t.Fatalf("options %+v", got)
 	}
-	if got, err = parseCmd(NewCmdDemo, "--keep"); err != nil || !got.Keep || got.Out != "" {
+	if got, err := parseCmd(NewCmdDemo, "--keep"); err != nil || !got.Keep || got.Out != "" {
 		t.Fatalf("--keep: %v %+v", err, got)
 	}
-	if _, err := parseCmd(NewCmdDemo, "--sessions", "0"); cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Fatalf("--sessions 0: %v", err)
-	}
+	wantUsage(t, NewCmdDemo, "--sessions", "0")
 }
 
 // TestDemoPlainOutput runs a tiny demo: plain numbered steps on a non-TTY,
@@ -37,14 +32,10 @@ func TestDemoPlainOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := out.String()
-	for _, want := range []string{"1. baseline", "CORRUPTION sessions:", "2. transfer", "3. persistent buffer", "4. transient compute",
-		"5. A/B --index-k-dtype fp8", "8. A/B --multi-stream-overlap=false", "VERDICT: ", "bundles: " + dir, "wall: ",
-		"kvcanary checksum compare " + dir + "/baseline.kvtrace", "kvcanary graphdiff report " + dir + "/baseline.kvtrace",
-		"kvcanary ab " + dir + "/baseline.kvtrace " + dir + "/ab-overlap-off.kvtrace", dir + "/ab-index-k-fp8.kvtrace"} {
-		if !strings.Contains(s, want) {
-			t.Errorf("output lacks %q:\n%s", want, s)
-		}
-	}
+	wantContains(t, "output", s, "1. baseline", "CORRUPTION sessions:", "2. transfer", "3. persistent buffer", "4. transient compute",
+		"5. A/B --index-k-dtype fp8", "8. A/B --multi-stream-overlap=false", "VERDICT: ", "bundles: "+dir, "wall: ",
+		"kvcanary checksum compare "+dir+"/baseline.kvtrace", "kvcanary graphdiff report "+dir+"/baseline.kvtrace",
+		"kvcanary ab "+dir+"/baseline.kvtrace "+dir+"/ab-overlap-off.kvtrace", dir+"/ab-index-k-fp8.kvtrace")
 	if errOut.Len() != 0 {
 		t.Errorf("stderr on a non-TTY: %q", errOut)
 	}

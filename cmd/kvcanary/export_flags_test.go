@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -87,16 +86,6 @@ func TestExportFlagsBadValuesAreUsageErrors(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // startPrometheus runs Debian's prometheus on a free port with a temporary
 // config and storage, scraping target every second, with the shipped
 // alerting rules loaded. It returns the API's base URL.
@@ -119,7 +108,7 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := testenv.FreeAddr(t)
 	var logs bytes.Buffer
 	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")
@@ -181,7 +170,7 @@ func TestCollectMetricsScrapedByPrometheus(t *testing.T) {
 	bin := testenv.LookTool(t, "prometheus", "apt-get install -y prometheus")
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "c.sock")
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	metricsAddr := testenv.FreeAddr(t)
 	ios, _, _, errOut := cmdutil.Test()
 	opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Now: time.Now},
 		JSON: &cmdutil.JSONFlags{JSON: true}, Listen: "unix://" + sock, Run: "r-prom",

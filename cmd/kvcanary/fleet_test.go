@@ -121,13 +121,7 @@ func TestFleetTwoHostPDOverMTLS(t *testing.T) {
 	testenv.WaitForState(t, "both hosts' rooms and the forged certificate's refusal", func() bool {
 		return c.Stats().Events >= 2*pdRooms && c.Stats().RefusedBy["tls_unknown_ca"] > 0
 	}, func() any { return c.Stats() })
-	if err := stop(); err != nil {
-		t.Fatalf("collect: %v\n%s", err, errOut)
-	}
-	var sum CollectSummary
-	if err := json.Unmarshal(out.Bytes(), &sum); err != nil {
-		t.Fatalf("collect --json: %v\n%s", err, out)
-	}
+	sum := stopCollectJSON(t, stop, out, errOut)
 	if !strings.Contains(sum.LastRefusal, "tls_unknown_ca") {
 		t.Errorf("last refusal %q does not name the cause", sum.LastRefusal)
 	}

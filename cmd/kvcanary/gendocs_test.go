@@ -2,22 +2,17 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"sort"
 	"testing"
-	"time"
-
-	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
 // TestDocsFresh: docs/cli (man pages and the Markdown reference) is what
 // `make docs` writes from today's commands. On failure run `make docs` and
 // commit the result.
 func TestDocsFresh(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	root := NewCmdRoot(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now})
+	root := NewCmdRoot(newTestCLI().F)
 	dir := t.TempDir()
 	if err := genDocs(root, dir); err != nil {
 		t.Fatal(err)

@@ -15,13 +15,9 @@ import (
 )
 
 func TestGPUFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdGPU, "--watch", "250ms", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Watch != 250*time.Millisecond || !got.JSON.JSON {
-		t.Fatalf("options %+v", got)
-	}
+	wantOptions(t, NewCmdGPU, []string{"--watch", "250ms", "--json"}, func(o *GPUOptions) bool {
+		return o.Watch == 250*time.Millisecond && o.JSON.JSON
+	})
 }
 
 func TestGPUNoDriverExit3WithHint(t *testing.T) {
@@ -70,11 +66,7 @@ func TestGPUOneSampleOutputs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, w := range tc.want {
-				if !strings.Contains(out.String(), w) {
-					t.Errorf("output lacks %q:\n%s", w, out)
-				}
-			}
+			wantContains(t, "output", out.String(), tc.want...)
 			if !lib.IsClosed() {
 				t.Error("lib not closed")
 			}

@@ -14,16 +14,10 @@ import (
 )
 
 func TestGraphDiffReportFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdGraphDiff, "report", "run.kvtrace", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got == nil || got.Path != "run.kvtrace" || !got.JSON.JSON {
-		t.Fatalf("options %+v", got)
-	}
-	if got, err := parseCmd(NewCmdGraphDiff, "report"); cmdutil.ExitCode(err) != cmdutil.ExitUsage || got != nil {
-		t.Fatalf("no args: %v (exit %d, ran: %v)", err, cmdutil.ExitCode(err), got != nil)
-	}
+	wantOptions(t, NewCmdGraphDiff, []string{"report", "run.kvtrace", "--json"}, func(o *GraphDiffReportOptions) bool {
+		return o.Path == "run.kvtrace" && o.JSON.JSON
+	})
+	wantUsage(t, NewCmdGraphDiff, "report")
 }
 
 func writeGraphDiffBundle(t *testing.T, cfg hook.RunConfig, evs []hook.Event) string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/cudaprobe"
 	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/traces"
 )
 
 // fakeCUDAProbe delivers its calls, then waits for the context like a live probe.
@@ -60,16 +58,11 @@ func cudaOneCapture() []hook.CUDA {
 }
 
 func TestProbeCUDAFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdProbe, "cuda", "--pid", "42", "--record", "x.kvtrace", "--duration", "2s", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdProbe, "cuda", "--pid", "42", "--record", "x.kvtrace", "--duration", "2s", "--json")
 	if got.PID != 42 || got.Record != "x.kvtrace" || got.Duration != 2*time.Second || !got.JSON.JSON {
 		t.Fatalf("options %+v", got)
 	}
-	if ran, err := parseCmd(NewCmdProbe, "cuda"); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-		t.Fatalf("no --pid/--lib: %v", err)
-	}
+	wantUsage(t, NewCmdProbe, "cuda") // no --pid/--lib
 }
 
 func TestProbeCUDAReportAndRecord(t *testing.T) {
@@ -88,46 +81,29 @@ func TestProbeCUDAReportAndRecord(t *testing.T) {
 	if len(cfg.PIDs) != 1 || cfg.PIDs[0] != 77 || !cfg.TrapOnlyPIDs || cfg.Lib != "" || !fp.closed {
 		t.Fatalf("config %+v closed %v", cfg, fp.closed)
 	}
-	for _, want := range []string{
+	wantContains(t, "output", out.String(),
 		"probed /usr/lib/x86_64-linux-gnu/libcuda.so.1 (2 entry points), pid 77",
 		"calls: 9 (cuGraphLaunch 3, cuEventRecord 1,",
 		"graph replays:", "  77   0x000000000000000a  3        1000.0   1",
 		"captures:", "0x0000000000000060  1      0x000000000000000b  1         1     3",
 		"ordering hints (1)", "pid 77: cuLaunchKernel on side stream 0x000000000000000b",
 		"lost: 3 (ring buffer full 3, entry table full 0, return without entry 0, malformed 0)",
-		"recorded 9 events to " + path,
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out)
-		}
-	}
-	r, err := traces.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if m := r.Manifest(); m.Command != "probe cuda" || m.Run != "r1" || m.Labels["pid"] != "77" {
+		"recorded 9 events to "+path,
+	)
+	b := readBundle(t, path)
+	if m := b.Manifest; m.Command != "probe cuda" || m.Run != "r1" || m.Labels["pid"] != "77" {
 		t.Fatalf("manifest %+v", m)
 	}
-	var n int
-	for {
-		ev, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for n, ev := range b.Events {
 		c := ev.Body.(*hook.CUDA)
 		if ev.Kind != hook.KindCUDA || *c != cudaOneCapture()[n] || ev.TS != c.StartNS || ev.Src.PID != 77 {
 			t.Fatalf("event %d: %+v %+v", n, ev, c)
 		}
-		n++
 	}
-	if n != 9 {
+	if n := len(b.Events); n != 9 {
 		t.Fatalf("%d events recorded", n)
 	}
-	if ft, ok := r.Footer(); !ok || ft.Dropped != 3 {
+	if ft := b.Footer; ft == nil || ft.Dropped != 3 {
 		t.Fatalf("footer %+v", ft)
 	}
 }

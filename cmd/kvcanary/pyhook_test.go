@@ -12,13 +12,9 @@ import (
 )
 
 func TestPyhookPathFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdPyhookPath, "--cache-dir", "/x", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.CacheDir != "/x" || !got.JSON.JSON {
-		t.Fatalf("options %+v", got)
-	}
+	wantOptions(t, NewCmdPyhookPath, []string{"--cache-dir", "/x", "--json"}, func(o *PyhookPathOptions) bool {
+		return o.CacheDir == "/x" && o.JSON.JSON
+	})
 }
 
 func TestPyhookPathPrintsExtractedDir(t *testing.T) {

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -53,10 +51,9 @@ func TestRootUnknownCommand(t *testing.T) {
 // returns the exit code, stdout and stderr.
 func runTest(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	ios, _, out, errOut := cmdutil.Test()
-	f := &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}
-	code := run(f, args)
-	return code, out.String(), errOut.String()
+	c := newTestCLI()
+	code := run(c.F, args)
+	return code, c.Out.String(), c.ErrOut.String()
 }
 
 // TestJSONErrors: under --json a failure is one JSON object on stdout with
@@ -113,8 +110,7 @@ func TestVersionFlag(t *testing.T) {
 
 // TestEveryCommandHasAnExample: `kvcanary X --help` always shows how to run X.
 func TestEveryCommandHasAnExample(t *testing.T) {
-	ios, _, _, _ := cmdutil.Test()
-	root := NewCmdRoot(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now})
+	root := NewCmdRoot(newTestCLI().F)
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if c.Hidden || c.Name() == "help" || c.Name() == "completion" || c.Parent() != nil && c.Parent().Name() == "completion" {

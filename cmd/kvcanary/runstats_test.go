@@ -2,14 +2,15 @@ package main
 
 import (
 	"fmt"
-	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/spec/outcome"
-	"github.com/kvcanary/kvcanary/traces"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/outcome"
+	"github.com/kvcanary/kvcanary/traces"
 )
 
 func TestRunStatsFromBundle(t *testing.T) {

@@ -16,10 +16,7 @@ import (
 )
 
 func TestWatchFlags(t *testing.T) {
-	got, err := parseCmd(NewCmdWatch, "--sim", "--inject", "transfer-race", "--sessions", "8", "--rounds", "2", "--seed", "3", "--record", "r.kvtrace", "--multi-stream-overlap=false")
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := mustParse(t, NewCmdWatch, "--sim", "--inject", "transfer-race", "--sessions", "8", "--rounds", "2", "--seed", "3", "--record", "r.kvtrace", "--multi-stream-overlap=false")
 	if !got.Sim || got.Sessions != 8 || got.Rounds != 2 || got.Seed != 3 || got.Record != "r.kvtrace" || !got.speedSet || got.Speed != "1x" {
 		// --sim without --speed is paced at 1x, the twin's step time.
 		t.Fatalf("options %+v", got)
@@ -47,19 +44,23 @@ func TestWatchFlags(t *testing.T) {
 		{"--listen", "unix:///tmp/x.sock", "--speed", "10x"},
 		{"--sim", "--allow-remote"},
 	} {
-		if ran, err := parseCmd(NewCmdWatch, args...); ran != nil || cmdutil.ExitCode(err) != cmdutil.ExitUsage {
-			t.Errorf("%v: err %v (exit %d), want a usage error", args, err, cmdutil.ExitCode(err))
-		}
+		wantUsage(t, NewCmdWatch, args...)
+	}
+}
+
+// noDashboard is a runTUI for runs that must stop before the dashboard: if
+// it starts, t fails with msg.
+func noDashboard(t *testing.T, msg string) func(context.Context, tui.Options) (tui.Stats, error) {
+	return func(context.Context, tui.Options) (tui.Stats, error) {
+		t.Fatal(msg)
+		return tui.Stats{}, nil
 	}
 }
 
 func TestWatchNeedsTerminal(t *testing.T) {
 	ios, _, _, _ := cmdutil.Test()
 	opts := &WatchOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background()}, Sim: true, Speed: "1x",
-		runTUI: func(context.Context, tui.Options) (tui.Stats, error) {
-			t.Fatal("dashboard started without a terminal")
-			return tui.Stats{}, nil
-		}}
+		runTUI: noDashboard(t, "dashboard started without a terminal")}
 	err := watchRun(opts)
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "not a terminal") {
 		t.Fatalf("err %v", err)
@@ -167,10 +168,7 @@ func TestWatchBundleErrors(t *testing.T) {
 	ios, _, _, _ := cmdutil.Test()
 	ios.SetTTY(true, true)
 	opts := &WatchOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background()}, Bundle: filepath.Join(t.TempDir(), "none.kvtrace"), Speed: "1x",
-		runTUI: func(context.Context, tui.Options) (tui.Stats, error) {
-			t.Fatal("dashboard started on a missing bundle")
-			return tui.Stats{}, nil
-		}}
+		runTUI: noDashboard(t, "dashboard started on a missing bundle")}
 	err := watchRun(opts)
 	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(err.Error(), "none.kvtrace") {
 		t.Fatalf("err %v", err)
@@ -287,10 +285,7 @@ func TestWatchListenRefusesRemoteBeforeRecording(t *testing.T) {
 	ios.SetTTY(true, true)
 	rec := filepath.Join(t.TempDir(), "never.kvtrace")
 	opts := &WatchOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background()}, Listen: "tcp://0.0.0.0:0", Record: rec, Speed: "1x",
-		runTUI: func(context.Context, tui.Options) (tui.Stats, error) {
-			t.Fatal("dashboard started")
-			return tui.Stats{}, nil
-		}}
+		runTUI: noDashboard(t, "dashboard started")}
 	err := watchRun(opts)
 	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "non-loopback") {
 		t.Fatalf("err %v", err)

@@ -25,15 +25,9 @@ import (
 // panel's decisive number is on screen (the LIVE-PAGE-OVERWRITE row, the
 // divergent count, the help key).
 func TestWatchUnderTmux(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and drives tmux; skipped with -short")
-	}
+	bin := kvcanaryBinary(t) // skips with -short
 	tmux := testenv.LookTool(t, "tmux", "apt-get install -y tmux; .ci/run installs it")
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "kvcanary")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	bundle := filepath.Join(dir, "run.kvtrace")
 	if out, err := exec.Command(bin, "sim", "run", "--sessions", "3", "--rounds", "1", "--pool-tokens", "20000", "--record", bundle).CombinedOutput(); err != nil {
 		t.Fatalf("sim run: %v\n%s", err, out)

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
@@ -24,20 +21,16 @@ func TestWrapRefusesARemoteCollectorInItsEnvironment(t *testing.T) {
 		{"KVCANARY_TLS_CA=pki/ca.pem"},
 	} {
 		dir := t.TempDir()
-		errOut := &bytes.Buffer{}
-		ios := &cmdutil.IOStreams{In: &bytes.Buffer{}, Out: &bytes.Buffer{}, ErrOut: errOut}
+		c := newTestCLI()
 		extracted := false
-		cmd := NewCmdWrap(&cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now}, func(o *WrapOptions) error {
+		cmd := NewCmdWrap(c.F, func(o *WrapOptions) error {
 			o.CacheDir = filepath.Join(dir, "cache")
 			o.environ = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 			o.extract = func(string) (string, error) { extracted = true; return dir, nil }
 			return wrapRun(o)
 		})
-		cmd.SetArgs([]string{"--record", filepath.Join(dir, "r.kvtrace"), "--", "true"})
-		cmd.SetOut(&bytes.Buffer{})
-		cmd.SetErr(errOut)
 		cmd.SilenceErrors = true
-		err := cmd.Execute()
+		err := c.exec(cmd, "--record", filepath.Join(dir, "r.kvtrace"), "--", "true")
 		name, _, _ := strings.Cut(env[0], "=")
 		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), name) ||
 			!strings.Contains(err.Error(), "trace merge") || !strings.Contains(err.Error(), "pyhook path") {

@@ -24,7 +24,6 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/traces"
 	"github.com/kvcanary/kvcanary/tui"
 )
 
@@ -216,8 +215,8 @@ type wrapTest struct {
 	t       *testing.T
 	dir     string
 	py      string
-	out     *syncBuffer
-	errOut  *syncBuffer
+	out     *testenv.SyncBuffer
+	errOut  *testenv.SyncBuffer
 	sigs    chan os.Signal
 	ios     *cmdutil.IOStreams
 	environ []string
@@ -225,7 +224,7 @@ type wrapTest struct {
 }
 
 func newWrapTest(t *testing.T) *wrapTest {
-	w := &wrapTest{t: t, dir: t.TempDir(), out: &syncBuffer{}, errOut: &syncBuffer{}, sigs: make(chan os.Signal, 2)}
+	w := &wrapTest{t: t, dir: t.TempDir(), out: &testenv.SyncBuffer{}, errOut: &testenv.SyncBuffer{}, sigs: make(chan os.Signal, 2)}
 	w.ios = &cmdutil.IOStreams{In: &bytes.Buffer{}, Out: w.out, ErrOut: w.errOut}
 	w.environ = []string{"PATH=" + os.Getenv("PATH"), "PYTHONPATH=/user/site", "KVCANARY_LOG=debug", "PYTHONDONTWRITEBYTECODE=1"}
 	return w
@@ -250,6 +249,28 @@ func (w *wrapTest) childArgs(code, mode string) []string {
 		w.t.Fatal(err)
 	}
 	return []string{w.python(), "-S", script, filepath.Join(w.dir, "report.json"), code, mode}
+}
+
+// runChild runs wrap over the Python child in mode (exit 0) in the
+// background and waits, as waitingFor, until the child is ready. The
+// function it returns waits for wrap to end and returns its error; if wrap
+// has not ended within the hang guard, t fails saying after what.
+func (w *wrapTest) runChild(mode, waitingFor string) (wait func(after string) error) {
+	w.t.Helper()
+	done := make(chan error, 1)
+	args := append([]string{"--"}, w.childArgs("0", mode)...)
+	go func() { done <- w.run(args...) }()
+	testenv.WaitFor(w.t, waitingFor, func() bool { return strings.Contains(w.out.String(), "ready") })
+	return func(after string) error {
+		w.t.Helper()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(60 * time.Second):
+			w.t.Fatalf("wrap did not end after %s\nstdout:\n%s\nstderr:\n%s", after, w.out, w.errOut)
+			return nil
+		}
+	}
 }
 
 func (w *wrapTest) run(args ...string) error {
@@ -335,24 +356,13 @@ func TestWrapRecordsChildAndPropagatesExit(t *testing.T) {
 	}
 
 	// The bundle holds the child's events, with the run id from KVCANARY_RUN.
-	r, err := traces.Open(bundle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	m := r.Manifest()
+	rec := readBundle(t, bundle)
+	m := rec.Manifest
 	if m.Run != "r-test" || m.Config.Engine != "sglang" || m.Config.CUDAGraph != nil || m.Labels["KVCANARY_CANARY_POLICY"] != "sweep:4" {
 		t.Fatalf("manifest %+v", m)
 	}
 	sides := map[string]bool{}
-	for {
-		ev, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, ev := range rec.Events {
 		switch b := ev.Body.(type) {
 		case *hook.RoomChecksum:
 			if ev.Run != "r-test" || !strings.HasPrefix(ev.Src.Proc, "child-") {
@@ -368,7 +378,7 @@ func TestWrapRecordsChildAndPropagatesExit(t *testing.T) {
 	if !sides["prefill"] || !sides["decode"] {
 		t.Fatalf("bundle lacks the child's events: %v", sides)
 	}
-	if _, ok := r.Footer(); !ok {
+	if rec.Footer == nil {
 		t.Fatal("bundle not closed cleanly")
 	}
 }
@@ -376,34 +386,21 @@ func TestWrapRecordsChildAndPropagatesExit(t *testing.T) {
 func TestWrapForwardsSIGINT(t *testing.T) {
 	w := newWrapTest(t)
 	w.setup = func(o *WrapOptions) { o.progressEvery = 10 * time.Millisecond }
-	done := make(chan error, 1)
-	args := append([]string{"--"}, w.childArgs("0", "trap")...)
-	go func() { done <- w.run(args...) }()
-	testenv.WaitFor(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	wait := w.runChild("trap", "the child's signal handler")
 	// Plain progress lines on stderr while the command runs.
 	testenv.WaitFor(t, "a progress line", func() bool {
 		return strings.Contains(w.errOut.String(), "wrap: 2 events (room.checksum 2); 0 producers connected, 1 connection in all; 0 rejected\n")
 	})
 	w.sigs <- syscall.SIGINT
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("wrap did not end after SIGINT\nstdout:\n%s\nstderr:\n%s", w.out, w.errOut)
-	}
 	// The child handled SIGINT and exited 0: wrap exits with its status.
-	if err != nil {
+	if err := wait("SIGINT"); err != nil {
 		t.Fatalf("wrap: %v\nstderr:\n%s", err, w.errOut)
 	}
 	if !strings.Contains(w.out.String(), "got signal 2") {
 		t.Fatalf("the child never saw SIGINT:\n%s", w.out)
 	}
-	for _, want := range []string{"forwarded SIGINT to the command's process group", "the command exited with status 0",
-		"transfer (checksum)", "buffer (canary)      not measured  no canary.pages", "compute (graphdiff)  not measured  no graphdiff.sample", "2 events (room.checksum 2); 0 producers connected, 1 connection in all"} {
-		if !strings.Contains(w.errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, w.errOut)
-		}
-	}
+	wantContains(t, "stderr", w.errOut.String(), "forwarded SIGINT to the command's process group", "the command exited with status 0",
+		"transfer (checksum)", "buffer (canary)      not measured  no canary.pages", "compute (graphdiff)  not measured  no graphdiff.sample", "2 events (room.checksum 2); 0 producers connected, 1 connection in all")
 }
 
 // TestWrapForwardsHangupAsTerm: a closed terminal (SIGHUP) must not end
@@ -411,18 +408,10 @@ func TestWrapForwardsSIGINT(t *testing.T) {
 // gets SIGTERM.
 func TestWrapForwardsHangupAsTerm(t *testing.T) {
 	w := newWrapTest(t)
-	done := make(chan error, 1)
-	args := append([]string{"--"}, w.childArgs("0", "trap")...)
-	go func() { done <- w.run(args...) }()
-	testenv.WaitFor(t, "the child's signal handler", func() bool { return strings.Contains(w.out.String(), "ready") })
+	wait := w.runChild("trap", "the child's signal handler")
 	w.sigs <- syscall.SIGHUP
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("wrap: %v\nstderr:\n%s", err, w.errOut)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("wrap did not end after SIGHUP\nstderr:\n%s", w.errOut)
+	if err := wait("SIGHUP"); err != nil {
+		t.Fatalf("wrap: %v\nstderr:\n%s", err, w.errOut)
 	}
 	if !strings.Contains(w.out.String(), "got signal 15") {
 		t.Fatalf("the child did not get SIGTERM:\n%s\nstderr:\n%s", w.out, w.errOut)
@@ -431,19 +420,11 @@ func TestWrapForwardsHangupAsTerm(t *testing.T) {
 
 func TestWrapSecondSignalKills(t *testing.T) {
 	w := newWrapTest(t)
-	done := make(chan error, 1)
-	args := append([]string{"--"}, w.childArgs("0", "ignore")...)
-	go func() { done <- w.run(args...) }()
-	testenv.WaitFor(t, "the child ignoring SIGINT", func() bool { return strings.Contains(w.out.String(), "ready") })
+	wait := w.runChild("ignore", "the child ignoring SIGINT")
 	w.sigs <- syscall.SIGINT
 	w.sigs <- syscall.SIGINT
-	select {
-	case err := <-done:
-		if cmdutil.ExitCode(err) != 128+9 {
-			t.Fatalf("wrap: %v (exit %d), want 137 (SIGKILL)\nstderr:\n%s", err, cmdutil.ExitCode(err), w.errOut)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("wrap did not end after two signals\nstderr:\n%s", w.errOut)
+	if err := wait("two signals"); cmdutil.ExitCode(err) != 128+9 {
+		t.Fatalf("wrap: %v (exit %d), want 137 (SIGKILL)\nstderr:\n%s", err, cmdutil.ExitCode(err), w.errOut)
 	}
 	if !strings.Contains(w.errOut.String(), "killed the command's process group") {
 		t.Fatalf("stderr:\n%s", w.errOut)
@@ -581,13 +562,9 @@ p.stdout.readline()
 	if err := w.run("--drain", "300ms", "--", py, "-S", parent, holder); err != nil {
 		t.Fatalf("%v\n%s", err, w.errOut)
 	}
-	for _, want := range []string{"processes of its group", "still run", "1 producer still connected 300ms after the command exited"} {
-		if !strings.Contains(w.errOut.String(), want) {
-			t.Errorf("stderr lacks %q:\n%s", want, w.errOut)
-		}
-	}
+	wantContains(t, "stderr", w.errOut.String(), "processes of its group", "still run", "1 producer still connected 300ms after the command exited")
 	// --json counts them in the summary.
-	w.out.b.Reset()
+	w.out.Reset()
 	if err := w.run("--json", "--drain", "300ms", "--", py, "-S", parent, holder); err != nil {
 		t.Fatalf("%v\n%s", err, w.errOut)
 	}

@@ -1,6 +1,12 @@
 package testenv
 
 import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,5 +72,74 @@ func TestWaitFor(t *testing.T) {
 	r := run(func(r *recorder) { WaitForWithin(r, time.Millisecond, "never", func() bool { return false }) })
 	if r.failed != "timed out waiting for %s" {
 		t.Errorf("a condition that never holds: failed %q, want the timeout", r.failed)
+	}
+}
+
+func TestFreeAddr(t *testing.T) {
+	addr := FreeAddr(t)
+	if _, err := net.Dial("tcp", addr); err == nil {
+		t.Errorf("dial %s succeeded, want nothing listening", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s: %v, want the address free", addr, err)
+	}
+	ln.Close()
+}
+
+func TestServeLoop(t *testing.T) {
+	var order []string
+	ctxs := make(chan context.Context, 1)
+	var url string
+	t.Run("serve", func(t *testing.T) {
+		hs := ServeLoop(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+			func(ctx context.Context) error { ctxs <- ctx; <-ctx.Done(); return ctx.Err() },
+			func() {
+				if ctx := <-ctxs; ctx.Err() == nil {
+					order = append(order, "stop before the loop's context was cancelled")
+				}
+				if _, err := http.Get(url); err == nil {
+					order = append(order, "stop before the HTTP server closed")
+				}
+				order = append(order, "stop")
+			})
+		url = hs.URL
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "ok" {
+			t.Errorf("served %q, want ok", b)
+		}
+		t.Cleanup(func() { order = append(order, "after serving") })
+	})
+	// Cleanups run last in, first out: the test's own, then ServeLoop's.
+	if strings.Join(order, ",") != "after serving,stop" {
+		t.Errorf("cleanup order %v", order)
+	}
+}
+
+func TestSyncBuffer(t *testing.T) {
+	var b SyncBuffer
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				b.Write([]byte("x"))
+				_ = b.String()
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(b.String()); n != 400 {
+		t.Errorf("%d bytes, want 400", n)
+	}
+	b.Reset()
+	if b.String() != "" {
+		t.Errorf("after Reset: %q", b.String())
 	}
 }
