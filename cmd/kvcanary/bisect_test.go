@@ -54,18 +54,30 @@ func TestBisectSeedsOnTheTwin(t *testing.T) {
 
 // serveWrapper is the command of the process tests: kvcanary sim serve,
 // except that an arm with --max-running-requests=7 has its server killed
-// 1.5 s after it starts (a server that dies mid-arm), leaving behind a
-// child that holds its output open (a worker that outlives the server).
+// 0.6 s after it says it listens (a server that dies mid-arm), leaving
+// behind a child that holds its output open (a worker that outlives the
+// server). The kill is timed from "listening", not from the start: the
+// bisect sees the server healthy within one 200 ms health poll, and no
+// session can finish before its 1 s tool time, so the kill lands between
+// the two on a loaded machine too. (Timed from the start, a fast machine
+// finished the arm's first 8 sessions and decided it before the kill.)
 const serveWrapper = `#!/bin/sh
 self="$1"; port="$2"; shift 2
 case " $* " in
 *" --max-running-requests=7 "*)
 	sleep 313 &
-	"$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms "$@" &
+	log="$(mktemp)"
+	"$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms "$@" 2>"$log" &
 	pid=$!
-	sleep 1.5
+	until grep -q "listening on" "$log"; do
+		kill -0 $pid 2>/dev/null || break
+		sleep 0.02
+	done
+	cat "$log" >&2
+	sleep 0.6
 	kill -9 $pid
 	wait $pid
+	rm -f "$log"
 	exit 137 ;;
 esac
 exec "$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms "$@"
