@@ -99,13 +99,7 @@ or a baseline that could not run, 130 interrupted (resume with --resume).`,
   kvcanary bisect plan.toml --out runs/plan --resume
   kvcanary bisect plan.toml --json | jq '.verdict'`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Plan = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return bisectRun(opts)
-		},
+		RunE: runOnPath(opts, &opts.Plan, runF, bisectRun),
 	}
 	cmd.Flags().StringVar(&opts.Out, "out", "", "directory of the bundles, server logs and saved state (default: PLAN's name + .bisect, beside it)")
 	cmd.Flags().BoolVar(&opts.Resume, "resume", false, "continue the bisect saved in --out")

@@ -56,7 +56,7 @@ const canaryMaxFindings = 100
 
 // NewCmdCanary builds `kvcanary canary` and its subcommands.
 func NewCmdCanary(f *cmdutil.Factory, runF func(*CanaryReportOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "canary",
 		Short: "Judge what graph replays did to the index-K pool (live-page overwrites)",
 		Example: `  kvcanary canary report run.kvtrace
@@ -69,10 +69,7 @@ An expected store that did not land is a missing store. Before each replay a
 source may also compare the previous replay's pages with their after-digests
 (phase "between"): writers outside a replay, such as speculative-decoding
 moves, are judged by the same rules and counted apart. See canary/SPEC.md.`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdCanaryReport(f, runF))
-	return cmd
+	}, NewCmdCanaryReport(f, runF))
 }
 
 // NewCmdCanaryReport builds `kvcanary canary report`.
@@ -109,13 +106,7 @@ Exit codes: 0 clean, 1 a live-page overwrite, a missing store or an SGLang
 violation was found, 3 the input is unreadable, not a bundle or a text log, or
 has malformed violation lines, 4 no data, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Path = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return canaryReportRun(opts)
-		},
+		RunE: runOnPath(opts, &opts.Path, runF, canaryReportRun),
 	}
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd

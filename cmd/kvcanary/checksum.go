@@ -28,7 +28,7 @@ type ChecksumCompareOptions struct {
 
 // NewCmdChecksum builds `kvcanary checksum` and its subcommands.
 func NewCmdChecksum(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "checksum",
 		Short: "Compare per-room index-K checksums across prefill and decode",
 		Example: `  kvcanary checksum compare prefill.log decode.log
@@ -38,10 +38,7 @@ store and on the decode side after the transfer, tell whether a PD transfer
 corrupts the KV. The digests (bsum and xxh3 over the room's tokens in token
 order, plus per-page digests; per layer and per TP rank for real engines)
 are defined in checksum/SPEC.md.`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdChecksumCompare(f, runF))
-	return cmd
+	}, NewCmdChecksumCompare(f, runF))
 }
 
 // NewCmdChecksumCompare builds `kvcanary checksum compare`.
@@ -106,10 +103,7 @@ names file:line), 4 no data, 130 interrupted.`,
 			if opts.Limit < 0 {
 				return cmdutil.UsageError("--limit %d: want 0 or more (0: all rows)", opts.Limit)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return checksumCompareRun(opts)
+			return runOr(opts, runF, checksumCompareRun)
 		},
 	}
 	cmd.Flags().IntVar(&opts.WarmupMaxSeqLen, "warmup-max-seqlen", checksum.DefaultWarmupMaxSeqLen, "rooms with seq_len at or below this are warmups (0: no seq_len rule)")

@@ -123,10 +123,7 @@ A value of 0 turns a limit off.`,
 			if err := opts.Limits.check(); err != nil {
 				return err
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return collectRun(opts)
+			return runOr(opts, runF, collectRun)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Listen, "listen", "", "address to listen on: unix:///path.sock or tcp://127.0.0.1:PORT")

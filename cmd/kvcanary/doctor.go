@@ -66,10 +66,7 @@ counts as a failure there) — then 1.`,
 					return cmdutil.UsageError("--require %q: want one of %s", g, strings.Join(doctor.Groups, ", "))
 				}
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return doctorRun(opts)
+			return runOr(opts, runF, doctorRun)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Socket, "socket", "", "check the collector at `ADDR` (unix:///path.sock, a socket path, or tcp://host:port)")

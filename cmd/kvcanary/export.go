@@ -47,10 +47,7 @@ cut short exports its complete frames; the JSON written is always complete.`,
 			if opts.Format != "perfetto" {
 				return cmdutil.UsageError("--format %s: unknown format (want perfetto)", cmdutil.Quote(opts.Format))
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return traceExportRun(opts)
+			return runOr(opts, runF, traceExportRun)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Format, "format", "perfetto", "output format: perfetto (Chrome trace-event JSON)")

@@ -58,10 +58,7 @@ what the host lacks.`,
 			if opts.Watch < 0 {
 				return cmdutil.UsageError("--watch %s: want a positive interval", opts.Watch)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return gpuRun(opts)
+			return runOr(opts, runF, gpuRun)
 		},
 	}
 	cmd.Flags().DurationVar(&opts.Watch, "watch", 0, "sample every `interval` (e.g. 1s) until interrupted")

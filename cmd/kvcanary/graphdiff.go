@@ -44,7 +44,7 @@ const graphDiffMaxFindings = 100
 
 // NewCmdGraphDiff builds `kvcanary graphdiff` and its subcommands.
 func NewCmdGraphDiff(f *cmdutil.Factory, runF func(*GraphDiffReportOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "graphdiff",
 		Short: "Judge graph-vs-eager differentials (captured replay against an eager rerun)",
 		Example: `  kvcanary graphdiff report run.kvtrace
@@ -53,10 +53,7 @@ func NewCmdGraphDiff(f *cmdutil.Factory, runF func(*GraphDiffReportOptions) erro
 captured CUDA graph and eagerly. Rounding differences are absorbed by a
 dtype-aware tolerance (allclose, then error against a float64 reference); a
 changed top-k selection is always a divergence. See graphdiff/SPEC.md.`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdGraphDiffReport(f, runF))
-	return cmd
+	}, NewCmdGraphDiffReport(f, runF))
 }
 
 // NewCmdGraphDiffReport builds `kvcanary graphdiff report`.
@@ -82,13 +79,7 @@ line carries them) and, when the run's recorded settings explain it, why;
 Exit codes: 0 no divergence, 1 a divergent sample, 3 the input is unreadable or
 not a bundle (the message says what it is), 4 no data, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Path = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return graphDiffReportRun(opts)
-		},
+		RunE: runOnPath(opts, &opts.Path, runF, graphDiffReportRun),
 	}
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd

@@ -16,15 +16,9 @@ import (
 
 // NewCmdLogs builds `kvcanary logs` and its subcommands.
 func NewCmdLogs(f *cmdutil.Factory) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "logs",
-		Short: "Read serving engines' server logs (SGLang, vLLM)",
+	return newGroupCmd(groupHelp{Use: "logs", Short: "Read serving engines' server logs (SGLang, vLLM)",
 		Example: `  kvcanary logs scan decode.log
-  kvcanary logs scan --json prefill.log`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdLogsScan(f, nil))
-	return cmd
+  kvcanary logs scan --json prefill.log`}, NewCmdLogsScan(f, nil))
 }
 
 // LogsScanOptions are the inputs of `kvcanary logs scan`.
@@ -85,10 +79,7 @@ is parsed by its first MiB (as canary report does) and counted in long_lines.`,
 			if opts.Year < 0 || opts.Year > 9999 {
 				return cmdutil.UsageError("--year %d: want a year from 1 to 9999 (0: the current year)", opts.Year)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return logsScanRun(opts)
+			return runOr(opts, runF, logsScanRun)
 		},
 	}
 	cmd.Flags().IntVar(&opts.Year, "year", 0, "year of vLLM timestamps, which print none (default: the current year)")

@@ -63,15 +63,12 @@ type ProbeCUDAReport struct {
 
 // NewCmdProbe builds `kvcanary probe` and its `cuda` subcommand.
 func NewCmdProbe(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "probe",
 		Short: "Attach zero-touch probes to a running engine",
 		Example: `  sudo kvcanary probe cuda --pid "$(pgrep -f sglang.launch_server | head -1)" --duration 30s
   sudo kvcanary probe cuda --lib /usr/lib/x86_64-linux-gnu/libcuda.so.1 --record cuda.kvtrace`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(newCmdProbeCUDA(f, runF))
-	return cmd
+	}, newCmdProbeCUDA(f, runF))
 }
 
 func newCmdProbeCUDA(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *cobra.Command {
@@ -108,10 +105,7 @@ to check.`,
 			if opts.Duration < 0 {
 				return cmdutil.UsageError("--duration %s: want a positive duration", opts.Duration)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return probeCUDARun(opts)
+			return runOr(opts, runF, probeCUDARun)
 		},
 	}
 	cmd.Flags().IntVar(&opts.PID, "pid", 0, "trace process `PID` (its libcuda is found in /proc/PID/maps)")

@@ -54,10 +54,7 @@ escaped in both.`,
 			if opts.Format != "html" && opts.Format != "md" {
 				return cmdutil.UsageError("--format %s: unknown format (want html or md)", cmdutil.Quote(opts.Format))
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return reportRun(opts)
+			return runOr(opts, runF, reportRun)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Format, "format", "html", "output format: html or md")

@@ -185,10 +185,7 @@ per line.`,
 			if err := opts.check(cmd.Flags(), headers, sampling); err != nil {
 				return err
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return reproRun(opts)
+			return runOr(opts, runF, reproRun)
 		},
 	}
 	fl := cmd.Flags()

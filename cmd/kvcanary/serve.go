@@ -104,10 +104,7 @@ closes the bundle (engine events plus one session event per session).`,
 			if opts.BodyTimeout <= 0 {
 				return cmdutil.UsageError("--body-timeout %v: want a positive duration", opts.BodyTimeout)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return simServeRun(opts)
+			return runOr(opts, runF, simServeRun)
 		},
 	}
 	opts.Engine = addEngineFlags(cmd)

@@ -71,10 +71,7 @@ OUT only when it completed: an interrupted merge leaves no bundle at OUT.`,
 			if opts.Window < 1 {
 				return cmdutil.UsageError("trace merge: --window %d: want at least 1", opts.Window)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return traceMergeRun(opts)
+			return runOr(opts, runF, traceMergeRun)
 		},
 	}
 	var align string

@@ -109,10 +109,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 			if opts.Sim && (opts.Sessions < 1 || opts.Rounds < 1) {
 				return cmdutil.UsageError("watch: --sessions and --rounds must be at least 1")
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return watchRun(opts)
+			return runOr(opts, runF, watchRun)
 		},
 	}
 	fl := cmd.Flags()

@@ -148,10 +148,7 @@ checksum compare, canary report or graphdiff report for a check's exit code.`,
 			if err := opts.check(cmd.Flags(), args, values); err != nil {
 				return err
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return wrapRun(opts)
+			return runOr(opts, runF, wrapRun)
 		},
 	}
 	fl := cmd.Flags()

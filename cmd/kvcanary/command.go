@@ -1,0 +1,46 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+)
+
+// The pieces every command constructor shares: a parent that only groups its
+// subcommands, and the RunE that hands the options to the test's runF or to
+// the command's run function.
+
+// groupHelp is the help text of a parent command.
+type groupHelp struct {
+	Use, Short, Long, Example string
+}
+
+// newGroupCmd builds a parent command from its help and subcommands. It takes
+// no arguments; run bare it prints its help (groupsRejectArgs).
+func newGroupCmd(h groupHelp, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: h.Use, Short: h.Short, Long: h.Long, Example: h.Example, Args: usageArgs(cobra.NoArgs)}
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
+// runOr runs the command: runF when set (tests capture the options there),
+// else run.
+func runOr[O any](opts *O, runF, run func(*O) error) error {
+	if runF != nil {
+		return runF(opts)
+	}
+	return run(opts)
+}
+
+// runE is the RunE of a command whose arguments need no check beyond its
+// Args: runOr.
+func runE[O any](opts *O, runF, run func(*O) error) func(*cobra.Command, []string) error {
+	return func(*cobra.Command, []string) error { return runOr(opts, runF, run) }
+}
+
+// runOnPath is the RunE of a command over one input (cobra.ExactArgs(1)):
+// the argument goes to *path, then runOr.
+func runOnPath[O any](opts *O, path *string, runF, run func(*O) error) func(*cobra.Command, []string) error {
+	return func(_ *cobra.Command, args []string) error {
+		*path = args[0]
+		return runOr(opts, runF, run)
+	}
+}
