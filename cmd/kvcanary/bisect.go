@@ -29,13 +29,8 @@ type BisectOptions struct {
 	Resume bool
 }
 
-// NewCmdBisect builds `kvcanary bisect PLAN`.
-func NewCmdBisect(f *cmdutil.Factory, runF func(*BisectOptions) error) *cobra.Command {
-	opts := &BisectOptions{IO: f.IO, Factory: f}
-	cmd := &cobra.Command{
-		Use:   "bisect PLAN.toml",
-		Short: "Find which server flag removes the corruption: A/B arms judged sequentially",
-		Long: `Run the flag investigation of the seeds as one command: a baseline and one arm per
+// bisectLong is the long help of `kvcanary bisect`.
+const bisectLong = `Run the flag investigation of the seeds as one command: a baseline and one arm per
 candidate change (a flag, or a named combination), each run against its own
 server, judged against the baseline as the sessions come in.
 
@@ -93,7 +88,15 @@ The state is saved after every look in OUT/bisect-state.json: after Ctrl-C,
 (OUT/ARM-N.kvtrace) for ab, checksum compare and the other reports.
 
 Exit codes: 0 the bisect finished (whatever it found), 2 usage, 3 a bad plan
-or a baseline that could not run, 130 interrupted (resume with --resume).`,
+or a baseline that could not run, 130 interrupted (resume with --resume).`
+
+// NewCmdBisect builds `kvcanary bisect PLAN`.
+func NewCmdBisect(f *cmdutil.Factory, runF func(*BisectOptions) error) *cobra.Command {
+	opts := &BisectOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "bisect PLAN.toml",
+		Short: "Find which server flag removes the corruption: A/B arms judged sequentially",
+		Long:  bisectLong,
 		Example: `  kvcanary bisect examples/seeds.toml
   kvcanary bisect examples/seeds-serve.toml --out /tmp/seeds
   kvcanary bisect plan.toml --out runs/plan --resume

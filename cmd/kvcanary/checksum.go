@@ -41,13 +41,8 @@ are defined in checksum/SPEC.md.`,
 	}, NewCmdChecksumCompare(f, runF))
 }
 
-// NewCmdChecksumCompare builds `kvcanary checksum compare`.
-func NewCmdChecksumCompare(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error) *cobra.Command {
-	opts := &ChecksumCompareOptions{IO: f.IO, Ctx: f.Ctx}
-	cmd := &cobra.Command{
-		Use:   "compare INPUT...",
-		Short: "Match prefill and decode room checksums and classify every room",
-		Long: `Match room checksums by room and classify every room: match, mismatch,
+// checksumCompareLong is the long help of `kvcanary checksum compare`.
+const checksumCompareLong = `Match room checksums by room and classify every room: match, mismatch,
 warmup (seq_len at or below --warmup-max-seqlen, or every decode digest 0,
 meaning not transferred), missing-decode, missing-prefill, or duplicate (one
 producer reported the room twice with different digests).
@@ -82,7 +77,15 @@ sim run --record, or the engine's kvcanary room_checksum lines), --json prints
 
 Exit codes: 0 every room outside warmups matches, 1 a mismatch, a missing side
 or a duplicate, 2 usage, 3 unreadable, empty or malformed input (a bad digest
-names file:line), 4 no data, 130 interrupted.`,
+names file:line), 4 no data, 130 interrupted.`
+
+// NewCmdChecksumCompare builds `kvcanary checksum compare`.
+func NewCmdChecksumCompare(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error) *cobra.Command {
+	opts := &ChecksumCompareOptions{IO: f.IO, Ctx: f.Ctx}
+	cmd := &cobra.Command{
+		Use:   "compare INPUT...",
+		Short: "Match prefill and decode room checksums and classify every room",
+		Long:  checksumCompareLong,
 		Example: `  # The seeds' case: one prefill log, one decode log
   kvcanary checksum compare prefill.log decode.log
 

@@ -70,16 +70,8 @@ type CollectSummary struct {
 	Conns           []hook.ConnStats `json:"conns,omitempty"`
 }
 
-// NewCmdCollect builds `kvcanary collect`.
-func NewCmdCollect(f *cmdutil.Factory, runF func(*CollectOptions) error) *cobra.Command {
-	opts := &CollectOptions{IO: f.IO, Factory: f}
-	cmd := &cobra.Command{
-		Use:   "collect --listen ADDR [--record FILE]",
-		Short: "Receive events from engine hooks and probes; optionally record them",
-		Example: `  # receive the engine hooks' events on a local socket and record them
-  kvcanary collect --listen unix:///tmp/kvcanary.sock --record run.kvtrace
-  kvcanary collect --listen tcp://127.0.0.1:7070 --json`,
-		Long: `Receive events from any number of producers at once — engine hooks, probes,
+// collectLong is the long help of `kvcanary collect`.
+const collectLong = `Receive events from any number of producers at once — engine hooks, probes,
 scripts — over a Unix socket or loopback TCP, and record them to a trace bundle.
 
 ADDR is unix:///path.sock (created mode 0600) or tcp://HOST:PORT. A TCP
@@ -114,7 +106,18 @@ Limits (runtime/hook/WIRE.md "Limits"); every refusal is counted and printed:
                   (closed: idle timeout; nothing is lost)
   --stall-timeout 30s      a frame or line that gets no byte for this long is
                   dropped and its connection closed (rejected: stalled)
-A value of 0 turns a limit off.`,
+A value of 0 turns a limit off.`
+
+// NewCmdCollect builds `kvcanary collect`.
+func NewCmdCollect(f *cmdutil.Factory, runF func(*CollectOptions) error) *cobra.Command {
+	opts := &CollectOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "collect --listen ADDR [--record FILE]",
+		Short: "Receive events from engine hooks and probes; optionally record them",
+		Example: `  # receive the engine hooks' events on a local socket and record them
+  kvcanary collect --listen unix:///tmp/kvcanary.sock --record run.kvtrace
+  kvcanary collect --listen tcp://127.0.0.1:7070 --json`,
+		Long: collectLong,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Listen == "" {

@@ -51,13 +51,8 @@ func withSubcommands(parent *cobra.Command, subs ...*cobra.Command) *cobra.Comma
 	return parent
 }
 
-// NewCmdSimServe builds `kvcanary sim serve`.
-func NewCmdSimServe(f *cmdutil.Factory, runF func(*SimServeOptions) error) *cobra.Command {
-	opts := &SimServeOptions{IO: f.IO, Factory: f}
-	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Serve the twin over an OpenAI-compatible HTTP API",
-		Long: `Serve the twin as an OpenAI-compatible endpoint: POST /v1/chat/completions
+// simServeLong is the long help of `kvcanary sim serve`.
+const simServeLong = `Serve the twin as an OpenAI-compatible endpoint: POST /v1/chat/completions
 (non-streaming and "stream": true), GET /v1/models, GET /health, and
 GET /debug/kvcanary/requests with the ground truth of every request (did its
 output leave the script, and was that visible in the protocol).
@@ -86,7 +81,15 @@ cross-site POST). POST bodies must be application/json (else 415) and arrive
 within --body-timeout (default 30s; else 408 and the connection is closed).
 Stop it
 with Ctrl-C: it then prints how many requests deviated and, with --record,
-closes the bundle (engine events plus one session event per session).`,
+closes the bundle (engine events plus one session event per session).`
+
+// NewCmdSimServe builds `kvcanary sim serve`.
+func NewCmdSimServe(f *cmdutil.Factory, runF func(*SimServeOptions) error) *cobra.Command {
+	opts := &SimServeOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the twin over an OpenAI-compatible HTTP API",
+		Long:  simServeLong,
 		Example: `  kvcanary sim serve --addr 127.0.0.1:30000
   kvcanary sim serve --multi-stream-overlap=false --record serve.kvtrace
   kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4`,

@@ -52,13 +52,8 @@ type WatchOptions struct {
 	runTUI func(context.Context, tui.Options) (tui.Stats, error)
 }
 
-// NewCmdWatch builds `kvcanary watch`.
-func NewCmdWatch(f *cmdutil.Factory, runF func(*WatchOptions) error) *cobra.Command {
-	opts := &WatchOptions{IO: f.IO, Factory: f}
-	cmd := &cobra.Command{
-		Use:   "watch (--listen ADDR | --bundle FILE [--speed 10x] | --sim [engine flags]) [--record FILE]",
-		Short: "Live dashboard of a collector, a bundle replay or the twin",
-		Long: `Show a live dashboard of one event source, judged by every analyzer as it
+// watchLong is the long help of `kvcanary watch`.
+const watchLong = `Show a live dashboard of one event source, judged by every analyzer as it
 arrives: session outcomes and the corruption rate with its 95% interval, room
 checksums (transfer), replay canaries (buffer), graph-vs-eager samples
 (compute), the scheduler, GPU telemetry, CUDA calls and the findings log.
@@ -74,7 +69,15 @@ bundle; the view itself may drop events under load and says how many.
 
 Keys: tab/shift-tab panels, enter evidence of a finding, / filter, p pause the
 view (ingest continues), s snapshot recent events to a bundle, ? help, q quit.
-Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
+Needs a terminal of at least 80×24; NO_COLOR turns colours off.`
+
+// NewCmdWatch builds `kvcanary watch`.
+func NewCmdWatch(f *cmdutil.Factory, runF func(*WatchOptions) error) *cobra.Command {
+	opts := &WatchOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "watch (--listen ADDR | --bundle FILE [--speed 10x] | --sim [engine flags]) [--record FILE]",
+		Short: "Live dashboard of a collector, a bundle replay or the twin",
+		Long:  watchLong,
 		Example: `  kvcanary watch --sim --sessions 80 --rounds 4
   kvcanary watch --sim --inject transfer-race --record run.kvtrace
   kvcanary watch --sim --speed 2x

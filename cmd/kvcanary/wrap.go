@@ -85,14 +85,8 @@ var wrapSettingFlags = []struct {
 	{"graphdiff-logits", "KVCANARY_GRAPHDIFF_LOGITS", "topk:20", "`WHAT` of next_token_logits a sample carries: full, topk:N or none", checkLogits},
 }
 
-// NewCmdWrap builds `kvcanary wrap`.
-func NewCmdWrap(f *cmdutil.Factory, runF func(*WrapOptions) error) *cobra.Command {
-	opts := &WrapOptions{IO: f.IO, Factory: f}
-	values := make([]string, len(wrapSettingFlags))
-	cmd := &cobra.Command{
-		Use:   "wrap [flags] -- COMMAND [ARG...]",
-		Short: "Run an engine with kvcanary's hooks inside, collect and judge their events",
-		Long: `Run COMMAND (an SGLang server, a benchmark, any Python program) with kvcanary's
+// wrapLong is the long help of `kvcanary wrap`.
+const wrapLong = `Run COMMAND (an SGLang server, a benchmark, any Python program) with kvcanary's
 in-engine hooks: room checksums after PD transfers, canaries around decode graph
 replays, graph-vs-eager reruns of sampled steps. wrap
 
@@ -127,7 +121,16 @@ Exit status: the command's own exit status; 128+N when a signal N killed it
 (130 for SIGINT, 137 for SIGKILL); 2 for a usage error; 3 when the command
 could not be started or kvcanary failed (socket, package, bundle) while the
 command itself succeeded. Findings do not change it: judge the bundle with
-checksum compare, canary report or graphdiff report for a check's exit code.`,
+checksum compare, canary report or graphdiff report for a check's exit code.`
+
+// NewCmdWrap builds `kvcanary wrap`.
+func NewCmdWrap(f *cmdutil.Factory, runF func(*WrapOptions) error) *cobra.Command {
+	opts := &WrapOptions{IO: f.IO, Factory: f}
+	values := make([]string, len(wrapSettingFlags))
+	cmd := &cobra.Command{
+		Use:   "wrap [flags] -- COMMAND [ARG...]",
+		Short: "Run an engine with kvcanary's hooks inside, collect and judge their events",
+		Long:  wrapLong,
 		Example: `  # decode host of a PD pair, recording for an offline compare
   kvcanary wrap --record decode.kvtrace -- python3 -m sglang.launch_server --disaggregation-mode decode ...
   kvcanary wrap --record prefill.kvtrace -- python3 -m sglang.launch_server --disaggregation-mode prefill ...
