@@ -137,10 +137,7 @@ func bisectRun(opts *BisectOptions) error {
 		}
 		logf("bisect: resuming %s from %s", plan.Path, filepath.Join(out, bisect.StateFile))
 	}
-	ctx := opts.Factory.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := factoryCtx(opts.Factory)
 	st, runErr := r.Run(ctx)
 	rep := bisect.NewReport(plan, st, out)
 	if errors.Is(runErr, context.Canceled) {

@@ -77,10 +77,7 @@ counts as a failure there) — then 1.`,
 }
 
 func doctorRun(opts *DoctorOptions) error {
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := orBackground(opts.Ctx)
 	rep := doctor.NewReport(doctor.Checks(ctx, opts.Env, opts.Socket, opts.Python), opts.Require, opts.Socket)
 	if opts.JSON.JSON {
 		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {

@@ -75,10 +75,7 @@ func gpuRun(opts *GPUOptions) error {
 		return cmdutil.InputError(err)
 	}
 	defer lib.Close()
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := orBackground(opts.Ctx)
 	now := opts.Now
 	if now == nil {
 		now = time.Now

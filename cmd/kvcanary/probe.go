@@ -160,10 +160,7 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := orBackground(opts.Ctx)
 	if opts.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Duration)

@@ -273,10 +273,7 @@ func (o *ReproOptions) check(fl *pflag.FlagSet, headers []string, sampling sampl
 func reproSettings(opts *ReproOptions, client *http.Client) hook.RunConfig {
 	var rc hook.RunConfig
 	_ = repro.ParseLabels(&rc, "--label", opts.Labels) // checked with the flags
-	ctx := opts.Factory.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := factoryCtx(opts.Factory)
 	info, err := repro.FetchServerInfo(ctx, client, opts.URL, min(opts.Timeout, 5*time.Second))
 	switch {
 	case err != nil:

@@ -265,10 +265,10 @@ func simWorkload(sessions, rounds int) sim.Workload {
 
 // factoryCtx is the command's context (Background when a test gave none).
 func factoryCtx(f *cmdutil.Factory) context.Context {
-	if f == nil || f.Ctx == nil {
+	if f == nil {
 		return context.Background()
 	}
-	return f.Ctx
+	return orBackground(f.Ctx)
 }
 
 // simSummary is the run's outcome.Summary (the shared sessions/outcomes/rate

@@ -96,10 +96,7 @@ func NewCmdTraceMerge(f *cmdutil.Factory, runF func(*TraceMergeOptions) error) *
 }
 
 func traceMergeRun(opts *TraceMergeOptions) error {
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := orBackground(opts.Ctx)
 	files, err := openMergeInputs(ctx, opts)
 	defer func() {
 		for _, b := range files {

@@ -233,16 +233,7 @@ func positiveInt(s string) (int, error) {
 }
 
 func checkCanaryPolicy(v string) error {
-	switch {
-	case v == "live", v == "all":
-		return nil
-	case strings.HasPrefix(v, "sweep:"):
-		if _, err := positiveInt(strings.TrimPrefix(v, "sweep:")); err != nil {
-			return fmt.Errorf("sweep:N: %w", err)
-		}
-		return nil
-	}
-	return errors.New("want live, all or sweep:N")
+	return checkWordOrCount(v, []string{"live", "all"}, "sweep", "want live, all or sweep:N")
 }
 
 func checkEvery(v string) error {
@@ -269,16 +260,23 @@ func checkLayers(v string) error {
 }
 
 func checkLogits(v string) error {
-	switch {
-	case v == "full", v == "none":
-		return nil
-	case strings.HasPrefix(v, "topk:"):
-		if _, err := positiveInt(strings.TrimPrefix(v, "topk:")); err != nil {
-			return fmt.Errorf("topk:N: %w", err)
-		}
+	return checkWordOrCount(v, []string{"full", "none"}, "topk", "want full, topk:N or none")
+}
+
+// checkWordOrCount accepts one of words or prefix:N with N a whole number of
+// at least 1; anything else is the error want.
+func checkWordOrCount(v string, words []string, prefix, want string) error {
+	if slices.Contains(words, v) {
 		return nil
 	}
-	return errors.New("want full, topk:N or none")
+	n, ok := strings.CutPrefix(v, prefix+":")
+	if !ok {
+		return errors.New(want)
+	}
+	if _, err := positiveInt(n); err != nil {
+		return fmt.Errorf("%s:N: %w", prefix, err)
+	}
+	return nil
 }
 
 // wrapRunConfig builds the run's configuration from --engine and --config:
