@@ -174,11 +174,7 @@ func bisectOutDir(opts *BisectOptions, plan *bisect.Plan) (string, *bisect.State
 // to the exit code: 0 finished, 130 interrupted, 3 a baseline that could
 // not run.
 func bisectReport(opts *BisectOptions, rep bisect.Report, runErr error) error {
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := rep.WriteText(opts.IO.Out); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return rep.WriteText(opts.IO.Out) }); err != nil {
 		return err
 	}
 	switch {

@@ -141,12 +141,7 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 	}
 	s := an.Result()
 	if br.kinds[hook.KindCanaryPages] == 0 {
-		br.warn(opts.IO.ErrOut, opts.Path)
-		nd := cmdutil.NewNoData(cmdutil.InstrumentCanary, opts.Path, br.events, "event")
-		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
-			return err
-		}
-		return nd.Err()
+		return br.noData(opts.IO, opts.JSON.JSON, opts.Path, cmdutil.InstrumentCanary, "")
 	}
 	rep := CanaryReport{
 		Input: opts.Path, Format: "bundle", Canary: &s, Findings: br.findings, FindingsTotal: br.findingsTotal,
@@ -155,11 +150,7 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 			Skipped: br.skipped, Truncated: br.truncated, Reason: br.reason,
 		},
 	}
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := writeCanaryBundleText(opts.IO, &rep); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeCanaryBundleText(opts.IO, &rep) }); err != nil {
 		return err
 	}
 	br.warn(opts.IO.ErrOut, opts.Path)
@@ -190,10 +181,7 @@ func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
 		} else {
 			nd.Detail = "no server_args line in it says SGLang ran with --kv-canary log or raise, and SGLang writes kv_canary lines only on a violation"
 		}
-		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
-			return err
-		}
-		return nd.Err()
+		return writeNoData(opts.IO.Out, opts.JSON.JSON, nd)
 	}
 	rep := CanaryReport{Input: opts.Path, Format: "sglang-log", SGLang: scan, KVCanary: arg.value, FindingsTotal: int(min(scan.Violations, 1<<31-1))}
 	for i := range scan.Samples {
@@ -202,11 +190,7 @@ func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
 		}
 		rep.Findings = append(rep.Findings, scan.Samples[i].Finding())
 	}
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := writeCanaryLogText(opts.IO, scan, arg.value); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeCanaryLogText(opts.IO, scan, arg.value) }); err != nil {
 		return err
 	}
 	for _, e := range scan.Errors {

@@ -115,23 +115,14 @@ func NewCmdChecksumCompare(f *cmdutil.Factory, runF func(*ChecksumCompareOptions
 	return cmd
 }
 
-// bundleInfo is what a bundle reader had to skip, kept when its stream closes.
-type bundleInfo struct {
-	skipped   uint64
-	skips     []traces.Skip
-	truncated bool
-	reason    string
-}
-
+// bundleStream keeps what its reader had to skip in info when it closes.
 type bundleStream struct {
 	*traces.Reader
 	info *bundleInfo
 }
 
 func (b bundleStream) Close() error {
-	b.info.skipped, b.info.skips = b.Skipped(), b.Skips()
-	b.info.truncated = b.Truncated()
-	b.info.reason = b.TruncationReason()
+	*b.info = damageOf(b.Reader)
 	return b.Reader.Close()
 }
 
@@ -159,10 +150,7 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	rep, err := checksum.Compare(checksum.Options{WarmupMaxSeqLen: warm}, srcs...)
 	if errors.Is(err, checksum.ErrNoRecords) {
 		if nd := checksumNoData(srcs); nd != nil {
-			if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
-				return err
-			}
-			return nd.Err()
+			return writeNoData(opts.IO.Out, opts.JSON.JSON, nd)
 		}
 	}
 	if err != nil {
@@ -177,11 +165,7 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	if warm < 0 {
 		rep.WarmupMaxSeqLen = 0
 	}
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := writeChecksumText(opts, rep); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeChecksumText(opts, rep) }); err != nil {
 		return err
 	}
 	writeChecksumNotes(opts.IO.ErrOut, rep, bundles)
@@ -253,7 +237,7 @@ func writeChecksumNotes(w io.Writer, rep *checksum.Report, bundles map[string]*b
 				joinLines(in.MalformedLines, in.Malformed), cmdutil.Quote(in.FirstReason))
 		}
 		if b := bundles[in.Name]; b != nil {
-			warnBundle(w, in.Name, b.truncated, b.reason, b.skipped, b.skips)
+			b.warn(w, in.Name)
 		}
 	}
 	if rep.IdenticalRepeats > 0 {

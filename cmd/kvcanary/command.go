@@ -1,7 +1,11 @@
 package main
 
 import (
+	"io"
+
 	"github.com/spf13/cobra"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
 // The pieces every command constructor shares: a parent that only groups its
@@ -43,4 +47,20 @@ func runOnPath[O any](opts *O, path *string, runF, run func(*O) error) func(*cob
 		*path = args[0]
 		return runOr(opts, runF, run)
 	}
+}
+
+// writeJSONOr writes v to w as --json asks, else prints the text report.
+func writeJSONOr(w io.Writer, asJSON bool, v any, text func() error) error {
+	if asJSON {
+		return cmdutil.WriteJSON(w, v)
+	}
+	return text()
+}
+
+// writeNoData prints nd (text or --json) and returns its exit status (4).
+func writeNoData(w io.Writer, asJSON bool, nd *cmdutil.NoData) error {
+	if err := nd.Write(w, asJSON); err != nil {
+		return err
+	}
+	return nd.Err()
 }

@@ -79,11 +79,7 @@ counts as a failure there) — then 1.`,
 func doctorRun(opts *DoctorOptions) error {
 	ctx := orBackground(opts.Ctx)
 	rep := doctor.NewReport(doctor.Checks(ctx, opts.Env, opts.Socket, opts.Python), opts.Require, opts.Socket)
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := doctor.WriteText(opts.IO.Out, rep); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return doctor.WriteText(opts.IO.Out, rep) }); err != nil {
 		return err
 	}
 	if len(rep.Failed) > 0 {

@@ -84,7 +84,7 @@ func traceExportRun(opts *TraceExportOptions) error {
 	if rerr != nil {
 		return cmdutil.InputError(rerr)
 	}
-	warnBundle(opts.IO.ErrOut, opts.Path, b.Truncated(), b.TruncationReason(), b.Skipped(), b.Skips())
+	damageOf(b.Reader).warn(opts.IO.ErrOut, opts.Path)
 	st := w.Stats()
 	if opts.JSON.JSON {
 		return cmdutil.WriteJSON(opts.IO.ErrOut, st)

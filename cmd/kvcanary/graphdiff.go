@@ -98,13 +98,8 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 		return err
 	}
 	if br.kinds[hook.KindGraphDiffSample] == 0 {
-		br.warn(opts.IO.ErrOut, opts.Path)
-		nd := cmdutil.NewNoData(cmdutil.InstrumentGraphDiff, opts.Path, br.events, "event")
-		nd.Detail = graphDiffNoDataDetail(seen.cfg, an.Result().NoSamplesReason)
-		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
-			return err
-		}
-		return nd.Err()
+		return br.noData(opts.IO, opts.JSON.JSON, opts.Path, cmdutil.InstrumentGraphDiff,
+			graphDiffNoDataDetail(seen.cfg, an.Result().NoSamplesReason))
 	}
 	rep := GraphDiffReport{
 		Input: opts.Path, GraphDiff: an.Result(), Findings: br.findings, FindingsTotal: br.findingsTotal,
@@ -118,11 +113,7 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	}
 	rep.Headline = graphDiffHeadline(&rep.GraphDiff)
 
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := writeGraphDiffText(opts.IO, &rep); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeGraphDiffText(opts.IO, &rep) }); err != nil {
 		return err
 	}
 	br.warn(opts.IO.ErrOut, opts.Path)

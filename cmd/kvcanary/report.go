@@ -71,7 +71,7 @@ func reportRun(opts *ReportOptions) error {
 		}
 		r, err := kvreport.Read(path, b.Reader)
 		if err == nil {
-			warnBundle(opts.IO.ErrOut, path, b.Truncated(), b.TruncationReason(), b.Skipped(), b.Skips())
+			damageOf(b.Reader).warn(opts.IO.ErrOut, path)
 		}
 		b.Close()
 		if err != nil {

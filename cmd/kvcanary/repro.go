@@ -688,11 +688,7 @@ func reproReport(opts *ReproOptions, src *reproSource, stats *sessions.RunStats,
 		out.Sched = &s
 		out.ServerLog = src.tail.Summary()
 	}
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, out); err != nil {
-			return err
-		}
-	} else if err := writeReproText(opts.IO.Out, out); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, out, func() error { return writeReproText(opts.IO.Out, out) }); err != nil {
 		return err
 	}
 	if runErr != nil {

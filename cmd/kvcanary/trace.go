@@ -264,6 +264,6 @@ func traceCatRun(opts *TraceCatOptions) error {
 	if err := out.Flush(); err != nil {
 		return fmt.Errorf("write stdout: %w", err)
 	}
-	warnBundle(opts.IO.ErrOut, opts.Path, r.Truncated(), r.TruncationReason(), r.Skipped(), r.Skips())
+	damageOf(r.Reader).warn(opts.IO.ErrOut, opts.Path)
 	return nil
 }
