@@ -72,6 +72,18 @@ func damageOf(r *traces.Reader) bundleInfo {
 	return bundleInfo{skipped: r.Skipped(), skips: r.Skips(), truncated: r.Truncated(), reason: r.TruncationReason()}
 }
 
+// BundleDamage is the --json shape of what a report's bundle reader had to
+// skip, beside the counts of what it read.
+type BundleDamage struct {
+	Skipped   uint64 `json:"skipped"`
+	Truncated bool   `json:"truncated"`
+	Reason    string `json:"truncation_reason,omitempty"`
+}
+
+func (b bundleInfo) damage() BundleDamage {
+	return BundleDamage{Skipped: b.skipped, Truncated: b.truncated, Reason: b.reason}
+}
+
 // warn reports on stderr what of the bundle could not be used.
 func (b bundleInfo) warn(w io.Writer, path string) {
 	warnBundle(w, path, b.truncated, b.reason, b.skipped, b.skips)

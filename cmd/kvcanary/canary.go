@@ -46,9 +46,7 @@ type CanaryReport struct {
 type CanaryBundleInfo struct {
 	Events      uint64 `json:"events"`
 	CanaryPages uint64 `json:"canary_pages"`
-	Skipped     uint64 `json:"skipped"`
-	Truncated   bool   `json:"truncated"`
-	Reason      string `json:"truncation_reason,omitempty"`
+	BundleDamage
 }
 
 // canaryMaxFindings bounds the findings a report lists; FindingsTotal counts all.
@@ -146,8 +144,7 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 	rep := CanaryReport{
 		Input: opts.Path, Format: "bundle", Canary: &s, Findings: br.findings, FindingsTotal: br.findingsTotal,
 		Bundle: &CanaryBundleInfo{
-			Events: br.events, CanaryPages: br.kinds[hook.KindCanaryPages],
-			Skipped: br.skipped, Truncated: br.truncated, Reason: br.reason,
+			Events: br.events, CanaryPages: br.kinds[hook.KindCanaryPages], BundleDamage: br.damage(),
 		},
 	}
 	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeCanaryBundleText(opts.IO, &rep) }); err != nil {

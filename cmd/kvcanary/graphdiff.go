@@ -33,11 +33,9 @@ type GraphDiffReport struct {
 
 // GraphDiffBundleInfo says how much of a bundle was usable.
 type GraphDiffBundleInfo struct {
-	Events    uint64 `json:"events"`
-	Samples   uint64 `json:"graphdiff_samples"`
-	Skipped   uint64 `json:"skipped"`
-	Truncated bool   `json:"truncated"`
-	Reason    string `json:"truncation_reason,omitempty"`
+	Events  uint64 `json:"events"`
+	Samples uint64 `json:"graphdiff_samples"`
+	BundleDamage
 }
 
 const graphDiffMaxFindings = 100
@@ -104,8 +102,7 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	rep := GraphDiffReport{
 		Input: opts.Path, GraphDiff: an.Result(), Findings: br.findings, FindingsTotal: br.findingsTotal,
 		Bundle: GraphDiffBundleInfo{
-			Events: br.events, Samples: br.kinds[hook.KindGraphDiffSample],
-			Skipped: br.skipped, Truncated: br.truncated, Reason: br.reason,
+			Events: br.events, Samples: br.kinds[hook.KindGraphDiffSample], BundleDamage: br.damage(),
 		},
 	}
 	if rep.Findings == nil {
