@@ -159,20 +159,16 @@ func collectRun(opts *CollectOptions) error {
 	if err != nil {
 		return err
 	}
-	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), line, exportSource{Run: opts.Run, Collector: c})
+	// Events flow collector -> bus -> lossless bundle writer.
+	po := pipeline.Options{Record: opts.Record, Status: line, StatusLabel: "collect: ",
+		Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "collect",
+			Labels: map[string]string{"listen": c.Addr()}}}
+	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), line, exportSource{Run: opts.Run, Collector: c}, po, "")
 	if err != nil {
 		c.Close()
 		return err
 	}
 	defer stopExport()
-	// Events flow collector -> bus -> lossless bundle writer.
-	p, err := pipeline.New(pipeline.Options{Record: opts.Record, Status: line, StatusLabel: "collect: ", Sinks: sinks,
-		Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "collect",
-			Labels: map[string]string{"listen": c.Addr()}}})
-	if err != nil {
-		c.Close()
-		return cmdutil.InputError(err)
-	}
 	if !opts.JSON.JSON {
 		line.Printf("collect: listening on %s (run %s)%s\n", c.Addr(), cmdutil.Quote(opts.Run), recordNote(opts.Record))
 	}

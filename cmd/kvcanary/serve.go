@@ -173,17 +173,13 @@ func simServeRun(opts *SimServeOptions) error {
 		po.Record, po.Manifest = opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
 			Config: rc, Run: po.StampRun, Command: "sim serve"}
 	}
-	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed)), Warmup: twinWarmup})
+	// A pipeline error is traces' "create bundle: …".
+	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed)), Warmup: twinWarmup}, po, "")
 	if err != nil {
 		return err
 	}
 	defer stopExport()
-	po.Sinks = sinks
-	p, err := pipeline.New(po)
-	if err != nil {
-		return cmdutil.InputError(err) // traces says "create bundle: …"
-	}
-	src := &serveSource{opts: opts, cfg: cfg, ln: ln, events: opts.Record != "" || len(sinks) > 0}
+	src := &serveSource{opts: opts, cfg: cfg, ln: ln, events: opts.Record != "" || opts.Export.enabled()}
 	res := p.Run(factoryCtx(opts.Factory), src)
 	switch {
 	case res.SourceErr != nil:

@@ -178,7 +178,13 @@ func watchRun(opts *WatchOptions) error {
 		}
 		ws.src = r
 	}
-	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: ws.man.Run, Collector: ws.collector, Analyzers: as})
+	var stats tui.Stats
+	po := pipeline.Options{Analyzers: as, View: watchView(opts, ws, as, &stats), ViewCapacity: tui.DefaultLiveCapacity}
+	if opts.Record != "" {
+		po.Record, po.Manifest = opts.Record, ws.man
+		po.Manifest.Labels = map[string]string{"source": ws.label}
+	}
+	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: ws.man.Run, Collector: ws.collector, Analyzers: as}, po, "")
 	if err != nil {
 		if ws.collector != nil {
 			ws.collector.Close()
@@ -186,19 +192,6 @@ func watchRun(opts *WatchOptions) error {
 		return err
 	}
 	defer stopExport()
-	var stats tui.Stats
-	po := pipeline.Options{Analyzers: as, Sinks: sinks, View: watchView(opts, ws, as, &stats), ViewCapacity: tui.DefaultLiveCapacity}
-	if opts.Record != "" {
-		po.Record, po.Manifest = opts.Record, ws.man
-		po.Manifest.Labels = map[string]string{"source": ws.label}
-	}
-	p, err := pipeline.New(po)
-	if err != nil {
-		if ws.collector != nil {
-			ws.collector.Close()
-		}
-		return cmdutil.InputError(err)
-	}
 	// The source runs until its end or until the dashboard quits (cancel);
 	// its end closes the bus, which the view sees as "source finished".
 	res := p.Run(factoryCtx(opts.Factory), ws.src)

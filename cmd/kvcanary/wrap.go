@@ -525,16 +525,11 @@ func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start t
 	if opts.Watch {
 		po.View, po.ViewCapacity = wrapView(opts, src, as, man, &uiStats), tui.DefaultLiveCapacity
 	}
-	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), src.errOut, exportSource{Run: opts.Run, Collector: src.c, Analyzers: as})
+	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), src.errOut, exportSource{Run: opts.Run, Collector: src.c, Analyzers: as}, po, "wrap")
 	if err != nil {
 		return err
 	}
 	defer stopExport()
-	po.Sinks = sinks
-	p, err := pipeline.New(po)
-	if err != nil {
-		return cmdutil.InputError(fmt.Errorf("wrap: %w", err))
-	}
 	// Settings not stated are unknown in it.
 	p.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Run: opts.Run,
 		Src:  hook.Source{Proc: "kvcanary-wrap", PID: int32(os.Getpid())},
