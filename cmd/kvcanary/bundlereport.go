@@ -8,6 +8,10 @@ import (
 	"github.com/kvcanary/kvcanary/traces"
 )
 
+// reportMaxFindings bounds the findings a report (canary, graphdiff) lists;
+// its FindingsTotal counts all.
+const reportMaxFindings = 100
+
 // bundleReplay is what replaying a bundle through one analyzer read and found.
 type bundleReplay struct {
 	events        uint64

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -30,7 +29,7 @@ type CanaryReport struct {
 	Input  string `json:"input"`
 	Format string `json:"format"` // "bundle" | "sglang-log"
 	// Bundle input: the canary analyzer's run summary over the canary.pages
-	// events, the findings it made (first canaryMaxFindings), and what the
+	// events, the findings it made (first reportMaxFindings), and what the
 	// reader had to skip.
 	Canary        *canary.Summary   `json:"canary,omitempty"`
 	Findings      []*hook.Finding   `json:"findings,omitempty"`
@@ -48,9 +47,6 @@ type CanaryBundleInfo struct {
 	CanaryPages uint64 `json:"canary_pages"`
 	BundleDamage
 }
-
-// canaryMaxFindings bounds the findings a report lists; FindingsTotal counts all.
-const canaryMaxFindings = 100
 
 // NewCmdCanary builds `kvcanary canary` and its subcommands.
 func NewCmdCanary(f *cmdutil.Factory, runF func(*CanaryReportOptions) error) *cobra.Command {
@@ -133,7 +129,7 @@ func canaryReportRun(opts *CanaryReportOptions) error {
 
 func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 	an := canary.NewAnalyzer(canary.Options{})
-	br, err := replayBundle(b, an, canaryMaxFindings)
+	br, err := replayBundle(b, an, reportMaxFindings)
 	if err != nil {
 		return err
 	}
@@ -182,7 +178,7 @@ func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
 	}
 	rep := CanaryReport{Input: opts.Path, Format: "sglang-log", SGLang: scan, KVCanary: arg.value, FindingsTotal: int(min(scan.Violations, 1<<31-1))}
 	for i := range scan.Samples {
-		if len(rep.Findings) >= canaryMaxFindings {
+		if len(rep.Findings) >= reportMaxFindings {
 			break
 		}
 		rep.Findings = append(rep.Findings, scan.Samples[i].Finding())
@@ -430,16 +426,7 @@ func writeCanaryLogText(ios *cmdutil.IOStreams, scan *canary.LogScan, mode strin
 }
 
 func canaryCountRows(m map[string]uint64) [][]string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if m[keys[i]] != m[keys[j]] {
-			return m[keys[i]] > m[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
+	keys := keysByCount(m)
 	rows := make([][]string, 0, len(keys))
 	for _, k := range keys {
 		rows = append(rows, []string{cmdutil.Quote(k), cmdutil.Commas(m[k])})

@@ -26,7 +26,7 @@ type GraphDiffReport struct {
 	Input         string              `json:"input"`
 	Headline      string              `json:"headline"`
 	GraphDiff     graphdiff.Summary   `json:"graphdiff"`
-	Findings      []*hook.Finding     `json:"findings"` // first graphDiffMaxFindings
+	Findings      []*hook.Finding     `json:"findings"` // first reportMaxFindings
 	FindingsTotal int                 `json:"findings_total"`
 	Bundle        GraphDiffBundleInfo `json:"bundle"`
 }
@@ -37,8 +37,6 @@ type GraphDiffBundleInfo struct {
 	Samples uint64 `json:"graphdiff_samples"`
 	BundleDamage
 }
-
-const graphDiffMaxFindings = 100
 
 // NewCmdGraphDiff builds `kvcanary graphdiff` and its subcommands.
 func NewCmdGraphDiff(f *cmdutil.Factory, runF func(*GraphDiffReportOptions) error) *cobra.Command {
@@ -91,7 +89,7 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	}
 	defer b.Close()
 	seen := &runConfigSeen{Analyzer: an}
-	br, err := replayBundle(b, seen, graphDiffMaxFindings)
+	br, err := replayBundle(b, seen, reportMaxFindings)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -291,16 +290,7 @@ func printProbeCUDA(opts *ProbeCUDAOptions, r ProbeCUDAReport) error {
 		pid = fmt.Sprintf(", pid %d", r.PID)
 	}
 	fmt.Fprintf(out, "probed %s (%d entry points)%s for %.1fs\n", cmdutil.Quote(r.Lib), len(r.Targets), pid, float64(r.DurationNS)/1e9)
-	names := make([]string, 0, len(s.Calls))
-	for k := range s.Calls {
-		names = append(names, k)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if s.Calls[names[i]] != s.Calls[names[j]] {
-			return s.Calls[names[i]] > s.Calls[names[j]]
-		}
-		return names[i] < names[j]
-	})
+	names := keysByCount(s.Calls)
 	parts := make([]string, len(names))
 	for i, k := range names {
 		parts[i] = fmt.Sprintf("%s %d", k, s.Calls[k])
