@@ -8,9 +8,9 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
-// The pieces every command constructor shares: a parent that only groups its
-// subcommands, and the RunE that hands the options to the test's runF or to
-// the command's run function.
+// The pieces the commands share: a parent that only groups its subcommands,
+// the RunE that hands the options to the test's runF or to the command's run
+// function, and the endings of a report (--json or text, no data).
 
 // groupHelp is the help text of a parent command.
 type groupHelp struct {
