@@ -61,10 +61,7 @@ bundle cannot be read, 2 on usage errors.`,
 				return cmdutil.UsageError("--flag %s: not an engine flag (want one of %s, extra.<name> or server.<arg>)",
 					cmdutil.Quote(opts.Flag), strings.Join(sessions.EngineFlags, ", "))
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return abRun(opts)
+			return runOr(opts, runF, abRun)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Flag, "flag", "", "engine flag under test (default: the one that differs)")

@@ -29,13 +29,8 @@ type BisectOptions struct {
 	Resume bool
 }
 
-// NewCmdBisect builds `kvcanary bisect PLAN`.
-func NewCmdBisect(f *cmdutil.Factory, runF func(*BisectOptions) error) *cobra.Command {
-	opts := &BisectOptions{IO: f.IO, Factory: f}
-	cmd := &cobra.Command{
-		Use:   "bisect PLAN.toml",
-		Short: "Find which server flag removes the corruption: A/B arms judged sequentially",
-		Long: `Run the flag investigation of the seeds as one command: a baseline and one arm per
+// bisectLong is the long help of `kvcanary bisect`.
+const bisectLong = `Run the flag investigation of the seeds as one command: a baseline and one arm per
 candidate change (a flag, or a named combination), each run against its own
 server, judged against the baseline as the sessions come in.
 
@@ -93,19 +88,21 @@ The state is saved after every look in OUT/bisect-state.json: after Ctrl-C,
 (OUT/ARM-N.kvtrace) for ab, checksum compare and the other reports.
 
 Exit codes: 0 the bisect finished (whatever it found), 2 usage, 3 a bad plan
-or a baseline that could not run, 130 interrupted (resume with --resume).`,
+or a baseline that could not run, 130 interrupted (resume with --resume).`
+
+// NewCmdBisect builds `kvcanary bisect PLAN`.
+func NewCmdBisect(f *cmdutil.Factory, runF func(*BisectOptions) error) *cobra.Command {
+	opts := &BisectOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "bisect PLAN.toml",
+		Short: "Find which server flag removes the corruption: A/B arms judged sequentially",
+		Long:  bisectLong,
 		Example: `  kvcanary bisect examples/seeds.toml
   kvcanary bisect examples/seeds-serve.toml --out /tmp/seeds
   kvcanary bisect plan.toml --out runs/plan --resume
   kvcanary bisect plan.toml --json | jq '.verdict'`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Plan = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return bisectRun(opts)
-		},
+		RunE: runOnPath(opts, &opts.Plan, runF, bisectRun),
 	}
 	cmd.Flags().StringVar(&opts.Out, "out", "", "directory of the bundles, server logs and saved state (default: PLAN's name + .bisect, beside it)")
 	cmd.Flags().BoolVar(&opts.Resume, "resume", false, "continue the bisect saved in --out")
@@ -140,10 +137,7 @@ func bisectRun(opts *BisectOptions) error {
 		}
 		logf("bisect: resuming %s from %s", plan.Path, filepath.Join(out, bisect.StateFile))
 	}
-	ctx := opts.Factory.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := factoryCtx(opts.Factory)
 	st, runErr := r.Run(ctx)
 	rep := bisect.NewReport(plan, st, out)
 	if errors.Is(runErr, context.Canceled) {
@@ -180,11 +174,7 @@ func bisectOutDir(opts *BisectOptions, plan *bisect.Plan) (string, *bisect.State
 // to the exit code: 0 finished, 130 interrupted, 3 a baseline that could
 // not run.
 func bisectReport(opts *BisectOptions, rep bisect.Report, runErr error) error {
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := rep.WriteText(opts.IO.Out); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return rep.WriteText(opts.IO.Out) }); err != nil {
 		return err
 	}
 	switch {

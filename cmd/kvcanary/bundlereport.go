@@ -8,6 +8,10 @@ import (
 	"github.com/kvcanary/kvcanary/traces"
 )
 
+// reportMaxFindings bounds the findings a report (canary, graphdiff) lists;
+// its FindingsTotal counts all.
+const reportMaxFindings = 100
+
 // bundleReplay is what replaying a bundle through one analyzer read and found.
 type bundleReplay struct {
 	events        uint64
@@ -15,10 +19,7 @@ type bundleReplay struct {
 	findings      []*hook.Finding
 	findingsTotal int
 
-	skipped   uint64
-	skips     []traces.Skip
-	truncated bool
-	reason    string
+	bundleInfo // what the reader had to skip
 }
 
 // replayBundle feeds the bundle at path through an, as a report command
@@ -58,12 +59,45 @@ func replayBundle(r *bundleFile, an hook.Analyzer, maxFindings int) (*bundleRepl
 		}
 		an.Observe(ev, emit)
 	}
-	rep.skipped, rep.skips = r.Skipped(), r.Skips()
-	rep.truncated, rep.reason = r.Truncated(), r.TruncationReason()
+	rep.bundleInfo = damageOf(r.Reader)
 	return rep, nil
 }
 
+// bundleInfo is what a bundle reader had to skip or could not read.
+type bundleInfo struct {
+	skipped   uint64
+	skips     []traces.Skip
+	truncated bool
+	reason    string
+}
+
+// damageOf is what r had to skip so far (all of it once r is read to its end).
+func damageOf(r *traces.Reader) bundleInfo {
+	return bundleInfo{skipped: r.Skipped(), skips: r.Skips(), truncated: r.Truncated(), reason: r.TruncationReason()}
+}
+
+// BundleDamage is the --json shape of what a report's bundle reader had to
+// skip, beside the counts of what it read.
+type BundleDamage struct {
+	Skipped   uint64 `json:"skipped"`
+	Truncated bool   `json:"truncated"`
+	Reason    string `json:"truncation_reason,omitempty"`
+}
+
+func (b bundleInfo) damage() BundleDamage {
+	return BundleDamage{Skipped: b.skipped, Truncated: b.truncated, Reason: b.reason}
+}
+
 // warn reports on stderr what of the bundle could not be used.
-func (b *bundleReplay) warn(w io.Writer, path string) {
+func (b bundleInfo) warn(w io.Writer, path string) {
 	warnBundle(w, path, b.truncated, b.reason, b.skipped, b.skips)
+}
+
+// noData is the report of a bundle without a single event of inst's: the
+// bundle's warnings, then the no-data message (detail says why, when known).
+func (b *bundleReplay) noData(ios *cmdutil.IOStreams, asJSON bool, path string, inst cmdutil.Instrument, detail string) error {
+	b.warn(ios.ErrOut, path)
+	nd := cmdutil.NewNoData(inst, path, b.events, "event")
+	nd.Detail = detail
+	return writeNoData(ios.Out, asJSON, nd)
 }

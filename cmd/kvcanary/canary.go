@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -30,7 +29,7 @@ type CanaryReport struct {
 	Input  string `json:"input"`
 	Format string `json:"format"` // "bundle" | "sglang-log"
 	// Bundle input: the canary analyzer's run summary over the canary.pages
-	// events, the findings it made (first canaryMaxFindings), and what the
+	// events, the findings it made (first reportMaxFindings), and what the
 	// reader had to skip.
 	Canary        *canary.Summary   `json:"canary,omitempty"`
 	Findings      []*hook.Finding   `json:"findings,omitempty"`
@@ -46,17 +45,12 @@ type CanaryReport struct {
 type CanaryBundleInfo struct {
 	Events      uint64 `json:"events"`
 	CanaryPages uint64 `json:"canary_pages"`
-	Skipped     uint64 `json:"skipped"`
-	Truncated   bool   `json:"truncated"`
-	Reason      string `json:"truncation_reason,omitempty"`
+	BundleDamage
 }
-
-// canaryMaxFindings bounds the findings a report lists; FindingsTotal counts all.
-const canaryMaxFindings = 100
 
 // NewCmdCanary builds `kvcanary canary` and its subcommands.
 func NewCmdCanary(f *cmdutil.Factory, runF func(*CanaryReportOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "canary",
 		Short: "Judge what graph replays did to the index-K pool (live-page overwrites)",
 		Example: `  kvcanary canary report run.kvtrace
@@ -69,10 +63,7 @@ An expected store that did not land is a missing store. Before each replay a
 source may also compare the previous replay's pages with their after-digests
 (phase "between"): writers outside a replay, such as speculative-decoding
 moves, are judged by the same rules and counted apart. See canary/SPEC.md.`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdCanaryReport(f, runF))
-	return cmd
+	}, NewCmdCanaryReport(f, runF))
 }
 
 // NewCmdCanaryReport builds `kvcanary canary report`.
@@ -109,13 +100,7 @@ Exit codes: 0 clean, 1 a live-page overwrite, a missing store or an SGLang
 violation was found, 3 the input is unreadable, not a bundle or a text log, or
 has malformed violation lines, 4 no data, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Path = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return canaryReportRun(opts)
-		},
+		RunE: runOnPath(opts, &opts.Path, runF, canaryReportRun),
 	}
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
@@ -144,31 +129,21 @@ func canaryReportRun(opts *CanaryReportOptions) error {
 
 func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 	an := canary.NewAnalyzer(canary.Options{})
-	br, err := replayBundle(b, an, canaryMaxFindings)
+	br, err := replayBundle(b, an, reportMaxFindings)
 	if err != nil {
 		return err
 	}
 	s := an.Result()
 	if br.kinds[hook.KindCanaryPages] == 0 {
-		br.warn(opts.IO.ErrOut, opts.Path)
-		nd := cmdutil.NewNoData(cmdutil.InstrumentCanary, opts.Path, br.events, "event")
-		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
-			return err
-		}
-		return nd.Err()
+		return br.noData(opts.IO, opts.JSON.JSON, opts.Path, cmdutil.InstrumentCanary, "")
 	}
 	rep := CanaryReport{
 		Input: opts.Path, Format: "bundle", Canary: &s, Findings: br.findings, FindingsTotal: br.findingsTotal,
 		Bundle: &CanaryBundleInfo{
-			Events: br.events, CanaryPages: br.kinds[hook.KindCanaryPages],
-			Skipped: br.skipped, Truncated: br.truncated, Reason: br.reason,
+			Events: br.events, CanaryPages: br.kinds[hook.KindCanaryPages], BundleDamage: br.damage(),
 		},
 	}
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := writeCanaryBundleText(opts.IO, &rep); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeCanaryBundleText(opts.IO, &rep) }); err != nil {
 		return err
 	}
 	br.warn(opts.IO.ErrOut, opts.Path)
@@ -199,23 +174,16 @@ func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
 		} else {
 			nd.Detail = "no server_args line in it says SGLang ran with --kv-canary log or raise, and SGLang writes kv_canary lines only on a violation"
 		}
-		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
-			return err
-		}
-		return nd.Err()
+		return writeNoData(opts.IO.Out, opts.JSON.JSON, nd)
 	}
 	rep := CanaryReport{Input: opts.Path, Format: "sglang-log", SGLang: scan, KVCanary: arg.value, FindingsTotal: int(min(scan.Violations, 1<<31-1))}
 	for i := range scan.Samples {
-		if len(rep.Findings) >= canaryMaxFindings {
+		if len(rep.Findings) >= reportMaxFindings {
 			break
 		}
 		rep.Findings = append(rep.Findings, scan.Samples[i].Finding())
 	}
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := writeCanaryLogText(opts.IO, scan, arg.value); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeCanaryLogText(opts.IO, scan, arg.value) }); err != nil {
 		return err
 	}
 	for _, e := range scan.Errors {
@@ -458,16 +426,7 @@ func writeCanaryLogText(ios *cmdutil.IOStreams, scan *canary.LogScan, mode strin
 }
 
 func canaryCountRows(m map[string]uint64) [][]string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if m[keys[i]] != m[keys[j]] {
-			return m[keys[i]] > m[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
+	keys := keysByCount(m)
 	rows := make([][]string, 0, len(keys))
 	for _, k := range keys {
 		rows = append(rows, []string{cmdutil.Quote(k), cmdutil.Commas(m[k])})

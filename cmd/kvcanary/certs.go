@@ -24,14 +24,17 @@ type CertsInitOptions struct {
 
 // NewCmdCerts builds `kvcanary certs` and its subcommand init.
 func NewCmdCerts(f *cmdutil.Factory, runF func(*CertsInitOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:     "certs",
 		Short:   "Make certificates for authenticated (mTLS) remote collection",
 		Example: "  kvcanary certs init ./pki --client-names prefill-0,decode-0",
-		Args:    usageArgs(cobra.NoArgs),
-	}
+	}, newCmdCertsInit(f, runF))
+}
+
+// newCmdCertsInit builds `kvcanary certs init`.
+func newCmdCertsInit(f *cmdutil.Factory, runF func(*CertsInitOptions) error) *cobra.Command {
 	opts := &CertsInitOptions{IO: f.IO}
-	initCmd := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "init DIR",
 		Short: "Make a small CA, a collector certificate and client certificates in DIR",
 		Long: `Make what a first mTLS setup needs, with no openssl: an ECDSA P-256 CA
@@ -62,18 +65,14 @@ and one NAME.pem/NAME-key.pem pair to each producer host.`,
 			if opts.Validity <= 0 {
 				return cmdutil.UsageError("certs init: --validity %v: want a positive duration", opts.Validity)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return certsInitRun(opts)
+			return runOr(opts, runF, certsInitRun)
 		},
 	}
-	fl := initCmd.Flags()
+	fl := cmd.Flags()
 	fl.IntVar(&opts.Clients, "clients", 1, "client certificates to make, named client-1 … client-N")
 	fl.StringSliceVar(&opts.Names, "client-names", nil, "client certificate names (producer host names), instead of client-1 … client-N")
 	fl.StringSliceVar(&opts.Hosts, "hosts", nil, "names and IP addresses producers dial the collector at (besides localhost, 127.0.0.1, ::1)")
 	fl.DurationVar(&opts.Validity, "validity", 365*24*time.Hour, "how long every certificate is valid")
-	cmd.AddCommand(initCmd)
 	return cmd
 }
 

@@ -28,7 +28,7 @@ type ChecksumCompareOptions struct {
 
 // NewCmdChecksum builds `kvcanary checksum` and its subcommands.
 func NewCmdChecksum(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "checksum",
 		Short: "Compare per-room index-K checksums across prefill and decode",
 		Example: `  kvcanary checksum compare prefill.log decode.log
@@ -38,19 +38,11 @@ store and on the decode side after the transfer, tell whether a PD transfer
 corrupts the KV. The digests (bsum and xxh3 over the room's tokens in token
 order, plus per-page digests; per layer and per TP rank for real engines)
 are defined in checksum/SPEC.md.`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdChecksumCompare(f, runF))
-	return cmd
+	}, NewCmdChecksumCompare(f, runF))
 }
 
-// NewCmdChecksumCompare builds `kvcanary checksum compare`.
-func NewCmdChecksumCompare(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error) *cobra.Command {
-	opts := &ChecksumCompareOptions{IO: f.IO, Ctx: f.Ctx}
-	cmd := &cobra.Command{
-		Use:   "compare INPUT...",
-		Short: "Match prefill and decode room checksums and classify every room",
-		Long: `Match room checksums by room and classify every room: match, mismatch,
+// checksumCompareLong is the long help of `kvcanary checksum compare`.
+const checksumCompareLong = `Match room checksums by room and classify every room: match, mismatch,
 warmup (seq_len at or below --warmup-max-seqlen, or every decode digest 0,
 meaning not transferred), missing-decode, missing-prefill, or duplicate (one
 producer reported the room twice with different digests).
@@ -85,7 +77,15 @@ sim run --record, or the engine's kvcanary room_checksum lines), --json prints
 
 Exit codes: 0 every room outside warmups matches, 1 a mismatch, a missing side
 or a duplicate, 2 usage, 3 unreadable, empty or malformed input (a bad digest
-names file:line), 4 no data, 130 interrupted.`,
+names file:line), 4 no data, 130 interrupted.`
+
+// NewCmdChecksumCompare builds `kvcanary checksum compare`.
+func NewCmdChecksumCompare(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error) *cobra.Command {
+	opts := &ChecksumCompareOptions{IO: f.IO, Ctx: f.Ctx}
+	cmd := &cobra.Command{
+		Use:   "compare INPUT...",
+		Short: "Match prefill and decode room checksums and classify every room",
+		Long:  checksumCompareLong,
 		Example: `  # The seeds' case: one prefill log, one decode log
   kvcanary checksum compare prefill.log decode.log
 
@@ -106,10 +106,7 @@ names file:line), 4 no data, 130 interrupted.`,
 			if opts.Limit < 0 {
 				return cmdutil.UsageError("--limit %d: want 0 or more (0: all rows)", opts.Limit)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return checksumCompareRun(opts)
+			return runOr(opts, runF, checksumCompareRun)
 		},
 	}
 	cmd.Flags().IntVar(&opts.WarmupMaxSeqLen, "warmup-max-seqlen", checksum.DefaultWarmupMaxSeqLen, "rooms with seq_len at or below this are warmups (0: no seq_len rule)")
@@ -118,23 +115,14 @@ names file:line), 4 no data, 130 interrupted.`,
 	return cmd
 }
 
-// bundleInfo is what a bundle reader had to skip, kept when its stream closes.
-type bundleInfo struct {
-	skipped   uint64
-	skips     []traces.Skip
-	truncated bool
-	reason    string
-}
-
+// bundleStream keeps what its reader had to skip in info when it closes.
 type bundleStream struct {
 	*traces.Reader
 	info *bundleInfo
 }
 
 func (b bundleStream) Close() error {
-	b.info.skipped, b.info.skips = b.Skipped(), b.Skips()
-	b.info.truncated = b.Truncated()
-	b.info.reason = b.TruncationReason()
+	*b.info = damageOf(b.Reader)
 	return b.Reader.Close()
 }
 
@@ -162,10 +150,7 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	rep, err := checksum.Compare(checksum.Options{WarmupMaxSeqLen: warm}, srcs...)
 	if errors.Is(err, checksum.ErrNoRecords) {
 		if nd := checksumNoData(srcs); nd != nil {
-			if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
-				return err
-			}
-			return nd.Err()
+			return writeNoData(opts.IO.Out, opts.JSON.JSON, nd)
 		}
 	}
 	if err != nil {
@@ -180,11 +165,7 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	if warm < 0 {
 		rep.WarmupMaxSeqLen = 0
 	}
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := writeChecksumText(opts, rep); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeChecksumText(opts, rep) }); err != nil {
 		return err
 	}
 	writeChecksumNotes(opts.IO.ErrOut, rep, bundles)
@@ -256,7 +237,7 @@ func writeChecksumNotes(w io.Writer, rep *checksum.Report, bundles map[string]*b
 				joinLines(in.MalformedLines, in.Malformed), cmdutil.Quote(in.FirstReason))
 		}
 		if b := bundles[in.Name]; b != nil {
-			warnBundle(w, in.Name, b.truncated, b.reason, b.skipped, b.skips)
+			b.warn(w, in.Name)
 		}
 	}
 	if rep.IdenticalRepeats > 0 {

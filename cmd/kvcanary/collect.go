@@ -70,16 +70,8 @@ type CollectSummary struct {
 	Conns           []hook.ConnStats `json:"conns,omitempty"`
 }
 
-// NewCmdCollect builds `kvcanary collect`.
-func NewCmdCollect(f *cmdutil.Factory, runF func(*CollectOptions) error) *cobra.Command {
-	opts := &CollectOptions{IO: f.IO, Factory: f}
-	cmd := &cobra.Command{
-		Use:   "collect --listen ADDR [--record FILE]",
-		Short: "Receive events from engine hooks and probes; optionally record them",
-		Example: `  # receive the engine hooks' events on a local socket and record them
-  kvcanary collect --listen unix:///tmp/kvcanary.sock --record run.kvtrace
-  kvcanary collect --listen tcp://127.0.0.1:7070 --json`,
-		Long: `Receive events from any number of producers at once — engine hooks, probes,
+// collectLong is the long help of `kvcanary collect`.
+const collectLong = `Receive events from any number of producers at once — engine hooks, probes,
 scripts — over a Unix socket or loopback TCP, and record them to a trace bundle.
 
 ADDR is unix:///path.sock (created mode 0600) or tcp://HOST:PORT. A TCP
@@ -114,7 +106,18 @@ Limits (runtime/hook/WIRE.md "Limits"); every refusal is counted and printed:
                   (closed: idle timeout; nothing is lost)
   --stall-timeout 30s      a frame or line that gets no byte for this long is
                   dropped and its connection closed (rejected: stalled)
-A value of 0 turns a limit off.`,
+A value of 0 turns a limit off.`
+
+// NewCmdCollect builds `kvcanary collect`.
+func NewCmdCollect(f *cmdutil.Factory, runF func(*CollectOptions) error) *cobra.Command {
+	opts := &CollectOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "collect --listen ADDR [--record FILE]",
+		Short: "Receive events from engine hooks and probes; optionally record them",
+		Example: `  # receive the engine hooks' events on a local socket and record them
+  kvcanary collect --listen unix:///tmp/kvcanary.sock --record run.kvtrace
+  kvcanary collect --listen tcp://127.0.0.1:7070 --json`,
+		Long: collectLong,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Listen == "" {
@@ -123,10 +126,7 @@ A value of 0 turns a limit off.`,
 			if err := opts.Limits.check(); err != nil {
 				return err
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return collectRun(opts)
+			return runOr(opts, runF, collectRun)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Listen, "listen", "", "address to listen on: unix:///path.sock or tcp://127.0.0.1:PORT")
@@ -159,20 +159,16 @@ func collectRun(opts *CollectOptions) error {
 	if err != nil {
 		return err
 	}
-	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), line, exportSource{Run: opts.Run, Collector: c})
+	// Events flow collector -> bus -> lossless bundle writer.
+	po := pipeline.Options{Record: opts.Record, Status: line, StatusLabel: "collect: ",
+		Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "collect",
+			Labels: map[string]string{"listen": c.Addr()}}}
+	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), line, exportSource{Run: opts.Run, Collector: c}, po, "")
 	if err != nil {
 		c.Close()
 		return err
 	}
 	defer stopExport()
-	// Events flow collector -> bus -> lossless bundle writer.
-	p, err := pipeline.New(pipeline.Options{Record: opts.Record, Status: line, StatusLabel: "collect: ", Sinks: sinks,
-		Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "collect",
-			Labels: map[string]string{"listen": c.Addr()}}})
-	if err != nil {
-		c.Close()
-		return cmdutil.InputError(err)
-	}
 	if !opts.JSON.JSON {
 		line.Printf("collect: listening on %s (run %s)%s\n", c.Addr(), cmdutil.Quote(opts.Run), recordNote(opts.Record))
 	}

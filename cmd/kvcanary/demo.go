@@ -65,10 +65,7 @@ they go to a temporary directory that is removed at the end.`,
 			if opts.Sessions < 1 || opts.Rounds < 1 {
 				return cmdutil.UsageError("--sessions and --rounds must be at least 1")
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return demoRun(opts)
+			return runOr(opts, runF, demoRun)
 		},
 	}
 	fl := cmd.Flags()

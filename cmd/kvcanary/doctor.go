@@ -66,10 +66,7 @@ counts as a failure there) — then 1.`,
 					return cmdutil.UsageError("--require %q: want one of %s", g, strings.Join(doctor.Groups, ", "))
 				}
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return doctorRun(opts)
+			return runOr(opts, runF, doctorRun)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Socket, "socket", "", "check the collector at `ADDR` (unix:///path.sock, a socket path, or tcp://host:port)")
@@ -80,16 +77,9 @@ counts as a failure there) — then 1.`,
 }
 
 func doctorRun(opts *DoctorOptions) error {
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := orBackground(opts.Ctx)
 	rep := doctor.NewReport(doctor.Checks(ctx, opts.Env, opts.Socket, opts.Python), opts.Require, opts.Socket)
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := doctor.WriteText(opts.IO.Out, rep); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return doctor.WriteText(opts.IO.Out, rep) }); err != nil {
 		return err
 	}
 	if len(rep.Failed) > 0 {

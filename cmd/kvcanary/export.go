@@ -47,10 +47,7 @@ cut short exports its complete frames; the JSON written is always complete.`,
 			if opts.Format != "perfetto" {
 				return cmdutil.UsageError("--format %s: unknown format (want perfetto)", cmdutil.Quote(opts.Format))
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return traceExportRun(opts)
+			return runOr(opts, runF, traceExportRun)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Format, "format", "perfetto", "output format: perfetto (Chrome trace-event JSON)")
@@ -87,7 +84,7 @@ func traceExportRun(opts *TraceExportOptions) error {
 	if rerr != nil {
 		return cmdutil.InputError(rerr)
 	}
-	warnBundle(opts.IO.ErrOut, opts.Path, b.Truncated(), b.TruncationReason(), b.Skipped(), b.Skips())
+	damageOf(b.Reader).warn(opts.IO.ErrOut, opts.Path)
 	st := w.Stats()
 	if opts.JSON.JSON {
 		return cmdutil.WriteJSON(opts.IO.ErrOut, st)

@@ -14,6 +14,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/metrics"
 	"github.com/kvcanary/kvcanary/otlp"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 )
@@ -135,6 +136,26 @@ func (o *exportOptions) start(_ context.Context, stderr io.Writer, src exportSou
 	}
 	stop = func() error { return stopExport(stderr, sink, srv) }
 	return []hook.Publisher{hook.WithRun(pub, src.Run)}, stop, nil
+}
+
+// newPipeline starts the sinks the flags ask for (see start), builds the
+// pipeline of po with them, and returns stop, to call once the pipeline has
+// run. A start error is returned as it is; a pipeline error (the bundle
+// cannot be created) is an input error, prefixed with "label: " when label is
+// set. On an error nothing is left running.
+func (o *exportOptions) newPipeline(ctx context.Context, stderr io.Writer, src exportSource, po pipeline.Options, label string) (p *pipeline.Pipeline, stop func() error, err error) {
+	po.Sinks, stop, err = o.start(ctx, stderr, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p, err = pipeline.New(po); err != nil {
+		stop()
+		if label != "" {
+			err = fmt.Errorf("%s: %w", label, err)
+		}
+		return nil, nil, cmdutil.InputError(err)
+	}
+	return p, stop, nil
 }
 
 // stopExport flushes and closes the OTLP sink and the metrics server (each

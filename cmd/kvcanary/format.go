@@ -1,6 +1,9 @@
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // Small text helpers the report commands share.
 
@@ -10,6 +13,21 @@ func units(n int64, unit string) string {
 		return unit
 	}
 	return unit + "s"
+}
+
+// keysByCount is m's keys, the largest count first (ties by name).
+func keysByCount(m map[string]uint64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
 }
 
 // plural renders "1 line", "2 lines".

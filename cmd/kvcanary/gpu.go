@@ -58,10 +58,7 @@ what the host lacks.`,
 			if opts.Watch < 0 {
 				return cmdutil.UsageError("--watch %s: want a positive interval", opts.Watch)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return gpuRun(opts)
+			return runOr(opts, runF, gpuRun)
 		},
 	}
 	cmd.Flags().DurationVar(&opts.Watch, "watch", 0, "sample every `interval` (e.g. 1s) until interrupted")
@@ -78,10 +75,7 @@ func gpuRun(opts *GPUOptions) error {
 		return cmdutil.InputError(err)
 	}
 	defer lib.Close()
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := orBackground(opts.Ctx)
 	now := opts.Now
 	if now == nil {
 		now = time.Now

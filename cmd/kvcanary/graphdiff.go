@@ -26,25 +26,21 @@ type GraphDiffReport struct {
 	Input         string              `json:"input"`
 	Headline      string              `json:"headline"`
 	GraphDiff     graphdiff.Summary   `json:"graphdiff"`
-	Findings      []*hook.Finding     `json:"findings"` // first graphDiffMaxFindings
+	Findings      []*hook.Finding     `json:"findings"` // first reportMaxFindings
 	FindingsTotal int                 `json:"findings_total"`
 	Bundle        GraphDiffBundleInfo `json:"bundle"`
 }
 
 // GraphDiffBundleInfo says how much of a bundle was usable.
 type GraphDiffBundleInfo struct {
-	Events    uint64 `json:"events"`
-	Samples   uint64 `json:"graphdiff_samples"`
-	Skipped   uint64 `json:"skipped"`
-	Truncated bool   `json:"truncated"`
-	Reason    string `json:"truncation_reason,omitempty"`
+	Events  uint64 `json:"events"`
+	Samples uint64 `json:"graphdiff_samples"`
+	BundleDamage
 }
-
-const graphDiffMaxFindings = 100
 
 // NewCmdGraphDiff builds `kvcanary graphdiff` and its subcommands.
 func NewCmdGraphDiff(f *cmdutil.Factory, runF func(*GraphDiffReportOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "graphdiff",
 		Short: "Judge graph-vs-eager differentials (captured replay against an eager rerun)",
 		Example: `  kvcanary graphdiff report run.kvtrace
@@ -53,10 +49,7 @@ func NewCmdGraphDiff(f *cmdutil.Factory, runF func(*GraphDiffReportOptions) erro
 captured CUDA graph and eagerly. Rounding differences are absorbed by a
 dtype-aware tolerance (allclose, then error against a float64 reference); a
 changed top-k selection is always a divergence. See graphdiff/SPEC.md.`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdGraphDiffReport(f, runF))
-	return cmd
+	}, NewCmdGraphDiffReport(f, runF))
 }
 
 // NewCmdGraphDiffReport builds `kvcanary graphdiff report`.
@@ -82,13 +75,7 @@ line carries them) and, when the run's recorded settings explain it, why;
 Exit codes: 0 no divergence, 1 a divergent sample, 3 the input is unreadable or
 not a bundle (the message says what it is), 4 no data, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Path = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return graphDiffReportRun(opts)
-		},
+		RunE: runOnPath(opts, &opts.Path, runF, graphDiffReportRun),
 	}
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
@@ -102,24 +89,18 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	}
 	defer b.Close()
 	seen := &runConfigSeen{Analyzer: an}
-	br, err := replayBundle(b, seen, graphDiffMaxFindings)
+	br, err := replayBundle(b, seen, reportMaxFindings)
 	if err != nil {
 		return err
 	}
 	if br.kinds[hook.KindGraphDiffSample] == 0 {
-		br.warn(opts.IO.ErrOut, opts.Path)
-		nd := cmdutil.NewNoData(cmdutil.InstrumentGraphDiff, opts.Path, br.events, "event")
-		nd.Detail = graphDiffNoDataDetail(seen.cfg, an.Result().NoSamplesReason)
-		if err := nd.Write(opts.IO.Out, opts.JSON.JSON); err != nil {
-			return err
-		}
-		return nd.Err()
+		return br.noData(opts.IO, opts.JSON.JSON, opts.Path, cmdutil.InstrumentGraphDiff,
+			graphDiffNoDataDetail(seen.cfg, an.Result().NoSamplesReason))
 	}
 	rep := GraphDiffReport{
 		Input: opts.Path, GraphDiff: an.Result(), Findings: br.findings, FindingsTotal: br.findingsTotal,
 		Bundle: GraphDiffBundleInfo{
-			Events: br.events, Samples: br.kinds[hook.KindGraphDiffSample],
-			Skipped: br.skipped, Truncated: br.truncated, Reason: br.reason,
+			Events: br.events, Samples: br.kinds[hook.KindGraphDiffSample], BundleDamage: br.damage(),
 		},
 	}
 	if rep.Findings == nil {
@@ -127,11 +108,7 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	}
 	rep.Headline = graphDiffHeadline(&rep.GraphDiff)
 
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, rep); err != nil {
-			return err
-		}
-	} else if err := writeGraphDiffText(opts.IO, &rep); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeGraphDiffText(opts.IO, &rep) }); err != nil {
 		return err
 	}
 	br.warn(opts.IO.ErrOut, opts.Path)

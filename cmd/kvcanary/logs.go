@@ -16,15 +16,9 @@ import (
 
 // NewCmdLogs builds `kvcanary logs` and its subcommands.
 func NewCmdLogs(f *cmdutil.Factory) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "logs",
-		Short: "Read serving engines' server logs (SGLang, vLLM)",
+	return newGroupCmd(groupHelp{Use: "logs", Short: "Read serving engines' server logs (SGLang, vLLM)",
 		Example: `  kvcanary logs scan decode.log
-  kvcanary logs scan --json prefill.log`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdLogsScan(f, nil))
-	return cmd
+  kvcanary logs scan --json prefill.log`}, NewCmdLogsScan(f, nil))
 }
 
 // LogsScanOptions are the inputs of `kvcanary logs scan`.
@@ -85,10 +79,7 @@ is parsed by its first MiB (as canary report does) and counted in long_lines.`,
 			if opts.Year < 0 || opts.Year > 9999 {
 				return cmdutil.UsageError("--year %d: want a year from 1 to 9999 (0: the current year)", opts.Year)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return logsScanRun(opts)
+			return runOr(opts, runF, logsScanRun)
 		},
 	}
 	cmd.Flags().IntVar(&opts.Year, "year", 0, "year of vLLM timestamps, which print none (default: the current year)")
@@ -167,16 +158,11 @@ func writeLogSummary(w io.Writer, name string, s *logscan.Summary, limit int) er
 		fmt.Fprintf(&b, "%-20s %d %s, %d requests retracted\n", "retractions", s.RetractionEvents, units(s.RetractionEvents, "event"), s.RetractedReqs)
 	}
 	for i, r := range s.Retractions {
-		if i >= limit {
-			fmt.Fprintf(&b, "  … %d more (--json lists up to %d)\n", s.RetractionEvents-int64(limit), logscan.MaxRetractions)
+		if listCut(&b, i, limit, s.RetractionEvents, logscan.MaxRetractions) {
 			break
 		}
-		when := r.Time
-		if when == "" {
-			when = "(no timestamp)"
-		}
 		fmt.Fprintf(&b, "  line %-7d %s  retracted %d (token usage %.2f, #running-req %d, new_token_ratio %.4f -> %.4f)\n",
-			r.Line, when, r.Retracted, r.TokenUsage, r.RunningReq, r.NewTokenRatio[0], r.NewTokenRatio[1])
+			r.Line, orNoTime(r.Time), r.Retracted, r.TokenUsage, r.RunningReq, r.NewTokenRatio[0], r.NewTokenRatio[1])
 	}
 	fmt.Fprintf(&b, "%-20s %d\n", "canary violations", s.CanaryViolations)
 	writeSamples(&b, s.CanaryLines, limit)
@@ -209,15 +195,10 @@ func writePDSummary(b *strings.Builder, s *logscan.Summary, limit int) {
 	fmt.Fprintf(b, "%-20s %d (%d decode, %d prefill) over %d %s\n", "transfer failures", s.TransferFailures,
 		s.DecodeTransferFailures, s.PrefillTransferFailures, s.TransferFailedRooms, units(s.TransferFailedRooms, "room"))
 	for i, f := range s.TransferFailureLines {
-		if i >= limit {
-			fmt.Fprintf(b, "  … %d more (--json lists up to %d)\n", s.TransferFailures-int64(limit), logscan.MaxPDFailures)
+		if listCut(b, i, limit, s.TransferFailures, logscan.MaxPDFailures) {
 			break
 		}
-		rank := "rank ?"
-		if f.Rank >= 0 {
-			rank = fmt.Sprintf("rank %d", f.Rank)
-		}
-		fmt.Fprintf(b, "  line %-7d %s  %s %s rid %s room %d", f.Line, orNoTime(f.Time), f.Side, rank, cmdutil.Quote(f.Rid), uint64(f.Room))
+		fmt.Fprintf(b, "  line %-7d %s  %s rank %s rid %s room %d", f.Line, orNoTime(f.Time), f.Side, orUnknown(f.Rank), cmdutil.Quote(f.Rid), uint64(f.Room))
 		if f.Reason != "" {
 			fmt.Fprintf(b, ": %s", cmdutil.Quote(f.Reason))
 		}
@@ -225,16 +206,11 @@ func writePDSummary(b *strings.Builder, s *logscan.Summary, limit int) {
 	}
 	fmt.Fprintf(b, "%-20s %d over %d %s\n", "metadata corruptions", s.MetadataCorruptions, s.MetadataCorruptedRooms, units(s.MetadataCorruptedRooms, "room"))
 	for i, m := range s.MetadataCorruptionLines {
-		if i >= limit {
-			fmt.Fprintf(b, "  … %d more (--json lists up to %d)\n", s.MetadataCorruptions-int64(limit), logscan.MaxPDFailures)
+		if listCut(b, i, limit, s.MetadataCorruptions, logscan.MaxPDFailures) {
 			break
 		}
-		idx := "?"
-		if m.BufferIndex >= 0 {
-			idx = fmt.Sprint(m.BufferIndex)
-		}
 		fmt.Fprintf(b, "  line %-7d %s  rid %s room %d received room %d's metadata (buffer index %s)\n",
-			m.Line, orNoTime(m.Time), cmdutil.Quote(m.Rid), uint64(m.Room), uint64(m.FromRoom), idx)
+			m.Line, orNoTime(m.Time), cmdutil.Quote(m.Rid), uint64(m.Room), uint64(m.FromRoom), orUnknown(m.BufferIndex))
 	}
 	if s.RoomsCapped {
 		fmt.Fprintf(b, "  (more than %d distinct rooms: room counts are lower bounds)\n", logscan.MaxRooms)
@@ -247,6 +223,24 @@ func writePDSummary(b *strings.Builder, s *logscan.Summary, limit int) {
 		fmt.Fprintf(b, "%-20s %s: accept len avg %.2f (min %.2f), accept rate avg %.2f (min %.2f)\n",
 			"speculative", plural(sp.Batches, "decode line"), sp.AvgAcceptLen, sp.MinAcceptLen, sp.AvgAcceptRate, sp.MinAcceptRate)
 	}
+}
+
+// listCut ends a list cut to limit rows: at row i == limit it writes how many
+// of total were left out (--json lists up to jsonMax) and says true.
+func listCut(b *strings.Builder, i, limit int, total int64, jsonMax int) bool {
+	if i < limit {
+		return false
+	}
+	fmt.Fprintf(b, "  … %d more (--json lists up to %d)\n", total-int64(limit), jsonMax)
+	return true
+}
+
+// orUnknown is n, or "?" when the line did not state it (-1).
+func orUnknown(n int) string {
+	if n < 0 {
+		return "?"
+	}
+	return fmt.Sprint(n)
 }
 
 func orNoTime(t string) string {

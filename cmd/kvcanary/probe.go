@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,15 +62,12 @@ type ProbeCUDAReport struct {
 
 // NewCmdProbe builds `kvcanary probe` and its `cuda` subcommand.
 func NewCmdProbe(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "probe",
 		Short: "Attach zero-touch probes to a running engine",
 		Example: `  sudo kvcanary probe cuda --pid "$(pgrep -f sglang.launch_server | head -1)" --duration 30s
   sudo kvcanary probe cuda --lib /usr/lib/x86_64-linux-gnu/libcuda.so.1 --record cuda.kvtrace`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(newCmdProbeCUDA(f, runF))
-	return cmd
+	}, newCmdProbeCUDA(f, runF))
 }
 
 func newCmdProbeCUDA(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *cobra.Command {
@@ -108,10 +104,7 @@ to check.`,
 			if opts.Duration < 0 {
 				return cmdutil.UsageError("--duration %s: want a positive duration", opts.Duration)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return probeCUDARun(opts)
+			return runOr(opts, runF, probeCUDARun)
 		},
 	}
 	cmd.Flags().IntVar(&opts.PID, "pid", 0, "trace process `PID` (its libcuda is found in /proc/PID/maps)")
@@ -166,10 +159,7 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := orBackground(opts.Ctx)
 	if opts.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Duration)
@@ -300,16 +290,7 @@ func printProbeCUDA(opts *ProbeCUDAOptions, r ProbeCUDAReport) error {
 		pid = fmt.Sprintf(", pid %d", r.PID)
 	}
 	fmt.Fprintf(out, "probed %s (%d entry points)%s for %.1fs\n", cmdutil.Quote(r.Lib), len(r.Targets), pid, float64(r.DurationNS)/1e9)
-	names := make([]string, 0, len(s.Calls))
-	for k := range s.Calls {
-		names = append(names, k)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if s.Calls[names[i]] != s.Calls[names[j]] {
-			return s.Calls[names[i]] > s.Calls[names[j]]
-		}
-		return names[i] < names[j]
-	})
+	names := keysByCount(s.Calls)
 	parts := make([]string, len(names))
 	for i, k := range names {
 		parts[i] = fmt.Sprintf("%s %d", k, s.Calls[k])

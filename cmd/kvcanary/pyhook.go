@@ -11,7 +11,7 @@ import (
 
 // NewCmdPyhook builds `kvcanary pyhook` and its subcommands.
 func NewCmdPyhook(f *cmdutil.Factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:     "pyhook",
 		Short:   "The in-engine Python package (import name kvcanary) this binary carries",
 		Example: `  export PYTHONPATH="$(kvcanary pyhook path)${PYTHONPATH:+:$PYTHONPATH}"`,
@@ -19,10 +19,7 @@ func NewCmdPyhook(f *cmdutil.Factory) *cobra.Command {
 checksums, replay canaries and graph-vs-eager reruns inside SGLang) in the
 binary. "kvcanary wrap" puts it on PYTHONPATH for you; "kvcanary pyhook path"
 extracts it and prints where, for containers and manual set-ups.`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdPyhookPath(f, nil))
-	return cmd
+	}, NewCmdPyhookPath(f, nil))
 }
 
 // PyhookPathOptions are the inputs of `kvcanary pyhook path`.
@@ -60,12 +57,7 @@ replaced. Exit status: 0, or 3 when the directory cannot be written.`,
   KVCANARY_ADDR=unix:///run/kvcanary.sock python3 -m sglang.launch_server ...
   kvcanary pyhook path --cache-dir /opt/kvcanary   # bake it into an image`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return pyhookPathRun(opts)
-		},
+		RunE: runE(opts, runF, pyhookPathRun),
 	}
 	cmd.Flags().StringVar(&opts.CacheDir, "cache-dir", "", "extract under `DIR` instead of the user cache directory")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)

@@ -54,10 +54,7 @@ escaped in both.`,
 			if opts.Format != "html" && opts.Format != "md" {
 				return cmdutil.UsageError("--format %s: unknown format (want html or md)", cmdutil.Quote(opts.Format))
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return reportRun(opts)
+			return runOr(opts, runF, reportRun)
 		},
 	}
 	cmd.Flags().StringVar(&opts.Format, "format", "html", "output format: html or md")
@@ -74,7 +71,7 @@ func reportRun(opts *ReportOptions) error {
 		}
 		r, err := kvreport.Read(path, b.Reader)
 		if err == nil {
-			warnBundle(opts.IO.ErrOut, path, b.Truncated(), b.TruncationReason(), b.Skipped(), b.Skips())
+			damageOf(b.Reader).warn(opts.IO.ErrOut, path)
 		}
 		b.Close()
 		if err != nil {

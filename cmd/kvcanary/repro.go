@@ -70,15 +70,8 @@ type ReproOptions struct {
 	runTUI func(context.Context, tui.Options) (tui.Stats, error)
 }
 
-// NewCmdRepro builds `kvcanary repro`.
-func NewCmdRepro(f *cmdutil.Factory, runF func(*ReproOptions) error) *cobra.Command {
-	opts := &ReproOptions{IO: f.IO, Factory: f, ToolTime: repro.DefaultToolTime}
-	var headers []string
-	var sampling samplingFlags
-	cmd := &cobra.Command{
-		Use:   "repro --url URL",
-		Short: "Drive concurrent tool-calling sessions at a server and measure the corruption rate",
-		Long: `Drive N multi-turn tool-calling sessions at an OpenAI-compatible server
+// reproLong is the long help of `kvcanary repro`.
+const reproLong = `Drive N multi-turn tool-calling sessions at an OpenAI-compatible server
 (SGLang, vLLM, or the twin's "kvcanary sim serve"), at most --concurrency at
 once. Every round offers tools; tool calls get deterministic results; a session
 ends when the model answers in plain text (done) or the rounds run out
@@ -173,22 +166,32 @@ repro's deterministic tool results and sessions get the same outcome classes
 (model, temperature, stream, tool_choice, …) on a line are ignored; other
 fields, bad JSON and bad messages are errors naming FILE:LINE. Session i
 replays line i mod the number of lines; --sessions defaults to one session
-per line.`,
-		Example: `  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
+per line.`
+
+// reproExample holds the examples of `kvcanary repro`.
+const reproExample = `  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
   kvcanary repro --url http://gpu-box:8000/v1 --model deepseek --record base.kvtrace --server-log sglang.log
   kvcanary repro --url http://127.0.0.1:30000 --stream --json | jq .corruption_rate
   kvcanary repro --url http://127.0.0.1:30000 --record out.kvtrace --redact --emit unix:///tmp/kvcanary.sock
   OPENAI_API_KEY=sk-… kvcanary repro --url https://llm.internal/v1 --header 'X-Team: infra' --temperature 0.6 --top-p 0.95
-  kvcanary repro --url http://127.0.0.1:30000 --conversations agent-sessions.jsonl --sessions 200 --run base-graphs-on --record base.kvtrace`,
-		Args: usageArgs(cobra.NoArgs),
+  kvcanary repro --url http://127.0.0.1:30000 --conversations agent-sessions.jsonl --sessions 200 --run base-graphs-on --record base.kvtrace`
+
+// NewCmdRepro builds `kvcanary repro`.
+func NewCmdRepro(f *cmdutil.Factory, runF func(*ReproOptions) error) *cobra.Command {
+	opts := &ReproOptions{IO: f.IO, Factory: f, ToolTime: repro.DefaultToolTime}
+	var headers []string
+	var sampling samplingFlags
+	cmd := &cobra.Command{
+		Use:     "repro --url URL",
+		Short:   "Drive concurrent tool-calling sessions at a server and measure the corruption rate",
+		Long:    reproLong,
+		Example: reproExample,
+		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := opts.check(cmd.Flags(), headers, sampling); err != nil {
 				return err
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return reproRun(opts)
+			return runOr(opts, runF, reproRun)
 		},
 	}
 	fl := cmd.Flags()
@@ -270,10 +273,7 @@ func (o *ReproOptions) check(fl *pflag.FlagSet, headers []string, sampling sampl
 func reproSettings(opts *ReproOptions, client *http.Client) hook.RunConfig {
 	var rc hook.RunConfig
 	_ = repro.ParseLabels(&rc, "--label", opts.Labels) // checked with the flags
-	ctx := opts.Factory.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := factoryCtx(opts.Factory)
 	info, err := repro.FetchServerInfo(ctx, client, opts.URL, min(opts.Timeout, 5*time.Second))
 	switch {
 	case err != nil:
@@ -688,11 +688,7 @@ func reproReport(opts *ReproOptions, src *reproSource, stats *sessions.RunStats,
 		out.Sched = &s
 		out.ServerLog = src.tail.Summary()
 	}
-	if opts.JSON.JSON {
-		if err := cmdutil.WriteJSON(opts.IO.Out, out); err != nil {
-			return err
-		}
-	} else if err := writeReproText(opts.IO.Out, out); err != nil {
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, out, func() error { return writeReproText(opts.IO.Out, out) }); err != nil {
 		return err
 	}
 	if runErr != nil {

@@ -6,12 +6,8 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
-// NewCmdRoot builds the kvcanary command tree.
-func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
-	root := &cobra.Command{
-		Use:   "kvcanary",
-		Short: "Hunt silent output corruption in LLM serving stacks",
-		Long: `kvcanary hunts silent output corruption in LLM serving stacks (SGLang, vLLM):
+// rootLong is the long help of `kvcanary`.
+const rootLong = `kvcanary hunts silent output corruption in LLM serving stacks (SGLang, vLLM):
 the bug class where, under concurrency, CUDA graph replay, multiple streams and
 prefill/decode disaggregation, a fraction of requests come out garbled.
 
@@ -27,12 +23,22 @@ fine but holds none of the instrument's observations; the report names what
 records them), 130 interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any
 command within a second; a second one kills it at once. collect and sim serve
 run until stopped, so Ctrl-C is their normal end: they exit 0 with the bundle
-complete.`,
-		Example: `  kvcanary demo                      # the whole investigation on the twin, no GPU
+complete.`
+
+// rootExample holds the examples of `kvcanary`.
+const rootExample = `  kvcanary demo                      # the whole investigation on the twin, no GPU
   kvcanary watch --sim               # the live dashboard over the twin
   kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
   kvcanary logs scan decode.log
-  kvcanary <command> --help          # every command has examples`,
+  kvcanary <command> --help          # every command has examples`
+
+// NewCmdRoot builds the kvcanary command tree.
+func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kvcanary",
+		Short:         "Hunt silent output corruption in LLM serving stacks",
+		Long:          rootLong,
+		Example:       rootExample,
 		Version:       "set below",
 		SilenceUsage:  true,
 		SilenceErrors: true,

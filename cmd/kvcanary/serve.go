@@ -51,13 +51,8 @@ func withSubcommands(parent *cobra.Command, subs ...*cobra.Command) *cobra.Comma
 	return parent
 }
 
-// NewCmdSimServe builds `kvcanary sim serve`.
-func NewCmdSimServe(f *cmdutil.Factory, runF func(*SimServeOptions) error) *cobra.Command {
-	opts := &SimServeOptions{IO: f.IO, Factory: f}
-	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Serve the twin over an OpenAI-compatible HTTP API",
-		Long: `Serve the twin as an OpenAI-compatible endpoint: POST /v1/chat/completions
+// simServeLong is the long help of `kvcanary sim serve`.
+const simServeLong = `Serve the twin as an OpenAI-compatible endpoint: POST /v1/chat/completions
 (non-streaming and "stream": true), GET /v1/models, GET /health, and
 GET /debug/kvcanary/requests with the ground truth of every request (did its
 output leave the script, and was that visible in the protocol).
@@ -86,7 +81,15 @@ cross-site POST). POST bodies must be application/json (else 415) and arrive
 within --body-timeout (default 30s; else 408 and the connection is closed).
 Stop it
 with Ctrl-C: it then prints how many requests deviated and, with --record,
-closes the bundle (engine events plus one session event per session).`,
+closes the bundle (engine events plus one session event per session).`
+
+// NewCmdSimServe builds `kvcanary sim serve`.
+func NewCmdSimServe(f *cmdutil.Factory, runF func(*SimServeOptions) error) *cobra.Command {
+	opts := &SimServeOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the twin over an OpenAI-compatible HTTP API",
+		Long:  simServeLong,
 		Example: `  kvcanary sim serve --addr 127.0.0.1:30000
   kvcanary sim serve --multi-stream-overlap=false --record serve.kvtrace
   kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4`,
@@ -104,10 +107,7 @@ closes the bundle (engine events plus one session event per session).`,
 			if opts.BodyTimeout <= 0 {
 				return cmdutil.UsageError("--body-timeout %v: want a positive duration", opts.BodyTimeout)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return simServeRun(opts)
+			return runOr(opts, runF, simServeRun)
 		},
 	}
 	opts.Engine = addEngineFlags(cmd)
@@ -173,17 +173,13 @@ func simServeRun(opts *SimServeOptions) error {
 		po.Record, po.Manifest = opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
 			Config: rc, Run: po.StampRun, Command: "sim serve"}
 	}
-	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed)), Warmup: twinWarmup})
+	// A pipeline error is traces' "create bundle: …".
+	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed)), Warmup: twinWarmup}, po, "")
 	if err != nil {
 		return err
 	}
 	defer stopExport()
-	po.Sinks = sinks
-	p, err := pipeline.New(po)
-	if err != nil {
-		return cmdutil.InputError(err) // traces says "create bundle: …"
-	}
-	src := &serveSource{opts: opts, cfg: cfg, ln: ln, events: opts.Record != "" || len(sinks) > 0}
+	src := &serveSource{opts: opts, cfg: cfg, ln: ln, events: opts.Record != "" || opts.Export.enabled()}
 	res := p.Run(factoryCtx(opts.Factory), src)
 	switch {
 	case res.SourceErr != nil:

@@ -27,7 +27,7 @@ import (
 
 // NewCmdSim builds `kvcanary sim`, the parent of the twin's commands.
 func NewCmdSim(f *cmdutil.Factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "sim",
 		Short: "Run the embedded twin: a deterministic serving runtime with the seeds' bug",
 		Example: `  kvcanary sim run --sessions 80 --rounds 4
@@ -38,9 +38,7 @@ SGLang stack: paged bf16/fp8 index-K arenas, PD disaggregation, continuous
 batching with retraction, captured decode graphs with multi-stream overlap and
 a sparse top-k indexer. Its corruption emerges from the data path, so every
 kvcanary instrument can be tested against ground truth.`,
-	}
-	cmd.AddCommand(NewCmdSimRun(f, nil))
-	return cmd
+	}, NewCmdSimRun(f, nil))
 }
 
 // engineFlags are the twin's engine and instrument flags, shared by every
@@ -193,10 +191,7 @@ flag to turn it off. The run is deterministic for a given seed.`,
 			if opts.Sessions > maxSimSessions {
 				return cmdutil.UsageError("--sessions %d: at most %d (the twin holds every session's conversation in memory)", opts.Sessions, maxSimSessions)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return simRunRun(opts)
+			return runOr(opts, runF, simRunRun)
 		},
 	}
 	opts.Engine = addEngineFlags(cmd)
@@ -267,10 +262,10 @@ func simWorkload(sessions, rounds int) sim.Workload {
 
 // factoryCtx is the command's context (Background when a test gave none).
 func factoryCtx(f *cmdutil.Factory) context.Context {
-	if f == nil || f.Ctx == nil {
+	if f == nil {
 		return context.Background()
 	}
-	return f.Ctx
+	return orBackground(f.Ctx)
 }
 
 // simSummary is the run's outcome.Summary (the shared sessions/outcomes/rate

@@ -22,7 +22,7 @@ import (
 
 // NewCmdTrace builds `kvcanary trace` and its subcommands.
 func NewCmdTrace(f *cmdutil.Factory) *cobra.Command {
-	cmd := &cobra.Command{
+	return newGroupCmd(groupHelp{
 		Use:   "trace",
 		Short: "Read trace bundles (.kvtrace)",
 		Example: `  kvcanary trace inspect run.kvtrace
@@ -39,10 +39,7 @@ the commands warn on stderr and exit 0; so does a bundle with damaged frames
 budget (traces/FORMAT.md "Reading, truncation and damage"). A file that is not
 a bundle exits 3, naming what it is (empty, gzip, text, binary); an interrupted
 read exits 130.`,
-		Args: usageArgs(cobra.NoArgs),
-	}
-	cmd.AddCommand(NewCmdTraceInspect(f, nil), NewCmdTraceCat(f, nil), NewCmdTraceMerge(f, nil), NewCmdTraceExport(f, nil))
-	return cmd
+	}, NewCmdTraceInspect(f, nil), NewCmdTraceCat(f, nil), NewCmdTraceMerge(f, nil), NewCmdTraceExport(f, nil))
 }
 
 // TraceInspectOptions are the inputs of `kvcanary trace inspect`.
@@ -62,13 +59,7 @@ func NewCmdTraceInspect(f *cmdutil.Factory, runF func(*TraceInspectOptions) erro
 		Example: `  kvcanary trace inspect run.kvtrace
   kvcanary trace inspect run.kvtrace --json | jq .counts`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Path = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return traceInspectRun(opts)
-		},
+		RunE: runOnPath(opts, &opts.Path, runF, traceInspectRun),
 	}
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
@@ -212,13 +203,7 @@ event model v1 form. --kind (repeatable or comma separated) keeps only those
 kinds; --all also prints the manifest ({"kvtrace":…}) and footer
 ({"kvtrace_footer":…}) records.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Path = args[0]
-			if runF != nil {
-				return runF(opts)
-			}
-			return traceCatRun(opts)
-		},
+		RunE: runOnPath(opts, &opts.Path, runF, traceCatRun),
 	}
 	cmd.Flags().StringSliceVar(&opts.Kinds, "kind", nil, "print only events of this kind (repeatable): "+kindList())
 	cmd.Flags().BoolVar(&opts.All, "all", false, "also print the manifest and footer records")
@@ -279,6 +264,6 @@ func traceCatRun(opts *TraceCatOptions) error {
 	if err := out.Flush(); err != nil {
 		return fmt.Errorf("write stdout: %w", err)
 	}
-	warnBundle(opts.IO.ErrOut, opts.Path, r.Truncated(), r.TruncationReason(), r.Skipped(), r.Skips())
+	damageOf(r.Reader).warn(opts.IO.ErrOut, opts.Path)
 	return nil
 }

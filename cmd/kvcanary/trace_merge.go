@@ -29,13 +29,8 @@ type TraceMergeOptions struct {
 	Window int
 }
 
-// NewCmdTraceMerge builds `kvcanary trace merge A B … -o OUT`.
-func NewCmdTraceMerge(f *cmdutil.Factory, runF func(*TraceMergeOptions) error) *cobra.Command {
-	opts := &TraceMergeOptions{IO: f.IO, Ctx: f.Ctx}
-	cmd := &cobra.Command{
-		Use:   "merge A.kvtrace B.kvtrace … -o ALL.kvtrace",
-		Short: "Merge bundles from several hosts into one timeline",
-		Long: `Merge bundles recorded on several hosts (a prefill host and a decode host of a
+// traceMergeLong is the long help of `kvcanary trace merge`.
+const traceMergeLong = `Merge bundles recorded on several hosts (a prefill host and a decode host of a
 PD deployment, say) into one bundle ordered by event time, so every offline
 command (checksum compare, trace inspect, watch --bundle) reads the run as one.
 
@@ -59,7 +54,15 @@ each input's damage (merge.N.footer, merge.N.truncated, merge.N.skipped) and,
 when an input has no footer, dropped_unknown: its drops are unknown. Settings
 that differ between the inputs are left unset in the merged manifest (each
 input's are kept in its labels). The merge writes OUT.tmp and renames it to
-OUT only when it completed: an interrupted merge leaves no bundle at OUT.`,
+OUT only when it completed: an interrupted merge leaves no bundle at OUT.`
+
+// NewCmdTraceMerge builds `kvcanary trace merge A B … -o OUT`.
+func NewCmdTraceMerge(f *cmdutil.Factory, runF func(*TraceMergeOptions) error) *cobra.Command {
+	opts := &TraceMergeOptions{IO: f.IO, Ctx: f.Ctx}
+	cmd := &cobra.Command{
+		Use:   "merge A.kvtrace B.kvtrace … -o ALL.kvtrace",
+		Short: "Merge bundles from several hosts into one timeline",
+		Long:  traceMergeLong,
 		Example: `  kvcanary trace merge prefill.kvtrace decode.kvtrace -o pd.kvtrace
   kvcanary checksum compare pd.kvtrace`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
@@ -71,10 +74,7 @@ OUT only when it completed: an interrupted merge leaves no bundle at OUT.`,
 			if opts.Window < 1 {
 				return cmdutil.UsageError("trace merge: --window %d: want at least 1", opts.Window)
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return traceMergeRun(opts)
+			return runOr(opts, runF, traceMergeRun)
 		},
 	}
 	var align string
@@ -96,10 +96,7 @@ OUT only when it completed: an interrupted merge leaves no bundle at OUT.`,
 }
 
 func traceMergeRun(opts *TraceMergeOptions) error {
-	ctx := opts.Ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx := orBackground(opts.Ctx)
 	files, err := openMergeInputs(ctx, opts)
 	defer func() {
 		for _, b := range files {

@@ -48,12 +48,7 @@ uncommitted changes). "kvcanary --version" prints the same line.`,
   kvcanary --version
   kvcanary version --json | jq -r .commit`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if runF != nil {
-				return runF(opts)
-			}
-			return versionRun(opts)
-		},
+		RunE: runE(opts, runF, versionRun),
 	}
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd

@@ -52,13 +52,8 @@ type WatchOptions struct {
 	runTUI func(context.Context, tui.Options) (tui.Stats, error)
 }
 
-// NewCmdWatch builds `kvcanary watch`.
-func NewCmdWatch(f *cmdutil.Factory, runF func(*WatchOptions) error) *cobra.Command {
-	opts := &WatchOptions{IO: f.IO, Factory: f}
-	cmd := &cobra.Command{
-		Use:   "watch (--listen ADDR | --bundle FILE [--speed 10x] | --sim [engine flags]) [--record FILE]",
-		Short: "Live dashboard of a collector, a bundle replay or the twin",
-		Long: `Show a live dashboard of one event source, judged by every analyzer as it
+// watchLong is the long help of `kvcanary watch`.
+const watchLong = `Show a live dashboard of one event source, judged by every analyzer as it
 arrives: session outcomes and the corruption rate with its 95% interval, room
 checksums (transfer), replay canaries (buffer), graph-vs-eager samples
 (compute), the scheduler, GPU telemetry, CUDA calls and the findings log.
@@ -74,7 +69,15 @@ bundle; the view itself may drop events under load and says how many.
 
 Keys: tab/shift-tab panels, enter evidence of a finding, / filter, p pause the
 view (ingest continues), s snapshot recent events to a bundle, ? help, q quit.
-Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
+Needs a terminal of at least 80×24; NO_COLOR turns colours off.`
+
+// NewCmdWatch builds `kvcanary watch`.
+func NewCmdWatch(f *cmdutil.Factory, runF func(*WatchOptions) error) *cobra.Command {
+	opts := &WatchOptions{IO: f.IO, Factory: f}
+	cmd := &cobra.Command{
+		Use:   "watch (--listen ADDR | --bundle FILE [--speed 10x] | --sim [engine flags]) [--record FILE]",
+		Short: "Live dashboard of a collector, a bundle replay or the twin",
+		Long:  watchLong,
 		Example: `  kvcanary watch --sim --sessions 80 --rounds 4
   kvcanary watch --sim --inject transfer-race --record run.kvtrace
   kvcanary watch --sim --speed 2x
@@ -109,10 +112,7 @@ Needs a terminal of at least 80×24; NO_COLOR turns colours off.`,
 			if opts.Sim && (opts.Sessions < 1 || opts.Rounds < 1) {
 				return cmdutil.UsageError("watch: --sessions and --rounds must be at least 1")
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return watchRun(opts)
+			return runOr(opts, runF, watchRun)
 		},
 	}
 	fl := cmd.Flags()
@@ -178,7 +178,13 @@ func watchRun(opts *WatchOptions) error {
 		}
 		ws.src = r
 	}
-	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: ws.man.Run, Collector: ws.collector, Analyzers: as})
+	var stats tui.Stats
+	po := pipeline.Options{Analyzers: as, View: watchView(opts, ws, as, &stats), ViewCapacity: tui.DefaultLiveCapacity}
+	if opts.Record != "" {
+		po.Record, po.Manifest = opts.Record, ws.man
+		po.Manifest.Labels = map[string]string{"source": ws.label}
+	}
+	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), opts.IO.ErrOut, exportSource{Run: ws.man.Run, Collector: ws.collector, Analyzers: as}, po, "")
 	if err != nil {
 		if ws.collector != nil {
 			ws.collector.Close()
@@ -186,19 +192,6 @@ func watchRun(opts *WatchOptions) error {
 		return err
 	}
 	defer stopExport()
-	var stats tui.Stats
-	po := pipeline.Options{Analyzers: as, Sinks: sinks, View: watchView(opts, ws, as, &stats), ViewCapacity: tui.DefaultLiveCapacity}
-	if opts.Record != "" {
-		po.Record, po.Manifest = opts.Record, ws.man
-		po.Manifest.Labels = map[string]string{"source": ws.label}
-	}
-	p, err := pipeline.New(po)
-	if err != nil {
-		if ws.collector != nil {
-			ws.collector.Close()
-		}
-		return cmdutil.InputError(err)
-	}
 	// The source runs until its end or until the dashboard quits (cancel);
 	// its end closes the bus, which the view sees as "source finished".
 	res := p.Run(factoryCtx(opts.Factory), ws.src)

@@ -85,14 +85,8 @@ var wrapSettingFlags = []struct {
 	{"graphdiff-logits", "KVCANARY_GRAPHDIFF_LOGITS", "topk:20", "`WHAT` of next_token_logits a sample carries: full, topk:N or none", checkLogits},
 }
 
-// NewCmdWrap builds `kvcanary wrap`.
-func NewCmdWrap(f *cmdutil.Factory, runF func(*WrapOptions) error) *cobra.Command {
-	opts := &WrapOptions{IO: f.IO, Factory: f}
-	values := make([]string, len(wrapSettingFlags))
-	cmd := &cobra.Command{
-		Use:   "wrap [flags] -- COMMAND [ARG...]",
-		Short: "Run an engine with kvcanary's hooks inside, collect and judge their events",
-		Long: `Run COMMAND (an SGLang server, a benchmark, any Python program) with kvcanary's
+// wrapLong is the long help of `kvcanary wrap`.
+const wrapLong = `Run COMMAND (an SGLang server, a benchmark, any Python program) with kvcanary's
 in-engine hooks: room checksums after PD transfers, canaries around decode graph
 replays, graph-vs-eager reruns of sampled steps. wrap
 
@@ -127,7 +121,16 @@ Exit status: the command's own exit status; 128+N when a signal N killed it
 (130 for SIGINT, 137 for SIGKILL); 2 for a usage error; 3 when the command
 could not be started or kvcanary failed (socket, package, bundle) while the
 command itself succeeded. Findings do not change it: judge the bundle with
-checksum compare, canary report or graphdiff report for a check's exit code.`,
+checksum compare, canary report or graphdiff report for a check's exit code.`
+
+// NewCmdWrap builds `kvcanary wrap`.
+func NewCmdWrap(f *cmdutil.Factory, runF func(*WrapOptions) error) *cobra.Command {
+	opts := &WrapOptions{IO: f.IO, Factory: f}
+	values := make([]string, len(wrapSettingFlags))
+	cmd := &cobra.Command{
+		Use:   "wrap [flags] -- COMMAND [ARG...]",
+		Short: "Run an engine with kvcanary's hooks inside, collect and judge their events",
+		Long:  wrapLong,
 		Example: `  # decode host of a PD pair, recording for an offline compare
   kvcanary wrap --record decode.kvtrace -- python3 -m sglang.launch_server --disaggregation-mode decode ...
   kvcanary wrap --record prefill.kvtrace -- python3 -m sglang.launch_server --disaggregation-mode prefill ...
@@ -148,10 +151,7 @@ checksum compare, canary report or graphdiff report for a check's exit code.`,
 			if err := opts.check(cmd.Flags(), args, values); err != nil {
 				return err
 			}
-			if runF != nil {
-				return runF(opts)
-			}
-			return wrapRun(opts)
+			return runOr(opts, runF, wrapRun)
 		},
 	}
 	fl := cmd.Flags()
@@ -233,16 +233,7 @@ func positiveInt(s string) (int, error) {
 }
 
 func checkCanaryPolicy(v string) error {
-	switch {
-	case v == "live", v == "all":
-		return nil
-	case strings.HasPrefix(v, "sweep:"):
-		if _, err := positiveInt(strings.TrimPrefix(v, "sweep:")); err != nil {
-			return fmt.Errorf("sweep:N: %w", err)
-		}
-		return nil
-	}
-	return errors.New("want live, all or sweep:N")
+	return checkWordOrCount(v, []string{"live", "all"}, "sweep", "want live, all or sweep:N")
 }
 
 func checkEvery(v string) error {
@@ -269,16 +260,23 @@ func checkLayers(v string) error {
 }
 
 func checkLogits(v string) error {
-	switch {
-	case v == "full", v == "none":
-		return nil
-	case strings.HasPrefix(v, "topk:"):
-		if _, err := positiveInt(strings.TrimPrefix(v, "topk:")); err != nil {
-			return fmt.Errorf("topk:N: %w", err)
-		}
+	return checkWordOrCount(v, []string{"full", "none"}, "topk", "want full, topk:N or none")
+}
+
+// checkWordOrCount accepts one of words or prefix:N with N a whole number of
+// at least 1; anything else is the error want.
+func checkWordOrCount(v string, words []string, prefix, want string) error {
+	if slices.Contains(words, v) {
 		return nil
 	}
-	return errors.New("want full, topk:N or none")
+	n, ok := strings.CutPrefix(v, prefix+":")
+	if !ok {
+		return errors.New(want)
+	}
+	if _, err := positiveInt(n); err != nil {
+		return fmt.Errorf("%s:N: %w", prefix, err)
+	}
+	return nil
 }
 
 // wrapRunConfig builds the run's configuration from --engine and --config:
@@ -526,16 +524,11 @@ func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start t
 	if opts.Watch {
 		po.View, po.ViewCapacity = wrapView(opts, src, as, man, &uiStats), tui.DefaultLiveCapacity
 	}
-	sinks, stopExport, err := opts.Export.start(factoryCtx(opts.Factory), src.errOut, exportSource{Run: opts.Run, Collector: src.c, Analyzers: as})
+	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), src.errOut, exportSource{Run: opts.Run, Collector: src.c, Analyzers: as}, po, "wrap")
 	if err != nil {
 		return err
 	}
 	defer stopExport()
-	po.Sinks = sinks
-	p, err := pipeline.New(po)
-	if err != nil {
-		return cmdutil.InputError(fmt.Errorf("wrap: %w", err))
-	}
 	// Settings not stated are unknown in it.
 	p.Publish(hook.Event{Kind: hook.KindRunStart, TS: start.UnixNano(), Run: opts.Run,
 		Src:  hook.Source{Proc: "kvcanary-wrap", PID: int32(os.Getpid())},
