@@ -1,12 +1,10 @@
-package server
+package server_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 )
 
 type syncBuf struct {
@@ -45,15 +45,8 @@ func TestServerEventsUseOneClock(t *testing.T) {
 		ts = append(ts, ev.TS)
 		mu.Unlock()
 	})
-	s, err := New(Options{Config: cfg, Publisher: pub, Now: func() time.Time { return at }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go s.Run(ctx)
-	hs := httptest.NewServer(s.Handler())
-	defer func() { hs.Close(); cancel(); s.Close() }()
-	resp, _ := post(t, hs.URL, `{"model":"m","messages":[{"role":"user","content":"Task 1. tool rounds: 1. Weather in Oslo?"}],"tools":`+toolsJSON+`}`)
+	tw := servertest.Start(t, server.Options{Config: cfg, Publisher: pub, Now: func() time.Time { return at }})
+	resp, _ := servertest.Post(t, tw.URL, `{"model":"m","messages":[{"role":"user","content":"Task 1. tool rounds: 1. Weather in Oslo?"}],"tools":`+servertest.ToolsJSON+`}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
@@ -76,15 +69,9 @@ func TestServerEventsUseOneClock(t *testing.T) {
 
 // The twin serves its real settings like SGLang's GET /get_server_info.
 func TestServerInfo(t *testing.T) {
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
+	cfg := servertest.Config()
 	cfg.DisableCUDAGraph, cfg.CUDAGraphMaxBS, cfg.Inject = true, 48, []string{sim.FaultTransferRace}
-	s, err := New(Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer func() { hs.Close(); s.Close() }()
+	hs := servertest.Start(t, server.Options{Config: cfg}).HTTP
 	for _, path := range []string{"/get_server_info", "/server_info"} {
 		resp, err := http.Get(hs.URL + path)
 		if err != nil {
