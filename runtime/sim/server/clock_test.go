@@ -16,17 +16,6 @@ import (
 	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 )
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
 // One clock: the twin server stamps its events and its log lines with the
 // clock its clients use (the wall clock), never the simulated 2026-01-01
 // origin, so a bundle mixing both spans real time.
@@ -36,8 +25,9 @@ func TestServerEventsUseOneClock(t *testing.T) {
 	cfg := sim.DefaultConfig()
 	cfg.Instruments = sim.Instruments{Sched: true, Replay: true}
 	cfg.MultiStreamOverlap = false
-	log := &syncBuf{}
-	cfg.Log = log
+	// Only the engine loop writes the log: it is read after Stop ended the loop.
+	var log bytes.Buffer
+	cfg.Log = &log
 	var mu sync.Mutex
 	var ts []int64
 	pub := hook.PublishFunc(func(ev hook.Event) {
@@ -50,6 +40,7 @@ func TestServerEventsUseOneClock(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
+	tw.Stop()
 	mu.Lock()
 	defer mu.Unlock()
 	if len(ts) == 0 {
@@ -60,10 +51,8 @@ func TestServerEventsUseOneClock(t *testing.T) {
 			t.Fatalf("event at %v, want the server's clock %v", time.Unix(0, x), at)
 		}
 	}
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	if want := "[" + at.Format("2006-01-02 15:04:05") + " TP0]"; !strings.Contains(log.b.String(), want) {
-		t.Errorf("log lines lack the wall-clock stamp %q:\n%.300s", want, log.b.String())
+	if want := "[" + at.Format("2006-01-02 15:04:05") + " TP0]"; !strings.Contains(log.String(), want) {
+		t.Errorf("log lines lack the wall-clock stamp %q:\n%.300s", want, log.String())
 	}
 }
 
