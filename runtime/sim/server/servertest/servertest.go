@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/sim"
@@ -34,7 +33,6 @@ type Twin struct {
 
 	cancel   context.CancelFunc
 	loopDone chan struct{}
-	stop     sync.Once
 }
 
 // Start builds a server from opts, runs its loop and serves it over HTTP.
@@ -59,15 +57,13 @@ func Start(t testing.TB, opts server.Options) *Twin {
 
 // Stop closes the HTTP server, ends the engine loop and waits for it, then
 // closes the server (which publishes the judged sessions), so what the
-// server counted or recorded is final afterwards. Calling it again does
-// nothing.
+// server counted or recorded is final afterwards. Every step is idempotent,
+// so calling Stop again does nothing.
 func (tw *Twin) Stop() {
-	tw.stop.Do(func() {
-		tw.HTTP.Close()
-		tw.cancel()
-		<-tw.loopDone
-		tw.Server.Close()
-	})
+	tw.HTTP.Close()
+	tw.cancel()
+	<-tw.loopDone
+	tw.Server.Close()
 }
 
 // Post sends body to url's /v1/chat/completions and returns the response
