@@ -1,6 +1,3 @@
-// Package servertest serves the twin (runtime/sim/server) on a loopback
-// httptest server for tests: the set-up the server's own tests, repro's
-// harness tests and the CLI's tests share. It is imported by tests only.
 package servertest
 
 import (
