@@ -38,8 +38,20 @@ func needProbe(t testing.TB) {
 	}
 }
 
-// collect runs p until stop is called, returning the calls seen.
-func collect(p *Probe) (stop func() ([]hook.CUDA, error)) {
+// openProbe opens a probe with cfg and closes it when the test ends.
+func openProbe(t testing.TB, cfg Config) *Probe {
+	t.Helper()
+	p, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// collect runs p until stop is called, returning the calls seen; Run
+// failing fails the test.
+func collect(t testing.TB, p *Probe) (stop func() []hook.CUDA) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	var got []hook.CUDA
@@ -47,12 +59,15 @@ func collect(p *Probe) (stop func() ([]hook.CUDA, error)) {
 	go func() {
 		done <- p.Run(ctx, func(c hook.CUDA) { mu.Lock(); got = append(got, c); mu.Unlock() })
 	}()
-	return func() ([]hook.CUDA, error) {
+	return func() []hook.CUDA {
+		t.Helper()
 		cancel()
-		err := <-done
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		return got, err
+		return got
 	}
 }
 
@@ -64,26 +79,62 @@ func runDriver(t testing.TB, driver, lib string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// runScript runs `driver script` once, to its end.
+func runScript(t testing.TB, driver, lib string) *exec.Cmd {
+	t.Helper()
+	cmd := runDriver(t, driver, lib, "script")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("driver script: %v", err)
+	}
+	return cmd
+}
+
+// startWaiting starts `driver wait`, which runs the script once release is
+// called; release waits for it to end.
+func startWaiting(t testing.TB, driver, lib string) (cmd *exec.Cmd, release func()) {
+	t.Helper()
+	cmd = runDriver(t, driver, lib, "wait")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, func() {
+		t.Helper()
+		in.Write([]byte{'x'})
+		in.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkOnlyFrom checks that got is one script's calls, all made by pid.
+func checkOnlyFrom(t testing.TB, got []hook.CUDA, pid int) {
+	t.Helper()
+	if len(got) != scriptEvents {
+		t.Fatalf("%d calls, want %d (only process %d)", len(got), scriptEvents, pid)
+	}
+	for _, c := range got {
+		if c.PID != uint32(pid) {
+			t.Fatalf("call from process %d, want only %d: %+v", c.PID, pid, c)
+		}
+	}
+}
+
 func TestProbeStubLibcuda(t *testing.T) {
 	needProbe(t)
 	lib, driver := buildStub(t)
-	p, err := Open(Config{Lib: lib})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := openProbe(t, Config{Lib: lib})
 	if len(p.Targets()) != 13 {
 		t.Fatalf("%d targets attached, want 13", len(p.Targets()))
 	}
-	stop := collect(p)
-	cmd := runDriver(t, driver, lib, "script")
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("driver: %v", err)
-	}
-	got, err := stop()
-	if err != nil {
-		t.Fatal(err)
-	}
+	stop := collect(t, p)
+	cmd := runScript(t, driver, lib)
+	got := stop()
 	pid := uint32(cmd.Process.Pid)
 	want := scriptCalls()
 	if len(got) != len(want) {
@@ -122,25 +173,13 @@ func TestProbeStubLibcuda(t *testing.T) {
 func TestProbeRunDetachesWhenDone(t *testing.T) {
 	needProbe(t)
 	lib, driver := buildStub(t)
-	p, err := Open(Config{Lib: lib})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	stop := collect(p)
-	if err := runDriver(t, driver, lib, "script").Run(); err != nil {
-		t.Fatalf("driver: %v", err)
-	}
-	got, err := stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(scriptCalls()) {
+	p := openProbe(t, Config{Lib: lib})
+	stop := collect(t, p)
+	runScript(t, driver, lib)
+	if got := stop(); len(got) != len(scriptCalls()) {
 		t.Fatalf("while attached: %d calls, want %d", len(got), len(scriptCalls()))
 	}
-	if err := runDriver(t, driver, lib, "script").Run(); err != nil {
-		t.Fatalf("driver after Run: %v", err)
-	}
+	runScript(t, driver, lib) // after Run
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // drain only
 	var after int
@@ -159,87 +198,30 @@ func TestProbePIDFilter(t *testing.T) {
 	needProbe(t)
 	lib, driver := buildStub(t)
 	// Filter on this test process, which never calls the stub.
-	p, err := Open(Config{Lib: lib, PIDs: []int{os.Getpid()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	stop := collect(p)
-	if err := runDriver(t, driver, lib, "script").Run(); err != nil {
-		t.Fatal(err)
-	}
+	p := openProbe(t, Config{Lib: lib, PIDs: []int{os.Getpid()}})
+	stop := collect(t, p)
+	runScript(t, driver, lib)
 	// A second driver waits on stdin until it is added to the filter.
-	cmd := runDriver(t, driver, lib, "wait")
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, release := startWaiting(t, driver, lib)
 	if err := p.AddPID(cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
-	in.Write([]byte{'x'})
-	in.Close()
-	if err := cmd.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	got, err := stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != scriptEvents {
-		t.Fatalf("%d calls, want %d (only the added process)", len(got), scriptEvents)
-	}
-	for _, c := range got {
-		if c.PID != uint32(cmd.Process.Pid) {
-			t.Fatalf("call from filtered-out process %d: %+v", c.PID, c)
-		}
-	}
+	release()
+	checkOnlyFrom(t, stop(), cmd.Process.Pid)
 }
 
 func TestProbeTrapOnlyPID(t *testing.T) {
 	needProbe(t)
 	lib, driver := buildStub(t)
-	traced := runDriver(t, driver, lib, "wait")
-	in, err := traced.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := traced.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer traced.Process.Kill()
+	traced, release := startWaiting(t, driver, lib)
 	if _, err := Open(Config{Lib: lib, TrapOnlyPIDs: true}); err == nil || !strings.Contains(err.Error(), "exactly one pid") {
 		t.Fatalf("TrapOnlyPIDs without a pid: %v", err)
 	}
-	p, err := Open(Config{Lib: lib, PIDs: []int{traced.Process.Pid}, TrapOnlyPIDs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	stop := collect(p)
-	if err := runDriver(t, driver, lib, "script").Run(); err != nil { // another process: never trapped
-		t.Fatal(err)
-	}
-	in.Write([]byte{'x'})
-	in.Close()
-	if err := traced.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	got, err := stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != scriptEvents {
-		t.Fatalf("%d calls, want %d", len(got), scriptEvents)
-	}
-	for _, c := range got {
-		if c.PID != uint32(traced.Process.Pid) {
-			t.Fatalf("call from process %d: %+v", c.PID, c)
-		}
-	}
+	p := openProbe(t, Config{Lib: lib, PIDs: []int{traced.Process.Pid}, TrapOnlyPIDs: true})
+	stop := collect(t, p)
+	runScript(t, driver, lib) // another process: never trapped
+	release()
+	checkOnlyFrom(t, stop(), traced.Process.Pid)
 }
 
 func TestProbeCountsLostRecords(t *testing.T) {
@@ -247,20 +229,11 @@ func TestProbeCountsLostRecords(t *testing.T) {
 	lib, driver := buildStub(t)
 	// One page holds 34 records (112 bytes + 8 header); nothing reads while
 	// two scripts run 62 calls, so the kernel must count the rest as lost.
-	p, err := Open(Config{Lib: lib, RingBytes: os.Getpagesize()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := openProbe(t, Config{Lib: lib, RingBytes: os.Getpagesize()})
 	for range 2 {
-		if err := runDriver(t, driver, lib, "script").Run(); err != nil {
-			t.Fatal(err)
-		}
+		runScript(t, driver, lib)
 	}
-	got, err := collect(p)()
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := collect(t, p)()
 	lost, err := p.Lost()
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/cputime"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -142,7 +143,7 @@ func BenchmarkDecode(b *testing.B) {
 	var sink hook.CUDA
 	b.ReportAllocs()
 	b.SetBytes(RecordSize)
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), cputime.Process()
 	for i := 0; b.Loop(); i++ {
 		off := (i & 1023) * RecordSize
 		if err := Decode(buf[off:off+RecordSize], &r); err != nil {
@@ -151,7 +152,7 @@ func BenchmarkDecode(b *testing.B) {
 		sink = r.CUDA(1)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "events/s")
-	if cpu := cpuTime() - cpu0; cpu > 0 {
+	if cpu := cputime.Process() - cpu0; cpu > 0 {
 		b.ReportMetric(float64(b.N)/cpu.Seconds(), "events/cpu-s")
 	}
 	_ = sink

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 )
 
@@ -80,56 +81,52 @@ type Spec struct {
 
 const readSP = 6
 
-func spec(base string, k Kind, stream, exec, arg, bytes src, outArg, readBase int8, readOff uint16) Spec {
-	return Spec{Base: base, Kind: k, Stream: stream, Exec: exec, Arg: arg, Bytes: bytes, Out: outArg, ReadBase: readBase, ReadOff: readOff}
+// specs lists entry points that share one layout: the same kind and the same
+// places for stream, exec, arg, bytes and the reads, under each name.
+func specs(k Kind, stream, exec, arg, bytes src, outArg, readBase int8, readOff uint16, bases ...string) []Spec {
+	out := make([]Spec, len(bases))
+	for i, b := range bases {
+		out[i] = Spec{Base: b, Kind: k, Stream: stream, Exec: exec, Arg: arg, Bytes: bytes, Out: outArg, ReadBase: readBase, ReadOff: readOff}
+	}
+	return out
 }
 
 // Specs is the table of traced entry points. Its order is part of the record
 // format (a record names its spec by index): append only.
-var Specs = []Spec{
+var Specs = slices.Concat(
 	// cuGraphLaunch(CUgraphExec, CUstream)
-	spec("cuGraphLaunch", KindGraphLaunch, a1, a0, none, none, -1, -1, 0),
+	specs(KindGraphLaunch, a1, a0, none, none, -1, -1, 0, "cuGraphLaunch"),
 	// cuStreamBeginCapture(CUstream[, CUstreamCaptureMode])
-	spec("cuStreamBeginCapture", KindBeginCapture, a0, none, none, none, -1, -1, 0),
+	specs(KindBeginCapture, a0, none, none, none, -1, -1, 0, "cuStreamBeginCapture"),
 	// cuStreamEndCapture(CUstream, CUgraph *out)
-	spec("cuStreamEndCapture", KindEndCapture, a0, none, out, none, 1, -1, 0),
+	specs(KindEndCapture, a0, none, out, none, 1, -1, 0, "cuStreamEndCapture"),
 	// cuGraphInstantiate*(CUgraphExec *out, CUgraph, ...)
-	spec("cuGraphInstantiate", KindInstantiate, none, out, a1, none, 0, -1, 0),
-	spec("cuGraphInstantiateWithFlags", KindInstantiate, none, out, a1, none, 0, -1, 0),
-	spec("cuGraphInstantiateWithParams", KindInstantiate, none, out, a1, none, 0, -1, 0),
+	specs(KindInstantiate, none, out, a1, none, 0, -1, 0,
+		"cuGraphInstantiate", "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams"),
 	// cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, CUstream, params, extra):
 	// the stream is the 9th argument, third stack word above the return address.
-	spec("cuLaunchKernel", KindLaunch, rd, none, a0, none, -1, readSP, 24),
+	specs(KindLaunch, rd, none, a0, none, -1, readSP, 24, "cuLaunchKernel"),
 	// cuLaunchKernelEx(const CUlaunchConfig *cfg, f, params, extra): cfg->hStream at offset 32.
-	spec("cuLaunchKernelEx", KindLaunch, rd, none, a1, none, -1, 0, 32),
+	specs(KindLaunch, rd, none, a1, none, -1, 0, 32, "cuLaunchKernelEx"),
 	// cuStreamWaitEvent(CUstream, CUevent, flags)
-	spec("cuStreamWaitEvent", KindWaitEvent, a0, none, a1, none, -1, -1, 0),
+	specs(KindWaitEvent, a0, none, a1, none, -1, -1, 0, "cuStreamWaitEvent"),
 	// cuEventRecord[WithFlags](CUevent, CUstream[, flags])
-	spec("cuEventRecord", KindEventRecord, a1, none, a0, none, -1, -1, 0),
-	spec("cuEventRecordWithFlags", KindEventRecord, a1, none, a0, none, -1, -1, 0),
+	specs(KindEventRecord, a1, none, a0, none, -1, -1, 0, "cuEventRecord", "cuEventRecordWithFlags"),
 	// cuMemAlloc*(CUdeviceptr *out, size, ...)
-	spec("cuMemAlloc", KindAlloc, none, none, out, a1, 0, -1, 0),
-	spec("cuMemAllocManaged", KindAlloc, none, none, out, a1, 0, -1, 0),
-	spec("cuMemAllocHost", KindAlloc, none, none, out, a1, 0, -1, 0),
-	spec("cuMemAllocPitch", KindAlloc, none, none, out, none, 0, -1, 0),
-	spec("cuMemAllocAsync", KindAlloc, a2, none, out, a1, 0, -1, 0),
-	spec("cuMemAllocFromPoolAsync", KindAlloc, a3, none, out, a1, 0, -1, 0),
+	specs(KindAlloc, none, none, out, a1, 0, -1, 0, "cuMemAlloc", "cuMemAllocManaged", "cuMemAllocHost"),
+	specs(KindAlloc, none, none, out, none, 0, -1, 0, "cuMemAllocPitch"),
+	specs(KindAlloc, a2, none, out, a1, 0, -1, 0, "cuMemAllocAsync"),
+	specs(KindAlloc, a3, none, out, a1, 0, -1, 0, "cuMemAllocFromPoolAsync"),
 	// cuMemFree*(ptr[, CUstream])
-	spec("cuMemFree", KindFree, none, none, a0, none, -1, -1, 0),
-	spec("cuMemFreeHost", KindFree, none, none, a0, none, -1, -1, 0),
-	spec("cuMemFreeAsync", KindFree, a1, none, a0, none, -1, -1, 0),
+	specs(KindFree, none, none, a0, none, -1, -1, 0, "cuMemFree", "cuMemFreeHost"),
+	specs(KindFree, a1, none, a0, none, -1, -1, 0, "cuMemFreeAsync"),
 	// cuMemcpy*Async: (dst, src, bytes, CUstream) and relatives
-	spec("cuMemcpyAsync", KindMemcpyAsync, a3, none, a0, a2, -1, -1, 0),
-	spec("cuMemcpyHtoDAsync", KindMemcpyAsync, a3, none, a0, a2, -1, -1, 0),
-	spec("cuMemcpyDtoHAsync", KindMemcpyAsync, a3, none, a0, a2, -1, -1, 0),
-	spec("cuMemcpyDtoDAsync", KindMemcpyAsync, a3, none, a0, a2, -1, -1, 0),
-	spec("cuMemcpyPeerAsync", KindMemcpyAsync, a5, none, a0, a4, -1, -1, 0),
-	spec("cuMemcpyHtoAAsync", KindMemcpyAsync, a4, none, a0, a3, -1, -1, 0),
-	spec("cuMemcpyAtoHAsync", KindMemcpyAsync, a4, none, a0, a3, -1, -1, 0),
-	spec("cuMemcpy2DAsync", KindMemcpyAsync, a1, none, a0, none, -1, -1, 0),
-	spec("cuMemcpy3DAsync", KindMemcpyAsync, a1, none, a0, none, -1, -1, 0),
-	spec("cuMemcpy3DPeerAsync", KindMemcpyAsync, a1, none, a0, none, -1, -1, 0),
-}
+	specs(KindMemcpyAsync, a3, none, a0, a2, -1, -1, 0,
+		"cuMemcpyAsync", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemcpyDtoDAsync"),
+	specs(KindMemcpyAsync, a5, none, a0, a4, -1, -1, 0, "cuMemcpyPeerAsync"),
+	specs(KindMemcpyAsync, a4, none, a0, a3, -1, -1, 0, "cuMemcpyHtoAAsync", "cuMemcpyAtoHAsync"),
+	specs(KindMemcpyAsync, a1, none, a0, none, -1, -1, 0, "cuMemcpy2DAsync", "cuMemcpy3DAsync", "cuMemcpy3DPeerAsync"),
+)
 
 // Variants are the symbol suffixes libcuda uses for ABI revisions (_v2, _v3)
 // and per-thread default-stream entry points (_ptsz, _ptds). Their order is

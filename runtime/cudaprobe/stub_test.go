@@ -51,29 +51,27 @@ func scriptCalls() []hook.CUDA {
 	c := func(call string, stream, exec, arg hook.Hex64, bytes uint64) hook.CUDA {
 		return hook.CUDA{Call: call, Stream: stream, GraphExec: exec, Arg: arg, Bytes: bytes}
 	}
-	calls := []hook.CUDA{
-		// capture 1
-		c("cuStreamBeginCapture_v2", sA, 0, 0, 0),
-		c("cuLaunchKernel", sA, 0, fn1, 0),
+	// fork_join in driver.c: B forks from A, runs fn2 and joins back.
+	forkJoin := []hook.CUDA{
 		c("cuEventRecord", sA, 0, evFork, 0),
 		c("cuStreamWaitEvent", sB, 0, evFork, 0),
 		c("cuLaunchKernel", sB, 0, fn2, 0),
 		c("cuEventRecord", sB, 0, evJoin, 0),
 		c("cuStreamWaitEvent", sA, 0, evJoin, 0),
-		c("cuStreamEndCapture", sA, 0, g1, 0),
-		c("cuGraphInstantiateWithFlags", 0, x1, g1, 0),
-		// capture 2
-		c("cuStreamBeginCapture_v2", sA, 0, 0, 0),
-		c("cuEventRecord", sA, 0, evFork, 0),
-		c("cuStreamWaitEvent", sB, 0, evFork, 0),
-		c("cuLaunchKernel", sB, 0, fn2, 0),
-		c("cuEventRecord", sB, 0, evJoin, 0),
-		c("cuStreamWaitEvent", sA, 0, evJoin, 0),
+	}
+	// capture 1
+	calls := []hook.CUDA{c("cuStreamBeginCapture_v2", sA, 0, 0, 0), c("cuLaunchKernel", sA, 0, fn1, 0)}
+	calls = append(calls, forkJoin...)
+	calls = append(calls, c("cuStreamEndCapture", sA, 0, g1, 0), c("cuGraphInstantiateWithFlags", 0, x1, g1, 0))
+	// capture 2
+	calls = append(calls, c("cuStreamBeginCapture_v2", sA, 0, 0, 0))
+	calls = append(calls, forkJoin...)
+	calls = append(calls,
 		c("cuLaunchKernel", sB, 0, fn2, 0),
 		c("cuMemcpyHtoDAsync_v2", sB, 0, 0x1000, 64),
 		c("cuStreamEndCapture", sA, 0, g2, 0),
 		c("cuGraphInstantiateWithFlags", 0, x2, g2, 0),
-	}
+	)
 	for range 5 {
 		calls = append(calls, c("cuGraphLaunch", sA, x1, 0, 0))
 	}

@@ -42,6 +42,18 @@ func wrap(ret nvml.Return) error {
 	return nvmlError{ret}
 }
 
+// value pairs an NVML getter's value with its return code as an error, so a
+// getter whose value needs no conversion is one call: value(d.GetName()).
+func value[T any](v T, ret nvml.Return) (T, error) { return v, wrap(ret) }
+
+// wrapf is wrap with what failed: nil for SUCCESS, else "what: <nvml error>".
+func wrapf(ret nvml.Return, what string) error {
+	if err := wrap(ret); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // Open loads libnvidia-ml.so.1 and initialises NVML. On a host without the
 // library it returns ErrNoGPU itself, so its message prints as is.
 func Open() (Lib, error) { return open(nvml.New()) }
@@ -62,15 +74,9 @@ func open(n nvml.Interface) (Lib, error) {
 
 type nvmlLib struct{ n nvml.Interface }
 
-func (l *nvmlLib) DriverVersion() (string, error) {
-	v, ret := l.n.SystemGetDriverVersion()
-	return v, wrap(ret)
-}
+func (l *nvmlLib) DriverVersion() (string, error) { return value(l.n.SystemGetDriverVersion()) }
 
-func (l *nvmlLib) CUDADriverVersion() (int, error) {
-	v, ret := l.n.SystemGetCudaDriverVersion()
-	return v, wrap(ret)
-}
+func (l *nvmlLib) CUDADriverVersion() (int, error) { return value(l.n.SystemGetCudaDriverVersion()) }
 
 func (l *nvmlLib) Devices() ([]Device, error) {
 	count, ret := l.n.DeviceGetCount()
@@ -122,12 +128,7 @@ func (l *nvmlLib) WatchXid() (XidStream, error) {
 	return st, nil
 }
 
-func (l *nvmlLib) Close() error {
-	if err := wrap(l.n.Shutdown()); err != nil {
-		return fmt.Errorf("shut down NVML: %w", err)
-	}
-	return nil
-}
+func (l *nvmlLib) Close() error { return wrapf(l.n.Shutdown(), "shut down NVML") }
 
 type xidStream struct {
 	set   nvml.EventSet
@@ -153,12 +154,7 @@ func (s *xidStream) Next(timeout time.Duration) (Xid, error) {
 	return x, nil
 }
 
-func (s *xidStream) Close() error {
-	if err := wrap(s.set.Free()); err != nil {
-		return fmt.Errorf("free NVML event set: %w", err)
-	}
-	return nil
-}
+func (s *xidStream) Close() error { return wrapf(s.set.Free(), "free NVML event set") }
 
 type nvmlDevice struct {
 	idx int
@@ -167,15 +163,9 @@ type nvmlDevice struct {
 
 func (d *nvmlDevice) Index() int { return d.idx }
 
-func (d *nvmlDevice) Name() (string, error) {
-	v, ret := d.d.GetName()
-	return v, wrap(ret)
-}
+func (d *nvmlDevice) Name() (string, error) { return value(d.d.GetName()) }
 
-func (d *nvmlDevice) UUID() (string, error) {
-	v, ret := d.d.GetUUID()
-	return v, wrap(ret)
-}
+func (d *nvmlDevice) UUID() (string, error) { return value(d.d.GetUUID()) }
 
 func (d *nvmlDevice) Memory() (Memory, error) {
 	m, ret := d.d.GetMemoryInfo()
@@ -188,14 +178,10 @@ func (d *nvmlDevice) Utilization() (Utilization, error) {
 }
 
 func (d *nvmlDevice) TemperatureC() (uint32, error) {
-	v, ret := d.d.GetTemperature(nvml.TEMPERATURE_GPU)
-	return v, wrap(ret)
+	return value(d.d.GetTemperature(nvml.TEMPERATURE_GPU))
 }
 
-func (d *nvmlDevice) PowerMW() (uint32, error) {
-	v, ret := d.d.GetPowerUsage()
-	return v, wrap(ret)
-}
+func (d *nvmlDevice) PowerMW() (uint32, error) { return value(d.d.GetPowerUsage()) }
 
 func (d *nvmlDevice) Clocks() (Clocks, error) {
 	sm, ret := d.d.GetClockInfo(nvml.CLOCK_SM)

@@ -116,12 +116,7 @@ func (p *Parser) classify(msg, line []byte, rec *Record) bool {
 	}
 	switch msg[0] {
 	case 'D':
-		if hasKey(msg, "Decode batch") {
-			parseBatch(msg[len(mDecodeBatch):], KindDecode, rec)
-			return true
-		}
-		if hasKey(msg, "Decode transfer failed for request") {
-			parseTransferFailure(msg[len(mDecodeXfer):], "decode", line, rec)
+		if sideLine(msg, line, rec, &decodeSide) {
 			return true
 		}
 		if hasKey(msg, "Decode out of memory happened") {
@@ -134,12 +129,7 @@ func (p *Parser) classify(msg, line []byte, rec *Record) bool {
 			return true
 		}
 	case 'P':
-		if hasKey(msg, "Prefill batch") {
-			parseBatch(msg[len(mPrefillBatch):], KindPrefill, rec)
-			return true
-		}
-		if hasKey(msg, "Prefill transfer failed for request") {
-			parseTransferFailure(msg[len(mPrefillXfer):], "prefill", line, rec)
+		if sideLine(msg, line, rec, &prefillSide) {
 			return true
 		}
 	case 'C':
@@ -175,6 +165,34 @@ func (p *Parser) classify(msg, line []byte, rec *Record) bool {
 		}
 	}
 	return false
+}
+
+// side holds the markers of one PD side's lines that start alike: its batch
+// line ("Decode batch") and its transfer failure ("Decode transfer failed for
+// request").
+type side struct {
+	batch, xfer []byte
+	kind        Kind   // the batch line's kind
+	name        string // Record.Side of its transfer failures
+}
+
+var (
+	decodeSide  = side{batch: mDecodeBatch, xfer: mDecodeXfer, kind: KindDecode, name: "decode"}
+	prefillSide = side{batch: mPrefillBatch, xfer: mPrefillXfer, kind: KindPrefill, name: "prefill"}
+)
+
+// sideLine parses msg when it starts with one of s's markers and reports
+// whether it did.
+func sideLine(msg, line []byte, rec *Record, s *side) bool {
+	switch {
+	case bytes.HasPrefix(msg, s.batch):
+		parseBatch(msg[len(s.batch):], s.kind, rec)
+	case bytes.HasPrefix(msg, s.xfer):
+		parseTransferFailure(msg[len(s.xfer):], s.name, line, rec)
+	default:
+		return false
+	}
+	return true
 }
 
 // search looks for a marker anywhere in the line (journald, docker or other
@@ -542,23 +560,16 @@ func parseBatch(rest []byte, kind Kind, rec *Record) {
 // which handles any other order, optional fields and malformed values.
 func fastDecode(s []byte, rec *Record) []byte {
 	s = skipSep(s)
-	v, s, ok := fastInt(s, "#running-req: ")
-	if !ok {
+	var ok bool
+	if s, ok = fastInt(s, "#running-req: ", &rec.RunningReq, &rec.Fields, FieldRunningReq); !ok {
 		return s
 	}
-	rec.RunningReq = v
-	rec.Fields |= FieldRunningReq
-	if v, s, ok = fastInt(s, "#token: "); !ok {
+	if s, ok = fastInt(s, "#token: ", &rec.Tokens, &rec.Fields, FieldTokens); !ok {
 		return s
 	}
-	rec.Tokens = v
-	rec.Fields |= FieldTokens
-	f, s, ok := fastFloat(s, "token usage: ")
-	if !ok {
+	if s, ok = fastFloat(s, "token usage: ", &rec.TokenUsage, &rec.Fields, FieldTokenUsage); !ok {
 		return s
 	}
-	rec.TokenUsage = f
-	rec.Fields |= FieldTokenUsage
 	switch {
 	case hasKey(s, "cuda graph: True"):
 		rec.CUDAGraph = true
@@ -568,16 +579,10 @@ func fastDecode(s []byte, rec *Record) []byte {
 		s = skipSep(s[len("cuda graph: False"):])
 		rec.Fields |= FieldCUDAGraph
 	}
-	if f, s, ok = fastFloat(s, "gen throughput (token/s): "); !ok {
+	if s, ok = fastFloat(s, "gen throughput (token/s): ", &rec.GenThroughput, &rec.Fields, FieldGenThroughput); !ok {
 		return s
 	}
-	rec.GenThroughput = f
-	rec.Fields |= FieldGenThroughput
-	if v, s, ok = fastInt(s, "#queue-req: "); !ok {
-		return s
-	}
-	rec.QueueReq = v
-	rec.Fields |= FieldQueueReq
+	s, _ = fastInt(s, "#queue-req: ", &rec.QueueReq, &rec.Fields, FieldQueueReq)
 	return s
 }
 
@@ -592,36 +597,54 @@ func skipSep(s []byte) []byte {
 	return s
 }
 
-// fastInt parses `key` then a decimal ending at ',' or the end of s. On any
-// surprise it returns s unchanged and false.
-func fastInt(s []byte, key string) (int, []byte, bool) {
+// fastInt parses `key` then a decimal ending at ',' or the end of s into
+// *dst, sets bit in *fields and returns the rest. On any surprise it returns
+// s unchanged and false, and stores nothing.
+func fastInt(s []byte, key string, dst *int, fields *uint32, bit uint32) ([]byte, bool) {
 	if !hasKey(s, key) {
-		return 0, s, false
+		return s, false
 	}
 	i, v := len(key), 0
 	for ; i < len(s) && i-len(key) < 18 && s[i] >= '0' && s[i] <= '9'; i++ {
 		v = v*10 + int(s[i]-'0')
 	}
 	if i == len(key) || (i < len(s) && s[i] != ',') {
-		return 0, s, false
+		return s, false
 	}
-	return v, skipSep(s[i:]), true
+	*dst, *fields = v, *fields|bit
+	return skipSep(s[i:]), true
 }
 
-// fastFloat parses `key` then "digits[.digits]" ending at ',' or the end.
-// Up to 15 significant digits it computes mantissa / 10^frac, one correctly
-// rounded division (so the value equals strconv.ParseFloat's); anything else
-// gives up and leaves the field to the general loop.
-func fastFloat(s []byte, key string) (float64, []byte, bool) {
+// fastFloat is fastInt for "digits[.digits]". Up to 15 significant digits it
+// computes mantissa / 10^frac, one correctly rounded division (so the value
+// equals strconv.ParseFloat's); anything else gives up and leaves the field
+// to the general loop.
+func fastFloat(s []byte, key string, dst *float64, fields *uint32, bit uint32) ([]byte, bool) {
 	if !hasKey(s, key) {
-		return 0, s, false
+		return s, false
 	}
-	i := len(key)
-	var mant uint64
-	nd, frac := 0, -1
-	for ; i < len(s) && s[i] != ','; i++ {
-		c := s[i]
-		switch {
+	mant, nd, frac, n := decimal(s[len(key):])
+	i := len(key) + n
+	if (i < len(s) && s[i] != ',') || nd == 0 || nd > 15 || frac == 0 {
+		return s, false
+	}
+	f := float64(mant)
+	if frac > 0 {
+		f /= pow10[frac]
+	}
+	*dst, *fields = f, *fields|bit
+	return skipSep(s[i:]), true
+}
+
+// decimal scans "digits[.digits]" at the start of b and returns the digits
+// as one integer, how many digits there were, how many of them follow the
+// point (-1: no point; 0: a point and nothing after it) and how many bytes it
+// consumed: it stops at the first byte that is neither a digit nor the first
+// point after a digit. mant is only meaningful for nd <= 19.
+func decimal(b []byte) (mant uint64, nd, frac, n int) {
+	frac = -1
+	for ; n < len(b); n++ {
+		switch c := b[n]; {
 		case c >= '0' && c <= '9':
 			mant = mant*10 + uint64(c-'0')
 			nd++
@@ -631,36 +654,47 @@ func fastFloat(s []byte, key string) (float64, []byte, bool) {
 		case c == '.' && frac < 0 && nd > 0:
 			frac = 0
 		default:
-			return 0, s, false
+			return mant, nd, frac, n
 		}
 	}
-	if nd == 0 || nd > 15 || frac == 0 {
-		return 0, s, false
-	}
-	f := float64(mant)
-	if frac > 0 {
-		f /= pow10[frac]
-	}
-	return f, skipSep(s[i:]), true
+	return mant, nd, frac, n
+}
+
+// batchInts are the integer fields of batch lines that are stored as they
+// are: where each one goes and its Field bit.
+var batchInts = map[string]struct {
+	at  func(*Record) *int
+	bit uint32
+}{
+	"#running-req":        {func(r *Record) *int { return &r.RunningReq }, FieldRunningReq},
+	"#queue-req":          {func(r *Record) *int { return &r.QueueReq }, FieldQueueReq},
+	"#new-seq":            {func(r *Record) *int { return &r.NewSeq }, FieldNewSeq},
+	"#new-token":          {func(r *Record) *int { return &r.NewToken }, FieldNewToken},
+	"#cached-token":       {func(r *Record) *int { return &r.CachedToken }, FieldCachedToken},
+	"#prealloc-req":       {func(r *Record) *int { return &r.PreallocReq }, FieldPrealloc},
+	"#unbootstrapped-req": {func(r *Record) *int { return &r.PreallocReq }, FieldPrealloc},
+	"#transfer-req":       {func(r *Record) *int { return &r.TransferReq }, FieldPrealloc},
+	"#inflight-req":       {func(r *Record) *int { return &r.InflightReq }, FieldPrealloc},
+	"#transferring-req":   {func(r *Record) *int { return &r.InflightReq }, FieldPrealloc},
+	"#retracted-req":      {func(r *Record) *int { return &r.RetractedQueue }, FieldPrealloc},
 }
 
 func batchField(key, val []byte, rec *Record) {
+	if f, ok := batchInts[string(key)]; ok {
+		v, bad := setInt(val, &rec.Fields, f.bit)
+		*f.at(rec) = v
+		rec.bad(bad)
+		return
+	}
 	var bad bool
 	switch string(key) {
-	case "#running-req":
-		rec.RunningReq, bad = setInt(val, &rec.Fields, FieldRunningReq)
-	case "#queue-req":
-		rec.QueueReq, bad = setInt(val, &rec.Fields, FieldQueueReq)
 	case "#token", "#full token", "#swa token", "#used page num":
 		v, b := setInt(val, &rec.Fields, FieldTokens)
 		rec.Tokens, bad = max(rec.Tokens, v), b
 	case "token usage", "full token usage", "swa token usage", "page usage":
-		v, ok := parseFloat(val)
-		if ok {
-			rec.TokenUsage = max(rec.TokenUsage, v)
-			rec.Fields |= FieldTokenUsage
-		}
-		bad = !ok
+		// A value that does not parse gives v 0, which leaves the max as it is.
+		v, b := setFloat(val, &rec.Fields, FieldTokenUsage)
+		rec.TokenUsage, bad = max(rec.TokenUsage, v), b
 	case "cuda graph", "cpu graph":
 		switch string(val) {
 		case "True", "true":
@@ -672,18 +706,7 @@ func batchField(key, val []byte, rec *Record) {
 			bad = true
 		}
 	case "gen throughput (token/s)":
-		v, ok := parseFloat(val)
-		if ok {
-			rec.GenThroughput = v
-			rec.Fields |= FieldGenThroughput
-		}
-		bad = !ok
-	case "#new-seq":
-		rec.NewSeq, bad = setInt(val, &rec.Fields, FieldNewSeq)
-	case "#new-token":
-		rec.NewToken, bad = setInt(val, &rec.Fields, FieldNewToken)
-	case "#cached-token":
-		rec.CachedToken, bad = setInt(val, &rec.Fields, FieldCachedToken)
+		bad = keep(val, parseFloat, &rec.GenThroughput, &rec.Fields, FieldGenThroughput)
 	case "cache hit rate":
 		v, ok := parsePercent(val)
 		rec.CacheHitRate, bad = v, !ok
@@ -691,36 +714,14 @@ func batchField(key, val []byte, rec *Record) {
 		v, ok := parseFloat(val)
 		rec.InputThroughput, bad = v, !ok
 	case "pre-allocated usage":
-		v, ok := parseFloat(val)
-		rec.PreallocUsage, bad = v, !ok
-		if ok {
-			rec.Fields |= FieldPrealloc
-		}
-	case "#prealloc-req", "#unbootstrapped-req":
-		rec.PreallocReq, bad = setInt(val, &rec.Fields, FieldPrealloc)
-	case "#transfer-req":
-		rec.TransferReq, bad = setInt(val, &rec.Fields, FieldPrealloc)
-	case "#inflight-req", "#transferring-req":
-		rec.InflightReq, bad = setInt(val, &rec.Fields, FieldPrealloc)
-	case "#retracted-req":
-		rec.RetractedQueue, bad = setInt(val, &rec.Fields, FieldPrealloc)
+		rec.PreallocUsage, bad = setFloat(val, &rec.Fields, FieldPrealloc)
 	case "accept len":
-		v, ok := parseFloat(val)
-		rec.AcceptLen, bad = v, !ok
-		if ok {
-			rec.Fields |= FieldAcceptLen
-		}
+		rec.AcceptLen, bad = setFloat(val, &rec.Fields, FieldAcceptLen)
 	case "accept rate":
-		v, ok := parseFloat(val)
-		rec.AcceptRate, bad = v, !ok
-		if ok {
-			rec.Fields |= FieldAcceptRate
-		}
+		rec.AcceptRate, bad = setFloat(val, &rec.Fields, FieldAcceptRate)
 	}
 	// Fields this package does not model (mamba usage, itl, …) are skipped.
-	if bad {
-		rec.BadFields++
-	}
+	rec.bad(bad)
 }
 
 // parseTransferFailure parses what follows SGLang's "Prefill transfer failed
@@ -758,12 +759,7 @@ func parseTransferFailure(rest []byte, side string, line []byte, rec *Record) {
 		rest = next
 		switch {
 		case string(key) == "rank":
-			if v, ok := parseInt(val); ok {
-				rec.Rank = v
-				rec.Fields |= FieldRank
-			} else {
-				rec.BadFields++
-			}
+			rec.bad(keep(val, parseInt, &rec.Rank, &rec.Fields, FieldRank))
 		case bytes.HasSuffix(key, []byte("rid")):
 			rec.Rid = string(unquotePy(val))
 			rec.Fields |= FieldRid
@@ -825,42 +821,24 @@ func parseMetadataCorruption(rest []byte, line []byte, rec *Record) {
 	rec.Fields |= FieldRid
 	rest = rest[j+len(own):]
 	a, rest, _ := cut(rest, []byte(")"))
-	if v, ok := parseUint64(a); ok {
-		rec.Room = v
-		rec.Fields |= FieldRoom
-	} else {
-		rec.BadFields++
+	rec.bad(keep(a, parseUint64, &rec.Room, &rec.Fields, FieldRoom))
+	rec.bad(keep(digitsAfter(rest, from), parseUint64, &rec.FromRoom, &rec.Fields, FieldFrom))
+	rec.bad(keep(digitsAfter(rest, index), parseInt, &rec.MetaIndex, &rec.Fields, FieldIndex))
+}
+
+// digitsAfter returns the run of digits that follows label in s: empty when
+// none does, nil when label is not in s.
+func digitsAfter(s []byte, label string) []byte {
+	k := bytes.Index(s, []byte(label))
+	if k < 0 {
+		return nil
 	}
-	if k := bytes.Index(rest, []byte(from)); k >= 0 {
-		b := rest[k+len(from):]
-		n := 0
-		for n < len(b) && b[n] >= '0' && b[n] <= '9' {
-			n++
-		}
-		if v, ok := parseUint64(b[:n]); ok {
-			rec.FromRoom = v
-			rec.Fields |= FieldFrom
-		} else {
-			rec.BadFields++
-		}
-	} else {
-		rec.BadFields++
+	b := s[k+len(label):]
+	n := 0
+	for n < len(b) && b[n] >= '0' && b[n] <= '9' {
+		n++
 	}
-	if k := bytes.Index(rest, []byte(index)); k >= 0 {
-		b := rest[k+len(index):]
-		n := 0
-		for n < len(b) && b[n] >= '0' && b[n] <= '9' {
-			n++
-		}
-		if v, ok := parseInt(b[:n]); ok {
-			rec.MetaIndex = v
-			rec.Fields |= FieldIndex
-		} else {
-			rec.BadFields++
-		}
-	} else {
-		rec.BadFields++
-	}
+	return b[:n]
 }
 
 // parseUint64 parses a decimal uint64 (bootstrap rooms use all 64 bits' worth
@@ -973,12 +951,7 @@ func parseVLLMStats(rest []byte, rec *Record) {
 		var bad bool
 		switch string(key) {
 		case "Avg generation throughput":
-			v, ok := parseFloat(firstWord(val))
-			if ok {
-				rec.GenThroughput = v
-				rec.Fields |= FieldGenThroughput
-			}
-			bad = !ok
+			bad = keep(firstWord(val), parseFloat, &rec.GenThroughput, &rec.Fields, FieldGenThroughput)
 		case "Running":
 			rec.RunningReq, bad = setInt(firstWord(val), &rec.Fields, FieldRunningReq)
 		case "Waiting", "Pending":
@@ -992,12 +965,7 @@ func parseVLLMStats(rest []byte, rec *Record) {
 			if string(val) == "n/a" {
 				break
 			}
-			v, ok := parsePercent(val)
-			if ok {
-				rec.TokenUsage = v
-				rec.Fields |= FieldTokenUsage
-			}
-			bad = !ok
+			bad = keep(val, parsePercent, &rec.TokenUsage, &rec.Fields, FieldTokenUsage)
 		case "Prefix cache hit rate":
 			if string(val) == "n/a" {
 				break
@@ -1019,13 +987,28 @@ func parseVLLMStats(rest []byte, rec *Record) {
 // ---------------------------------------------------------------------------
 // Values.
 
-func setInt(val []byte, fields *uint32, bit uint32) (int, bool) {
-	v, ok := parseInt(val)
-	if !ok {
-		return 0, true
+// keep parses val with parse; when it parses it stores the value in *dst
+// and sets bit in *fields. It reports whether val was bad (and then stores
+// nothing).
+func keep[T int | uint64 | float64](val []byte, parse func([]byte) (T, bool), dst *T, fields *uint32, bit uint32) (bad bool) {
+	v, ok := parse(val)
+	if ok {
+		*dst, *fields = v, *fields|bit
 	}
-	*fields |= bit
-	return v, false
+	return !ok
+}
+
+// setInt parses val and sets bit in *fields when it parses. It returns the
+// value (0 when it does not parse) and whether it was bad.
+func setInt(val []byte, fields *uint32, bit uint32) (v int, bad bool) {
+	bad = keep(val, parseInt, &v, fields, bit)
+	return v, bad
+}
+
+// setFloat is setInt for decimals.
+func setFloat(val []byte, fields *uint32, bit uint32) (v float64, bad bool) {
+	bad = keep(val, parseFloat, &v, fields, bit)
+	return v, bad
 }
 
 // parseInt parses a non-negative decimal of at most 18 digits.
@@ -1033,14 +1016,7 @@ func parseInt(b []byte) (int, bool) {
 	if len(b) == 0 || len(b) > 18 {
 		return 0, false
 	}
-	v := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		v = v*10 + int(c-'0')
-	}
-	return v, true
+	return digits(b)
 }
 
 var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17}
@@ -1056,23 +1032,8 @@ func parseScaled(b []byte, shift int) (float64, bool) {
 	if len(b) == 0 {
 		return 0, false
 	}
-	var mant uint64
-	nd, frac := 0, -1
-	for i, c := range b {
-		switch {
-		case c >= '0' && c <= '9':
-			mant = mant*10 + uint64(c-'0')
-			nd++
-			if frac >= 0 {
-				frac++
-			}
-		case c == '.' && frac < 0 && i > 0:
-			frac = 0
-		default:
-			return slowScaled(b, shift)
-		}
-	}
-	if frac == 0 || nd > 15 {
+	mant, nd, frac, n := decimal(b)
+	if n < len(b) || frac == 0 || nd > 15 {
 		return slowScaled(b, shift)
 	}
 	e := max(frac, 0) + shift

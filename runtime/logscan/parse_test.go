@@ -149,56 +149,24 @@ func TestParseTable(t *testing.T) {
 			if r.Kind != w.kind {
 				t.Fatalf("kind = %s, want %s", r.Kind, w.kind)
 			}
-			if r.Engine != w.engine {
-				t.Errorf("engine = %s, want %s", r.Engine, w.engine)
+			// Every field at once: the record seen through want's fields.
+			got := want{kind: r.Kind, engine: r.Engine, prefix: r.Prefix, ts: r.TS,
+				running: r.RunningReq, queue: r.QueueReq, tokens: r.Tokens, usage: r.TokenUsage, graph: r.CUDAGraph,
+				gen: r.GenThroughput, newSeq: r.NewSeq, newTok: r.NewToken, cached: r.CachedToken,
+				retracted: r.Retracted, ratio: w.ratio, preempt: r.Preemptions, engineIdx: r.EngineIndex,
+				prealloc: r.PreallocUsage, transfer: r.TransferReq, retractedQ: r.RetractedQueue, bad: r.BadFields,
+				raw: r.Raw != "", fieldsMissing: w.fieldsMissing}
+			if w.kind == KindRetract {
+				// The ratio is compared on retractions only.
+				got.ratio = [2]float64{r.RatioBefore, r.RatioAfter}
 			}
-			if r.Prefix != w.prefix {
-				t.Errorf("prefix = %s, want %s", r.Prefix, w.prefix)
-			}
-			if r.TS != w.ts {
-				t.Errorf("ts = %s, want %s", time.Unix(0, r.TS).UTC(), time.Unix(0, w.ts).UTC())
-			}
-			checkInt(t, "running", r.RunningReq, w.running)
-			checkInt(t, "queue", r.QueueReq, w.queue)
-			checkInt(t, "tokens", r.Tokens, w.tokens)
-			checkInt(t, "new_seq", r.NewSeq, w.newSeq)
-			checkInt(t, "new_token", r.NewToken, w.newTok)
-			checkInt(t, "cached", r.CachedToken, w.cached)
-			checkInt(t, "retracted", r.Retracted, w.retracted)
-			checkInt(t, "preemptions", r.Preemptions, w.preempt)
-			checkInt(t, "engine_index", r.EngineIndex, w.engineIdx)
-			checkInt(t, "transfer", r.TransferReq, w.transfer)
-			checkInt(t, "retracted_queue", r.RetractedQueue, w.retractedQ)
-			checkInt(t, "bad_fields", r.BadFields, w.bad)
-			if r.TokenUsage != w.usage {
-				t.Errorf("token usage = %v, want %v", r.TokenUsage, w.usage)
-			}
-			if r.GenThroughput != w.gen {
-				t.Errorf("gen throughput = %v, want %v", r.GenThroughput, w.gen)
-			}
-			if r.CUDAGraph != w.graph {
-				t.Errorf("cuda graph = %v, want %v", r.CUDAGraph, w.graph)
-			}
-			if r.PreallocUsage != w.prealloc {
-				t.Errorf("prealloc usage = %v, want %v", r.PreallocUsage, w.prealloc)
-			}
-			if w.kind == KindRetract && (r.RatioBefore != w.ratio[0] || r.RatioAfter != w.ratio[1]) {
-				t.Errorf("ratio = %v -> %v, want %v", r.RatioBefore, r.RatioAfter, w.ratio)
-			}
-			if (r.Raw != "") != w.raw {
-				t.Errorf("raw = %q, want kept=%v", r.Raw, w.raw)
+			if got != w {
+				t.Errorf("record (ts %s, raw %q)\n got %+v\nwant %+v (ts %s)", time.Unix(0, r.TS).UTC(), r.Raw, got, w, time.Unix(0, w.ts).UTC())
 			}
 			if r.Fields&w.fieldsMissing != 0 {
 				t.Errorf("fields %b include forbidden bits %b", r.Fields, w.fieldsMissing)
 			}
 		})
-	}
-}
-
-func checkInt(t *testing.T, name string, got, want int) {
-	t.Helper()
-	if got != want {
-		t.Errorf("%s = %d, want %d", name, got, want)
 	}
 }
 

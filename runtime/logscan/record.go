@@ -165,6 +165,13 @@ func (r *Record) unrecognized() {
 	r.TS, r.BadFields = ts, bad
 }
 
+// bad counts a field whose value did not parse when b is set.
+func (r *Record) bad(b bool) {
+	if b {
+		r.BadFields++
+	}
+}
+
 // AppendSched appends the hook.Sched bodies a record stands for and returns
 // the extended slice: one for a batch line (phase "decode" or "prefill"; vLLM
 // engine lines are "decode"), one phase "retract" body for a retraction, and

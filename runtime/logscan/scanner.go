@@ -67,6 +67,9 @@ func (s *Scanner) Lines() int64 { return s.line }
 // Err returns the first read error other than io.EOF, naming the input.
 func (s *Scanner) Err() error { return s.err }
 
+// read is the number of bytes read from the reader since NewScanner or Reset.
+func (s *Scanner) read() int64 { return s.off }
+
 // Buffered is the number of bytes of a partial line held back in follow mode.
 func (s *Scanner) Buffered() int { return s.end - s.start }
 

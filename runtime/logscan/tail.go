@@ -104,8 +104,9 @@ func (t *Tail) Run(ctx context.Context) error {
 			return fmt.Errorf("seek server log %s: %w", t.path, err)
 		}
 	}
-	cr := &countingReader{r: f, n: off}
-	sc := NewScanner(cr, t.path, t.opts.Parse)
+	// The file offset the scanner has read up to is off plus what it read
+	// since (sc.read); off is 0 once it starts a file again from the top.
+	sc := NewScanner(f, t.path, t.opts.Parse)
 	sc.SetFollow(true)
 	t.readyOnce.Do(func() { close(t.ready) })
 
@@ -121,12 +122,7 @@ func (t *Tail) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			for sc.Scan() {
-				scratch = t.handle(sc.Record(), scratch)
-			}
-			if sc.Flush() {
-				t.handle(sc.Record(), scratch)
-			}
+			t.drain(sc, scratch)
 			return nil
 		case <-ticker.C:
 		}
@@ -135,24 +131,15 @@ func (t *Tail) Run(ctx context.Context) error {
 		if err != nil {
 			// Mid-rotation: the old name is gone and the new file not yet
 			// there. Keep reading the open file and look again later.
-			t.mu.Lock()
-			t.stats.Reopens++
-			t.mu.Unlock()
+			t.count(&t.stats.Reopens)
 			continue
 		}
 		if !os.SameFile(fi, cur) {
 			// Replaced: finish the old file, then start the new one from its top.
-			for sc.Scan() {
-				scratch = t.handle(sc.Record(), scratch)
-			}
-			if sc.Flush() {
-				scratch = t.handle(sc.Record(), scratch)
-			}
+			scratch = t.drain(sc, scratch)
 			nf, err := os.Open(t.path)
 			if err != nil {
-				t.mu.Lock()
-				t.stats.Reopens++
-				t.mu.Unlock()
+				t.count(&t.stats.Reopens)
 				continue
 			}
 			nfi, err := nf.Stat()
@@ -161,26 +148,39 @@ func (t *Tail) Run(ctx context.Context) error {
 				continue
 			}
 			f.Close()
-			f, fi = nf, nfi
-			cr = &countingReader{r: f}
-			sc.Reset(cr)
-			t.mu.Lock()
-			t.stats.Rotations++
-			t.mu.Unlock()
+			f, fi, off = nf, nfi, 0
+			sc.Reset(f)
+			t.count(&t.stats.Rotations)
 			continue
 		}
-		if cur.Size() < cr.n {
+		if cur.Size() < off+sc.read() {
 			// Truncated in place: the bytes we were holding are gone too.
 			if _, err := f.Seek(0, io.SeekStart); err != nil {
 				return fmt.Errorf("seek server log %s: %w", t.path, err)
 			}
-			cr.n = 0
-			sc.Reset(cr)
-			t.mu.Lock()
-			t.stats.Truncations++
-			t.mu.Unlock()
+			off = 0
+			sc.Reset(f)
+			t.count(&t.stats.Truncations)
 		}
 	}
+}
+
+// drain handles every line the scanner has left, then its partial last line.
+func (t *Tail) drain(sc *Scanner, scratch []*hook.Sched) []*hook.Sched {
+	for sc.Scan() {
+		scratch = t.handle(sc.Record(), scratch)
+	}
+	if sc.Flush() {
+		scratch = t.handle(sc.Record(), scratch)
+	}
+	return scratch
+}
+
+// count adds one to a counter of t.stats.
+func (t *Tail) count(n *int64) {
+	t.mu.Lock()
+	*n++
+	t.mu.Unlock()
 }
 
 func (t *Tail) handle(r *Record, scratch []*hook.Sched) []*hook.Sched {
@@ -203,16 +203,4 @@ func (t *Tail) handle(r *Record, scratch []*hook.Sched) []*hook.Sched {
 		t.pub.Publish(hook.Event{Kind: hook.KindSched, TS: ts, Src: t.opts.Src, Run: t.opts.Run, Body: body})
 	}
 	return scratch
-}
-
-// countingReader tracks the file offset the scanner has consumed up to.
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }

@@ -122,16 +122,22 @@ def _parse_instruments(s: str) -> frozenset:
     return frozenset(n for n in names if n in INSTRUMENTS)
 
 
-def _parse_policy(s: str) -> str:
+def _word_or_counted(s: str, words: tuple, prefix: str, want: str) -> str:
+    """One of words, or "<prefix>:N" with N >= 1 (normalised); else
+    SettingError(want)."""
     v = s.strip().lower()
-    if v in ("live", "all"):
+    if v in words:
         return v
-    if v.startswith("sweep:"):
-        n = v[len("sweep:"):]
+    if v.startswith(prefix + ":"):
+        n = v[len(prefix) + 1:]
         if n.isdigit() and int(n) >= 1:
-            return "sweep:%d" % int(n)
-        raise SettingError("sweep:N needs N >= 1, got %r" % n)
-    raise SettingError("want live, all or sweep:N")
+            return "%s:%d" % (prefix, int(n))
+        raise SettingError("%s:N needs N >= 1, got %r" % (prefix, n))
+    raise SettingError(want)
+
+
+def _parse_policy(s: str) -> str:
+    return _word_or_counted(s, ("live", "all"), "sweep", "want live, all or sweep:N")
 
 
 def _parse_every(s: str) -> int:
@@ -157,15 +163,7 @@ def _parse_layers(s: str):
 
 
 def _parse_logits(s: str) -> str:
-    v = s.strip().lower()
-    if v in ("full", "none"):
-        return v
-    if v.startswith("topk:"):
-        n = v[len("topk:"):]
-        if n.isdigit() and int(n) >= 1:
-            return "topk:%d" % int(n)
-        raise SettingError("topk:N needs N >= 1, got %r" % n)
-    raise SettingError("want full, topk:N or none")
+    return _word_or_counted(s, ("full", "none"), "topk", "want full, topk:N or none")
 
 
 def _parse_bool(s: str) -> bool:

@@ -25,6 +25,33 @@ if PYHOOK not in sys.path:
 REPO = os.path.dirname(os.path.dirname(PYHOOK))
 
 
+def accept_each(sock: socket.socket, on_conn) -> None:
+    """Accept connections on sock until it is closed, handing each to on_conn."""
+    while True:
+        try:
+            c, _ = sock.accept()
+        except OSError:
+            return
+        on_conn(c)
+
+
+def recv_lines(recv, on_lines, errors=(OSError,)):
+    """Read with recv() until the peer closes, handing each batch of complete
+    lines to on_lines; returns the exception (one of errors) that ended the
+    reading early, or None."""
+    buf = b""
+    while True:
+        try:
+            b = recv(1 << 16)
+        except errors as e:
+            return e
+        if not b:
+            return None
+        buf += b
+        *whole, buf = buf.split(b"\n")
+        on_lines(whole)
+
+
 class Collector:
     """Accepts connections and parses the JSON lines they send.
 
@@ -63,39 +90,27 @@ class Collector:
         self._thr.start()
 
     def _accept(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            with self._cv:
-                self.conns.append(c)
-                self.accepted += 1
-                self._cv.notify_all()
-            if self.read:
-                threading.Thread(target=self._reader, args=(c,), daemon=True).start()
+        accept_each(self.sock, self._accepted)
 
-    def _reader(self, c: socket.socket):
-        buf = b""
-        while True:
-            try:
-                b = c.recv(1 << 16)
-            except OSError:
-                return
-            if not b:
-                return
-            buf += b
-            *whole, buf = buf.split(b"\n")
-            with self._cv:
-                for line in whole:
-                    if not line.strip():
-                        continue
-                    self.lines.append(line)
-                    try:
-                        self.events.append(json.loads(line))
-                    except ValueError as e:
-                        self.errors.append("line %d: %s" % (len(self.lines), e))
-                self._cv.notify_all()
+    def _accepted(self, c: socket.socket):
+        with self._cv:
+            self.conns.append(c)
+            self.accepted += 1
+            self._cv.notify_all()
+        if self.read:
+            threading.Thread(target=recv_lines, args=(c.recv, self._got), daemon=True).start()
+
+    def _got(self, whole):
+        with self._cv:
+            for line in whole:
+                if not line.strip():
+                    continue
+                self.lines.append(line)
+                try:
+                    self.events.append(json.loads(line))
+                except ValueError as e:
+                    self.errors.append("line %d: %s" % (len(self.lines), e))
+            self._cv.notify_all()
 
     def wait(self, pred, timeout: float = 30.0) -> bool:
         """Wait until pred(self) holds (a hang guard, not a timing assertion)."""

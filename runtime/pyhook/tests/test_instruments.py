@@ -144,6 +144,22 @@ class Sched:
         return admitted
 
 
+def held_and_not_held(rows, n, rids, rooms):
+    """A Binding with its emitter, and a Sched whose two rows each hold n
+    tokens on page row + 1, with a request on each (rid, bootstrap room): the
+    first request holds its KV on the device, the second does not."""
+    em = ListEmitter()
+    b = Binding(settings(), em)
+    pool, r2t = Pool(), R2T()
+    reqs = []
+    for row, rid, room, holds in zip(rows, rids, rooms, (True, False)):
+        place(r2t, row, [row + 1], n)
+        r = Req(rid, room, n, row)
+        r.kv.holds_kv = holds
+        reqs.append(r)
+    return em, b, Sched(pool, r2t), reqs
+
+
 def hook(binding, cls, name, target):
     t = T.by_name(target)
     setattr(cls, name, H.wrap(getattr(cls, name), binding.hook_for(t), t.hook, t.name))
@@ -246,15 +262,7 @@ def test_admitted_digests_only_requests_about_to_be_admitted_and_once():
 
 
 def test_admitted_skips_requests_whose_index_k_is_still_on_the_host():
-    em = ListEmitter()
-    b = Binding(settings(), em)
-    pool, r2t = Pool(), R2T()
-    place(r2t, 0, [1], 10)
-    place(r2t, 1, [2], 10)
-    s = Sched(pool, r2t)
-    held, restoring = Req("h", 1, 10, 0), Req("r", 2, 10, 1)
-    held.kv.holds_kv = True
-    restoring.kv.holds_kv = False
+    em, b, s, (held, restoring) = held_and_not_held((0, 1), 10, ("h", "r"), (1, 2))
     s.waiting_queue = [held, restoring]
     b.hook_for(T.by_name(PREBUILT))(s, types.SimpleNamespace(batch_size=lambda: 0))
     assert [e["request"] for e in em.of("room.checksum")] == ["h"]
@@ -288,14 +296,7 @@ def test_transferred_skips_requests_received_into_host_memory():
     """pop_transferred returns a host-received request before its restore
     (newer SGLang restores inside get_new_prebuilt_batch): its device slots
     do not hold the room yet, so it is skipped and counted, not digested."""
-    em = ListEmitter()
-    b = Binding(settings(), em)
-    pool, r2t = Pool(), R2T()
-    place(r2t, 3, [4], 20)
-    place(r2t, 4, [5], 20)
-    sched = Sched(pool, r2t)
-    held, on_host = Req("d", 9, 20, 3), Req("h", 10, 20, 4)
-    held.kv.holds_kv, on_host.kv.holds_kv = True, False
+    em, b, sched, (held, on_host) = held_and_not_held((3, 4), 20, ("d", "h"), (9, 10))
     q = types.SimpleNamespace(scheduler=sched, tp_rank=0, queue=[])
     b.hook_for(T.by_name(POP))([held, on_host], q)
     assert [e["request"] for e in em.of("room.checksum")] == ["d"] and b.checksum.skipped_not_held == 1

@@ -15,6 +15,7 @@ import threading
 
 import pytest
 
+from conftest import accept_each, recv_lines
 from kvcanary import emitter as emitter_mod
 from kvcanary.config import Settings
 from kvcanary.emitter import Emitter, tls_context
@@ -44,46 +45,36 @@ class TLSCollector:
         self.addr = "tcp://127.0.0.1:%d" % self.sock.getsockname()[1]
         self.events, self.peers, self.refused = [], [], []
         self.cv = threading.Condition()
-        threading.Thread(target=self._accept, daemon=True).start()
+        threading.Thread(target=accept_each, args=(self.sock, self._serve_in_thread), daemon=True).start()
 
-    def _accept(self):
-        while True:
-            try:
-                raw, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+    def _serve_in_thread(self, raw):
+        threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
 
     def _serve(self, raw):
         try:
             conn = self.ctx.wrap_socket(raw, server_side=True)
         except (ssl.SSLError, OSError) as e:
-            with self.cv:
-                self.refused.append(str(e))
-                self.cv.notify_all()
+            self._refuse(e)
             raw.close()
             return
         cn = dict(x[0] for x in conn.getpeercert()["subject"])["commonName"]
         with self.cv:
             self.peers.append((cn, conn.version()))
             self.cv.notify_all()
-        buf = b""
         with conn:
-            while True:
-                try:
-                    chunk = conn.recv(65536)
-                except (ssl.SSLError, OSError) as e:
-                    with self.cv:
-                        self.refused.append(str(e))
-                        self.cv.notify_all()
-                    return
-                if not chunk:
-                    return
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                with self.cv:
-                    self.events.extend(json.loads(l) for l in lines if l.strip())
-                    self.cv.notify_all()
+            err = recv_lines(conn.recv, self._got, errors=(ssl.SSLError, OSError))
+            if err is not None:
+                self._refuse(err)
+
+    def _refuse(self, e):
+        with self.cv:
+            self.refused.append(str(e))
+            self.cv.notify_all()
+
+    def _got(self, lines):
+        with self.cv:
+            self.events.extend(json.loads(l) for l in lines if l.strip())
+            self.cv.notify_all()
 
     def wait(self, cond):
         with self.cv:

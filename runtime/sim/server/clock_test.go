@@ -1,12 +1,10 @@
-package server
+package server_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,18 +12,9 @@ import (
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
 
 // One clock: the twin server stamps its events and its log lines with the
 // clock its clients use (the wall clock), never the simulated 2026-01-01
@@ -36,8 +25,9 @@ func TestServerEventsUseOneClock(t *testing.T) {
 	cfg := sim.DefaultConfig()
 	cfg.Instruments = sim.Instruments{Sched: true, Replay: true}
 	cfg.MultiStreamOverlap = false
-	log := &syncBuf{}
-	cfg.Log = log
+	// Only the engine loop writes the log: it is read after Stop ended the loop.
+	var log bytes.Buffer
+	cfg.Log = &log
 	var mu sync.Mutex
 	var ts []int64
 	pub := hook.PublishFunc(func(ev hook.Event) {
@@ -45,18 +35,12 @@ func TestServerEventsUseOneClock(t *testing.T) {
 		ts = append(ts, ev.TS)
 		mu.Unlock()
 	})
-	s, err := New(Options{Config: cfg, Publisher: pub, Now: func() time.Time { return at }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go s.Run(ctx)
-	hs := httptest.NewServer(s.Handler())
-	defer func() { hs.Close(); cancel(); s.Close() }()
-	resp, _ := post(t, hs.URL, `{"model":"m","messages":[{"role":"user","content":"Task 1. tool rounds: 1. Weather in Oslo?"}],"tools":`+toolsJSON+`}`)
+	tw := servertest.Start(t, server.Options{Config: cfg, Publisher: pub, Now: func() time.Time { return at }})
+	resp, _ := servertest.Post(t, tw.URL, `{"model":"m","messages":[{"role":"user","content":"Task 1. tool rounds: 1. Weather in Oslo?"}],"tools":`+servertest.ToolsJSON+`}`)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
+	tw.Stop()
 	mu.Lock()
 	defer mu.Unlock()
 	if len(ts) == 0 {
@@ -67,24 +51,16 @@ func TestServerEventsUseOneClock(t *testing.T) {
 			t.Fatalf("event at %v, want the server's clock %v", time.Unix(0, x), at)
 		}
 	}
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	if want := "[" + at.Format("2006-01-02 15:04:05") + " TP0]"; !strings.Contains(log.b.String(), want) {
-		t.Errorf("log lines lack the wall-clock stamp %q:\n%.300s", want, log.b.String())
+	if want := "[" + at.Format("2006-01-02 15:04:05") + " TP0]"; !strings.Contains(log.String(), want) {
+		t.Errorf("log lines lack the wall-clock stamp %q:\n%.300s", want, log.String())
 	}
 }
 
 // The twin serves its real settings like SGLang's GET /get_server_info.
 func TestServerInfo(t *testing.T) {
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
+	cfg := servertest.Config()
 	cfg.DisableCUDAGraph, cfg.CUDAGraphMaxBS, cfg.Inject = true, 48, []string{sim.FaultTransferRace}
-	s, err := New(Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer func() { hs.Close(); s.Close() }()
+	hs := servertest.Start(t, server.Options{Config: cfg}).HTTP
 	for _, path := range []string{"/get_server_info", "/server_info"} {
 		resp, err := http.Get(hs.URL + path)
 		if err != nil {

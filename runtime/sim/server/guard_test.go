@@ -1,8 +1,7 @@
-package server
+package server_test
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -11,31 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 )
 
-func newGuardServer(t *testing.T, opts Options) *httptest.Server {
-	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
-	cfg.MultiStreamOverlap = false
-	opts.Config = cfg
-	s, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go s.Run(ctx)
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		cancel()
-		s.Close()
-	})
-	return hs
-}
-
-const guardBody = `{"model":"m","messages":[{"role":"user","content":"hello; tool rounds: 1"}],"tools":` + toolsJSON + `}`
+const guardBody = `{"model":"m","messages":[{"role":"user","content":"hello; tool rounds: 1"}],"tools":` + servertest.ToolsJSON + `}`
 
 func do(t *testing.T, hs *httptest.Server, host, origin, ctype string) (int, string) {
 	t.Helper()
@@ -63,7 +42,7 @@ func do(t *testing.T, hs *httptest.Server, host, origin, ctype string) (int, str
 // experiment (DNS rebinding: a foreign Host; CSRF: a cross-origin simple
 // POST with text/plain).
 func TestHostOriginContentTypeChecks(t *testing.T) {
-	hs := newGuardServer(t, Options{AllowedHosts: []string{"gpu-7.lab"}})
+	hs := startQuiet(t, server.Options{AllowedHosts: []string{"gpu-7.lab"}}).HTTP
 	tests := []struct {
 		name, host, origin, ctype string
 		status                    int
@@ -103,7 +82,7 @@ func TestHostOriginContentTypeChecks(t *testing.T) {
 // Issue 19 item 11: a partly sent body is timed out (408) and the
 // connection closed, rather than held with its buffer forever.
 func TestPartialBodyTimesOut(t *testing.T) {
-	hs := newGuardServer(t, Options{BodyTimeout: 200 * time.Millisecond})
+	hs := startQuiet(t, server.Options{BodyTimeout: 200 * time.Millisecond}).HTTP
 	conn, err := net.Dial("tcp", hs.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)

@@ -1,14 +1,13 @@
-package server
+package server_test
 
 import (
-	"context"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
-	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 )
 
 type judgeCall struct {
@@ -36,12 +35,9 @@ func TestSessionOutcomesComeFromTheJudge(t *testing.T) {
 	}
 	for _, withJudge := range []bool{true, false} {
 		calls = nil
-		cfg := sim.DefaultConfig()
-		cfg.Instruments = sim.Instruments{}
-		cfg.MultiStreamOverlap = false
 		var evs []hook.Event
 		var evMu sync.Mutex
-		opts := Options{Config: cfg, Publisher: hook.PublishFunc(func(ev hook.Event) {
+		opts := server.Options{Publisher: hook.PublishFunc(func(ev hook.Event) {
 			if ev.Kind == hook.KindSession {
 				evMu.Lock()
 				evs = append(evs, ev)
@@ -51,20 +47,13 @@ func TestSessionOutcomesComeFromTheJudge(t *testing.T) {
 		if withJudge {
 			opts.Judge = judge
 		}
-		s, err := New(opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go s.Run(ctx)
-		hs := httptest.NewServer(s.Handler())
+		tw := startQuiet(t, opts)
 		// Session A is offered tools and must call one (tool rounds: 1);
 		// session B is offered none, so its plain answer is the final one.
-		post(t, hs.URL, `{"model":"m","messages":[{"role":"user","content":"task A; tool rounds: 1"}],"tools":`+toolsJSON+`}`)
-		post(t, hs.URL, `{"model":"m","messages":[{"role":"user","content":"task B"}]}`)
-		hs.Close()
-		cancel()
-		s.Close()
+		servertest.Post(t, tw.URL, `{"model":"m","messages":[{"role":"user","content":"task A; tool rounds: 1"}],"tools":`+servertest.ToolsJSON+`}`)
+		servertest.Post(t, tw.URL, `{"model":"m","messages":[{"role":"user","content":"task B"}]}`)
+		tw.Stop()
+		s := tw.Server
 
 		if !withJudge {
 			if len(evs) != 0 || len(calls) != 0 {
@@ -118,28 +107,17 @@ func TestSessionOutcomesComeFromTheJudge(t *testing.T) {
 // a session event the event model refuses: the record says what the judge
 // returned and the session counts as an error.
 func TestBadVerdictIsRecordedNotPublished(t *testing.T) {
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
-	cfg.MultiStreamOverlap = false
 	var evs []hook.Event
 	var mu sync.Mutex
-	s, err := New(Options{Config: cfg, Judge: func(int, int, string, int, string) string { return "lek" },
+	tw := startQuiet(t, server.Options{Judge: func(int, int, string, int, string) string { return "lek" },
 		Publisher: hook.PublishFunc(func(ev hook.Event) {
 			mu.Lock()
 			evs = append(evs, ev)
 			mu.Unlock()
 		})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go s.Run(ctx)
-	hs := httptest.NewServer(s.Handler())
-	post(t, hs.URL, `{"model":"m","messages":[{"role":"user","content":"task C"}]}`)
-	hs.Close()
-	cancel()
-	s.Close()
-	recs := s.Records()
+	servertest.Post(t, tw.URL, `{"model":"m","messages":[{"role":"user","content":"task C"}]}`)
+	tw.Stop()
+	recs := tw.Server.Records()
 	if len(recs) != 1 || recs[0].Outcome != hook.OutcomeError || !strings.Contains(recs[0].JudgeError, `"lek"`) {
 		t.Fatalf("records %+v, want outcome error with the judge's answer recorded", recs)
 	}

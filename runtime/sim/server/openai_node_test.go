@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
 )
 
 // TestOfficialOpenAINodeClient drives the server with the official openai npm
@@ -77,7 +79,7 @@ func TestOfficialOpenAINodeClient(t *testing.T) {
 	if err := json.Unmarshal(outb, &out); err != nil {
 		t.Fatalf("client output %q: %v", outb, err)
 	}
-	if len(out.Models) != 1 || out.Models[0] != DefaultModel {
+	if len(out.Models) != 1 || out.Models[0] != server.DefaultModel {
 		t.Errorf("models %v", out.Models)
 	}
 	ns := out.Nonstream

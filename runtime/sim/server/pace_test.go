@@ -1,66 +1,51 @@
-package server
+package server_test
 
 import (
-	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 )
 
 // TestEngineStepTimeIsTheEnginesClock: the default pacing is the step the
 // engine's simulated clock (event timestamps) already assumes.
 func TestEngineStepTimeIsTheEnginesClock(t *testing.T) {
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
-	e, err := sim.NewEngine(cfg, nil)
+	e, err := sim.NewEngine(servertest.Config(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := e.Now()
 	e.Step()
 	e.Step()
-	if got := e.Now().Sub(before); got != 2*EngineStepTime {
-		t.Fatalf("two engine steps advance the clock by %v, want 2×EngineStepTime = %v", got, 2*EngineStepTime)
+	if got := e.Now().Sub(before); got != 2*server.EngineStepTime {
+		t.Fatalf("two engine steps advance the clock by %v, want 2×EngineStepTime = %v", got, 2*server.EngineStepTime)
 	}
 }
 
 func TestStepTimeRejectsNegative(t *testing.T) {
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
-	if _, err := New(Options{Config: cfg, StepTime: -time.Millisecond}); err == nil || !strings.Contains(err.Error(), "step time") {
+	if _, err := server.New(server.Options{Config: servertest.Config(), StepTime: -time.Millisecond}); err == nil || !strings.Contains(err.Error(), "step time") {
 		t.Fatalf("negative step time: err %v, want one naming the step time", err)
 	}
 }
 
 // servePaced serves one tool-call round at step time d and returns the
 // wall time the request took and the pacing statistics.
-func servePaced(t *testing.T, d time.Duration) (time.Duration, PaceStats, sim.Stats) {
+func servePaced(t *testing.T, d time.Duration) (time.Duration, server.PaceStats, sim.Stats) {
 	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
-	cfg.MultiStreamOverlap = false
-	s, err := New(Options{Config: cfg, StepTime: d})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go s.Run(ctx)
-	hs := httptest.NewServer(s.Handler())
+	tw := startQuiet(t, server.Options{StepTime: d})
 	start := time.Now()
-	resp, body := post(t, hs.URL, `{"model":"m","messages":[{"role":"user","content":"Task 1: pacing. tool rounds: 1"}],"tools":`+toolsJSON+`}`)
+	resp, body := servertest.Post(t, tw.URL, `{"model":"m","messages":[{"role":"user","content":"Task 1: pacing. tool rounds: 1"}],"tools":`+servertest.ToolsJSON+`}`)
 	took := time.Since(start)
 	// Stop the loop before reading its counters: Run may still be between
 	// the step that finished the request and the bookkeeping after it.
-	hs.Close()
-	cancel()
-	s.Close()
+	tw.Stop()
 	if resp.StatusCode != 200 {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
 	}
-	return took, s.Pace(), s.Stats()
+	return took, tw.Server.Pace(), tw.Server.Stats()
 }
 
 // TestStepTimePacesTheEngine: with a step time, a request that took N engine

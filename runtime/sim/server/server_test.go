@@ -1,8 +1,7 @@
-package server
+package server_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,45 +9,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 	"github.com/kvcanary/kvcanary/spec/openaiwire"
 )
 
-func newTestServer(t *testing.T) (*Server, *httptest.Server) {
+// startQuiet serves a twin with instruments and multi-stream overlap off:
+// without overlap the twin does not corrupt, so schema tests see the script.
+func startQuiet(t *testing.T, opts server.Options) *servertest.Twin {
 	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
-	// Without overlap the twin does not corrupt: schema tests see the script.
-	cfg.MultiStreamOverlap = false
-	s, err := New(Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go s.Run(ctx)
-	hs := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		cancel()
-		s.Close()
-	})
-	return s, hs
+	opts.Config = servertest.Config()
+	opts.Config.MultiStreamOverlap = false
+	return servertest.Start(t, opts)
 }
 
-const toolsJSON = `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"location":{"type":"string"}}}}}]`
-
-func post(t *testing.T, url, body string) (*http.Response, []byte) {
+func newTestServer(t *testing.T) (*server.Server, *httptest.Server) {
 	t.Helper()
-	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, b
+	tw := startQuiet(t, server.Options{})
+	return tw.Server, tw.HTTP
 }
 
 // testResp is a non-streamed answer, decoded with the wire types.
@@ -57,7 +35,7 @@ type testResp = openaiwire.Response
 func TestChatNonStreamingToolCallThenText(t *testing.T) {
 	s, hs := newTestServer(t)
 	user := `{"role":"user","content":"plan a trip; tool rounds: 1"}`
-	resp, body := post(t, hs.URL, `{"model":"m","messages":[`+user+`],"tools":`+toolsJSON+`}`)
+	resp, body := servertest.Post(t, hs.URL, `{"model":"m","messages":[`+user+`],"tools":`+servertest.ToolsJSON+`}`)
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		t.Fatalf("status %d, content type %q: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
 	}
@@ -96,7 +74,7 @@ func TestChatNonStreamingToolCallThenText(t *testing.T) {
 	asst, _ := json.Marshal(map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{
 		"id": tc.ID, "type": "function", "function": map[string]string{"name": tc.Function.Name, "arguments": tc.Function.Arguments}}}})
 	msgs := user + `,` + string(asst) + `,{"role":"tool","tool_call_id":"` + tc.ID + `","content":"sunny, 21 degrees"}`
-	resp, body = post(t, hs.URL, `{"model":"m","messages":[`+msgs+`],"tools":`+toolsJSON+`}`)
+	resp, body = servertest.Post(t, hs.URL, `{"model":"m","messages":[`+msgs+`],"tools":`+servertest.ToolsJSON+`}`)
 	if resp.StatusCode != 200 {
 		t.Fatalf("round 1: %d %s", resp.StatusCode, body)
 	}
@@ -118,7 +96,7 @@ func TestChatNonStreamingToolCallThenText(t *testing.T) {
 
 func TestChatStreaming(t *testing.T) {
 	s, hs := newTestServer(t)
-	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"stream it; tool rounds: 2"}],"tools":` + toolsJSON + `}`
+	body := `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"stream it; tool rounds: 2"}],"tools":` + servertest.ToolsJSON + `}`
 	resp, err := http.Post(hs.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +192,7 @@ func TestChatErrors(t *testing.T) {
 		{"tool rounds", `{"model":"m","messages":[{"role":"user","content":"tool rounds: 999"}]}`, "messages", "invalid_value", 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, body := post(t, hs.URL, tc.body)
+			resp, body := servertest.Post(t, hs.URL, tc.body)
 			if resp.StatusCode != tc.status {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, body)
 			}
@@ -242,7 +220,7 @@ func TestChatErrors(t *testing.T) {
 		})
 	}
 	// A syntax error names the byte offset.
-	_, body := post(t, hs.URL, `{"model":"m",,}`)
+	_, body := servertest.Post(t, hs.URL, `{"model":"m",,}`)
 	if !strings.Contains(string(body), "byte 13") {
 		t.Errorf("syntax error does not name byte 13: %s", body)
 	}
@@ -266,7 +244,7 @@ func TestModelsHealthAndRoutes(t *testing.T) {
 			ID, Object, OwnedBy string
 		} `json:"data"`
 	}
-	if code != 200 || json.Unmarshal(body, &m) != nil || m.Object != "list" || len(m.Data) != 1 || m.Data[0].ID != DefaultModel || m.Data[0].Object != "model" {
+	if code != 200 || json.Unmarshal(body, &m) != nil || m.Object != "list" || len(m.Data) != 1 || m.Data[0].ID != server.DefaultModel || m.Data[0].Object != "model" {
 		t.Fatalf("models %d %s", code, body)
 	}
 	if code, body := get("/health"); code != 200 || !strings.Contains(string(body), `"ok"`) {
@@ -283,20 +261,13 @@ func TestModelsHealthAndRoutes(t *testing.T) {
 	}
 }
 
-func TestParseToolRoundsAndParams(t *testing.T) {
+func TestParseToolRoundsAndSessionIndex(t *testing.T) {
 	for in, want := range map[string]int{"tool rounds: 3": 3, "Tool Rounds:12 then": 12, "no marker": -1, "tool rounds: x": -1, "a; tool rounds:  0.": 0} {
-		if got := ParseToolRounds(in); got != want {
-			t.Errorf("ParseToolRounds(%q) = %d, want %d", in, got, want)
+		if got := server.ParseToolRounds(in); got != want {
+			t.Errorf("server.ParseToolRounds(%q) = %d, want %d", in, got, want)
 		}
 	}
-	ps := paramsOf(`{"b":"text","a":[1, 2],"c":true}`)
-	if len(ps) != 3 || ps[0] != (sim.Param{Name: "b", String: true, Value: "text"}) || ps[1] != (sim.Param{Name: "a", Value: "[1,2]"}) || ps[2].Value != "true" {
-		t.Fatalf("paramsOf: %+v", ps)
-	}
-	if ps := paramsOf(`not json`); len(ps) != 1 || ps[0].Value != "not json" {
-		t.Fatalf("paramsOf(garbage): %+v", ps)
-	}
-	if SessionIndex("a") == SessionIndex("b") {
+	if server.SessionIndex("a") == server.SessionIndex("b") {
 		t.Fatal("distinct first messages share a session")
 	}
 }

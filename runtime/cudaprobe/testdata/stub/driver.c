@@ -12,13 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef void *CUstream;
-typedef void *CUevent;
-typedef void *CUgraph;
-typedef void *CUgraphExec;
-typedef void *CUfunction;
-typedef uint64_t CUdeviceptr;
+#include "cuda_types.h"
 
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
 CUresult cuStreamEndCapture(CUstream s, CUgraph *g);
@@ -43,6 +37,16 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s);
 
 static void launch(CUfunction f, CUstream s) { cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, s, 0, 0); }
 
+// B forks from A, runs F2 and joins back.
+static void fork_join(void)
+{
+	cuEventRecord(EV_FORK, A);
+	cuStreamWaitEvent(B, EV_FORK, 0);
+	launch(F2, B);
+	cuEventRecord(EV_JOIN, B);
+	cuStreamWaitEvent(A, EV_JOIN, 0);
+}
+
 static int script(const char *lib)
 {
 	CUgraph g1, g2;
@@ -53,21 +57,13 @@ static int script(const char *lib)
 	// capture 1: B forks from A and joins back
 	cuStreamBeginCapture_v2(A, 0);
 	launch(F1, A);
-	cuEventRecord(EV_FORK, A);
-	cuStreamWaitEvent(B, EV_FORK, 0);
-	launch(F2, B);
-	cuEventRecord(EV_JOIN, B);
-	cuStreamWaitEvent(A, EV_JOIN, 0);
+	fork_join();
 	cuStreamEndCapture(A, &g1);
 	cuGraphInstantiateWithFlags(&e1, g1, 0);
 
 	// capture 2: work on B after its join back is never waited for
 	cuStreamBeginCapture_v2(A, 0);
-	cuEventRecord(EV_FORK, A);
-	cuStreamWaitEvent(B, EV_FORK, 0);
-	launch(F2, B);
-	cuEventRecord(EV_JOIN, B);
-	cuStreamWaitEvent(A, EV_JOIN, 0);
+	fork_join();
 	launch(F2, B);
 	cuMemcpyHtoDAsync_v2(0x1000, host, 64, B);
 	cuStreamEndCapture(A, &g2);

@@ -2,16 +2,7 @@
 // traces, with the real x86-64 signatures. Each function only records what a
 // driver would hand back through out-pointers, so the probe's reads can be
 // checked. Built by the tests with gcc; never used outside them.
-#include <stddef.h>
-#include <stdint.h>
-
-typedef int CUresult;
-typedef void *CUstream;
-typedef void *CUevent;
-typedef void *CUgraph;
-typedef void *CUgraphExec;
-typedef void *CUfunction;
-typedef uint64_t CUdeviceptr;
+#include "cuda_types.h"
 
 static uintptr_t graphs;
 static volatile int sink;

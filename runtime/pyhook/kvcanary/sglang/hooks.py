@@ -60,6 +60,15 @@ class Site:
     def on(self) -> bool:
         return any(self.binding.feature_on(f) for f in self.features)
 
+    def call(self, fn, *args, **kwargs):
+        """fn(*args, **kwargs), with an exception counted as this site's
+        error (fail) instead of raised: returns fn's result, None if it raised."""
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001
+            self.fail(e)
+            return None
+
     def fail(self, exc: BaseException) -> None:
         self.errors += 1
         self.binding.stats["errors"] += 1
@@ -228,10 +237,7 @@ class Binding:
                 return None
             for site, fn in sites:
                 if site.on():
-                    try:
-                        fn(*args, **kwargs)
-                    except Exception as e:  # noqa: BLE001
-                        site.fail(e)
+                    site.call(fn, *args, **kwargs)
             return None
 
         kvcanary_before.kvcanary_target = target
@@ -245,10 +251,7 @@ class Binding:
                 return None
             for site, fn in sites:
                 if site.on():
-                    try:
-                        fn(result, *args, **kwargs)
-                    except Exception as e:  # noqa: BLE001
-                        site.fail(e)
+                    site.call(fn, result, *args, **kwargs)
             return None
 
         kvcanary_after.kvcanary_target = target
@@ -265,21 +268,12 @@ class Binding:
         def kvcanary_around(original, *args, **kwargs):
             if self.busy():
                 return original(*args, **kwargs)
-            runner = args[0] if args else kwargs.get("self")
-            fb = args[1] if len(args) > 1 else kwargs.get("forward_batch")
-            gst = None
-            if s_graph.on():
-                try:
-                    gst = self.graphdiff.pre(runner, fb)
-                except Exception as e:  # noqa: BLE001
-                    s_graph.fail(e)
+            runner, fb = self_and_batch(args, kwargs)
+            gst = s_graph.call(self.graphdiff.pre, runner, fb) if s_graph.on() else None
             result = original(*args, **kwargs)
             if gst is not None:
-                try:
-                    pp = args[2] if len(args) > 2 else kwargs.get("pp_proxy_tensors")
-                    self.graphdiff.post(gst, runner, fb, pp, result)
-                except Exception as e:  # noqa: BLE001
-                    s_graph.fail(e)
+                pp = args[2] if len(args) > 2 else kwargs.get("pp_proxy_tensors")
+                s_graph.call(self.graphdiff.post, gst, runner, fb, pp, result)
             return result
 
         kvcanary_around.kvcanary_target = target
@@ -305,31 +299,19 @@ class Binding:
         def kvcanary_around(original, *args, **kwargs):
             if self.busy():
                 return original(*args, **kwargs)
-            mr = args[0] if args else kwargs.get("self")
-            fb = args[1] if len(args) > 1 else kwargs.get("forward_batch")
+            mr, fb = self_and_batch(args, kwargs)
             if not is_decode(fb):
                 return original(*args, **kwargs)
             step = StepView(mr, fb)
-            cst = None
-            if s_canary.on():
-                try:
-                    cst = self.canary.pre(step, fb)
-                except Exception as e:  # noqa: BLE001
-                    s_canary.fail(e)
+            cst = s_canary.call(self.canary.pre, step, fb) if s_canary.on() else None
             t0 = time.perf_counter_ns()
             result = original(*args, **kwargs)
             dur = time.perf_counter_ns() - t0
             step.settle(result)
             if cst is not None:
-                try:
-                    self.canary.post(cst, step, fb, result)
-                except Exception as e:  # noqa: BLE001
-                    s_canary.fail(e)
+                s_canary.call(self.canary.post, cst, step, fb, result)
             if s_replay.on() and step.mode is not None:
-                try:
-                    self._replay_event(step, dur)
-                except Exception as e:  # noqa: BLE001
-                    s_replay.fail(e)
+                s_replay.call(self._replay_event, step, dur)
             return result
 
         kvcanary_around.kvcanary_target = target
@@ -353,6 +335,12 @@ class Binding:
             if not any(self.feature_on(f) for f in t.features):
                 continue
             yield t, res, self.hook_for(t)
+
+
+def self_and_batch(args, kwargs):
+    """(self, forward_batch) of a call to a hooked method, positional or keyword."""
+    return (args[0] if args else kwargs.get("self"),
+            args[1] if len(args) > 1 else kwargs.get("forward_batch"))
 
 
 def is_decode(fb) -> bool:
