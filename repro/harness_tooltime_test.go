@@ -2,7 +2,6 @@ package repro_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 )
 
 // batchLog counts the twin's decode tokens by step mode from its replay
@@ -57,21 +57,9 @@ func toolTimeRun(t *testing.T, seed uint64, sessions, rounds, maxBS int, step ti
 	cfg.Instruments = sim.Instruments{Replay: true}
 	cfg.CUDAGraphMaxBS = maxBS
 	log := &batchLog{}
-	srv, err := server.New(server.Options{Config: cfg, Publisher: log, StepTime: step})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	loopDone := make(chan struct{})
-	go func() { srv.Run(ctx); close(loopDone) }()
-	hs := httptest.NewServer(srv.Handler())
-	defer func() {
-		hs.Close()
-		cancel()
-		<-loopDone
-		srv.Close()
-	}()
-	res, err := repro.RunHarness(context.Background(), repro.HarnessOptions{URL: hs.URL, Sessions: sessions, Rounds: rounds,
+	tw := servertest.Start(t, server.Options{Config: cfg, Publisher: log, StepTime: step})
+	defer tw.Stop()
+	res, err := repro.RunHarness(context.Background(), repro.HarnessOptions{URL: tw.URL, Sessions: sessions, Rounds: rounds,
 		Seed: seed, ToolTime: tool, Timeout: 5 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +69,7 @@ func toolTimeRun(t *testing.T, seed uint64, sessions, rounds, maxBS int, step ti
 			t.Fatalf("seed %d: session %s: %s (%s)", seed, s.ID, s.Outcome, s.Reason)
 		}
 	}
-	p := srv.Pace()
+	p := tw.Server.Pace()
 	log.mu.Lock()
 	defer log.mu.Unlock()
 	t.Logf("seed %d tool %v: %s; steps %d (overran %d, slowest %v); graph %d steps/%d tokens (peak bs %d), eager %d steps/%d tokens, peak bs %d",

@@ -2,7 +2,6 @@ package repro_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"slices"
 	"sort"
 	"testing"
@@ -11,30 +10,19 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
 // startTwin serves a twin with instruments off on a loopback test server.
 func startTwin(t *testing.T, mut func(*sim.Config)) (*server.Server, string) {
 	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
+	cfg := servertest.Config()
 	if mut != nil {
 		mut(&cfg)
 	}
-	srv, err := server.New(server.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go srv.Run(ctx)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		hs.Close()
-		cancel()
-		srv.Close()
-	})
-	return srv, hs.URL
+	tw := servertest.Start(t, server.Options{Config: cfg})
+	return tw.Server, tw.URL
 }
 
 // TestHarnessAgainstTwinGroundTruth: the sessions the harness calls

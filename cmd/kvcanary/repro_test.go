@@ -25,6 +25,7 @@ import (
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/sim"
 	"github.com/kvcanary/kvcanary/runtime/sim/server"
+	"github.com/kvcanary/kvcanary/runtime/sim/server/servertest"
 	"github.com/kvcanary/kvcanary/sessions"
 	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/traces"
@@ -910,14 +911,10 @@ func serveTwin(t *testing.T, mut func(*sim.Config)) string {
 // recorded.
 func serveTwinServer(t *testing.T, mut func(*sim.Config)) (*server.Server, string) {
 	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Instruments = sim.Instruments{}
+	cfg := servertest.Config()
 	mut(&cfg)
-	srv, err := server.New(server.Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srv, testenv.ServeLoop(t, srv.Handler(), srv.Run, srv.Close).URL
+	tw := servertest.Start(t, server.Options{Config: cfg})
+	return tw.Server, tw.URL
 }
 
 func manifestConfig(t *testing.T, path string) (hook.RunConfig, *hook.RunStart) {

@@ -1,10 +1,7 @@
 package testenv
 
 import (
-	"context"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 )
 
@@ -21,24 +18,4 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// ServeLoop serves h on a loopback httptest server for the life of t, with
-// run (the server's main loop; its error is not looked at) going in the
-// background until then. At cleanup the HTTP server closes first, then
-// run's context is cancelled, then stop (when not nil) is called: the
-// order a server that owns goroutines behind its handler needs.
-func ServeLoop(t testing.TB, h http.Handler, run func(context.Context) error, stop func()) *httptest.Server {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	go run(ctx)
-	hs := httptest.NewServer(h)
-	t.Cleanup(func() {
-		hs.Close()
-		cancel()
-		if stop != nil {
-			stop()
-		}
-	})
-	return hs
 }

@@ -1,11 +1,7 @@
 package testenv
 
 import (
-	"context"
-	"io"
 	"net"
-	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,40 +81,6 @@ func TestFreeAddr(t *testing.T) {
 		t.Fatalf("listen on %s: %v, want the address free", addr, err)
 	}
 	ln.Close()
-}
-
-func TestServeLoop(t *testing.T) {
-	var order []string
-	ctxs := make(chan context.Context, 1)
-	var url string
-	t.Run("serve", func(t *testing.T) {
-		hs := ServeLoop(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
-			func(ctx context.Context) error { ctxs <- ctx; <-ctx.Done(); return ctx.Err() },
-			func() {
-				if ctx := <-ctxs; ctx.Err() == nil {
-					order = append(order, "stop before the loop's context was cancelled")
-				}
-				if _, err := http.Get(url); err == nil {
-					order = append(order, "stop before the HTTP server closed")
-				}
-				order = append(order, "stop")
-			})
-		url = hs.URL
-		resp, err := http.Get(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if string(b) != "ok" {
-			t.Errorf("served %q, want ok", b)
-		}
-		t.Cleanup(func() { order = append(order, "after serving") })
-	})
-	// Cleanups run last in, first out: the test's own, then ServeLoop's.
-	if strings.Join(order, ",") != "after serving,stop" {
-		t.Errorf("cleanup order %v", order)
-	}
 }
 
 func TestSyncBuffer(t *testing.T) {
