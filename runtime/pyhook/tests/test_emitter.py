@@ -16,6 +16,7 @@ from kvcanary.emitter import Emitter, KINDS, dec64, encode_event, f32s, get_emit
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "python_events.jsonl")
 HANG = 30.0  # hang guard for waits on another thread; never a timing assertion
+NOT_BLOCKED = 5.0  # an emit that blocked on a stalled writer waits its 60 s write_timeout
 
 
 def replay_body(step):
@@ -139,9 +140,12 @@ def test_stalled_collector_emit_returns_while_writer_blocked():
         # the writer is provably blocked in a socket write: emit still returns, dropping
         t = time.perf_counter()
         assert em.emit("canary.pages", body) is False
-        assert time.perf_counter() - t < 0.05
-        # generous bound: a non-blocking call, not a benchmark (bench.py has the µs figure)
-        assert worst < 0.05, "emit took %.1f ms with a stalled collector" % (worst * 1e3)
+        # Hang bounds, not timings: an emit that waited for the blocked writer
+        # would take its 60 s write_timeout; a loaded CI machine can stall any
+        # call for tens of ms, so nothing tighter is asserted here (bench.py
+        # has the µs figure).
+        assert time.perf_counter() - t < NOT_BLOCKED
+        assert worst < NOT_BLOCKED, "emit took %.1f ms with a stalled collector" % (worst * 1e3)
         assert results.count(False) > 0
         t = time.monotonic()
         em.close(timeout=0.2)  # the flush cannot finish: close gives up, never hangs
