@@ -60,7 +60,7 @@ func benchEach(b *testing.B, fn func(i int) error) {
 }
 
 // benchDecode times d decoding a looped stream of n events.
-func benchDecode(b *testing.B, stream []byte, n int, newDecoder func(io.Reader) interface{ Decode() (Event, error) }) {
+func benchDecode(b *testing.B, stream []byte, n int, newDecoder func(io.Reader) decoder) {
 	d := newDecoder(&loopReader{b: stream})
 	b.SetBytes(int64(len(stream) / n))
 	benchEach(b, func(int) error {
@@ -86,11 +86,9 @@ func jsonStream(evs []Event) []byte {
 	return stream
 }
 
-func newFrameDecoder(r io.Reader) interface{ Decode() (Event, error) } { return NewFrameDecoder(r) }
+func newFrameDecoder(r io.Reader) decoder { return NewFrameDecoder(r) }
 
-func newJSONLinesDecoder(r io.Reader) interface{ Decode() (Event, error) } {
-	return NewJSONLinesDecoder(r)
-}
+func newJSONLinesDecoder(r io.Reader) decoder { return NewJSONLinesDecoder(r) }
 
 // benchLines times decode on the JSON lines of the small-event mix.
 func benchLines(b *testing.B, decode func([]byte) (Event, Reason, error)) {
