@@ -352,39 +352,63 @@ func intern(b []byte) string {
 	return string(b)
 }
 
-func (r *reader) strs(field string) []string {
-	n := r.count(field, 1)
+// listOf reads a list's count and makes a list that long, checking that
+// elements of at least minSize bytes each fit (nil when empty).
+func listOf[T any](r *reader, field string, minSize int) []T {
+	n := r.count(field, minSize)
 	if n == 0 {
 		return nil
 	}
-	out := make([]string, n)
+	return make([]T, n)
+}
+
+// readList reads a list of elements of at least minSize bytes each with
+// elem. The high-rate lists (a room's layers and digests) loop in line
+// instead: a call through elem per element costs them a fifth.
+func readList[T any](r *reader, field string, minSize int, elem func(*reader) T) []T {
+	out := listOf[T](r, field, minSize)
 	for i := range out {
-		out[i] = r.str()
+		out[i] = elem(r)
 	}
 	return out
 }
 
+func (r *reader) strs(field string) []string { return readList(r, field, 1, (*reader).str) }
+
 func (r *reader) f32s(field string) Float32s {
-	n := r.count(field, 4)
-	if n == 0 {
-		return nil
-	}
-	out := make(Float32s, n)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.b[r.off:]))
+	return readList(r, field, 4, func(r *reader) float32 {
+		v := math.Float32frombits(binary.LittleEndian.Uint32(r.b[r.off:]))
 		r.off += 4
-	}
-	return out
+		return v
+	})
 }
 
 func (r *reader) u32list(field string) []uint32 {
-	n := r.count(field, 1)
-	if n == 0 {
-		return nil
-	}
-	out := make([]uint32, n)
+	return readList(r, field, 1, func(r *reader) uint32 { return r.uint32v(field) })
+}
+
+func (r *reader) hex64s(field string) []Hex64 {
+	out := listOf[Hex64](r, field, 8)
 	for i := range out {
-		out[i] = r.uint32v(field)
+		out[i] = Hex64(r.u64())
+	}
+	return out
+}
+
+func (r *reader) i32list(field string) []int32 {
+	return readList(r, field, 1, func(r *reader) int32 {
+		v := r.varint()
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			r.fail(ReasonBadBody, "%s: %d overflows int32", field, v)
+		}
+		return int32(v)
+	})
+}
+
+func (r *reader) intList(field string) []int {
+	out := listOf[int](r, field, 1)
+	for i := range out {
+		out[i] = r.int()
 	}
 	return out
 }
@@ -393,46 +417,6 @@ func (r *reader) u32list(field string) []uint32 {
 // appended fields are read only when bytes are left, so a frame from a
 // producer built before they existed still decodes (they are absent).
 func (r *reader) end() bool { return r.err == nil && r.off == len(r.b) }
-
-func (r *reader) hex64s(field string) []Hex64 {
-	n := r.count(field, 8)
-	if n == 0 {
-		return nil
-	}
-	out := make([]Hex64, n)
-	for i := range out {
-		out[i] = Hex64(r.u64())
-	}
-	return out
-}
-
-func (r *reader) intList(field string) []int {
-	n := r.count(field, 1)
-	if n == 0 {
-		return nil
-	}
-	out := make([]int, n)
-	for i := range out {
-		out[i] = r.int()
-	}
-	return out
-}
-
-func (r *reader) i32list(field string) []int32 {
-	n := r.count(field, 1)
-	if n == 0 {
-		return nil
-	}
-	out := make([]int32, n)
-	for i := range out {
-		v := r.varint()
-		if v < math.MinInt32 || v > math.MaxInt32 {
-			r.fail(ReasonBadBody, "%s: %d overflows int32", field, v)
-		}
-		out[i] = int32(v)
-	}
-	return out
-}
 
 // slabN is how many bodies of one kind a slab chunk holds (see slabs).
 const slabN = 64
