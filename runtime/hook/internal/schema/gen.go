@@ -31,7 +31,10 @@ func Generate(dir string) (map[string][]byte, error) {
 	}
 	out := map[string][]byte{}
 	for name, gen := range map[string]func() (string, error){
-		SchemaFile:   func() (string, error) { src, err := s.genSchema(); return "import \"strconv\"\n\n" + src, err },
+		SchemaFile: func() (string, error) {
+			src, err := s.genSchema()
+			return "import (\n\t\"fmt\"\n\t\"strconv\"\n)\n\n" + src, err
+		},
 		BinaryFile:   s.genBinary,
 		FastJSONFile: s.genFastJSON,
 		ValidateFile: s.genValidate,
@@ -199,6 +202,11 @@ func (s *Schema) elemStructs() []*Struct {
 
 func (s *Schema) genSchema() (string, error) {
 	var b strings.Builder
+	b.WriteString("// NewBody returns a zero body of the given kind, ready to decode into.\nfunc NewBody(k Kind) (Body, error) {\n\tswitch k {\n")
+	for _, k := range s.Kinds {
+		fmt.Fprintf(&b, "\tcase %s:\n\t\treturn &%s{}, nil\n", k.Const, k.Body.Name)
+	}
+	b.WriteString("\t}\n\treturn nil, fmt.Errorf(\"unknown event kind %d\", k)\n}\n\n")
 	b.WriteString("// isNilBody reports whether b is a typed nil pointer of a body type.\nfunc isNilBody(b Body) bool {\n\tswitch v := b.(type) {\n")
 	for _, k := range s.Kinds {
 		fmt.Fprintf(&b, "\tcase *%s:\n\t\treturn v == nil\n", k.Body.Name)
