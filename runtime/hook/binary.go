@@ -362,29 +362,29 @@ func listOf[T any](r *reader, field string, minSize int) []T {
 	return make([]T, n)
 }
 
-// readList reads a list of elements of at least minSize bytes each with
-// elem. The high-rate lists (a room's layers and digests) loop in line
-// instead: a call through elem per element costs them a fifth.
-func readList[T any](r *reader, field string, minSize int, elem func(*reader) T) []T {
-	out := listOf[T](r, field, minSize)
+func (r *reader) strs(field string) []string {
+	out := listOf[string](r, field, 1)
 	for i := range out {
-		out[i] = elem(r)
+		out[i] = r.str()
 	}
 	return out
 }
 
-func (r *reader) strs(field string) []string { return readList(r, field, 1, (*reader).str) }
-
 func (r *reader) f32s(field string) Float32s {
-	return readList(r, field, 4, func(r *reader) float32 {
-		v := math.Float32frombits(binary.LittleEndian.Uint32(r.b[r.off:]))
+	out := listOf[float32](r, field, 4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.b[r.off:]))
 		r.off += 4
-		return v
-	})
+	}
+	return out
 }
 
 func (r *reader) u32list(field string) []uint32 {
-	return readList(r, field, 1, func(r *reader) uint32 { return r.uint32v(field) })
+	out := listOf[uint32](r, field, 1)
+	for i := range out {
+		out[i] = r.uint32v(field)
+	}
+	return out
 }
 
 func (r *reader) hex64s(field string) []Hex64 {
@@ -396,13 +396,15 @@ func (r *reader) hex64s(field string) []Hex64 {
 }
 
 func (r *reader) i32list(field string) []int32 {
-	return readList(r, field, 1, func(r *reader) int32 {
+	out := listOf[int32](r, field, 1)
+	for i := range out {
 		v := r.varint()
 		if v < math.MinInt32 || v > math.MaxInt32 {
 			r.fail(ReasonBadBody, "%s: %d overflows int32", field, v)
 		}
-		return int32(v)
-	})
+		out[i] = int32(v)
+	}
+	return out
 }
 
 func (r *reader) intList(field string) []int {
