@@ -91,29 +91,10 @@ func EventLineLen(ev Event) (int, error) {
 	// {"v":1,"kind":K,"ts_ns":N[,"src":{...}][,"run":R],"body":B}
 	n := len(`{"v":1,"kind":,"ts_ns":,"body":}`) + stringLen(ev.Kind.String()) + len(strconv.AppendInt(nil, ev.TS, 10)) + body
 	if ev.Src != (Source{}) {
-		n += len(`,"src":{}`)
-		fields := 0
-		if ev.Src.Node != "" {
-			n += len(`"node":`) + stringLen(ev.Src.Node)
-			fields++
-		}
-		if ev.Src.Proc != "" {
-			n += len(`"proc":`) + stringLen(ev.Src.Proc)
-			fields++
-		}
-		if ev.Src.PID != 0 {
-			n += len(`"pid":`) + len(strconv.AppendInt(nil, int64(ev.Src.PID), 10))
-			fields++
-		}
-		if ev.Src.Role != "" {
-			n += len(`"role":`) + stringLen(ev.Src.Role)
-			fields++
-		}
-		if ev.Src.Rank != 0 {
-			n += len(`"rank":`) + len(strconv.AppendInt(nil, int64(ev.Src.Rank), 10))
-			fields++
-		}
-		n += max(fields-1, 0)
+		// The envelope's src as AppendJSON writes it (on the stack unless
+		// its strings are long).
+		var scratch [128]byte
+		n += len(`,"src":`) + len(appendSourceJSON(scratch[:0], ev.Src))
 	}
 	if ev.Run != "" {
 		n += len(`,"run":`) + stringLen(ev.Run)

@@ -100,21 +100,14 @@ func TestAdmitFactorsHold(t *testing.T) {
 	binaries := []Event{
 		{Kind: KindFinding, Body: &Finding{Severity: SevInfo, Summary: strings.Repeat("<", n), Evidence: map[string]string{"<": "&"}}},
 		{Kind: KindCanaryPages, Body: &CanaryPages{Changed: make([]PageChange, n)}},
-		{Kind: KindCanaryPages, Body: &CanaryPages{Running: make([]string, n), Expected: repeatU32(127, n)}},
-		{Kind: KindCanaryPages, Body: &CanaryPages{Running: repeatStr(lt, n)}},
-		{Kind: KindGraphDiffSample, Body: &GraphDiffSample{Request: "r", Graph: make(Float32s, n), TopKGraph: repeatI32(-64, n)}},
+		{Kind: KindCanaryPages, Body: &CanaryPages{Running: make([]string, n), Expected: repeated[uint32](127, n)}},
+		{Kind: KindCanaryPages, Body: &CanaryPages{Running: repeated(lt, n)}},
+		{Kind: KindGraphDiffSample, Body: &GraphDiffSample{Request: "r", Graph: make(Float32s, n), TopKGraph: repeated[int32](-64, n)}},
 		{Kind: KindRoomChecksum, Body: &RoomChecksum{Side: SideDecode, SeqLen: 64 * n, PageBsum: make([]Hex64, n), Layers: ascendingInts(n), LayerBsum: make([]Hex64, n)}},
-		{Kind: KindSession, Body: &Session{ID: "<", Outcome: OutcomeDone, Requests: repeatStr("\u2028", n), FinishReasons: make([]string, n)}},
+		{Kind: KindSession, Body: &Session{ID: "<", Outcome: OutcomeDone, Requests: repeated("\u2028", n), FinishReasons: make([]string, n)}},
 	}
 	for i, ev := range binaries {
-		f, err := AppendFrame(nil, ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, err := DecodeFrame(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, f := frameRoundTrip(t, ev)
 		checkFactor(t, "binary frame", i, got, len(f)-frameHeaderLen, admitBinaryFactor)
 	}
 }
@@ -132,16 +125,9 @@ func checkFactor(t *testing.T, what string, i int, ev Event, wire, factor int) {
 	t.Logf("%s %d (%s): ×%.2f", what, i, ev.Kind, float64(n)/float64(wire))
 }
 
-func repeatU32(v uint32, n int) []uint32 {
-	s := make([]uint32, n)
-	for i := range s {
-		s[i] = v
-	}
-	return s
-}
-
-func repeatI32(v int32, n int) []int32 {
-	s := make([]int32, n)
+// repeated is n copies of v.
+func repeated[T any](v T, n int) []T {
+	s := make([]T, n)
 	for i := range s {
 		s[i] = v
 	}
@@ -154,14 +140,6 @@ func ascendingInts(n int) []int {
 	s := make([]int, n)
 	for i := range s {
 		s[i] = i
-	}
-	return s
-}
-
-func repeatStr(v string, n int) []string {
-	s := make([]string, n)
-	for i := range s {
-		s[i] = v
 	}
 	return s
 }

@@ -352,12 +352,18 @@ func intern(b []byte) string {
 	return string(b)
 }
 
-func (r *reader) strs(field string) []string {
-	n := r.count(field, 1)
+// listOf reads a list's count and makes a list that long, checking that
+// elements of at least minSize bytes each fit (nil when empty).
+func listOf[T any](r *reader, field string, minSize int) []T {
+	n := r.count(field, minSize)
 	if n == 0 {
 		return nil
 	}
-	out := make([]string, n)
+	return make([]T, n)
+}
+
+func (r *reader) strs(field string) []string {
+	out := listOf[string](r, field, 1)
 	for i := range out {
 		out[i] = r.str()
 	}
@@ -365,11 +371,7 @@ func (r *reader) strs(field string) []string {
 }
 
 func (r *reader) f32s(field string) Float32s {
-	n := r.count(field, 4)
-	if n == 0 {
-		return nil
-	}
-	out := make(Float32s, n)
+	out := listOf[float32](r, field, 4)
 	for i := range out {
 		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(r.b[r.off:]))
 		r.off += 4
@@ -378,52 +380,23 @@ func (r *reader) f32s(field string) Float32s {
 }
 
 func (r *reader) u32list(field string) []uint32 {
-	n := r.count(field, 1)
-	if n == 0 {
-		return nil
-	}
-	out := make([]uint32, n)
+	out := listOf[uint32](r, field, 1)
 	for i := range out {
 		out[i] = r.uint32v(field)
 	}
 	return out
 }
 
-// end reports whether the body has been consumed exactly. A layout's
-// appended fields are read only when bytes are left, so a frame from a
-// producer built before they existed still decodes (they are absent).
-func (r *reader) end() bool { return r.err == nil && r.off == len(r.b) }
-
 func (r *reader) hex64s(field string) []Hex64 {
-	n := r.count(field, 8)
-	if n == 0 {
-		return nil
-	}
-	out := make([]Hex64, n)
+	out := listOf[Hex64](r, field, 8)
 	for i := range out {
 		out[i] = Hex64(r.u64())
 	}
 	return out
 }
 
-func (r *reader) intList(field string) []int {
-	n := r.count(field, 1)
-	if n == 0 {
-		return nil
-	}
-	out := make([]int, n)
-	for i := range out {
-		out[i] = r.int()
-	}
-	return out
-}
-
 func (r *reader) i32list(field string) []int32 {
-	n := r.count(field, 1)
-	if n == 0 {
-		return nil
-	}
-	out := make([]int32, n)
+	out := listOf[int32](r, field, 1)
 	for i := range out {
 		v := r.varint()
 		if v < math.MinInt32 || v > math.MaxInt32 {
@@ -433,6 +406,19 @@ func (r *reader) i32list(field string) []int32 {
 	}
 	return out
 }
+
+func (r *reader) intList(field string) []int {
+	out := listOf[int](r, field, 1)
+	for i := range out {
+		out[i] = r.int()
+	}
+	return out
+}
+
+// end reports whether the body has been consumed exactly. A layout's
+// appended fields are read only when bytes are left, so a frame from a
+// producer built before they existed still decodes (they are absent).
+func (r *reader) end() bool { return r.err == nil && r.off == len(r.b) }
 
 // slabN is how many bodies of one kind a slab chunk holds (see slabs).
 const slabN = 64

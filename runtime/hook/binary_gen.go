@@ -270,11 +270,7 @@ func (e *enc) listPageChange(_ string, v []PageChange) {
 }
 
 func (r *reader) listPageChange(field string) []PageChange {
-	n := r.count(field, 18)
-	if n == 0 {
-		return nil
-	}
-	out := make([]PageChange, n)
+	out := listOf[PageChange](r, field, 18)
 	for i := range out {
 		c := &out[i]
 		c.Page = r.uint32v("page")

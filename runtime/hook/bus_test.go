@@ -94,24 +94,17 @@ func TestBusConcurrentPublishersCloseEndsReceivers(t *testing.T) {
 	live := b.Live("view", 8)
 	var llN, liveN int
 	recvDone := make(chan struct{}, 2)
-	go func() {
+	count := func(s *Subscription, n *int) {
 		for {
-			if _, ok := ll.Recv(); !ok {
+			if _, ok := s.Recv(); !ok {
 				break
 			}
-			llN++
+			*n++
 		}
 		recvDone <- struct{}{}
-	}()
-	go func() {
-		for {
-			if _, ok := live.Recv(); !ok {
-				break
-			}
-			liveN++
-		}
-		recvDone <- struct{}{}
-	}()
+	}
+	go count(ll, &llN)
+	go count(live, &liveN)
 	var wg sync.WaitGroup
 	for p := 0; p < publishers; p++ {
 		wg.Add(1)

@@ -109,14 +109,9 @@ func BenchmarkAppendJSON(b *testing.B) {
 		evs[i].Run = "r1"
 	}
 	buf := make([]byte, 0, 1<<12)
-	b.ReportAllocs()
-	cpu0 := processCPUSeconds()
-	b.ResetTimer()
-	for i := range b.N {
+	benchEach(b, func(i int) error {
 		var err error
-		if buf, err = AppendJSON(buf[:0], evs[i%len(evs)]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	report(b, b.N, cpu0)
+		buf, err = AppendJSON(buf[:0], evs[i%len(evs)])
+		return err
+	})
 }

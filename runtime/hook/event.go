@@ -131,35 +131,6 @@ type Body interface {
 	Kind() Kind
 }
 
-// NewBody returns a zero body of the given kind, ready to decode into.
-func NewBody(k Kind) (Body, error) {
-	switch k {
-	case KindRunStart:
-		return &RunStart{}, nil
-	case KindRunEnd:
-		return &RunEnd{}, nil
-	case KindRoomChecksum:
-		return &RoomChecksum{}, nil
-	case KindReplay:
-		return &Replay{}, nil
-	case KindCanaryPages:
-		return &CanaryPages{}, nil
-	case KindGraphDiffSample:
-		return &GraphDiffSample{}, nil
-	case KindSession:
-		return &Session{}, nil
-	case KindSched:
-		return &Sched{}, nil
-	case KindGPU:
-		return &GPU{}, nil
-	case KindCUDA:
-		return &CUDA{}, nil
-	case KindFinding:
-		return &Finding{}, nil
-	}
-	return nil, fmt.Errorf("unknown event kind %d", k)
-}
-
 // ---------------------------------------------------------------------------
 // 64-bit identifiers and digests travel as JSON strings so jq and JavaScript
 // keep every bit.

@@ -117,30 +117,48 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	}
 }
 
+// fuzzDecode decodes a fuzz input with d (10000 events at the most):
+// check gets each event, checkErr each error, which must be a *WireError;
+// a fatal one ends the input.
+func fuzzDecode(t *testing.T, d decoder, check func(Event), checkErr func(we *WireError, err error)) {
+	for range 10000 {
+		ev, err := d.Decode()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			var we *WireError
+			if !errors.As(err, &we) {
+				t.Fatalf("error %v is not a *WireError", err)
+			}
+			checkErr(we, err)
+			if we.Fatal {
+				return
+			}
+			continue
+		}
+		check(ev)
+	}
+}
+
+// checkAgree fails unless ref, the reference decoder, accepts the line
+// that got (decoded by name) came from and builds the same event.
+func checkAgree(t *testing.T, line []byte, name string, got Event, refName string, ref Event, refErr error) {
+	t.Helper()
+	if refErr != nil {
+		t.Fatalf("%s accepted %q, %s rejects it: %v", name, line, refName, refErr)
+	}
+	gb, _ := json.Marshal(got)
+	rb, _ := json.Marshal(ref)
+	if !bytes.Equal(gb, rb) {
+		t.Fatalf("%s and %s disagree on %q:\n%s %s\n%s %s", name, refName, line, name, gb, refName, rb)
+	}
+}
+
 func FuzzFrameDecoder(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		d := NewFrameDecoder(bytes.NewReader(in))
-		for range 10000 {
-			ev, err := d.Decode()
-			if err == io.EOF {
-				return
-			}
-			if err != nil {
-				var we *WireError
-				if !errors.As(err, &we) {
-					t.Fatalf("error %v is not a *WireError", err)
-				}
-				if we.Reason == ReasonNone || we.Offset < 0 || we.Offset > int64(len(in)) {
-					t.Fatalf("bad WireError %+v", we)
-				}
-				if we.Fatal {
-					if _, err2 := d.Decode(); err2 != err {
-						t.Fatalf("after fatal %v: %v", err, err2)
-					}
-					return
-				}
-				continue
-			}
+		fuzzDecode(t, d, func(ev Event) {
 			// Whatever decodes re-encodes, and re-encoding is stable.
 			b1, err := AppendFrame(nil, ev)
 			if err != nil {
@@ -162,7 +180,16 @@ func FuzzFrameDecoder(f *testing.F) {
 			if n, err := EventLineLen(ev); err != nil || n != len(j) {
 				t.Fatalf("EventLineLen = %d, %v; the JSON line is %d bytes: %s", n, err, len(j), j)
 			}
-		}
+		}, func(we *WireError, err error) {
+			if we.Reason == ReasonNone || we.Offset < 0 || we.Offset > int64(len(in)) {
+				t.Fatalf("bad WireError %+v", we)
+			}
+			if we.Fatal {
+				if _, err2 := d.Decode(); err2 != err {
+					t.Fatalf("after fatal %v: %v", err, err2)
+				}
+			}
+		})
 	})
 }
 
@@ -176,32 +203,11 @@ func FuzzJSONLines(f *testing.F) {
 			fast, ok := fastLine(line)
 			slow, _, slowErr := slowDecodeLine(line)
 			if ok {
-				if slowErr != nil {
-					t.Fatalf("fast path accepted %q, encoding/json rejects it: %v", line, slowErr)
-				}
-				fb, _ := json.Marshal(fast)
-				sb, _ := json.Marshal(slow)
-				if !bytes.Equal(fb, sb) {
-					t.Fatalf("paths disagree on %q:\nfast %s\nslow %s", line, fb, sb)
-				}
+				checkAgree(t, line, "fast path", fast, "encoding/json", slow, slowErr)
 			}
 		}
 		d := NewJSONLinesDecoder(bytes.NewReader(in))
-		for range 10000 {
-			ev, err := d.Decode()
-			if err == io.EOF {
-				return
-			}
-			if err != nil {
-				var we *WireError
-				if !errors.As(err, &we) || we.Reason == ReasonNone || we.Line < 1 {
-					t.Fatalf("bad error %v", err)
-				}
-				if we.Fatal {
-					return
-				}
-				continue
-			}
+		fuzzDecode(t, d, func(ev Event) {
 			b, err := json.Marshal(ev)
 			if err != nil {
 				t.Fatalf("decoded event does not re-marshal: %v", err)
@@ -220,6 +226,10 @@ func FuzzJSONLines(f *testing.F) {
 			if !bytes.Equal(b, b2) {
 				t.Fatalf("unstable JSON:\n%s\n%s", b, b2)
 			}
-		}
+		}, func(we *WireError, err error) {
+			if we.Reason == ReasonNone || we.Line < 1 {
+				t.Fatalf("bad error %v", err)
+			}
+		})
 	})
 }

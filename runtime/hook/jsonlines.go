@@ -16,24 +16,12 @@ import (
 // Event.MarshalJSON writes it. Blank lines are skipped; a line may end in
 // "\r\n". Errors name the 1-based line number and the line's byte offset.
 type JSONLinesDecoder struct {
-	r     io.Reader
-	buf   []byte
-	start int
-	end   int
-	off   int64 // stream offset of buf[start]
-	line  int   // lines consumed so far
-	rerr  error
-	fatal error
-	slabs slabs
-	mem   *memBudget // the collector's budget for buf; nil: unaccounted
-
-	last decoded // the last line Decode returned an event for
+	streamBuf
+	line int // lines consumed so far
 }
 
 // NewJSONLinesDecoder returns a decoder reading JSON lines from r.
-func NewJSONLinesDecoder(r io.Reader) *JSONLinesDecoder {
-	return &JSONLinesDecoder{r: r, buf: make([]byte, decodeBufSize)}
-}
+func NewJSONLinesDecoder(r io.Reader) *JSONLinesDecoder { return newBudgetJSONLinesDecoder(r, nil) }
 
 // newBudgetJSONLinesDecoder is NewJSONLinesDecoder with its buffer
 // accounted in mem; nil when mem cannot hold the first buffer.
@@ -41,25 +29,11 @@ func newBudgetJSONLinesDecoder(r io.Reader, mem *memBudget) *JSONLinesDecoder {
 	if !mem.reserve(decodeBufSize) {
 		return nil
 	}
-	return &JSONLinesDecoder{r: r, buf: make([]byte, decodeBufSize), mem: mem}
+	return &JSONLinesDecoder{streamBuf: newStreamBuf(r, mem)}
 }
 
 // Line is the number of lines consumed so far.
 func (d *JSONLinesDecoder) Line() int { return d.line }
-
-// buffered is the number of bytes of the next line already read.
-func (d *JSONLinesDecoder) buffered() int { return d.end - d.start }
-
-func (d *JSONLinesDecoder) lastDecoded() *decoded { return &d.last }
-
-// release gives the buffer back to the budget; the decoder is unusable after.
-func (d *JSONLinesDecoder) release() {
-	d.mem.release(len(d.buf))
-	d.buf, d.start, d.end = nil, 0, 0
-	if d.fatal == nil {
-		d.fatal = io.EOF
-	}
-}
 
 // nextLine returns the next line without its terminator, its offset, and
 // whether it was terminated by '\n'. An unterminated last line is returned
@@ -97,34 +71,11 @@ func (d *JSONLinesDecoder) nextLine() (line []byte, off int64, terminated bool, 
 		// (doubling as its bytes arrive, up to the longest line plus '\n').
 		// After a long line, give its buffer back once the rest fits in a
 		// first-size one.
-		if len(d.buf) > shrinkAbove && d.end-d.start < decodeBufSize {
-			d.buf, d.end = d.mem.shrink(d.buf, d.start, d.end, decodeBufSize), d.end-d.start
-			scanFrom -= d.start
-			d.start = 0
+		scanFrom -= d.slide(len(d.buf) > shrinkAbove && d.end-d.start < decodeBufSize)
+		if d.end == len(d.buf) && !d.grow(min(max(2*len(d.buf), decodeBufSize), MaxFrameSize+1), 2*len(d.buf)) {
+			continue
 		}
-		if d.start > 0 {
-			copy(d.buf, d.buf[d.start:d.end])
-			d.end -= d.start
-			scanFrom -= d.start
-			d.start = 0
-		}
-		if d.end == len(d.buf) {
-			nb, ok := d.mem.grow(d.buf, d.end, min(max(2*len(d.buf), decodeBufSize), MaxFrameSize+1))
-			if !ok {
-				d.rerr = &budgetError{need: 2 * len(d.buf), have: d.end, limit: d.mem.limit}
-				continue
-			}
-			d.buf = nb
-		}
-		n, err := d.r.Read(d.buf[d.end:])
-		d.end += n
-		if err != nil {
-			d.rerr = err
-		} else if n == 0 {
-			if zeroReads++; zeroReads > 100 {
-				d.rerr = io.ErrNoProgress
-			}
-		}
+		d.read(&zeroReads)
 	}
 }
 
@@ -270,20 +221,15 @@ func v1DecodeLine(line []byte) (Event, Reason, error) {
 
 // reasonError carries a Reason through encoding/json-style errors.
 type reasonError struct {
-	reason Reason
-	err    error
+	why Reason
+	err error
 }
 
-func (e *reasonError) Error() string { return e.err.Error() }
-func (e *reasonError) Unwrap() error { return e.err }
+func (e *reasonError) Error() string  { return e.err.Error() }
+func (e *reasonError) Unwrap() error  { return e.err }
+func (e *reasonError) reason() Reason { return e.why }
 
-func jsonReason(err error) Reason {
-	var re *reasonError
-	if errors.As(err, &re) {
-		return re.reason
-	}
-	return ReasonBadJSON
-}
+func jsonReason(err error) Reason { return reasonIn[*reasonError](err, ReasonBadJSON) }
 
 // jsonReasonFor classifies an encoding/json error on input b.
 func jsonReasonFor(b []byte, err error) Reason {

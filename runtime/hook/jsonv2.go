@@ -69,6 +69,9 @@ const (
 	envBody
 )
 
+// envNames[i] is the name of the member whose bit is 1<<i.
+var envNames = [...]string{"v", "kind", "ts_ns", "src", "run", "body"}
+
 // envMember matches a member name of the envelope as encoding/json would
 // (ASCII case-insensitively); 0 for other names. ok is false for a name
 // this path leaves to encoding/json (escaped or non-ASCII).
@@ -82,19 +85,10 @@ func envMember(quoted []byte) (m int, ok bool) {
 			return 0, false
 		}
 	}
-	switch {
-	case asciiEqualFold(name, "v"):
-		return envV, true
-	case asciiEqualFold(name, "kind"):
-		return envKind, true
-	case asciiEqualFold(name, "ts_ns"):
-		return envTS, true
-	case asciiEqualFold(name, "src"):
-		return envSrc, true
-	case asciiEqualFold(name, "run"):
-		return envRun, true
-	case asciiEqualFold(name, "body"):
-		return envBody, true
+	for i, env := range envNames {
+		if asciiEqualFold(name, env) {
+			return 1 << i, true
+		}
 	}
 	return 0, true
 }

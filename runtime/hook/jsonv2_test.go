@@ -2,7 +2,6 @@ package hook
 
 import (
 	"bytes"
-	"encoding/json"
 	"testing"
 	"unicode/utf8"
 )
@@ -19,14 +18,7 @@ func checkV2AgreesWithV1(t *testing.T, line []byte) (accepted bool) {
 		return false
 	}
 	v1, _, err := v1DecodeLine(line)
-	if err != nil {
-		t.Fatalf("v2 accepted %q, encoding/json rejects it: %v", line, err)
-	}
-	b2, _ := json.Marshal(v2)
-	b1, _ := json.Marshal(v1)
-	if !bytes.Equal(b1, b2) {
-		t.Fatalf("v2 and encoding/json disagree on %q:\nv2 %s\nv1 %s", line, b2, b1)
-	}
+	checkAgree(t, line, "v2", v2, "encoding/json", v1, err)
 	return true
 }
 

@@ -3,7 +3,39 @@
 
 package hook
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+)
+
+// NewBody returns a zero body of the given kind, ready to decode into.
+func NewBody(k Kind) (Body, error) {
+	switch k {
+	case KindRunStart:
+		return &RunStart{}, nil
+	case KindRunEnd:
+		return &RunEnd{}, nil
+	case KindRoomChecksum:
+		return &RoomChecksum{}, nil
+	case KindReplay:
+		return &Replay{}, nil
+	case KindCanaryPages:
+		return &CanaryPages{}, nil
+	case KindGraphDiffSample:
+		return &GraphDiffSample{}, nil
+	case KindSession:
+		return &Session{}, nil
+	case KindSched:
+		return &Sched{}, nil
+	case KindGPU:
+		return &GPU{}, nil
+	case KindCUDA:
+		return &CUDA{}, nil
+	case KindFinding:
+		return &Finding{}, nil
+	}
+	return nil, fmt.Errorf("unknown event kind %d", k)
+}
 
 // isNilBody reports whether b is a typed nil pointer of a body type.
 func isNilBody(b Body) bool {

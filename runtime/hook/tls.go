@@ -36,11 +36,7 @@ const DefaultHandshakeTimeout = 10 * time.Second
 // a client certificate when one is sent; the collector refuses connections
 // without one after the handshake (so the refusal is counted by reason).
 func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load server certificate %s / key %s: %w", certFile, keyFile, err)
-	}
-	pool, err := loadCAPool(clientCAFile)
+	cert, pool, err := loadTLSFiles("server", certFile, keyFile, clientCAFile)
 	if err != nil {
 		return nil, err
 	}
@@ -60,11 +56,7 @@ func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error
 // signed the collector's certificate (TLS 1.3; the server name is checked
 // against the dialled host).
 func ClientTLSConfig(certFile, keyFile, caFile string) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load client certificate %s / key %s: %w", certFile, keyFile, err)
-	}
-	pool, err := loadCAPool(caFile)
+	cert, pool, err := loadTLSFiles("client", certFile, keyFile, caFile)
 	if err != nil {
 		return nil, err
 	}
@@ -89,6 +81,20 @@ func ClientTLSFromEnv() (*tls.Config, error) {
 		return nil, fmt.Errorf("TLS settings: %v unset (set all three of %s, %s, %s, or none)", missing, EnvTLSCert, EnvTLSKey, EnvTLSCA)
 	}
 	return ClientTLSConfig(cert, key, ca)
+}
+
+// loadTLSFiles loads the certificate and key of a side (server or client)
+// and the CA bundle its peer's certificate must chain to.
+func loadTLSFiles(side, certFile, keyFile, caFile string) (tls.Certificate, *x509.CertPool, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("load %s certificate %s / key %s: %w", side, certFile, keyFile, err)
+	}
+	pool, err := loadCAPool(caFile)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	return cert, pool, nil
 }
 
 func loadCAPool(file string) (*x509.CertPool, error) {

@@ -390,17 +390,10 @@ func TestU64FieldsRefuseJSONNumbers(t *testing.T) {
 		{KindCanaryPages, `{"changed":[{"page":1,"before":"0x1","after":5}]}`, "changed.after is the JSON number 5"},
 	} {
 		line := fmt.Appendf(nil, `{"v":1,"kind":"%s","ts_ns":1,"body":%s}`, tc.kind, tc.body)
-		if _, ok := fastLine(line); ok {
-			t.Errorf("fast path accepted %s", line)
-		}
-		_, r, err := DecodeJSONLine(line)
-		if r != ReasonBadValue || err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %s, %v; want bad_value %q", line, r, err, tc.want)
-		}
-		var ev Event
-		if err := ev.UnmarshalJSON(line); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("UnmarshalJSON %s: %v", line, err)
-		}
+		checkLineRefused(t, line, ReasonBadValue, tc.want, func(line []byte) error {
+			var ev Event
+			return ev.UnmarshalJSON(line)
+		})
 		frame := rawFrame(append([]byte{1, byte(tc.kind), FlagJSON, 0, 0, 0, 0, 0, 0, 0, 0}, tc.body...)...)
 		if _, _, err := DecodeFrame(frame); ReasonOf(err) != ReasonBadValue || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("frame with JSON body %s: %v", tc.body, err)
@@ -414,6 +407,23 @@ func TestU64FieldsRefuseJSONNumbers(t *testing.T) {
 	}
 	if rc := ev.Body.(*RoomChecksum); rc.Room != 1<<64-1 || rc.Bsum != 1<<64-1 || rc.XXH3 != 12 {
 		t.Errorf("got %+v", rc)
+	}
+}
+
+// checkLineRefused checks that the fast path leaves line, DecodeJSONLine
+// refuses it for reason with an error holding want, and unmarshal refuses
+// it with the same words.
+func checkLineRefused(t *testing.T, line []byte, reason Reason, want string, unmarshal func([]byte) error) {
+	t.Helper()
+	if _, ok := fastLine(line); ok {
+		t.Errorf("fast path accepted %s", line)
+	}
+	_, r, err := DecodeJSONLine(line)
+	if r != reason || err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: %s, %v; want %s %q", line, r, err, reason, want)
+	}
+	if err := unmarshal(line); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("UnmarshalJSON %s: %v", line, err)
 	}
 }
 
@@ -448,17 +458,10 @@ func TestDuplicateKeysRejected(t *testing.T) {
 		if !json.Valid(line) {
 			t.Fatalf("test line is not JSON: %s", line)
 		}
-		if _, ok := fastLine(line); ok {
-			t.Errorf("fast path accepted %s", line)
-		}
-		_, r, err := DecodeJSONLine(line)
-		if r != ReasonBadJSON || err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %s, %v; want bad_json %q", line, r, err, tc.want)
-		}
-		var ev Event
-		if err := json.Unmarshal(line, &ev); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("UnmarshalJSON %s: %v", line, err)
-		}
+		checkLineRefused(t, line, ReasonBadJSON, tc.want, func(line []byte) error {
+			var ev Event
+			return json.Unmarshal(line, &ev)
+		})
 		// The last line of a stream, without its newline, is complete: a
 		// repeated name there is bad_json, not truncated.
 		d := NewJSONLinesDecoder(bytes.NewReader(line))

@@ -15,10 +15,7 @@ func (s Side) Valid() bool { return s == SidePrefill || s == SideDecode }
 
 // ParseSide returns the side named text, or an error naming text.
 func ParseSide(text string) (Side, error) {
-	if s := Side(text); s.Valid() {
-		return s, nil
-	}
-	return "", fmt.Errorf("parse side %q: want prefill or decode", text)
+	return parseWord[Side](text, "side", "prefill or decode")
 }
 
 // Severities lists the finding severities, least to most severe.
@@ -29,10 +26,7 @@ func (s Severity) Valid() bool { return s == SevInfo || s == SevWarn || s == Sev
 
 // ParseSeverity returns the severity named text, or an error naming text.
 func ParseSeverity(text string) (Severity, error) {
-	if s := Severity(text); s.Valid() {
-		return s, nil
-	}
-	return "", fmt.Errorf("parse severity %q: want info, warn or error", text)
+	return parseWord[Severity](text, "severity", "info, warn or error")
 }
 
 // ReplayMode is how a decode step ran (Replay.Mode): a graph replay or an
@@ -53,8 +47,17 @@ func (m ReplayMode) Valid() bool { return m == ReplayGraph || m == ReplayEager }
 
 // ParseReplayMode returns the mode named text, or an error naming text.
 func ParseReplayMode(text string) (ReplayMode, error) {
-	if m := ReplayMode(text); m.Valid() {
-		return m, nil
+	return parseWord[ReplayMode](text, "replay mode", "graph or eager")
+}
+
+// parseWord returns text as a T when it is one of T's words, or an error
+// naming text, what a T is and want, the words.
+func parseWord[T interface {
+	~string
+	Valid() bool
+}](text, what, want string) (T, error) {
+	if w := T(text); w.Valid() {
+		return w, nil
 	}
-	return "", fmt.Errorf("parse replay mode %q: want graph or eager", text)
+	return "", fmt.Errorf("parse %s %q: want %s", what, text, want)
 }

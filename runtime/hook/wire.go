@@ -116,13 +116,21 @@ func (e *WireError) Error() string {
 
 func (e *WireError) Unwrap() error { return e.Err }
 
+func (e *WireError) reason() Reason { return e.Reason }
+
 // ReasonOf returns the rejection reason of err, or ReasonNone.
-func ReasonOf(err error) Reason {
-	var we *WireError
-	if errors.As(err, &we) {
-		return we.Reason
+func ReasonOf(err error) Reason { return reasonIn[*WireError](err, ReasonNone) }
+
+// reasonIn returns the reason of the first E in err's chain, or otherwise.
+func reasonIn[E interface {
+	error
+	reason() Reason
+}](err error, otherwise Reason) Reason {
+	var e E
+	if errors.As(err, &e) {
+		return e.reason()
 	}
-	return ReasonNone
+	return otherwise
 }
 
 // bodyError is a body decoding error with a reason and the body-relative
@@ -219,17 +227,86 @@ func appendFrameUnchecked(dst []byte, ev Event, forceJSON bool) ([]byte, error) 
 // bytes of a frame arrive (at most twice what is buffered), not when a
 // length prefix announces them.
 type FrameDecoder struct {
+	streamBuf
+}
+
+// streamBuf is what the frame and JSON-lines decoders share: the reader,
+// the buffer and its accounting, the stream offset and the sticky errors.
+type streamBuf struct {
 	r     io.Reader
 	buf   []byte
-	start int // first unread byte in buf
-	end   int // end of valid data in buf
-	off   int64
+	start int   // first unread byte in buf
+	end   int   // end of valid data in buf
+	off   int64 // stream offset of buf[start]
 	fatal error
 	rerr  error // read error seen while filling
 	slabs slabs
 	mem   *memBudget // the collector's budget for buf; nil: unaccounted
 
-	last decoded // the last frame Decode returned an event for
+	last decoded // the last frame or line Decode returned an event for
+}
+
+func newStreamBuf(r io.Reader, mem *memBudget) streamBuf {
+	return streamBuf{r: r, buf: make([]byte, decodeBufSize), mem: mem}
+}
+
+// buffered is the number of bytes of the next frame or line already read.
+func (d *streamBuf) buffered() int { return d.end - d.start }
+
+func (d *streamBuf) lastDecoded() *decoded { return &d.last }
+
+// release gives the buffer back to the budget; the decoder is unusable after.
+func (d *streamBuf) release() {
+	d.mem.release(len(d.buf))
+	d.buf, d.start, d.end = nil, 0, 0
+	if d.fatal == nil {
+		d.fatal = io.EOF
+	}
+}
+
+// slide moves the unread bytes to the front of the buffer, into a
+// first-size one when shrink, and says by how much they moved.
+func (d *streamBuf) slide(shrink bool) (moved int) {
+	moved = d.start
+	if shrink {
+		// After a large frame or line: give its buffer back rather than
+		// keep it for the life of the connection.
+		d.buf, d.end = d.mem.shrink(d.buf, d.start, d.end, decodeBufSize), d.end-d.start
+		d.start = 0
+	}
+	if d.start > 0 {
+		copy(d.buf, d.buf[d.start:d.end])
+		d.end -= d.start
+		d.start = 0
+	}
+	return moved
+}
+
+// grow makes the buffer size bytes long; when the budget refuses, the
+// refusal (which needed need bytes) becomes the read error.
+func (d *streamBuf) grow(size, need int) bool {
+	nb, ok := d.mem.grow(d.buf, d.end, size)
+	if !ok {
+		d.rerr = &budgetError{need: need, have: d.end, limit: d.mem.limit}
+		return false
+	}
+	d.buf = nb
+	return true
+}
+
+// read reads once into the free end of the buffer; an error, or a reader
+// returning 0, nil more than 100 times in a row (counted in zeroReads),
+// becomes the read error.
+func (d *streamBuf) read(zeroReads *int) {
+	n, err := d.r.Read(d.buf[d.end:])
+	d.end += n
+	if err != nil {
+		d.rerr = err
+	} else if n == 0 {
+		if *zeroReads++; *zeroReads > 100 {
+			d.rerr = io.ErrNoProgress
+		}
+	}
 }
 
 // decoded describes the frame or line of the last event a decoder returned:
@@ -252,9 +329,7 @@ const decodeBufSize = 64 << 10
 const shrinkAbove = 1 << 20
 
 // NewFrameDecoder returns a decoder reading frames from r.
-func NewFrameDecoder(r io.Reader) *FrameDecoder {
-	return &FrameDecoder{r: r, buf: make([]byte, decodeBufSize)}
-}
+func NewFrameDecoder(r io.Reader) *FrameDecoder { return newBudgetFrameDecoder(r, nil) }
 
 // newBudgetFrameDecoder is NewFrameDecoder with its buffer accounted in mem;
 // nil when mem cannot hold the first buffer.
@@ -262,7 +337,7 @@ func newBudgetFrameDecoder(r io.Reader, mem *memBudget) *FrameDecoder {
 	if !mem.reserve(decodeBufSize) {
 		return nil
 	}
-	return &FrameDecoder{r: r, buf: make([]byte, decodeBufSize), mem: mem}
+	return &FrameDecoder{newStreamBuf(r, mem)}
 }
 
 // SetOffset sets the stream offset reported for the next frame (use it when
@@ -278,55 +353,18 @@ func (d *FrameDecoder) fill(n int) bool {
 	if d.end-d.start >= n {
 		return true
 	}
-	if len(d.buf) > shrinkAbove && n <= decodeBufSize && d.end-d.start <= decodeBufSize {
-		// After a large frame: give its buffer back rather than keep it for
-		// the life of the connection.
-		d.buf, d.end = d.mem.shrink(d.buf, d.start, d.end, decodeBufSize), d.end-d.start
-		d.start = 0
-	}
-	if d.start > 0 {
-		copy(d.buf, d.buf[d.start:d.end])
-		d.end -= d.start
-		d.start = 0
-	}
+	d.slide(len(d.buf) > shrinkAbove && n <= decodeBufSize && d.end-d.start <= decodeBufSize)
 	zeroReads := 0
 	for d.end < n {
 		if d.rerr != nil {
 			return false
 		}
-		if d.end == len(d.buf) {
-			nb, ok := d.mem.grow(d.buf, d.end, min(n, max(2*len(d.buf), decodeBufSize)))
-			if !ok {
-				d.rerr = &budgetError{need: n, have: d.end, limit: d.mem.limit}
-				return false
-			}
-			d.buf = nb
+		if d.end == len(d.buf) && !d.grow(min(n, max(2*len(d.buf), decodeBufSize)), n) {
+			return false
 		}
-		m, err := d.r.Read(d.buf[d.end:])
-		d.end += m
-		if err != nil {
-			d.rerr = err
-		} else if m == 0 {
-			if zeroReads++; zeroReads > 100 { // a reader returning 0, nil forever
-				d.rerr = io.ErrNoProgress
-			}
-		}
+		d.read(&zeroReads)
 	}
 	return true
-}
-
-// buffered is the number of bytes of the next frame already read.
-func (d *FrameDecoder) buffered() int { return d.end - d.start }
-
-func (d *FrameDecoder) lastDecoded() *decoded { return &d.last }
-
-// release gives the buffer back to the budget; the decoder is unusable after.
-func (d *FrameDecoder) release() {
-	d.mem.release(len(d.buf))
-	d.buf, d.start, d.end = nil, 0, 0
-	if d.fatal == nil {
-		d.fatal = io.EOF
-	}
 }
 
 // Decode returns the next event. At a clean end of stream it returns io.EOF.

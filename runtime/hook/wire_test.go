@@ -150,18 +150,25 @@ func TestCodecRoundTripEveryKind(t *testing.T) {
 func TestBinaryFloat32sKeepNaNBits(t *testing.T) {
 	nan := math.Float32frombits(0x7fc00001)
 	in := Event{Kind: KindGraphDiffSample, Body: &GraphDiffSample{Graph: Float32s{nan, float32(math.Inf(-1)), -0}}}
-	b, err := AppendFrame(nil, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _, err := DecodeFrame(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, _ := frameRoundTrip(t, in)
 	g := out.Body.(*GraphDiffSample).Graph
 	if math.Float32bits(g[0]) != 0x7fc00001 || !math.IsInf(float64(g[1]), -1) {
 		t.Fatalf("got %v", g)
 	}
+}
+
+// frameRoundTrip encodes ev as a frame and decodes it back.
+func frameRoundTrip(t *testing.T, ev Event) (Event, []byte) {
+	t.Helper()
+	f, err := AppendFrame(nil, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := DecodeFrame(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, f
 }
 
 func TestAppendFrameRejects(t *testing.T) {
@@ -276,13 +283,7 @@ func TestFrameDecoderBadInput(t *testing.T) {
 			t.Fatalf("%s: first frame: %v", tc.name, err)
 		}
 		_, err := d.Decode()
-		var we *WireError
-		if !errors.As(err, &we) {
-			t.Fatalf("%s: err = %v, want *WireError", tc.name, err)
-		}
-		if we.Reason != tc.reason || we.Fatal != tc.fatal || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v (reason %s fatal %v), want %q reason %s fatal %v", tc.name, err, we.Reason, we.Fatal, tc.want, tc.reason, tc.fatal)
-		}
+		we := checkWireError(t, tc.name, err, tc.reason, tc.fatal, tc.want)
 		if we.Offset != int64(4+len(good)) {
 			t.Errorf("%s: offset %d, want %d", tc.name, we.Offset, 4+len(good))
 		}
@@ -306,6 +307,20 @@ func TestFrameDecoderBadInput(t *testing.T) {
 			t.Errorf("%s: end: %v", tc.name, err)
 		}
 	}
+}
+
+// checkWireError checks that err is a *WireError of the given reason and
+// fatality whose text holds want, and returns it.
+func checkWireError(t *testing.T, name string, err error, reason Reason, fatal bool, want string) *WireError {
+	t.Helper()
+	var we *WireError
+	if !errors.As(err, &we) {
+		t.Fatalf("%s: err = %v, want *WireError", name, err)
+	}
+	if we.Reason != reason || we.Fatal != fatal || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: got %v (reason %s fatal %v), want %q reason %s fatal %v", name, err, we.Reason, we.Fatal, want, reason, fatal)
+	}
+	return we
 }
 
 func TestJSONLinesDecoderBadInput(t *testing.T) {
@@ -339,13 +354,7 @@ func TestJSONLinesDecoderBadInput(t *testing.T) {
 			t.Fatalf("%s: first line: %v", tc.name, err)
 		}
 		_, err := d.Decode()
-		var we *WireError
-		if !errors.As(err, &we) {
-			t.Fatalf("%s: err = %v, want *WireError", tc.name, err)
-		}
-		if we.Reason != tc.reason || we.Fatal != tc.fatal || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: got %v (reason %s fatal %v), want %q reason %s fatal %v", tc.name, err, we.Reason, we.Fatal, tc.want, tc.reason, tc.fatal)
-		}
+		we := checkWireError(t, tc.name, err, tc.reason, tc.fatal, tc.want)
 		if we.Line != 2 || we.Offset != int64(len(good)+1) || !strings.HasPrefix(err.Error(), "line 2 (byte ") {
 			t.Errorf("%s: line %d offset %d (%v), want line 2 offset %d", tc.name, we.Line, we.Offset, err, len(good)+1)
 		}

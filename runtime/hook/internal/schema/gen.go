@@ -31,7 +31,10 @@ func Generate(dir string) (map[string][]byte, error) {
 	}
 	out := map[string][]byte{}
 	for name, gen := range map[string]func() (string, error){
-		SchemaFile:   func() (string, error) { src, err := s.genSchema(); return "import \"strconv\"\n\n" + src, err },
+		SchemaFile: func() (string, error) {
+			src, err := s.genSchema()
+			return "import (\n\t\"fmt\"\n\t\"strconv\"\n)\n\n" + src, err
+		},
 		BinaryFile:   s.genBinary,
 		FastJSONFile: s.genFastJSON,
 		ValidateFile: s.genValidate,
@@ -87,6 +90,29 @@ type wire struct {
 	dec func(json string) string    // expression reading one
 }
 
+// wireTemplate is a scalar's wire type: in enc, {x} is the field converted
+// to its basic type, {raw} the field as it is and {json} its quoted JSON
+// name; dec is the read, before conversion back to the field's type.
+type wireTemplate struct {
+	doc      string
+	min      int
+	enc, dec string
+}
+
+var basicWires = map[string]wireTemplate{
+	"string":  {"str", 1, "e.str({json}, {x})", "r.str()"},
+	"int":     {"varint", 1, "e.b = appendInt(e.b, {x})", "r.int()"},
+	"int64":   {"varint", 1, "e.b = binary.AppendVarint(e.b, {x})", "r.varint()"},
+	"int32":   {"varint i32", 1, "e.b = binary.AppendVarint(e.b, int64({raw}))", "r.int32v({json})"},
+	"uint64":  {"uvarint", 1, "e.b = binary.AppendUvarint(e.b, {x})", "r.uvarint()"},
+	"uint32":  {"u32v", 1, "e.b = binary.AppendUvarint(e.b, uint64({raw}))", "r.uint32v({json})"},
+	"float64": {"f64", 8, "e.f64({json}, {x})", "r.f64({json})"},
+	"bool":    {"bool", 1, "e.b = appendBool(e.b, {x})", "r.bool({json})"},
+}
+
+// u64Wire is Dec64's and Hex64's: eight bytes, whatever the value.
+var u64Wire = wireTemplate{"u64", 8, "e.b = appendU64(e.b, uint64({raw}))", "r.u64()"}
+
 func (s *Schema) wireType(e ast.Expr) (*wire, error) {
 	basic, named := s.basic(e)
 	conv := func(x string) string {
@@ -95,50 +121,16 @@ func (s *Schema) wireType(e ast.Expr) (*wire, error) {
 		}
 		return x
 	}
-	wrap := func(x string) string {
-		if named != "" {
-			return named + "(" + x + ")"
-		}
-		return x
-	}
+	t, ok := basicWires[basic]
 	if named == "Dec64" || named == "Hex64" {
-		return &wire{"u64", 8,
-			func(_, x string) string { return "e.b = appendU64(e.b, uint64(" + x + "))" },
-			func(string) string { return wrap("r.u64()") }}, nil
+		t, ok = u64Wire, true
 	}
-	switch basic {
-	case "string":
-		return &wire{"str", 1,
-			func(j, x string) string { return "e.str(" + strconv.Quote(j) + ", " + conv(x) + ")" },
-			func(string) string { return wrap("r.str()") }}, nil
-	case "int":
-		return &wire{"varint", 1,
-			func(_, x string) string { return "e.b = appendInt(e.b, " + conv(x) + ")" },
-			func(string) string { return wrap("r.int()") }}, nil
-	case "int64":
-		return &wire{"varint", 1,
-			func(_, x string) string { return "e.b = binary.AppendVarint(e.b, " + conv(x) + ")" },
-			func(string) string { return wrap("r.varint()") }}, nil
-	case "int32":
-		return &wire{"varint i32", 1,
-			func(_, x string) string { return "e.b = binary.AppendVarint(e.b, int64(" + x + "))" },
-			func(j string) string { return wrap("r.int32v(" + strconv.Quote(j) + ")") }}, nil
-	case "uint64":
-		return &wire{"uvarint", 1,
-			func(_, x string) string { return "e.b = binary.AppendUvarint(e.b, " + conv(x) + ")" },
-			func(string) string { return wrap("r.uvarint()") }}, nil
-	case "uint32":
-		return &wire{"u32v", 1,
-			func(_, x string) string { return "e.b = binary.AppendUvarint(e.b, uint64(" + x + "))" },
-			func(j string) string { return wrap("r.uint32v(" + strconv.Quote(j) + ")") }}, nil
-	case "float64":
-		return &wire{"f64", 8,
-			func(j, x string) string { return "e.f64(" + strconv.Quote(j) + ", " + conv(x) + ")" },
-			func(j string) string { return wrap("r.f64(" + strconv.Quote(j) + ")") }}, nil
-	case "bool":
-		return &wire{"bool", 1,
-			func(_, x string) string { return "e.b = appendBool(e.b, " + conv(x) + ")" },
-			func(j string) string { return wrap("r.bool(" + strconv.Quote(j) + ")") }}, nil
+	if ok {
+		return &wire{t.doc, t.min,
+			func(j, x string) string {
+				return strings.NewReplacer("{json}", strconv.Quote(j), "{x}", conv(x), "{raw}", x).Replace(t.enc)
+			},
+			func(j string) string { return wrapNamed(named, strings.ReplaceAll(t.dec, "{json}", strconv.Quote(j))) }}, nil
 	}
 	list := func(doc, encFn, decFn string) (*wire, error) {
 		return &wire{doc, 1,
@@ -210,6 +202,11 @@ func (s *Schema) elemStructs() []*Struct {
 
 func (s *Schema) genSchema() (string, error) {
 	var b strings.Builder
+	b.WriteString("// NewBody returns a zero body of the given kind, ready to decode into.\nfunc NewBody(k Kind) (Body, error) {\n\tswitch k {\n")
+	for _, k := range s.Kinds {
+		fmt.Fprintf(&b, "\tcase %s:\n\t\treturn &%s{}, nil\n", k.Const, k.Body.Name)
+	}
+	b.WriteString("\t}\n\treturn nil, fmt.Errorf(\"unknown event kind %d\", k)\n}\n\n")
 	b.WriteString("// isNilBody reports whether b is a typed nil pointer of a body type.\nfunc isNilBody(b Body) bool {\n\tswitch v := b.(type) {\n")
 	for _, k := range s.Kinds {
 		fmt.Fprintf(&b, "\tcase *%s:\n\t\treturn v == nil\n", k.Body.Name)
@@ -347,7 +344,7 @@ func (s *Schema) genBinary() (string, error) {
 			fmt.Fprintf(&b, "\t\t%s\n", w.enc(f.JSON, "c."+f.Go))
 		}
 		b.WriteString("\t}\n}\n\n")
-		fmt.Fprintf(&b, "func (r *reader) list%s(field string) []%s {\n\tn := r.count(field, %d)\n\tif n == 0 {\n\t\treturn nil\n\t}\n\tout := make([]%s, n)\n\tfor i := range out {\n\t\tc := &out[i]\n", st.Name, st.Name, min, st.Name)
+		fmt.Fprintf(&b, "func (r *reader) list%s(field string) []%s {\n\tout := listOf[%s](r, field, %d)\n\tfor i := range out {\n\t\tc := &out[i]\n", st.Name, st.Name, st.Name, min)
 		for _, f := range st.Fields {
 			w, _ := s.wireType(f.Type)
 			fmt.Fprintf(&b, "\t\tc.%s = %s\n", f.Go, w.dec(f.JSON))
@@ -360,46 +357,38 @@ func (s *Schema) genBinary() (string, error) {
 // ---------------------------------------------------------------------------
 // jsonfast_gen.go
 
+// fastReads are the fast path's reads of scalars, by basic type.
+var fastReads = map[string]string{
+	"string": "s.str()", "int": "s.intv()", "int64": "s.int64v()", "int32": "s.int32v()",
+	"uint64": "s.uint64v()", "uint32": "s.uint32v()", "float64": "s.float64v()", "bool": "s.boolv()",
+}
+
+// fastLists are its reads of lists, by element type.
+var fastLists = map[string]string{"string": "s.strList()", "Hex64": "s.hex64List()", "int": "s.intList()"}
+
 func (s *Schema) fastDecoder(e ast.Expr) (string, error) {
 	basic, named := s.basic(e)
-	wrap := func(x string) string {
-		if named != "" {
-			return named + "(" + x + ")"
-		}
-		return x
-	}
 	if named == "Dec64" || named == "Hex64" {
-		return wrap("s.u64v()"), nil
+		return wrapNamed(named, "s.u64v()"), nil
 	}
-	switch basic {
-	case "string":
-		return wrap("s.str()"), nil
-	case "int":
-		return wrap("s.intv()"), nil
-	case "int64":
-		return wrap("s.int64v()"), nil
-	case "int32":
-		return wrap("s.int32v()"), nil
-	case "uint64":
-		return wrap("s.uint64v()"), nil
-	case "uint32":
-		return wrap("s.uint32v()"), nil
-	case "float64":
-		return wrap("s.float64v()"), nil
-	case "bool":
-		return wrap("s.boolv()"), nil
+	if read, ok := fastReads[basic]; ok {
+		return wrapNamed(named, read), nil
 	}
 	if t, ok := e.(*ast.ArrayType); ok && t.Len == nil {
-		switch typeString(t.Elt) {
-		case "string":
-			return "s.strList()", nil
-		case "Hex64":
-			return "s.hex64List()", nil
-		case "int":
-			return "s.intList()", nil
+		if read, ok := fastLists[typeString(t.Elt)]; ok {
+			return read, nil
 		}
 	}
 	return "", fmt.Errorf("no fast JSON decoder for type %s (add one in runtime/hook/internal/schema/gen.go and jsonfast.go, or drop //hook:fastjson)", typeString(e))
+}
+
+// wrapNamed converts x, of a named type's basic type, back to named (x
+// itself when named is "").
+func wrapNamed(named, x string) string {
+	if named != "" {
+		return named + "(" + x + ")"
+	}
+	return x
 }
 
 func (s *Schema) genMembers(b *strings.Builder, st *Struct, v, m string) {
