@@ -309,12 +309,6 @@ func (e *Server) harness(ctx context.Context, seg Segment, url, health string, s
 		if ev.Kind == hook.KindSession && (stopped.Load() || runCtx.Err() != nil) {
 			return // aborted by the bisect or by a dead server: not an outcome
 		}
-		if s, ok := ev.Body.(*hook.Session); ok {
-			if err := serverLost(runCtx, health, s); err != nil {
-				cancel(err)
-				return // failed because the server went away: not an outcome
-			}
-		}
 		mu.Lock()
 		defer mu.Unlock()
 		if cur != nil {
@@ -373,6 +367,9 @@ func (e *Server) harness(ctx context.Context, seg Segment, url, health string, s
 		} else {
 			runErr = harness.Run(runCtx, nil)
 		}
+		if errors.Is(runErr, repro.ErrServerLost) && ctx.Err() == nil && runCtx.Err() == nil {
+			serverGone(runCtx, health)
+		}
 		cause := context.Cause(runCtx)
 		switch {
 		case ctx.Err() != nil:
@@ -418,34 +415,17 @@ func (e *Server) watch(ctx context.Context, cancel context.CancelCauseFunc, heal
 	}
 }
 
-// lostGrace is how long a session's transport failure waits for the
-// server's exit to be seen once its health URL stops answering.
+// lostGrace is how long a segment whose server stopped answering waits
+// for the watch to see the server's exit.
 const lostGrace = 2 * time.Second
-
-// serverLost says whether a session that failed in transport failed because
-// the server went away. When a server dies, the sessions in flight fail at
-// once, before its exit is seen (the watch polls): counted, they judged an
-// arm on a dead server — 8 of 8 sessions "corrupted", and the arm decided
-// instead of failed. A transport failure counts as the session's outcome
-// only while the health URL still answers; otherwise the segment ends with
-// the exit the watch sees within lostGrace, or with the failure itself.
-func serverLost(ctx context.Context, health string, s *hook.Session) error {
-	if s.Outcome != hook.OutcomeError || !strings.HasPrefix(s.Reason, "transport: ") {
-		return nil
-	}
-	gone, cause := serverGone(ctx, health)
-	switch {
-	case !gone:
-		return nil // the server is up: the failure is the session's own
-	case cause != nil:
-		return cause
-	}
-	return fmt.Errorf("the server stopped answering %s (session %s failed: %s)", health, s.ID, s.Reason)
-}
 
 // serverGone reports whether health has stopped answering and, if so, the
 // segment's cause once the watch has seen the server exit (nil when it has
-// not within lostGrace).
+// not within lostGrace). A dead server fails the preflight probe, or makes
+// the harness stop with repro.ErrServerLost, before its exit is seen (the
+// harness does not count the sessions it cut: a killed server's in-flight
+// sessions once read 8/8 "corrupted" and decided the arm); the exit, with
+// its log tail, is the better error.
 func serverGone(ctx context.Context, health string) (bool, error) {
 	if getHealth(ctx, &http.Client{Timeout: healthEvery}, health) == nil {
 		return false, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -170,7 +171,12 @@ type HarnessResult struct {
 	// Aborted sessions were cut by the run's end (Ctrl-C, a deadline) before
 	// they finished: their outcome is unknown, so they are not counted,
 	// published or listed.
-	Aborted    int             `json:"aborted,omitempty"`
+	Aborted int `json:"aborted,omitempty"`
+	// ServerLost, when set, says how the server went away mid-run: a session
+	// failed in transport and the server then answered nothing. The sessions
+	// that failed with it and those still running are Aborted, not counted:
+	// a dead server is not a corrupted one.
+	ServerLost string          `json:"server_lost,omitempty"`
 	PerSession []SessionResult `json:"per_session,omitempty"`
 }
 
@@ -294,7 +300,10 @@ func NewHarnessClient(concurrency int) *http.Client {
 // server, at most opts.Concurrency at once, and classifies each. Server and
 // transport failures are outcomes, never errors: the error is for invalid
 // options. When ctx ends, unfinished sessions are classified error (aborted)
-// and the partial result is returned with ctx's error.
+// and the partial result is returned with ctx's error. When the server goes
+// away (a session fails in transport and GET /v1/models then gets no answer
+// either), the run stops there: the partial result is returned with an
+// ErrServerLost error, and the sessions cut by it are Aborted.
 func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, fmt.Errorf("run harness: %w", err)
@@ -325,15 +334,23 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	finished := 0
 	next := make(chan int)
 	var wg sync.WaitGroup
+	ctx, lose := context.WithCancelCause(ctx)
+	defer lose(nil)
 	for range min(opts.Concurrency, opts.Sessions) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
 				sr := d.session(ctx, i)
+				if isTransport(sr) && ctx.Err() == nil {
+					if err := d.serverGone(ctx); err != nil {
+						lose(&ServerLostError{Session: sr.ID, Reason: opts.scrub(sr.Reason), Probe: opts.scrub(err.Error())})
+					}
+				}
 				mu.Lock()
-				if ctx.Err() != nil && sr.Outcome == hook.OutcomeError && strings.HasPrefix(sr.Reason, "aborted") {
-					res.Aborted++ // cut by the run's end, not an outcome
+				if ctx.Err() != nil && sr.Outcome == hook.OutcomeError &&
+					(strings.HasPrefix(sr.Reason, "aborted") || isTransport(sr) && errors.Is(context.Cause(ctx), ErrServerLost)) {
+					res.Aborted++ // cut by the run's end or the server's, not an outcome
 					mu.Unlock()
 					continue
 				}
@@ -379,14 +396,91 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 	res.PerSession = kept
 	res.Summary = outcome.SummaryOf(outcomes, opts.Rounds, wall)
 	end := &hook.RunEnd{WallNS: int64(wall)}
-	if err := ctx.Err(); err != nil {
+	err = ctx.Err()
+	if cause := context.Cause(ctx); errors.Is(cause, ErrServerLost) {
+		err, res.ServerLost = cause, cause.Error()
+	}
+	if err != nil {
 		end.Error = err.Error()
 	}
 	pub.Publish(hook.Event{Kind: hook.KindRunEnd, TS: time.Now().UnixNano(), Src: hook.Source{Proc: "repro"}, Body: end})
-	if err := ctx.Err(); err != nil {
+	if err != nil {
 		return res, fmt.Errorf("run harness: %w", err)
 	}
 	return res, nil
+}
+
+// ErrServerLost marks a run stopped because the server went away.
+var ErrServerLost = errors.New("the server stopped answering")
+
+// ServerLostError says which session's failure found the server gone, and
+// what the probe after it got.
+type ServerLostError struct {
+	Session string // the session whose transport failure started the probe
+	Reason  string // that failure
+	Probe   string // what GET /v1/models got, the last of lostProbes tries
+}
+
+func (e *ServerLostError) Error() string {
+	return fmt.Sprintf("the server stopped answering: session %s failed (%s) and GET /v1/models got no answer (%s)", e.Session, e.Reason, e.Probe)
+}
+
+// Is makes errors.Is(err, ErrServerLost) hold.
+func (e *ServerLostError) Is(target error) bool { return target == ErrServerLost }
+
+// isTransport reports whether a session ended because a request got no
+// HTTP answer at all (refused, reset, cut), the way a dead server fails.
+func isTransport(sr SessionResult) bool {
+	return sr.Outcome == hook.OutcomeError && strings.HasPrefix(sr.Reason, "transport: ")
+}
+
+// lostProbes tries of GET /v1/models, lostProbeEvery apart, must all get no
+// HTTP answer before the server counts as gone: one reset connection on a
+// live server stays the session's error outcome.
+const (
+	lostProbes     = 3
+	lostProbeEvery = 500 * time.Millisecond
+)
+
+// serverGone asks GET /v1/models (with the run's key and headers) whether
+// the server still answers, and returns the last failure when no try got an
+// HTTP answer; any status, even an error one, is an answer. Nil when ctx
+// ends first: the run's end is not the server's.
+func (d *driver) serverGone(ctx context.Context) error {
+	u := strings.TrimSuffix(d.endpoint, "/chat/completions") + "/models"
+	timeout := min(d.opts.Timeout, 10*time.Second)
+	var last error
+	for try := range lostProbes {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(lostProbeEvery):
+			}
+		}
+		last = d.probeModels(ctx, u, timeout)
+		if last == nil || ctx.Err() != nil {
+			return nil
+		}
+	}
+	return last
+}
+
+func (d *driver) probeModels(ctx context.Context, u string, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	d.opts.setHeaders(req)
+	resp, err := d.opts.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return nil
 }
 
 // errTimeout marks a request that ran past the per-request timeout.

@@ -94,7 +94,10 @@ Sessions are classified:
   error     transport failure, non-200 status, HTML or invalid JSON, a cut stream
   timeout   a request ran past --timeout
 leak, no_tool and error are corruption. Finish reasons and n-gram loops are
-recorded as extra signals.
+recorded as extra signals. A server that goes away is not a corrupted one:
+when a request gets no answer and GET /v1/models then gets none either
+(three tries, 0.5 s apart), repro stops, says SERVER LOST, does not count
+the sessions the death cut short, and exits 3.
 
 Engine settings: at start repro asks the server for its settings (SGLang's
 GET /get_server_info, then /server_info; vLLM's /version reports none) and
@@ -447,7 +450,8 @@ func reproRun(opts *ReproOptions) error {
 	if src.res == nil {
 		return cmdutil.UsageError("%w", runErr)
 	}
-	return reproReport(opts, src, stats, pf, ctx.Err() == nil && !errors.Is(runErr, context.Canceled), runErr)
+	assess := ctx.Err() == nil && !errors.Is(runErr, context.Canceled) && !errors.Is(runErr, repro.ErrServerLost)
+	return reproReport(opts, src, stats, pf, assess, runErr)
 }
 
 // reproRunErr reports the dashboard's and the recording's ends on stderr and
@@ -654,8 +658,8 @@ func reportEmit(opts *ReproOptions, emitter *hook.Emitter) {
 }
 
 // reproReport prints the result (text or --json) and says how to read it;
-// assess is false for an interrupted run, whose aborted sessions say
-// nothing about the server.
+// assess is false for a run cut short (interrupted, or its server lost),
+// whose aborted sessions say nothing about the server.
 func reproReport(opts *ReproOptions, src *reproSource, stats *sessions.RunStats, pf *repro.PreflightResult, assess bool, runErr error) error {
 	res := src.res
 	if opts.Redact {
@@ -678,7 +682,7 @@ func reproReport(opts *ReproOptions, src *reproSource, stats *sessions.RunStats,
 			out.Notes = append(out.Notes, note)
 		}
 	} else {
-		out.Interrupted = true
+		out.Interrupted = res.ServerLost == ""
 	}
 	if pf != nil {
 		out.Notes = append(out.Notes, pf.Notes...)
@@ -758,6 +762,11 @@ func writeCorrupted(w io.Writer, r reproJSON) {
 func writeReproText(w io.Writer, r reproJSON) error {
 	if r.Interrupted {
 		fmt.Fprintf(w, "INTERRUPTED: %d sessions finished before the stop, %d were cut short and are not counted; the rate below is over the finished ones\n",
+			r.Sessions, r.Aborted)
+	}
+	if r.ServerLost != "" {
+		fmt.Fprintf(w, "SERVER LOST: %s\n", r.ServerLost)
+		fmt.Fprintf(w, "%d sessions finished before it, %d were cut short by it and are not counted; the rate below is over the finished ones\n",
 			r.Sessions, r.Aborted)
 	}
 	if r.Verdict == sessions.VerdictServerFailed {

@@ -232,19 +232,25 @@ func TestReproToolTimeFlag(t *testing.T) {
 }
 
 // TestReproAllErrorsExits3: with --no-preflight, a run whose every session
-// errors (an unreachable URL) reports no measurement and exits 3 — it must
-// not read as CORRUPTION 100% with exit 0. The bundle still holds the
-// sessions.
+// errors (a server that answers HTTP 500 to every request) reports no
+// measurement and exits 3 — it must not read as CORRUPTION 100% with exit
+// 0. The bundle still holds the sessions. (A URL that answers nothing is a
+// lost server: TestReproServerLost, repro's TestHarnessServerLost.)
 func TestReproAllErrorsExits3(t *testing.T) {
-	url := "http://" + testenv.FreeAddr(t)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"error":{"message":"out of memory","type":"server_error"}}`)
+	}))
+	t.Cleanup(hs.Close)
+	url := hs.URL
 	bundle := filepath.Join(t.TempDir(), "dead.kvtrace")
 	out, _, err := runRepro(t, "--url", url, "--sessions", "3", "--rounds", "2", "--model", "m", "--record", bundle, "--no-preflight")
 	if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(fmt.Sprint(err), "every session ended in error or timeout") ||
-		!strings.Contains(fmt.Sprint(err), "connection refused") {
+		!strings.Contains(fmt.Sprint(err), "HTTP 500: out of memory") {
 		t.Fatalf("err %v (exit %d), want exit 3 naming the failure", err, cmdutil.ExitCode(err))
 	}
 	if strings.Contains(out, "CORRUPTION") || !strings.Contains(out, "NO MEASUREMENT: all 3 sessions ended in error or timeout") ||
-		!strings.Contains(out, "transport") || !strings.Contains(out, "tool time 1.5s-6s") {
+		!strings.Contains(out, "HTTP 500") || !strings.Contains(out, "tool time 1.5s-6s") {
 		t.Fatalf("output %q", out)
 	}
 	rs, err := runStatsFromBundle(bundle)
@@ -1117,5 +1123,69 @@ func TestReproAgainstTwinOneClock(t *testing.T) {
 	// Log lines carry whole seconds: allow one second of rounding.
 	if time.Unix(0, first).Before(start.Add(-time.Second)) || time.Unix(0, last).After(end.Add(time.Second)) {
 		t.Errorf("events span %v .. %v; the run took %v .. %v", time.Unix(0, first), time.Unix(0, last), start, end)
+	}
+}
+
+// TestReproServerLost: the twin server dies after it has answered some chat
+// requests (its listener closes and every request after is cut). repro
+// stops there, says SERVER LOST and how many sessions it counted and cut,
+// counts no error of the dead server as corruption, records only the
+// counted sessions, and exits 3; --json carries server_lost and aborted.
+// (Before, the killed server's cut sessions were error outcomes: a run read
+// 31/40 = 78% corrupted and exited 0.)
+func TestReproServerLost(t *testing.T) {
+	for _, asJSON := range []bool{false, true} {
+		tw := servertest.Start(t, server.Options{Config: servertest.Config()})
+		var chats atomic.Int64
+		var dead atomic.Bool
+		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/chat/completions") && chats.Add(1) > 16 || dead.Load() {
+				dead.Store(true)
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					conn.Close()
+				}
+				return
+			}
+			tw.Server.Handler().ServeHTTP(w, r)
+		}))
+		t.Cleanup(hs.Close)
+		bundle := filepath.Join(t.TempDir(), "lost.kvtrace")
+		args := []string{"--url", hs.URL, "--sessions", "12", "--concurrency", "4", "--rounds", "3", "--tool-time", "0", "--record", bundle}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		out, errOut, err := runRepro(t, args...)
+		if cmdutil.ExitCode(err) != cmdutil.ExitInput || !errors.Is(err, repro.ErrServerLost) {
+			t.Fatalf("json=%v: err %v (code %d), want ErrServerLost with exit 3\n%s", asJSON, err, cmdutil.ExitCode(err), errOut)
+		}
+		var got struct {
+			outcome.Summary
+			Aborted     int    `json:"aborted"`
+			ServerLost  string `json:"server_lost"`
+			Interrupted bool   `json:"interrupted"`
+		}
+		if asJSON {
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if got.ServerLost == "" || got.Aborted == 0 || got.Outcomes.Error != 0 || got.Interrupted || got.Sessions+got.Aborted != 12 {
+				t.Errorf("json: %s", out)
+			}
+		} else {
+			wantContains(t, "report", out, "SERVER LOST: the server stopped answering: session ", "were cut short by it and are not counted")
+		}
+		sessions := 0
+		for _, ev := range readBundle(t, bundle).Events {
+			if s, ok := ev.Body.(*hook.Session); ok {
+				sessions++
+				if s.Outcome == hook.OutcomeError {
+					t.Errorf("json=%v: the bundle records a dead server's cut session as an outcome: %+v", asJSON, s)
+				}
+			}
+		}
+		if asJSON && sessions != got.Sessions {
+			t.Errorf("bundle has %d session events, the report counts %d", sessions, got.Sessions)
+		}
 	}
 }

@@ -17,7 +17,8 @@ with A/B statistics and confounds. Every command runs on the embedded twin
 ("kvcanary sim") when no GPU is at hand.
 
 Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error
-(unreadable, empty, compressed or binary input is an error, never a verdict),
+(unreadable, empty, compressed or binary input is an error, never a verdict;
+so is a server repro could not measure: every session failed, or it went away),
 4 no data (checksum compare, canary report, graphdiff report: the input reads
 fine but holds none of the instrument's observations; the report names what
 records them), 130 interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any
