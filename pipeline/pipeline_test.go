@@ -59,7 +59,6 @@ func (a *everyOther) Observe(ev hook.Event, emit func(hook.Event)) {
 		emit(hook.Event{Kind: hook.KindFinding, Body: &hook.Finding{Analyzer: "everyother", Severity: hook.SevError, Summary: "even"}})
 	}
 }
-func (a *everyOther) Summary() any { return nil }
 
 // closingSink counts what it sees and records its Close.
 type closingSink struct {

@@ -4,12 +4,9 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -242,11 +239,11 @@ func simRunRun(opts *SimRunOptions) error {
 	if err := p.Run(factoryCtx(opts.Factory), twin).Err(); err != nil {
 		return err
 	}
-	sections := analyzers.SetOf(as...).Summaries().Sections()
+	sums := analyzers.SetOf(as...).Summaries()
 	if opts.JSON.JSON {
-		return cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, twin.Result, sections))
+		return cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, twin.Result, sums.Sections()))
 	}
-	return writeSimRunText(opts.IO.Out, cfg, twin.Result, sections)
+	return writeSimRunText(opts.IO.Out, cfg, twin.Result, sums)
 }
 
 // simWorkload is the twin's default workload at this size, judged by repro's
@@ -312,7 +309,7 @@ func simRunJSON(cfg sim.Config, res sim.Result, sections map[string]any) map[str
 	return out
 }
 
-func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[string]any) error {
+func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sums analyzers.Summaries) error {
 	o := res.Outcomes
 	fmt.Fprintln(w, simSummary(res).Headline())
 	fmt.Fprintf(w, "outcomes: done=%d maxrounds=%d leak=%d no_tool=%d error=%d timeout=%d (deviated from script: %d)\n",
@@ -338,43 +335,5 @@ func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sections map[s
 	}
 	fmt.Fprintf(w, "wall: %.2fs (%.0f steps/s, %.0f tokens/s)\n", res.WallSeconds,
 		float64(s.Steps)/res.WallSeconds, float64(s.DecodeTokens)/res.WallSeconds)
-	return writeSimRunSections(w, sections)
-}
-
-// scalarLine renders an analyzer summary's top-level scalar fields as
-// key=value pairs in key order (lists and nested objects are left to --json).
-func scalarLine(v any) (string, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return "", err
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return string(b), nil
-	}
-	keys := make([]string, 0, len(m))
-	for k, x := range m {
-		switch x.(type) {
-		case map[string]any, []any, nil:
-			continue
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		switch x := m[k].(type) {
-		case string:
-			parts = append(parts, k+"="+cmdutil.Quote(x))
-		case float64:
-			if x == float64(int64(x)) {
-				parts = append(parts, k+"="+strconv.FormatInt(int64(x), 10))
-			} else {
-				parts = append(parts, k+"="+strconv.FormatFloat(x, 'g', 4, 64))
-			}
-		default:
-			parts = append(parts, fmt.Sprintf("%s=%v", k, x))
-		}
-	}
-	return strings.Join(parts, " "), nil
+	return writeSimRunSections(w, sums)
 }

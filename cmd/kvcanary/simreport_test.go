@@ -7,16 +7,17 @@ import (
 	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/checksum"
 	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 )
 
 // TestSimRunSections: sim run prints each instrument as its dedicated
 // report's headline, transfer → buffer → compute, and no key=value blob.
 func TestSimRunSections(t *testing.T) {
 	var b strings.Builder
-	err := writeSimRunSections(&b, map[string]any{
-		"graphdiff":           graphdiff.Summary{},
-		"canary":              canary.Summary{},
-		checksum.AnalyzerName: checksum.Summary{Rooms: 40, Matched: 22, Mismatched: 17, Warmup: 1},
+	err := writeSimRunSections(&b, analyzers.Summaries{
+		Graphdiff: &graphdiff.Summary{},
+		Canary:    &canary.Summary{},
+		Checksum:  &checksum.Summary{Rooms: 40, Matched: 22, Mismatched: 17, Warmup: 1},
 	})
 	if err != nil {
 		t.Fatal(err)

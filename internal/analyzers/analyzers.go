@@ -1,8 +1,9 @@
 // Package analyzers is the one list of kvcanary's stream analyzers, so every
 // command that judges events (sim run, watch, demo, reports over bundles)
 // runs the same set, and the one place their run-level summaries are typed.
-// A new analyzer is one field in Set, one line in All and SetOf and one field
-// in Summaries.
+// A new analyzer is one field in Set (and its case in NewSet, All and SetOf)
+// and one pointer field in Summaries (and its case in Set.Summaries and
+// Sections).
 //
 // The bus knows analyzers only as hook.Analyzer (Name and Observe); what
 // each one concluded over the run is read from the concrete analyzer
@@ -42,7 +43,9 @@ func NewSet(opts Options) Set {
 // SetOf picks kvcanary's analyzers out of as (the first of each type);
 // analyzers of other types are not in the set, and a type as lacks is a
 // nil member. It is how a sink handed a caller's list of bus analyzers
-// reads their summaries.
+// reads their summaries. It matches the concrete types only: a wrapper
+// around one of them (a type embedding *canary.Analyzer) is not found, so
+// its summary is absent; pass the wrapped analyzer instead.
 func SetOf(as ...hook.Analyzer) Set {
 	var s Set
 	for _, a := range as {

@@ -227,7 +227,7 @@ func (s *Subscription) Ready() <-chan struct{} {
 }
 
 // Analyzer judges a stream of events. Implementations live in the analyzer
-// packages (checksum, canary, graphdiff, repro); sources never import them.
+// packages (checksum, canary, graphdiff); sources never import them.
 // What an analyzer concluded over the run is not the bus's business: each
 // one's typed aggregate is read from the concrete analyzer (their Result
 // methods, gathered in internal/analyzers' Summaries).

@@ -67,7 +67,6 @@ func (c *countAnalyzer) Observe(ev Event, emit func(Event)) {
 		emit(Event{Kind: KindFinding, Body: &Finding{Analyzer: "count", Severity: SevInfo, Summary: "even"}})
 	}
 }
-func (c *countAnalyzer) Summary() any { return c.n }
 
 func TestWithAnalyzersPublishesEventThenFindings(t *testing.T) {
 	var out []Event

@@ -840,3 +840,20 @@ def test_run_end_reports_work_lost_before_the_emitter_and_features_off(unix_coll
     (end,) = [e for e in unix_collector.events if e["kind"] == "run.end"]
     assert end["body"]["dropped"] == 5
     assert "canary.replay off: 3 errors at X" in end["body"]["error"]
+
+
+def test_site_call_passes_keywords_named_self_and_fn_and_never_raises():
+    """The hooks call Site.call with the engine's own keyword arguments: one
+    named self or fn must reach the instrument, not collide with call's own
+    parameters (a TypeError raised into the engine), and an instrument that
+    raises is counted, not raised."""
+    binding = types.SimpleNamespace(stats={"errors": 0}, feature_on=lambda f: True)
+    site = H.Site(binding, "t.f", ("canary",))
+    got = site.call(lambda **kw: sorted(kw.items()), self="engine", fn=1)
+    assert got == [("fn", 1), ("self", "engine")]
+
+    def boom(**kw):
+        raise ValueError("instrument bug")
+
+    assert site.call(boom, self="engine") is None
+    assert site.errors == 1 and binding.stats["errors"] == 1

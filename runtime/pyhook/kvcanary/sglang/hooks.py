@@ -60,7 +60,7 @@ class Site:
     def on(self) -> bool:
         return any(self.binding.feature_on(f) for f in self.features)
 
-    def call(self, fn, *args, **kwargs):
+    def call(self, fn, /, *args, **kwargs):
         """fn(*args, **kwargs), with an exception counted as this site's
         error (fail) instead of raised: returns fn's result, None if it raised."""
         try:
