@@ -64,6 +64,10 @@ type Options struct {
 	// losslessly (a slow disk slows the source), with Manifest.
 	Record   string
 	Manifest traces.Manifest
+	// KeepPrevious sets aside a bundle already at Record (traces.SetAside)
+	// instead of truncating it: what services restarted with the same path
+	// (collect, probe cuda, sim serve) want. Kept says where it went.
+	KeepPrevious bool
 
 	// Middleware wraps the pipeline's input before the analyzers (redaction,
 	// tallies, settings merges). It sees every source event, serialised.
@@ -98,6 +102,7 @@ type Pipeline struct {
 	opts   Options
 	bus    *hook.Bus
 	writer *traces.Writer
+	kept   string // where KeepPrevious put the bundle that was at Record
 	recErr chan error
 	view   *hook.Subscription
 
@@ -116,6 +121,13 @@ type Pipeline struct {
 func New(opts Options) (*Pipeline, error) {
 	p := &Pipeline{opts: opts, bus: hook.NewBus()}
 	if opts.Record != "" {
+		if opts.KeepPrevious {
+			kept, err := traces.SetAside(opts.Record)
+			if err != nil {
+				return nil, err
+			}
+			p.kept = kept
+		}
 		w, err := traces.Create(opts.Record, opts.Manifest)
 		if err != nil {
 			return nil, err
@@ -172,6 +184,10 @@ func (p *Pipeline) Publish(ev hook.Event) {
 
 // Writer is the bundle writer (nil without Record), for its counts.
 func (p *Pipeline) Writer() *traces.Writer { return p.writer }
+
+// Kept is where New set aside the bundle that was at Record (KeepPrevious),
+// "" when there was none.
+func (p *Pipeline) Kept() string { return p.kept }
 
 // Result is what a run saw and lost, for the end-of-run report.
 type Result struct {

@@ -130,7 +130,7 @@ func NewCmdCollect(f *cmdutil.Factory, runF func(*CollectOptions) error) *cobra.
 		},
 	}
 	cmd.Flags().StringVar(&opts.Listen, "listen", "", "address to listen on: unix:///path.sock or tcp://127.0.0.1:PORT")
-	cmd.Flags().StringVar(&opts.Record, "record", "", "record every accepted event to this trace bundle (.kvtrace)")
+	cmd.Flags().StringVar(&opts.Record, "record", "", "record every accepted event to this trace bundle (.kvtrace); a bundle already there is kept, renamed with its time")
 	addListenSecurityFlags(cmd, &opts.TLS, &opts.AllowRemote, "")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "run id for events that carry none (default collect-<UTC time>)")
 	addListenLimitFlags(cmd, &opts.Limits, "")
@@ -160,7 +160,7 @@ func collectRun(opts *CollectOptions) error {
 		return err
 	}
 	// Events flow collector -> bus -> lossless bundle writer.
-	po := pipeline.Options{Record: opts.Record, Status: line, StatusLabel: "collect: ",
+	po := pipeline.Options{Record: opts.Record, KeepPrevious: true, Status: line, StatusLabel: "collect: ",
 		Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "collect",
 			Labels: map[string]string{"listen": c.Addr()}}}
 	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), line, exportSource{Run: opts.Run, Collector: c}, po, "")
@@ -169,6 +169,7 @@ func collectRun(opts *CollectOptions) error {
 		return err
 	}
 	defer stopExport()
+	reportKept(line, "collect", p, opts.Record)
 	if !opts.JSON.JSON {
 		line.Printf("collect: listening on %s (run %s)%s\n", c.Addr(), cmdutil.Quote(opts.Run), recordNote(opts.Record))
 	}
@@ -256,6 +257,15 @@ func collectSummaryOf(c *hook.Collector, opts *CollectOptions, res pipeline.Resu
 	}
 	sum.Dropped = sum.DroppedRecorder + sum.DroppedProducer
 	return sum
+}
+
+// reportKept says where a service's start set aside the bundle its --record
+// path held (pipeline.Options.KeepPrevious): a restarted collector keeps
+// the crashed run's bundle instead of truncating it.
+func reportKept(w io.Writer, name string, p *pipeline.Pipeline, record string) {
+	if k := p.Kept(); k != "" {
+		fmt.Fprintf(w, "%s: %s held an earlier run's bundle: kept as %s\n", name, cmdutil.Quote(record), cmdutil.Quote(k))
+	}
 }
 
 func recordNote(path string) string {

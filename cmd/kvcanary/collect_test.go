@@ -334,3 +334,55 @@ func TestWatchListenLimitFlags(t *testing.T) {
 		t.Fatalf("--max-conns with --bundle: %v", err)
 	}
 }
+
+// TestCollectRestartKeepsTheBundle: a collector restarted with the same
+// --record path (a DaemonSet pod, a systemd unit) keeps the first run's
+// bundle, whole and readable, under a name with its time, says so, and
+// records the second run at the path.
+func TestCollectRestartKeepsTheBundle(t *testing.T) {
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "collect.kvtrace")
+	var errs []string
+	for i, run := range []string{"first", "second"} {
+		ios, _, _, errOut := cmdutil.Test()
+		opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Now: time.Now}, JSON: &cmdutil.JSONFlags{},
+			Listen: "unix://" + filepath.Join(dir, fmt.Sprintf("c%d.sock", i)), Record: bundle, Run: run}
+		c, stop := runCollect(t, opts)
+		em, err := hook.Dial(c.Addr(), hook.DialOptions{FlushTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 10 * (i + 1) {
+			em.Emit(hook.Event{Kind: hook.KindReplay, TS: int64(j + 1), Body: &hook.Replay{Step: uint64(j), Mode: "graph"}})
+		}
+		em.Close()
+		testenv.WaitFor(t, "the run's events", func() bool { return c.Stats().Events >= uint64(10*(i+1)) })
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		errs = append(errs, errOut.String())
+	}
+	if strings.Contains(errs[0], "kept as") {
+		t.Errorf("first run set something aside: %q", errs[0])
+	}
+	_, after, ok := strings.Cut(errs[1], "held an earlier run's bundle: kept as ")
+	if !ok {
+		t.Fatalf("second run does not say where the first bundle went: %q", errs[1])
+	}
+	kept, err := strconv.Unquote(strings.TrimSpace(strings.SplitN(after, "\n", 2)[0]))
+	if err != nil {
+		kept = strings.TrimSpace(strings.SplitN(after, "\n", 2)[0])
+	}
+	for path, want := range map[string]struct {
+		run    string
+		events uint64
+	}{kept: {"first", 10}, bundle: {"second", 20}} {
+		s, err := traces.Inspect(path)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if s.Manifest.Run != want.run || s.Counts["replay"] != want.events || s.Truncated {
+			t.Errorf("%s: run %q, %d replays, truncated %v; want %s with %d", path, s.Manifest.Run, s.Counts["replay"], s.Truncated, want.run, want.events)
+		}
+	}
+}

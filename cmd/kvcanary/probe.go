@@ -109,7 +109,7 @@ to check.`,
 	}
 	cmd.Flags().IntVar(&opts.PID, "pid", 0, "trace process `PID` (its libcuda is found in /proc/PID/maps)")
 	cmd.Flags().StringVar(&opts.Lib, "lib", "", "probe this libcuda.so `PATH` (every process using it unless --pid)")
-	cmd.Flags().StringVar(&opts.Record, "record", "", "record every call to a trace bundle `FILE` (.kvtrace)")
+	cmd.Flags().StringVar(&opts.Record, "record", "", "record every call to a trace bundle `FILE` (.kvtrace); a bundle already there is kept, renamed with its time")
 	cmd.Flags().DurationVar(&opts.Duration, "duration", 0, "stop after `D` (default: until interrupted)")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "run id for recorded events")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
@@ -150,7 +150,7 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 		if opts.PID != 0 {
 			labels["pid"] = strconv.Itoa(opts.PID)
 		}
-		po.Record, po.Manifest = opts.Record, traces.Manifest{
+		po.Record, po.KeepPrevious, po.Manifest = opts.Record, true, traces.Manifest{
 			Tool: "kvcanary " + buildinfo.String(), Created: now(), Run: opts.Run, Command: "probe cuda", Labels: labels,
 			Host: hook.HostInfo{Hostname: src.host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
 		}
@@ -159,6 +159,7 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
+	reportKept(opts.IO.ErrOut, "probe cuda", pl, opts.Record)
 	ctx := orBackground(opts.Ctx)
 	if opts.Duration > 0 {
 		var cancel context.CancelFunc

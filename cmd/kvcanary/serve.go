@@ -119,7 +119,7 @@ func NewCmdSimServe(f *cmdutil.Factory, runF func(*SimServeOptions) error) *cobr
 	fl.Uint64Var(&opts.Seed, "seed", 1, "seed of the scripts, rooms and stream interleaving")
 	fl.IntVar(&opts.Rounds, "rounds", 4, "rounds per session for conversations that do not state their tool rounds")
 	fl.StringVar(&opts.Model, "model", server.DefaultModel, "model id reported by /v1/models")
-	fl.StringVar(&opts.Record, "record", "", "record engine and session events to this trace bundle")
+	fl.StringVar(&opts.Record, "record", "", "record engine and session events to this trace bundle; a bundle already there is kept, renamed with its time")
 	fl.StringVar(&opts.Run, "run", "", "with --record: run `ID` of the bundle and every event (default serve-seed<seed>)")
 	fl.DurationVar(&opts.StepTime, "step-time", server.EngineStepTime, "least wall time of one engine step, as on a GPU, so clients' tool time spans a known number of steps (0: as fast as the machine allows)")
 	addExportFlags(cmd, &opts.Export)
@@ -170,7 +170,7 @@ func simServeRun(opts *SimServeOptions) error {
 		rc.Rounds = opts.Rounds
 		rc.StepTime = opts.StepTime.String()
 		po.StampRun = cmp.Or(opts.Run, fmt.Sprintf("serve-seed%d", opts.Seed))
-		po.Record, po.Manifest = opts.Record, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
+		po.Record, po.KeepPrevious, po.Manifest = opts.Record, true, traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: hook.HostInfo{OS: "sim", Arch: "twin"},
 			Config: rc, Run: po.StampRun, Command: "sim serve"}
 	}
 	// A pipeline error is traces' "create bundle: …".
@@ -179,6 +179,7 @@ func simServeRun(opts *SimServeOptions) error {
 		return err
 	}
 	defer stopExport()
+	reportKept(opts.IO.ErrOut, "sim serve", p, opts.Record)
 	src := &serveSource{opts: opts, cfg: cfg, ln: ln, events: opts.Record != "" || opts.Export.enabled()}
 	res := p.Run(factoryCtx(opts.Factory), src)
 	switch {
