@@ -133,9 +133,14 @@ type ToggleResult struct {
 	Scope     []string            `json:"scope"`
 	Summary   outcome.Summary     `json:"summary"`
 	FisherP   float64             `json:"fisher_p"`
+	// Alpha is the level FisherP is judged at: sessions.Significance over
+	// the number of toggles (Bonferroni). The demo tests its toggles at once;
+	// at 0.05 each, one of four toggles that change nothing would read as
+	// significant by chance 19% of the time.
+	Alpha     float64             `json:"alpha"`
 	Confounds []sessions.Confound `json:"confounds"`
-	// Removes: fewer corrupted sessions than the baseline with p < 0.05 and
-	// no confound.
+	// Removes: fewer corrupted sessions than the baseline with p < Alpha
+	// and no confound.
 	Removes bool   `json:"removes_corruption"`
 	Bundle  string `json:"bundle,omitempty"`
 }
@@ -389,6 +394,7 @@ func (inv *investigation) baseline() error {
 // toggles is steps 5–8: each A/B toggle against the baseline.
 func (inv *investigation) toggles() error {
 	b, ev := inv.runs[0], &inv.rep.Evidence
+	alpha := sessions.Significance / float64(len(inv.opts.Toggles))
 	for i, t := range inv.opts.Toggles {
 		r := inv.runs[i+1]
 		inv.idx++
@@ -398,12 +404,12 @@ func (inv *investigation) toggles() error {
 			return fmt.Errorf("demo: run with %s: %w", t.Name, err)
 		}
 		ab := sessions.Compare(b.stats, r.stats, sessions.CompareOptions{Flag: t.Flag})
-		tr := ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: r.stats.Summary(), FisherP: ab.FisherP,
+		tr := ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: r.stats.Summary(), FisherP: ab.FisherP, Alpha: alpha,
 			Confounds: ab.Confounds, Bundle: r.bundle}
 		if tr.Confounds == nil {
 			tr.Confounds = []sessions.Confound{}
 		}
-		tr.Removes = tr.Summary.CorruptedSessions < ev.Baseline.CorruptedSessions && tr.FisherP < sessions.Significance && len(tr.Confounds) == 0
+		tr.Removes = tr.Summary.CorruptedSessions < ev.Baseline.CorruptedSessions && tr.FisherP < tr.Alpha && len(tr.Confounds) == 0
 		ev.Toggles = append(ev.Toggles, tr)
 		inv.finish(StepResult{Step: step, Title: "A/B " + t.Name, Result: toggleLine(ev.Baseline, tr), Pass: tr.Removes,
 			Bundle: r.bundle, Seconds: r.seconds})
@@ -560,14 +566,14 @@ func toggleLine(base outcome.Summary, tr ToggleResult) string {
 	switch {
 	case tr.Removes:
 		effect = "removes it"
-	case s.CorruptedSessions < base.CorruptedSessions && tr.FisherP < sessions.Significance:
+	case s.CorruptedSessions < base.CorruptedSessions && tr.FisherP < tr.Alpha:
 		effect = "lowers it, but confounded"
-	case s.CorruptedSessions > base.CorruptedSessions && tr.FisherP < sessions.Significance:
+	case s.CorruptedSessions > base.CorruptedSessions && tr.FisherP < tr.Alpha:
 		effect = "makes it worse"
 	case s.CorruptedSessions < base.CorruptedSessions:
 		effect = "lowers it, but not significantly at this size"
 	}
-	return fmt.Sprintf("%d/%d → %d/%d corrupted (%.0f%% → %.0f%%), Fisher p = %s, %s: %s",
+	return fmt.Sprintf("%d/%d → %d/%d corrupted (%.0f%% → %.0f%%), Fisher p = %s (level %s), %s: %s",
 		base.CorruptedSessions, base.Sessions, s.CorruptedSessions, s.Sessions, 100*base.CorruptionRate, 100*s.CorruptionRate,
-		sessions.FormatP(tr.FisherP), conf, effect)
+		sessions.FormatP(tr.FisherP), sessions.FormatP(tr.Alpha), conf, effect)
 }

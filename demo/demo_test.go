@@ -25,7 +25,7 @@ func seedsEvidence() Evidence {
 		if conf == nil {
 			conf = []sessions.Confound{}
 		}
-		return ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: s, FisherP: p, Confounds: conf, Removes: removes}
+		return ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: s, FisherP: p, Alpha: sessions.Significance / 4, Confounds: conf, Removes: removes}
 	}
 	tg := DefaultToggles()
 	return Evidence{Baseline: base, Rooms: 279, RoomsMatched: 278, RoomsWarmup: 1, Replays: 994, GraphDiffSamples: 7000,
@@ -69,7 +69,7 @@ func TestDecide(t *testing.T) {
 				e.Toggles[i].Summary = outcome.SummaryOf(outcome.Counts{Done: 8}, 2, 0)
 				e.Toggles[i].FisherP = 0.0769
 			}
-		}, "transient-compute", "", []string{"8 sessions are too few", "4 toggle(s) lower it", "rerun with more sessions"}},
+		}, "transient-compute", "", []string{"8 sessions are too few", "4 toggle(s) lower it without reaching p < 0.0125 (0.05 shared by the toggles)", "rerun with more sessions"}},
 		{"tie", func(e *Evidence) {
 			e.Toggles[2].Removes, e.Toggles[2].Scope = true, []string{MechGraphPlanner}
 		}, "transient-compute", "", []string{"equally narrow"}},
@@ -235,11 +235,13 @@ func TestToggleLine(t *testing.T) {
 		tr   ToggleResult
 		want string
 	}{
-		{"removes", ToggleResult{Summary: clean, FisherP: 0.001, Removes: true}, ": removes it"},
-		{"underpowered", ToggleResult{Summary: clean, FisherP: 0.0769}, ": lowers it, but not significantly at this size"},
-		{"confounded", ToggleResult{Summary: clean, FisherP: 0.001, Confounds: []sessions.Confound{{Name: "rounds", A: 6, B: 4}}}, ": lowers it, but confounded"},
-		{"worse", ToggleResult{Summary: worse, FisherP: 0.01}, ": makes it worse"},
-		{"same", ToggleResult{Summary: base, FisherP: 1}, ": does not remove it"},
+		{"removes", ToggleResult{Summary: clean, FisherP: 0.001, Alpha: 0.0125, Removes: true}, ": removes it"},
+		{"underpowered", ToggleResult{Summary: clean, FisherP: 0.0769, Alpha: 0.0125}, ": lowers it, but not significantly at this size"},
+		{"confounded", ToggleResult{Summary: clean, FisherP: 0.001, Alpha: 0.0125, Confounds: []sessions.Confound{{Name: "rounds", A: 6, B: 4}}}, ": lowers it, but confounded"},
+		{"worse", ToggleResult{Summary: worse, FisherP: 0.01, Alpha: 0.0125}, ": makes it worse"},
+		{"same", ToggleResult{Summary: base, FisherP: 1, Alpha: 0.0125}, ": does not remove it"},
+		// p = 0.02 passes one test at 0.05 but not four at once (Bonferroni).
+		{"significant alone, not among four", ToggleResult{Summary: clean, FisherP: 0.02, Alpha: 0.0125}, ": lowers it, but not significantly at this size"},
 	} {
 		if got := toggleLine(base, tc.tr); !strings.HasSuffix(got, tc.want) {
 			t.Errorf("%s: %q does not end in %q", tc.name, got, tc.want)

@@ -43,7 +43,8 @@ func MechanismName(m string) string {
 // transfer or an overwritten buffer names that layer; with both clean, graph ≠
 // eager puts the fault in the captured replay's transient compute, and among
 // the toggles that remove the corruption (fewer corrupted sessions, Fisher p
-// below sessions.Significance, no confound) and touch captured replay, the one
+// below the toggle's Alpha — sessions.Significance shared by the toggles —
+// no confound) and touch captured replay, the one
 // with the smallest scope names the mechanism: the cause. Every other toggle
 // that removed it is credited as a workaround, with how it relates to the
 // cause (disabling graphs turns overlap off along with more; fp8 index-K
@@ -76,7 +77,8 @@ func Decide(ev Evidence) Verdict {
 	v.Reasons = append(v.Reasons, fmt.Sprintf("graph ≠ eager (%d divergent samples)", ev.DivergentSamples))
 
 	var fixes []ToggleResult
-	underpowered := 0 // toggles that lower it without reaching significance
+	underpowered, level := 0, 0.0 // toggles that lower it without reaching significance, and its level
+
 	for _, t := range ev.Toggles {
 		switch {
 		case t.Removes && touchesGraph(t.Scope):
@@ -85,8 +87,8 @@ func Decide(ev Evidence) Verdict {
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it but touches no captured-replay mechanism", t.Toggle))
 		case len(t.Confounds) > 0 && t.Summary.CorruptedSessions < b.CorruptedSessions:
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s lowers it but is confounded (%s)", t.Toggle, confoundNames(t.Confounds)))
-		case t.Summary.CorruptedSessions < b.CorruptedSessions && t.FisherP >= sessions.Significance:
-			underpowered++
+		case t.Summary.CorruptedSessions < b.CorruptedSessions && t.FisherP >= t.Alpha:
+			underpowered, level = underpowered+1, t.Alpha
 			v.Reasons = append(v.Reasons, fmt.Sprintf("%s lowers it (%d/%d → %d/%d) but p = %s is not significant at this size", t.Toggle,
 				b.CorruptedSessions, b.Sessions, t.Summary.CorruptedSessions, t.Summary.Sessions, sessions.FormatP(t.FisherP)))
 		default:
@@ -96,7 +98,8 @@ func Decide(ev Evidence) Verdict {
 	}
 	if len(fixes) == 0 && underpowered > 0 {
 		v.Text = fmt.Sprintf("graph ≠ eager puts the fault in captured compute, but %d sessions are too few to tell which toggle removes it: "+
-			"%d toggle(s) lower it without reaching p < %g — rerun with more sessions (the seeds ran 80 × 4)", b.Sessions, underpowered, sessions.Significance)
+			"%d toggle(s) lower it without reaching p < %s (%g shared by the toggles) — rerun with more sessions (the seeds ran 80 × 4)",
+			b.Sessions, underpowered, sessions.FormatP(level), sessions.Significance)
 		return v
 	}
 	if len(fixes) == 0 {
