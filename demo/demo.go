@@ -128,11 +128,11 @@ type StepResult struct {
 
 // ToggleResult is one A/B arm's evidence.
 type ToggleResult struct {
-	Toggle    string              `json:"toggle"`
-	Flag      string              `json:"flag"`
-	Scope     []string            `json:"scope"`
-	Summary   outcome.Summary     `json:"summary"`
-	FisherP   float64             `json:"fisher_p"`
+	Toggle  string          `json:"toggle"`
+	Flag    string          `json:"flag"`
+	Scope   []string        `json:"scope"`
+	Summary outcome.Summary `json:"summary"`
+	FisherP float64         `json:"fisher_p"`
 	// Alpha is the level FisherP is judged at: sessions.Significance over
 	// the number of toggles (Bonferroni). The demo tests its toggles at once;
 	// at 0.05 each, one of four toggles that change nothing would read as
