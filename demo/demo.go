@@ -134,9 +134,7 @@ type ToggleResult struct {
 	Summary outcome.Summary `json:"summary"`
 	FisherP float64         `json:"fisher_p"`
 	// Alpha is the level FisherP is judged at: sessions.Significance over
-	// the number of toggles (Bonferroni). The demo tests its toggles at once;
-	// at 0.05 each, one of four toggles that change nothing would read as
-	// significant by chance 19% of the time.
+	// the number of toggles (Bonferroni, sessions.CompareOptions.Comparisons).
 	Alpha     float64             `json:"alpha"`
 	Confounds []sessions.Confound `json:"confounds"`
 	// Removes: fewer corrupted sessions than the baseline with p < Alpha
@@ -394,7 +392,6 @@ func (inv *investigation) baseline() error {
 // toggles is steps 5–8: each A/B toggle against the baseline.
 func (inv *investigation) toggles() error {
 	b, ev := inv.runs[0], &inv.rep.Evidence
-	alpha := sessions.Significance / float64(len(inv.opts.Toggles))
 	for i, t := range inv.opts.Toggles {
 		r := inv.runs[i+1]
 		inv.idx++
@@ -403,8 +400,8 @@ func (inv *investigation) toggles() error {
 		if err := inv.wait(step, i+1); err != nil {
 			return fmt.Errorf("demo: run with %s: %w", t.Name, err)
 		}
-		ab := sessions.Compare(b.stats, r.stats, sessions.CompareOptions{Flag: t.Flag})
-		tr := ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: r.stats.Summary(), FisherP: ab.FisherP, Alpha: alpha,
+		ab := sessions.Compare(b.stats, r.stats, sessions.CompareOptions{Flag: t.Flag, Comparisons: len(inv.opts.Toggles)})
+		tr := ToggleResult{Toggle: t.Name, Flag: t.Flag, Scope: t.Scope, Summary: r.stats.Summary(), FisherP: ab.FisherP, Alpha: ab.Level,
 			Confounds: ab.Confounds, Bundle: r.bundle}
 		if tr.Confounds == nil {
 			tr.Confounds = []sessions.Confound{}

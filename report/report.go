@@ -34,7 +34,7 @@ type ABResult struct {
 func Build(runs []*Run) *Report {
 	rep := &Report{Runs: runs}
 	for _, r := range runs[1:] {
-		rep.AB = append(rep.AB, ABResult{A: runs[0], B: r, Report: sessions.Compare(runs[0].Stats, r.Stats, sessions.CompareOptions{})})
+		rep.AB = append(rep.AB, ABResult{A: runs[0], B: r, Report: sessions.Compare(runs[0].Stats, r.Stats, sessions.CompareOptions{Comparisons: len(runs) - 1})})
 	}
 	return rep
 }

@@ -42,9 +42,12 @@ type Arm struct {
 // ABReport is the result of comparing two runs; its JSON form is the
 // `kvcanary ab --json` contract.
 type ABReport struct {
-	A              Arm        `json:"a"`
-	B              Arm        `json:"b"`
-	FisherP        float64    `json:"fisher_p"` // two-sided, corrupted vs not corrupted
+	A       Arm     `json:"a"`
+	B       Arm     `json:"b"`
+	FisherP float64 `json:"fisher_p"` // two-sided, corrupted vs not corrupted
+	// Level is what FisherP is judged at: Significance over the number of
+	// comparisons the caller makes at once (CompareOptions.Comparisons).
+	Level          float64    `json:"level"`
 	DifferingFlags []FlagDiff `json:"differing_flags"`
 	FlagUnderTest  *FlagDiff  `json:"flag_under_test,omitempty"`
 	Confounds      []Confound `json:"confounds"`
@@ -57,11 +60,16 @@ type CompareOptions struct {
 	// Flag names the engine flag under test (an EngineFlagDiffs name). Empty:
 	// inferred when exactly one engine flag differs.
 	Flag string
+	// Comparisons is how many A/B comparisons this one is judged with, one
+	// family (0 or 1: alone). The verdict's level is Significance over it
+	// (Bonferroni): a report or demo that compares a baseline with four
+	// runs at 0.05 each finds a difference that is not there 19% of the time.
+	Comparisons int
 }
 
 // Compare builds the A/B report of two runs.
 func Compare(a, b *RunStats, opts CompareOptions) ABReport {
-	r := ABReport{A: abArmOf(a), B: abArmOf(b), Notes: []string{}}
+	r := ABReport{A: abArmOf(a), B: abArmOf(b), Notes: []string{}, Level: Significance / float64(max(opts.Comparisons, 1))}
 	sa, sb := r.A.Summary, r.B.Summary
 	r.FisherP = FisherExact(sa.CorruptedSessions, sa.Sessions-sa.CorruptedSessions,
 		sb.CorruptedSessions, sb.Sessions-sb.CorruptedSessions)
@@ -209,9 +217,12 @@ func abVerdict(r ABReport) string {
 		return "no verdict: a run has no session outcomes"
 	}
 	rates := fmt.Sprintf("%d/%d vs %d/%d corrupted, Fisher p = %s", sa.CorruptedSessions, sa.Sessions, sb.CorruptedSessions, sb.Sessions, FormatP(r.FisherP))
+	if r.Level < Significance {
+		rates += fmt.Sprintf(" against %s, %g shared by the comparisons", FormatP(r.Level), Significance)
+	}
 	var head string
 	switch {
-	case r.FisherP >= Significance:
+	case r.FisherP >= r.Level:
 		head = "no significant difference"
 	case sa.CorruptionRate > sb.CorruptionRate:
 		head = "B corrupts significantly less than A"

@@ -340,3 +340,23 @@ func TestWriteTextQuotesFlagNames(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareLevelOverComparisons: a difference significant alone (p ≈
+// 0.02) is not significant as one of four comparisons judged at once
+// (Bonferroni: 0.0125 each); the verdict says the level it used, and a lone
+// comparison's verdict keeps its words.
+func TestCompareLevelOverComparisons(t *testing.T) {
+	A := statsRunSpec{cfg: abBaseCfg(), outcomes: outcome.Counts{Done: 34, Leak: 6}, rounds: 4}.stats("a")
+	B := statsRunSpec{cfg: abBaseCfg(), outcomes: outcome.Counts{Done: 40}, rounds: 4}.stats("b")
+	alone := Compare(A, B, CompareOptions{})
+	if alone.FisherP <= 0.0125 || alone.FisherP >= 0.05 {
+		t.Fatalf("fixture p = %v, want between 0.0125 and 0.05", alone.FisherP)
+	}
+	if alone.Level != Significance || !strings.HasPrefix(alone.Verdict, "B corrupts significantly less than A") || strings.Contains(alone.Verdict, "shared") {
+		t.Errorf("alone: level %v, %q", alone.Level, alone.Verdict)
+	}
+	four := Compare(A, B, CompareOptions{Comparisons: 4})
+	if four.Level != 0.0125 || !strings.HasPrefix(four.Verdict, "no significant difference") || !strings.Contains(four.Verdict, "against 0.0125, 0.05 shared by the comparisons") {
+		t.Errorf("one of four: level %v, %q", four.Level, four.Verdict)
+	}
+}
