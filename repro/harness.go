@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -342,15 +343,16 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 			defer wg.Done()
 			for i := range next {
 				sr := d.session(ctx, i)
-				if isTransport(sr) && ctx.Err() == nil {
+				if mayBeLost(sr) && ctx.Err() == nil {
 					if err := d.serverGone(ctx); err != nil {
 						lose(&ServerLostError{Session: sr.ID, Reason: opts.scrub(sr.Reason), Probe: opts.scrub(err.Error())})
 					}
 				}
 				mu.Lock()
-				if ctx.Err() != nil && sr.Outcome == hook.OutcomeError &&
-					(strings.HasPrefix(sr.Reason, "aborted") || isTransport(sr) && errors.Is(context.Cause(ctx), ErrServerLost)) {
-					res.Aborted++ // cut by the run's end or the server's, not an outcome
+				if ctx.Err() != nil && sr.Outcome == hook.OutcomeError {
+					// Cut by the run's end (Ctrl-C, a deadline) or the
+					// server's: an error now says nothing about the server.
+					res.Aborted++
 					mu.Unlock()
 					continue
 				}
@@ -414,7 +416,8 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 var ErrServerLost = errors.New("the server stopped answering")
 
 // ServerLostError says which session's failure found the server gone, and
-// what the probe after it got.
+// what the probe after it got. Reason and Probe are Go error text, which
+// may quote bytes the server sent (a malformed response).
 type ServerLostError struct {
 	Session string // the session whose transport failure started the probe
 	Reason  string // that failure
@@ -428,15 +431,17 @@ func (e *ServerLostError) Error() string {
 // Is makes errors.Is(err, ErrServerLost) hold.
 func (e *ServerLostError) Is(target error) bool { return target == ErrServerLost }
 
-// isTransport reports whether a session ended because a request got no
-// HTTP answer at all (refused, reset, cut), the way a dead server fails.
-func isTransport(sr SessionResult) bool {
-	return sr.Outcome == hook.OutcomeError && strings.HasPrefix(sr.Reason, "transport: ")
+// mayBeLost reports whether a session's failure could be its server going
+// away — any error but an abort: a refused or reset connection, a stream
+// cut short (a server killed mid-stream), a gateway's 502 for a dead
+// backend. The probe decides; on a live server the error stands.
+func mayBeLost(sr SessionResult) bool {
+	return sr.Outcome == hook.OutcomeError && !strings.HasPrefix(sr.Reason, "aborted")
 }
 
 // lostProbes tries of GET /v1/models, lostProbeEvery apart, must all get no
-// HTTP answer before the server counts as gone: one reset connection on a
-// live server stays the session's error outcome.
+// answer before the server counts as gone: one reset connection on a live
+// server stays the session's error outcome.
 const (
 	lostProbes     = 3
 	lostProbeEvery = 500 * time.Millisecond
@@ -444,8 +449,11 @@ const (
 
 // serverGone asks GET /v1/models (with the run's key and headers) whether
 // the server still answers, and returns the last failure when no try got an
-// HTTP answer; any status, even an error one, is an answer. Nil when ctx
-// ends first: the run's end is not the server's.
+// answer. Any HTTP status is an answer (401, 404, 500: a server is there)
+// except a gateway's 502, 503 and 504, which is what a proxy says for a
+// backend that is gone. Nil when ctx ends first (the run's end is not the
+// server's) and when this side is out of sockets (EMFILE and the like: the
+// client failed, not the server).
 func (d *driver) serverGone(ctx context.Context) error {
 	u := strings.TrimSuffix(d.endpoint, "/chat/completions") + "/models"
 	timeout := min(d.opts.Timeout, 10*time.Second)
@@ -459,7 +467,7 @@ func (d *driver) serverGone(ctx context.Context) error {
 			}
 		}
 		last = d.probeModels(ctx, u, timeout)
-		if last == nil || ctx.Err() != nil {
+		if last == nil || ctx.Err() != nil || clientSide(last) {
 			return nil
 		}
 	}
@@ -480,7 +488,17 @@ func (d *driver) probeModels(ctx context.Context, u string, timeout time.Duratio
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return fmt.Errorf("GET %s answered HTTP %d, a gateway's answer for a backend that is gone", u, resp.StatusCode)
+	}
 	return nil
+}
+
+// clientSide reports whether err is this process running out of sockets or
+// ports, not the server failing to answer.
+func clientSide(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.EADDRNOTAVAIL) || errors.Is(err, syscall.ENOBUFS)
 }
 
 // errTimeout marks a request that ran past the per-request timeout.

@@ -20,6 +20,7 @@ const (
 	VerdictMeasured     = "measured"      // the rate can be read as the server's corruption rate
 	VerdictServerFailed = "server_failed" // every session ended in error or timeout: no measurement
 	VerdictNeedsControl = "needs_control" // no_tool share at or above NoToolControlShare
+	VerdictServerLost   = "server_lost"   // the server went away mid-run (repro's harness stopped there)
 )
 
 // Assess says how a run's outcomes may be read: VerdictServerFailed when

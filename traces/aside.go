@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -14,11 +15,13 @@ import (
 // directory, to path's name with its modification time before the
 // extension ("collect.kvtrace" → "collect-20261201T161400Z.kvtrace", a
 // counter after it when that name is taken), and the new name is returned.
-// Nothing at path, or an empty file, returns "" and no error: there is
-// nothing to lose. A service restarted with the same --record path (a
-// DaemonSet pod, a systemd unit) keeps every run's bundle this way.
+// Nothing at path, an empty file, or anything but a regular file (a
+// symlink, a device such as /dev/stdout, a FIFO) returns "" and no error:
+// nothing of ours to lose, and a link or a device is not ours to move. When
+// the file cannot be moved (a read-only or bind-mounted directory) the
+// error says so: the caller stops rather than truncate the evidence.
 func SetAside(path string) (string, error) {
-	st, err := os.Stat(path)
+	st, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", nil
@@ -27,11 +30,12 @@ func SetAside(path string) (string, error) {
 	case !st.Mode().IsRegular() || st.Size() == 0:
 		return "", nil
 	}
-	stem, ext := path, ""
-	if i := strings.LastIndexByte(path, '.'); i > strings.LastIndexByte(path, '/') && i > 0 {
-		stem, ext = path[:i], path[i:]
+	dir, base := filepath.Split(path)
+	ext := filepath.Ext(base)
+	if ext == base {
+		ext = "" // a dotfile (".kvtrace") is all name
 	}
-	stem += "-" + st.ModTime().UTC().Format("20060102T150405Z")
+	stem := dir + strings.TrimSuffix(base, ext) + "-" + st.ModTime().UTC().Format("20060102T150405Z")
 	for n := 0; ; n++ {
 		to := stem + ext
 		if n > 0 {
@@ -53,7 +57,7 @@ func SetAside(path string) (string, error) {
 			err = os.Rename(path, to)
 		}
 		if err != nil {
-			return "", fmt.Errorf("set aside bundle %s: %w", path, err)
+			return "", fmt.Errorf("%s holds an earlier run's bundle, and it cannot be kept (%w): move it away or record elsewhere", path, err)
 		}
 		return to, nil
 	}

@@ -3,6 +3,7 @@ package traces
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -49,5 +50,48 @@ func TestSetAside(t *testing.T) {
 	}
 	if kept[0] == kept[1] {
 		t.Error("the second run replaced the first")
+	}
+}
+
+// TestSetAsideLeavesWhatIsNotABundleFile: a symlink (to a bundle or to
+// /dev/stdout) and a device are not moved; a dotfile keeps its whole name;
+// a bundle in a directory it cannot be moved in is an error naming it.
+func TestSetAsideLeavesWhatIsNotABundleFile(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "real.kvtrace")
+	if err := os.WriteFile(target, []byte("run"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.kvtrace")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{link, os.DevNull} {
+		if kept, err := SetAside(p); err != nil || kept != "" {
+			t.Errorf("%s: kept %q, %v; want it left alone", p, kept, err)
+		}
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the symlink was moved or replaced: %v %v", fi, err)
+	}
+	dot := filepath.Join(dir, ".kvtrace")
+	if err := os.WriteFile(dot, []byte("run"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := SetAside(dot); err != nil || !strings.HasPrefix(filepath.Base(kept), ".kvtrace-") {
+		t.Errorf("dotfile kept as %q, %v", kept, err)
+	}
+	if os.Geteuid() == 0 {
+		t.Log("root: a read-only directory does not stop root; the refusal is not exercised")
+		return
+	}
+	ro := filepath.Join(dir, "ro")
+	os.Mkdir(ro, 0o700)
+	held := filepath.Join(ro, "collect.kvtrace")
+	os.WriteFile(held, []byte("run"), 0o600)
+	os.Chmod(ro, 0o500)
+	defer os.Chmod(ro, 0o700)
+	if _, err := SetAside(held); err == nil || !strings.Contains(err.Error(), "cannot be kept") {
+		t.Errorf("read-only directory: %v", err)
 	}
 }

@@ -670,6 +670,13 @@ func reproReport(opts *ReproOptions, src *reproSource, stats *sessions.RunStats,
 			}
 			s.Reason = repro.RedactReason(s.Reason)
 		}
+		// Its reasons are Go error text, which can quote what the server sent.
+		var lost *repro.ServerLostError
+		if errors.As(runErr, &lost) {
+			l := *lost
+			l.Reason, l.Probe = repro.RedactReason(l.Reason), repro.RedactReason(l.Probe)
+			res.ServerLost = l.Error()
+		}
 	}
 	if src.tailErr != nil && src.tailErr != context.Canceled {
 		fmt.Fprintf(opts.IO.ErrOut, "repro: server log: %v\n", src.tailErr)
@@ -681,8 +688,10 @@ func reproReport(opts *ReproOptions, src *reproSource, stats *sessions.RunStats,
 		if note != "" {
 			out.Notes = append(out.Notes, note)
 		}
+	} else if res.ServerLost != "" {
+		out.Verdict = sessions.VerdictServerLost
 	} else {
-		out.Interrupted = res.ServerLost == ""
+		out.Interrupted = true
 	}
 	if pf != nil {
 		out.Notes = append(out.Notes, pf.Notes...)
@@ -759,21 +768,31 @@ func writeCorrupted(w io.Writer, r reproJSON) {
 	}
 }
 
-func writeReproText(w io.Writer, r reproJSON) error {
+// writeReproHeadline prints how the run ended, when not whole, and the
+// rate, or why there is none.
+func writeReproHeadline(w io.Writer, r reproJSON) {
 	if r.Interrupted {
 		fmt.Fprintf(w, "INTERRUPTED: %d sessions finished before the stop, %d were cut short and are not counted; the rate below is over the finished ones\n",
 			r.Sessions, r.Aborted)
 	}
 	if r.ServerLost != "" {
 		fmt.Fprintf(w, "SERVER LOST: %s\n", r.ServerLost)
-		fmt.Fprintf(w, "%d sessions finished before it, %d were cut short by it and are not counted; the rate below is over the finished ones\n",
-			r.Sessions, r.Aborted)
+		fmt.Fprintf(w, "%d sessions finished before it, %d were cut short by it or never started and are not counted", r.Sessions, r.Aborted)
+		if r.Sessions == 0 {
+			fmt.Fprintln(w, "\nNO MEASUREMENT: no session finished before the server went away")
+			return
+		}
+		fmt.Fprintln(w, "; the rate below is over the finished ones")
 	}
 	if r.Verdict == sessions.VerdictServerFailed {
 		fmt.Fprintf(w, "NO MEASUREMENT: all %d sessions ended in error or timeout; the server failed, so this run says nothing about corruption\n", r.Sessions)
-	} else {
-		fmt.Fprintln(w, r.Headline())
+		return
 	}
+	fmt.Fprintln(w, r.Headline())
+}
+
+func writeReproText(w io.Writer, r reproJSON) error {
+	writeReproHeadline(w, r)
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

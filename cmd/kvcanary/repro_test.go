@@ -1164,16 +1164,18 @@ func TestReproServerLost(t *testing.T) {
 			Aborted     int    `json:"aborted"`
 			ServerLost  string `json:"server_lost"`
 			Interrupted bool   `json:"interrupted"`
+			Verdict     string `json:"verdict"`
 		}
 		if asJSON {
 			if err := json.Unmarshal([]byte(out), &got); err != nil {
 				t.Fatalf("%v: %s", err, out)
 			}
-			if got.ServerLost == "" || got.Aborted == 0 || got.Outcomes.Error != 0 || got.Interrupted || got.Sessions+got.Aborted != 12 {
+			if got.ServerLost == "" || got.Aborted == 0 || got.Outcomes.Error != 0 || got.Interrupted || got.Sessions+got.Aborted != 12 ||
+				got.Verdict != sessions.VerdictServerLost {
 				t.Errorf("json: %s", out)
 			}
 		} else {
-			wantContains(t, "report", out, "SERVER LOST: the server stopped answering: session ", "were cut short by it and are not counted")
+			wantContains(t, "report", out, "SERVER LOST: the server stopped answering: session ", "were cut short by it or never started and are not counted")
 		}
 		sessions := 0
 		for _, ev := range readBundle(t, bundle).Events {
