@@ -95,9 +95,10 @@ Sessions are classified:
   timeout   a request ran past --timeout
 leak, no_tool and error are corruption. Finish reasons and n-gram loops are
 recorded as extra signals. A server that goes away is not a corrupted one:
-when a request gets no answer and GET /v1/models then gets none either
-(three tries, 0.5 s apart), repro stops, says SERVER LOST, does not count
-the sessions the death cut short, and exits 3.
+when a session fails and GET /v1/models then gets no answer either (three
+tries, 0.5 s apart; a proxy's 502, 503 or 504 is no answer), repro stops,
+says SERVER LOST, does not count the sessions the death cut short, and
+exits 3.
 
 Engine settings: at start repro asks the server for its settings (SGLang's
 GET /get_server_info, then /server_info; vLLM's /version reports none) and
