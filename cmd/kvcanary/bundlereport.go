@@ -76,6 +76,9 @@ type bundleInfo struct {
 	skips     []traces.Skip
 	truncated bool
 	reason    string
+	// cov, when set, collects the bundle's run.end events as it is read
+	// (checksum compare's bundles; replayBundle keeps its own).
+	cov *analyzers.CoverageCollector
 }
 
 // damageOf is what r had to skip so far (all of it once r is read to its end).
@@ -137,7 +140,7 @@ func partialText(lost []string) string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("PARTIAL: the producers reported lost evidence; what was judged is above, what was lost was not judged:\n")
+	b.WriteString("PARTIAL: the verdict above covers only what was observed; not judged:\n")
 	for _, l := range lost {
 		fmt.Fprintf(&b, "  %s\n", cmdutil.Quote(l))
 	}
