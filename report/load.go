@@ -107,6 +107,9 @@ type Run struct {
 	Checksum  *checksum.Summary  `json:"checksum,omitempty"`
 	Canary    *canary.Summary    `json:"canary,omitempty"`
 	GraphDiff *graphdiff.Summary `json:"graphdiff,omitempty"`
+	// What the producers said, in their run.end events, they lost: a layer
+	// whose evidence they lost is partial, never clean (Verdicts).
+	Coverage analyzers.Coverage `json:"coverage"`
 
 	Mismatches     []RoomMismatch `json:"mismatches"`
 	MismatchTotal  int            `json:"mismatch_total"`
@@ -149,6 +152,7 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 	set := analyzers.NewSet(analyzers.Options{WarmupMaxSeqLen: warm})
 	as := set.All()
 	var kinds [256]uint64
+	cov := analyzers.NewCoverageCollector()
 	stepBS := map[uint64]int{}
 	divSteps := map[uint64]bool{}
 	emit := func(ev hook.Event) {
@@ -180,6 +184,7 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 			run.T0 = ev.TS
 		}
 		run.Stats.Observe(ev)
+		cov.Observe(ev)
 		switch b := ev.Body.(type) {
 		case *hook.Finding:
 			continue // judged afresh below
@@ -222,6 +227,7 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 	run.SessionEnds, run.SessionEndsSampled = ends.kept, ends.sampled()
 	run.Jaccards, run.JaccardsSampled = run.jaccards.kept, run.jaccards.sampled()
 	run.jaccards = nil
+	run.Coverage = cov.Result()
 	run.Truncated, run.TruncationReason, run.Skipped = r.Truncated(), r.TruncationReason(), r.Skipped()
 	run.Stats.Truncated, run.Stats.Skipped = run.Truncated, run.Skipped
 	// A layer is measured when the bundle holds its events; otherwise its

@@ -39,7 +39,7 @@ func (rep *Report) WriteMarkdown(w io.Writer) error {
 	run := r0.Run
 	p("\n### 2. The three layers (run 1)\n\n")
 	for _, vd := range r0.Verdicts {
-		mark := map[string]string{StateFault: "❌", StateClean: "✅"}[vd.State]
+		mark := map[string]string{StateFault: "❌", StateClean: "✅", StatePartial: "⚠️"}[vd.State]
 		if mark == "" {
 			mark = "❔"
 		}

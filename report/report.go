@@ -8,6 +8,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/sessions"
 )
@@ -44,6 +47,10 @@ const (
 	StateClean       = "clean"
 	StateFault       = "fault"
 	StateNotMeasured = "not measured"
+	// StatePartial: nothing found in what was observed, but not everything
+	// was observed (rooms seen on one side only, evidence the producers
+	// reported lost): neither clean nor a fault.
+	StatePartial = "partial"
 )
 
 // Verdict is one layer's binary test.
@@ -54,20 +61,35 @@ type Verdict struct {
 	Text  string
 }
 
-// Verdicts are the three layers' verdicts for the run.
+// Verdicts are the three layers' verdicts for the run. A layer with no
+// fault is clean only when it was observed whole: rooms seen on one side
+// only, or evidence the producers reported lost in their run.end events
+// (Coverage.Partial), make it partial, with the reason in its text.
 func (r *Run) Verdicts() []Verdict {
 	tr := Verdict{Layer: "transfer", Title: "Transfer: per-room index-K checksums, prefill vs decode", State: StateNotMeasured,
 		Text: "not measured: the bundle holds no room.checksum events"}
 	if c := r.Checksum; c != nil {
+		oneSide := ""
+		if c.Missing > 0 {
+			oneSide = fmt.Sprintf("%d of %d rooms seen on one side only (not compared)", c.Missing, c.Rooms)
+		}
 		switch {
-		case c.Mismatched > 0 || c.Missing > 0:
-			tr.State, tr.Text = StateFault, fmt.Sprintf("transfer DIRTY: %d of %d rooms mismatch, %d missing a side", c.Mismatched, c.Rooms, c.Missing)
+		case c.Mismatched > 0:
+			tr.State, tr.Text = StateFault, fmt.Sprintf("transfer DIRTY: %d of %d rooms mismatch", c.Mismatched, c.Rooms)
+			if oneSide != "" {
+				tr.Text += "; " + oneSide
+			}
+		case c.Matched == 0 && oneSide != "":
+			tr.Text = "not measured: " + oneSide
 		case c.Matched == 0:
 			tr.Text = fmt.Sprintf("not measured: %d rooms, none past warmup", c.Rooms)
+		case oneSide != "":
+			tr.State, tr.Text = StatePartial, fmt.Sprintf("transfer partial: %d of %d compared rooms match (+%d warmup); %s", c.Matched, c.Matched, c.Warmup, oneSide)
 		default:
 			tr.State, tr.Text = StateClean, fmt.Sprintf("transfer clean: %d of %d rooms match (+%d warmup)", c.Matched, c.Matched, c.Warmup)
 		}
 	}
+	r.partial(&tr, checksum.AnalyzerName)
 	bu := Verdict{Layer: "buffer", Title: "Persistent buffer: canary around every graph replay", State: StateNotMeasured,
 		Text: "not measured: the bundle holds no canary.pages events"}
 	if c := r.Canary; c != nil && c.Replays > 0 {
@@ -77,6 +99,7 @@ func (r *Run) Verdicts() []Verdict {
 			bu.State, bu.Text = StateClean, fmt.Sprintf("buffer pristine: 0 live-page overwrites in %d replays", c.Replays)
 		}
 	}
+	r.partial(&bu, canary.AnalyzerName)
 	co := Verdict{Layer: "compute", Title: "Transient compute: graph replay vs eager on the same inputs", State: StateNotMeasured,
 		Text: "not measured: the bundle holds no graphdiff.sample events"}
 	if g := r.GraphDiff; g != nil && g.Samples > 0 {
@@ -87,7 +110,26 @@ func (r *Run) Verdicts() []Verdict {
 			co.State, co.Text = StateClean, fmt.Sprintf("graph = eager: 0 of %d samples diverge", g.Samples)
 		}
 	}
+	r.partial(&co, graphdiff.AnalyzerName)
 	return []Verdict{tr, bu, co}
+}
+
+// partial turns a clean verdict into a partial one when the producers
+// reported lost evidence bearing on analyzer's layer, and says what; a
+// fault or an unmeasured layer stays what it is, a partial one gets the
+// reason beside its own.
+func (r *Run) partial(v *Verdict, analyzer string) {
+	why := r.Coverage.Partial(analyzer)
+	if why == "" {
+		return
+	}
+	switch v.State {
+	case StateClean:
+		v.State = StatePartial
+		v.Text = v.Layer + " partial: " + strings.TrimPrefix(strings.TrimPrefix(v.Text, v.Layer+" clean: "), v.Layer+" pristine: ") + "; " + why
+	case StatePartial:
+		v.Text += "; " + why
+	}
 }
 
 // Headline is the run's corruption rate with its 95% interval, or why there

@@ -422,3 +422,76 @@ func TestRecheckBundlesGone(t *testing.T) {
 		t.Errorf("commands: %d with the bundles gone, %d with them", len(rep.Commands()), len(base.Commands()))
 	}
 }
+
+// readEvents judges a bundle holding evs (timestamps 1, 2, …).
+func readEvents(t *testing.T, evs ...hook.Event) *report.Run {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := traces.NewWriter(&buf, traces.Manifest{Tool: "kvcanary test", Command: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range evs {
+		ev.TS = int64(i + 1)
+		if err := w.Write(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := traces.NewReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	run, err := report.Read("partial.kvtrace", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+// Unknown is not clean: a room seen on one side only makes the transfer
+// layer partial (not DIRTY), and a producer's run.end saying it lost
+// canary evidence makes a buffer with no overwrite partial (not pristine),
+// with the producer's note in the text; markdown marks neither ✅ nor ❌.
+func TestVerdictsPartial(t *testing.T) {
+	room := func(r uint64, side hook.Side) hook.Event {
+		return hook.Event{Kind: hook.KindRoomChecksum, Body: &hook.RoomChecksum{Room: hook.Dec64(r), Side: side, SeqLen: 100, Pages: 2, Bsum: hook.Hex64(r * 7)}}
+	}
+	pages := hook.Event{Kind: hook.KindCanaryPages, Body: &hook.CanaryPages{Step: 1, Policy: "live", PagesTotal: 100, PagesChecked: 10, LivePages: 10, LiveChecked: 10,
+		Expected: []uint32{3}, Running: []string{"r1"}, Changed: []hook.PageChange{{Page: 3, Owner: "r1", Before: 1, After: 2}}}}
+	end := func(msg string) hook.Event {
+		return hook.Event{Kind: hook.KindRunEnd, Src: hook.Source{Proc: "python3", PID: 9, Role: "decode", Rank: 1}, Body: &hook.RunEnd{Error: msg}}
+	}
+	states := func(run *report.Run) map[string]report.Verdict {
+		m := map[string]report.Verdict{}
+		for _, v := range run.Verdicts() {
+			m[v.Layer] = v
+		}
+		return m
+	}
+	v := states(readEvents(t, room(1, hook.SidePrefill), room(1, hook.SideDecode), room(2, hook.SidePrefill), pages, end("")))
+	if tr := v["transfer"]; tr.State != report.StatePartial || strings.Contains(tr.Text, "DIRTY") || !strings.Contains(tr.Text, "1 of 2 rooms seen on one side only") {
+		t.Errorf("one-sided room: transfer %q: %s", tr.State, tr.Text)
+	}
+	if bu := v["buffer"]; bu.State != report.StateClean {
+		t.Errorf("nothing lost: buffer %q: %s", bu.State, bu.Text)
+	}
+	v = states(readEvents(t, room(1, hook.SidePrefill), room(1, hook.SideDecode), pages, end("canary.replay off: 3 errors at X")))
+	if bu := v["buffer"]; bu.State != report.StatePartial || strings.Contains(bu.Text, "pristine") || !strings.Contains(bu.Text, "python3 pid 9 (decode rank 1): canary.replay off") {
+		t.Errorf("canary off: buffer %q: %s", bu.State, bu.Text)
+	}
+	if tr := v["transfer"]; tr.State != report.StateClean {
+		t.Errorf("a canary note: transfer %q: %s", tr.State, tr.Text)
+	}
+	run := readEvents(t, room(1, hook.SidePrefill), room(1, hook.SideDecode), pages, end("2 room checksums skipped; canary.replay off"))
+	var md bytes.Buffer
+	if err := report.Build([]*report.Run{run}).WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if s := md.String(); strings.Contains(s, "✅") || strings.Contains(s, "❌") || !strings.Contains(s, "⚠️ transfer partial") || !strings.Contains(s, "⚠️ buffer partial") {
+		t.Errorf("markdown verdicts:\n%s", s)
+	}
+}

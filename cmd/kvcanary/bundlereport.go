@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"io"
+	"strings"
 
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
@@ -18,6 +21,7 @@ type bundleReplay struct {
 	kinds         [256]uint64 // events per kind
 	findings      []*hook.Finding
 	findingsTotal int
+	coverage      analyzers.Coverage // what the producers said they lost (run.end)
 
 	bundleInfo // what the reader had to skip
 }
@@ -31,6 +35,7 @@ type bundleReplay struct {
 // errors naming the file (exit 130 when reading was interrupted).
 func replayBundle(r *bundleFile, an hook.Analyzer, maxFindings int) (*bundleReplay, error) {
 	rep := &bundleReplay{}
+	cov := analyzers.NewCoverageCollector()
 	emit := func(ev hook.Event) {
 		fd, ok := ev.Body.(*hook.Finding)
 		if !ok {
@@ -54,12 +59,14 @@ func replayBundle(r *bundleFile, an hook.Analyzer, maxFindings int) (*bundleRepl
 		}
 		rep.events++
 		rep.kinds[ev.Kind]++
+		cov.Observe(ev)
 		if ev.Kind == hook.KindFinding {
 			continue
 		}
 		an.Observe(ev, emit)
 	}
 	rep.bundleInfo = damageOf(r.Reader)
+	rep.coverage = cov.Result()
 	return rep, nil
 }
 
@@ -69,6 +76,9 @@ type bundleInfo struct {
 	skips     []traces.Skip
 	truncated bool
 	reason    string
+	// cov, when set, collects the bundle's run.end events as it is read
+	// (checksum compare's bundles; replayBundle keeps its own).
+	cov *analyzers.CoverageCollector
 }
 
 // damageOf is what r had to skip so far (all of it once r is read to its end).
@@ -100,4 +110,39 @@ func (b *bundleReplay) noData(ios *cmdutil.IOStreams, asJSON bool, path string, 
 	nd := cmdutil.NewNoData(inst, path, b.events, "event")
 	nd.Detail = detail
 	return writeNoData(ios.Out, asJSON, nd)
+}
+
+// StatusPartial is the "status" a report's --json carries when it found
+// nothing but its producers reported lost evidence bearing on its verdict.
+const StatusPartial = "partial"
+
+// PartialError is returned by a check command that printed its report,
+// found nothing, and was judging evidence its producers reported lost: a
+// clean exit would vouch for what nobody observed, a finding would accuse
+// it. It exits 4 (cmdutil.ExitNoData: the data to judge is, in part,
+// not there), like a report over no data, without printing anything more.
+var PartialError = &cmdutil.ExitError{Code: cmdutil.ExitNoData}
+
+// partialHelp is the help text of the partial exit, shared by the report
+// commands over bundles.
+const partialHelp = `Partial: when the bundle's producers reported, in their run.end events, that
+they lost evidence bearing on this verdict (events dropped, the instrument
+switched off after errors, records skipped), the report names each producer
+and what it lost in a line starting "PARTIAL:", --json carries
+"status": "partial", "partial": [reasons] and "coverage" (every producer that
+lost something), and the exit code is 4 unless a finding was made (1): what
+was observed is clean, but not everything was observed.`
+
+// partialText is the report's line naming what the producers lost ("" when
+// nothing).
+func partialText(lost []string) string {
+	if len(lost) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("PARTIAL: the verdict above covers only what was observed; not judged:\n")
+	for _, l := range lost {
+		fmt.Fprintf(&b, "  %s\n", cmdutil.Quote(l))
+	}
+	return b.String()
 }

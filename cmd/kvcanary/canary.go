@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/input"
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -39,6 +40,12 @@ type CanaryReport struct {
 	// mode the log's server_args line states ("" when it has none).
 	SGLang   *canary.LogScan `json:"sglang,omitempty"`
 	KVCanary string          `json:"kv_canary,omitempty"`
+	// Bundle input whose producers reported lost evidence bearing on the
+	// canary (run.end): Status "partial", what was lost (one line per
+	// producer) and every producer's losses.
+	Status   string              `json:"status,omitempty"`
+	Partial  []string            `json:"partial,omitempty"`
+	Coverage *analyzers.Coverage `json:"coverage,omitempty"`
 }
 
 // CanaryBundleInfo says how much of a bundle was usable.
@@ -96,9 +103,12 @@ one sentence naming what produces them (kvcanary wrap, the twin's sim run
 --record, or an SGLang log run with --kv-canary log), --json prints
 {"status": "no-data", "message": …}, and the exit code is 4.
 
+` + partialHelp + `
+
 Exit codes: 0 clean, 1 a live-page overwrite, a missing store or an SGLang
 violation was found, 3 the input is unreadable, not a bundle or a text log, or
-has malformed violation lines, 4 no data, 130 interrupted.`,
+has malformed violation lines, 4 no data, or nothing found over partial
+evidence, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: runOnPath(opts, &opts.Path, runF, canaryReportRun),
 	}
@@ -143,6 +153,9 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 			Events: br.events, CanaryPages: br.kinds[hook.KindCanaryPages], BundleDamage: br.damage(),
 		},
 	}
+	if lost := br.coverage.Lost(canary.AnalyzerName); len(lost) > 0 {
+		rep.Status, rep.Partial, rep.Coverage = StatusPartial, lost, &br.coverage
+	}
 	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeCanaryBundleText(opts.IO, &rep) }); err != nil {
 		return err
 	}
@@ -155,6 +168,9 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 		// a clean exit would vouch for pages nobody classified.
 		return cmdutil.InputError(fmt.Errorf("%s: %s canary.pages events have a phase this kvcanary does not know; they were not judged (a newer producer? upgrade kvcanary)",
 			opts.Path, cmdutil.Commas(s.UnknownPhase)))
+	}
+	if rep.Status == StatusPartial {
+		return PartialError
 	}
 	return nil
 }
@@ -276,6 +292,7 @@ func writeCanaryBundleText(ios *cmdutil.IOStreams, rep *CanaryReport) error {
 	s := rep.Canary
 	var b strings.Builder
 	b.WriteString(canaryHeadline(s) + "\n")
+	b.WriteString(partialText(rep.Partial))
 	fmt.Fprintf(&b, "policy %s: %s pages digested, %s of the pool per replay\n",
 		cmdutil.Quote(s.Policy), cmdutil.Commas(s.PagesChecked), canaryPercent(s.Coverage))
 	switch {

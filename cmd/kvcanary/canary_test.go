@@ -347,3 +347,37 @@ func TestCanaryReportBetween(t *testing.T) {
 		t.Fatalf("no between checks:\n%s", out)
 	}
 }
+
+// A producer that reported its canary switched off: the report names it,
+// says the verdict is partial (text and --json) and exits 4, not 0; a
+// finding still exits 1. A run.end that lost nothing changes nothing.
+func TestCanaryReportBundlePartial(t *testing.T) {
+	clean := cleanReplay(1)
+	evs := []hook.Event{
+		{Kind: hook.KindCanaryPages, Body: &clean},
+		{Kind: hook.KindRunEnd, Src: hook.Source{Proc: "python3", PID: 11, Role: "prefill"}, Body: &hook.RunEnd{}},
+		{Kind: hook.KindRunEnd, Src: hook.Source{Proc: "python3", PID: 12, Role: "decode", Rank: 1},
+			Body: &hook.RunEnd{Error: "canary.replay off: 3 errors at X; 3 instrument errors"}},
+	}
+	path := writeBundle(t, traces.Manifest{Run: "t"}, evs...)
+	out, _, err := runCanaryReport(t, path, false, false)
+	if code := cmdutil.ExitCode(err); code != cmdutil.ExitNoData {
+		t.Fatalf("exit %d (%v), want 4", code, err)
+	}
+	if !strings.Contains(out, "PARTIAL:") || !strings.Contains(out, "python3 pid 12 (decode rank 1): canary.replay off") {
+		t.Fatalf("no partial line:\n%s", out)
+	}
+	out, _, _ = runCanaryReport(t, path, false, true)
+	var rep CanaryReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Status != StatusPartial || len(rep.Partial) != 1 || rep.Coverage == nil || rep.Coverage.Lossy != 1 {
+		t.Fatalf("json: %s", out)
+	}
+	// Nothing lost: clean, exit 0.
+	path = writeBundle(t, traces.Manifest{Run: "t"}, evs[:2]...)
+	if out, _, err := runCanaryReport(t, path, false, false); err != nil || strings.Contains(out, "PARTIAL") {
+		t.Fatalf("exit %v:\n%s", err, out)
+	}
+}

@@ -11,8 +11,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/input"
+	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -75,9 +77,18 @@ so in one sentence naming what produces them (kvcanary wrap, the twin's
 sim run --record, or the engine's kvcanary room_checksum lines), --json prints
 {"status": "no-data", "message": …}, and the exit code is 4.
 
-Exit codes: 0 every room outside warmups matches, 1 a mismatch, a missing side
-or a duplicate, 2 usage, 3 unreadable, empty or malformed input (a bad digest
-names file:line), 4 no data, 130 interrupted.`
+Partial: a room seen on one side only (missing-decode, missing-prefill) was
+not compared: it is neither clean nor dirty. When such rooms exist, or a
+bundle's producers reported, in their run.end events, that they lost checksum
+evidence (records skipped, events dropped, instrument errors), the report
+names what was not compared in a line starting "PARTIAL:", --json carries
+"status": "partial", "partial": [reasons] and "coverage" (every producer that
+lost something), and the exit code is 4 unless a room mismatched (1).
+
+Exit codes: 0 every room outside warmups matches and nothing was reported
+lost, 1 a mismatch or a duplicate, 2 usage, 3 unreadable, empty or malformed
+input (a bad digest names file:line), 4 no data, or partial (rooms missing a
+side, evidence lost) without a mismatch, 130 interrupted.`
 
 // NewCmdChecksumCompare builds `kvcanary checksum compare`.
 func NewCmdChecksumCompare(f *cmdutil.Factory, runF func(*ChecksumCompareOptions) error) *cobra.Command {
@@ -121,9 +132,55 @@ type bundleStream struct {
 	info *bundleInfo
 }
 
+// Next passes the reader's events on, and their run.end events to the
+// bundle's coverage collector, when it has one.
+func (b bundleStream) Next() (hook.Event, error) {
+	ev, err := b.Reader.Next()
+	if err == nil && b.info.cov != nil {
+		b.info.cov.Observe(ev)
+	}
+	return ev, err
+}
+
 func (b bundleStream) Close() error {
+	cov := b.info.cov
 	*b.info = damageOf(b.Reader)
+	b.info.cov = cov
 	return b.Reader.Close()
+}
+
+// ChecksumCompareReport is the --json shape of `kvcanary checksum compare`:
+// checksum.Report's fields, and when the verdict is partial, why.
+type ChecksumCompareReport struct {
+	*checksum.Report
+	// Status "partial" when no room mismatched but some were not compared:
+	// rooms seen on one side only, or producers that reported lost checksum
+	// evidence in their run.end events (Partial says which; Coverage lists
+	// every producer that lost something).
+	Status   string              `json:"status,omitempty"`
+	Partial  []string            `json:"partial,omitempty"`
+	Coverage *analyzers.Coverage `json:"coverage,omitempty"`
+}
+
+// checksumPartial is what a comparison could not judge: rooms seen on one
+// side only, and what the bundles' producers said they lost.
+func checksumPartial(rep *checksum.Report, cov *analyzers.Coverage) []string {
+	var out []string
+	if n := rep.Classes.MissingDecode + rep.Classes.MissingPrefill; n > 0 {
+		out = append(out, fmt.Sprintf("%s seen on one side only (%d missing-decode, %d missing-prefill): not compared, neither clean nor dirty",
+			plural(int64(n), "room"), rep.Classes.MissingDecode, rep.Classes.MissingPrefill))
+	}
+	if cov != nil {
+		out = append(out, cov.Lost(checksum.AnalyzerName)...)
+	}
+	return out
+}
+
+// checksumDirty reports whether the comparison found corruption: a mismatch,
+// a duplicate, or a mismatch report naming no room. A room missing a side is
+// unmeasured (partial), not dirty.
+func checksumDirty(rep *checksum.Report) bool {
+	return rep.Classes.Mismatch+rep.Classes.Duplicate > 0 || len(rep.Unattributed) > 0
 }
 
 func checksumCompareRun(opts *ChecksumCompareOptions) error {
@@ -133,7 +190,7 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	var srcs []checksum.Source
 	bundles := map[string]*bundleInfo{}
 	for _, p := range opts.Paths {
-		info := &bundleInfo{}
+		info := &bundleInfo{cov: analyzers.NewCoverageCollector()}
 		src, err := checksumInput(opts.Ctx, p, info)
 		if err != nil {
 			return err
@@ -165,12 +222,31 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	if warm < 0 {
 		rep.WarmupMaxSeqLen = 0
 	}
-	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeChecksumText(opts, rep) }); err != nil {
+	out := ChecksumCompareReport{Report: rep}
+	var cov *analyzers.Coverage
+	for _, p := range opts.Paths {
+		if b := bundles[p]; b != nil && b.cov != nil {
+			if cov == nil {
+				cov = &analyzers.Coverage{}
+			}
+			cov.Merge(b.cov.Result())
+		}
+	}
+	if out.Partial = checksumPartial(rep, cov); len(out.Partial) > 0 {
+		out.Status = StatusPartial
+		if cov != nil && cov.Lossy > 0 {
+			out.Coverage = cov
+		}
+	}
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, out, func() error { return writeChecksumText(opts, &out) }); err != nil {
 		return err
 	}
 	writeChecksumNotes(opts.IO.ErrOut, rep, bundles)
-	if rep.Failed() {
+	if checksumDirty(rep) {
 		return cmdutil.FindingError
+	}
+	if out.Status == StatusPartial {
+		return PartialError
 	}
 	return nil
 }
@@ -259,9 +335,10 @@ func writeChecksumNotes(w io.Writer, rep *checksum.Report, bundles map[string]*b
 // writeChecksumText prints the headline, the table of the first --limit
 // non-matching rooms and, when the records name their producers, the
 // per-producer table (rendered by checksum.Report).
-func writeChecksumText(opts *ChecksumCompareOptions, rep *checksum.Report) error {
+func writeChecksumText(opts *ChecksumCompareOptions, cr *ChecksumCompareReport) error {
+	rep := cr.Report
 	out, tty := opts.IO.Out, opts.IO.IsStdoutTTY()
-	if _, err := fmt.Fprintln(out, rep.Headline()); err != nil {
+	if _, err := fmt.Fprint(out, rep.Headline()+"\n"+partialText(cr.Partial)); err != nil {
 		return err
 	}
 	if len(rep.NonMatching) == 0 {

@@ -423,3 +423,40 @@ func TestChecksumCompareRepeatedInputAmongSeveral(t *testing.T) {
 		}
 	}
 }
+
+// Rooms seen on one side only are unmeasured, not dirty: with the decode
+// producer reporting it skipped checksums, the comparison is partial — a
+// PARTIAL line names the one-sided rooms and the producer's note (text and
+// --json) — and it exits 4, not 1. A mismatch still exits 1.
+func TestChecksumComparePartial(t *testing.T) {
+	evs := []hook.Event{pdEvent(1, hook.SidePrefill, false), pdEvent(1, hook.SideDecode, false), pdEvent(2, hook.SidePrefill, false),
+		{Kind: hook.KindRunEnd, Src: hook.Source{Proc: "python3", PID: 7, Role: "decode", Rank: 1},
+			Body: &hook.RunEnd{Error: "1 room checksums skipped (index-K on the host)"}}}
+	path := writeBundle(t, traces.Manifest{Run: "t"}, evs...)
+	out, _, err := runChecksumCompare(t, false, false, path)
+	if code := cmdutil.ExitCode(err); code != cmdutil.ExitNoData {
+		t.Fatalf("exit %d (%v), want 4\n%s", code, err, out)
+	}
+	if !strings.Contains(out, "\nPARTIAL:") || !strings.Contains(out, "1 room seen on one side only (1 missing-decode") ||
+		!strings.Contains(out, "python3 pid 7 (decode rank 1): 1 room checksums skipped") {
+		t.Fatalf("partial lines:\n%s", out)
+	}
+	js, _, _ := runChecksumCompare(t, false, true, path)
+	var rep ChecksumCompareReport
+	if err := json.Unmarshal([]byte(js), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Report == nil || rep.Rooms != 2 || rep.Status != StatusPartial || len(rep.Partial) != 2 || rep.Coverage == nil || rep.Coverage.Lossy != 1 {
+		t.Fatalf("json:\n%s", js)
+	}
+	// The producer's note alone (every room compared) is partial too.
+	path = writeBundle(t, traces.Manifest{Run: "t"}, append(evs[:2:2], evs[3])...)
+	if out, _, err := runChecksumCompare(t, false, false, path); cmdutil.ExitCode(err) != cmdutil.ExitNoData || !strings.Contains(out, "checksums skipped") {
+		t.Fatalf("exit %v:\n%s", err, out)
+	}
+	// A mismatch beside it is a finding.
+	path = writeBundle(t, traces.Manifest{Run: "t"}, append([]hook.Event{pdEvent(3, hook.SidePrefill, false), pdEvent(3, hook.SideDecode, true)}, evs...)...)
+	if _, _, err := runChecksumCompare(t, false, false, path); cmdutil.ExitCode(err) != cmdutil.ExitFinding {
+		t.Fatalf("exit %v, want 1", err)
+	}
+}

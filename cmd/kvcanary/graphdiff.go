@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/graphdiff"
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -29,6 +30,12 @@ type GraphDiffReport struct {
 	Findings      []*hook.Finding     `json:"findings"` // first reportMaxFindings
 	FindingsTotal int                 `json:"findings_total"`
 	Bundle        GraphDiffBundleInfo `json:"bundle"`
+	// When the bundle's producers reported lost evidence bearing on
+	// graphdiff (run.end): Status "partial", what was lost (one line per
+	// producer) and every producer's losses.
+	Status   string              `json:"status,omitempty"`
+	Partial  []string            `json:"partial,omitempty"`
+	Coverage *analyzers.Coverage `json:"coverage,omitempty"`
 }
 
 // GraphDiffBundleInfo says how much of a bundle was usable.
@@ -72,8 +79,11 @@ produces them (kvcanary wrap or the twin's sim run --record; no engine log
 line carries them) and, when the run's recorded settings explain it, why;
 --json prints {"status": "no-data", "message": …}, and the exit code is 4.
 
+` + partialHelp + `
+
 Exit codes: 0 no divergence, 1 a divergent sample, 3 the input is unreadable or
-not a bundle (the message says what it is), 4 no data, 130 interrupted.`,
+not a bundle (the message says what it is), 4 no data, or no divergence over
+partial evidence, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: runOnPath(opts, &opts.Path, runF, graphDiffReportRun),
 	}
@@ -107,6 +117,9 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 		rep.Findings = []*hook.Finding{}
 	}
 	rep.Headline = graphDiffHeadline(&rep.GraphDiff)
+	if lost := br.coverage.Lost(graphdiff.AnalyzerName); len(lost) > 0 {
+		rep.Status, rep.Partial, rep.Coverage = StatusPartial, lost, &br.coverage
+	}
 
 	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return writeGraphDiffText(opts.IO, &rep) }); err != nil {
 		return err
@@ -114,6 +127,9 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	br.warn(opts.IO.ErrOut, opts.Path)
 	if rep.GraphDiff.Divergent > 0 {
 		return cmdutil.FindingError
+	}
+	if rep.Status == StatusPartial {
+		return PartialError
 	}
 	return nil
 }
@@ -188,6 +204,7 @@ func writeGraphDiffText(ios *cmdutil.IOStreams, rep *GraphDiffReport) error {
 	tty := ios.IsStdoutTTY()
 	var b strings.Builder
 	b.WriteString(rep.Headline + "\n")
+	b.WriteString(partialText(rep.Partial))
 	if s.Samples == 0 {
 		fmt.Fprintf(&b, "(%s events read from %s)\n", cmdutil.Commas(rep.Bundle.Events), cmdutil.Quote(rep.Input))
 		_, err := fmt.Fprint(ios.Out, b.String())

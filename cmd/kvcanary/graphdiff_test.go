@@ -139,3 +139,28 @@ func TestGraphDiffReportUnreadable(t *testing.T) {
 		t.Fatalf("junk file: exit %d (%v), want 3", cmdutil.ExitCode(err), err)
 	}
 }
+
+// Dropped events and a note naming no instrument bear on graphdiff: the
+// clean report is partial (text, --json) and exits 4; a note naming only
+// another instrument does not.
+func TestGraphDiffReportPartial(t *testing.T) {
+	noisy := []float32{0, 1, 2, 3.004, 4, 5, 6, 7}
+	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: hook.Bool(true)}, []hook.Event{gdSample(1, "r1", "s1", noisy),
+		{Kind: hook.KindRunEnd, Src: hook.Source{Proc: "sglang", PID: 9}, Body: &hook.RunEnd{Dropped: 5}}})
+	out, _, err := runGraphDiffReport(t, path, false, false)
+	if code := cmdutil.ExitCode(err); code != cmdutil.ExitNoData {
+		t.Fatalf("exit %d (%v), want 4\n%s", code, err, out)
+	}
+	if !strings.Contains(out, "\nPARTIAL:") || !strings.Contains(out, "sglang pid 9: dropped 5 events") {
+		t.Fatalf("no partial line:\n%s", out)
+	}
+	out, _, _ = runGraphDiffReport(t, path, false, true)
+	if !strings.Contains(out, `"status": "partial"`) || !strings.Contains(out, `"dropped": 5`) {
+		t.Fatalf("json:\n%s", out)
+	}
+	path = writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: hook.Bool(true)}, []hook.Event{gdSample(1, "r1", "s1", noisy),
+		{Kind: hook.KindRunEnd, Src: hook.Source{Proc: "sglang", PID: 9}, Body: &hook.RunEnd{Error: "canary.replay off: 2 errors"}}})
+	if out, _, err := runGraphDiffReport(t, path, false, false); err != nil || strings.Contains(out, "PARTIAL") {
+		t.Fatalf("exit %v:\n%s", err, out)
+	}
+}

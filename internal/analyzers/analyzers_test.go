@@ -3,8 +3,12 @@ package analyzers
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
+	"github.com/kvcanary/kvcanary/canary"
+	"github.com/kvcanary/kvcanary/checksum"
+	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
@@ -111,3 +115,39 @@ type otherAnalyzer struct{}
 
 func (otherAnalyzer) Name() string                         { return "other" }
 func (otherAnalyzer) Observe(hook.Event, func(hook.Event)) {}
+
+func TestCoverageLostByLayer(t *testing.T) {
+	cc := NewCoverageCollector()
+	ends := []hook.Event{
+		{Kind: hook.KindRunEnd, TS: 1, Src: hook.Source{Proc: "python3", PID: 1, Role: "prefill"}, Body: &hook.RunEnd{}},
+		{Kind: hook.KindRunEnd, TS: 2, Src: hook.Source{Proc: "python3", PID: 2, Role: "decode", Rank: 1},
+			Body: &hook.RunEnd{Error: "4 room checksums skipped (index-K on the host)"}},
+		{Kind: hook.KindRunEnd, TS: 3, Src: hook.Source{Proc: "python3", PID: 3, Role: "decode"},
+			Body: &hook.RunEnd{Error: "canary.replay off: 3 errors at X"}},
+	}
+	for _, ev := range append(ends, ends...) { // a second read adds nothing
+		cc.Observe(ev)
+	}
+	c := cc.Result()
+	if c.Ends != 3 || c.Lossy != 2 || len(c.Producers) != 2 {
+		t.Fatalf("coverage = %+v", c)
+	}
+	if l := c.Lost(checksum.AnalyzerName); len(l) != 1 || !strings.Contains(l[0], "pid 2") || !strings.Contains(l[0], "room checksums skipped") {
+		t.Errorf("checksum lost = %q", l)
+	}
+	if l := c.Lost(canary.AnalyzerName); len(l) != 1 || !strings.Contains(l[0], "canary.replay off") {
+		t.Errorf("canary lost = %q", l)
+	}
+	if l := c.Lost(graphdiff.AnalyzerName); len(l) != 0 {
+		t.Errorf("graphdiff lost = %q, want nothing", l)
+	}
+	// A note naming no instrument, and drops, bear on every layer.
+	cc.Observe(hook.Event{Kind: hook.KindRunEnd, TS: 4, Src: hook.Source{Proc: "p", PID: 4}, Body: &hook.RunEnd{Dropped: 7, Error: "canary.replay off; 2 instrument errors"}})
+	c = cc.Result()
+	if l := c.Lost(graphdiff.AnalyzerName); len(l) != 1 || !strings.Contains(l[0], "dropped 7 events") || !strings.Contains(l[0], "instrument errors") {
+		t.Errorf("graphdiff lost = %q", l)
+	}
+	if c.Partial(graphdiff.AnalyzerName) == "" || (Coverage{Ends: 3}).Partial(canary.AnalyzerName) != "" {
+		t.Error("Partial disagrees with Lost")
+	}
+}
