@@ -132,7 +132,7 @@ type Collector struct {
 	open   map[*conn]struct{}
 	closed []ConnStats // most recent last, at most keepClosed
 	// Producers whose connections sent events and ended, none of them
-	// with a run.end (under mu): keyed by producer (node, pid, proc) when
+	// with a run.end (under mu): keyed by producer (node, pid) when
 	// the pid is known, else by connection; a later run.end from the same
 	// producer (a reconnect) takes it out. At most keepNoRunEnd keys; the
 	// rest are counted in noRunEndMore.
@@ -712,7 +712,7 @@ func (c *Collector) reject(cn *conn, we *WireError) {
 func (c *Collector) noteProducer(cn *conn, ev Event) {
 	key := fmt.Sprintf("conn %d", cn.id)
 	if ev.Src.PID != 0 {
-		key = fmt.Sprintf("%s\x00%d\x00%s", ev.Src.Node, ev.Src.PID, ev.Src.Proc)
+		key = fmt.Sprintf("%s\x00%d", ev.Src.Node, ev.Src.PID)
 	}
 	who := cn.remote
 	if ev.Src.PID != 0 {
