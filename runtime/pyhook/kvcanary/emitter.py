@@ -498,8 +498,8 @@ class Emitter:
             invalid, kinds, why = self._invalid, dict(self._invalid_kinds), self._invalid_why
         errors = []
         if invalid:
-            errors.append("%d events not sent: refused or not encodable (%s, last: %s)" % (
-                invalid, ", ".join("%s %d" % kv for kv in sorted(kinds.items())), why[:200]))
+            errors.append("%d event%s not sent: refused or not encodable (%s, last: %s)" % (
+                invalid, "" if invalid == 1 else "s", ", ".join("%s %d" % kv for kv in sorted(kinds.items())), why[:200]))
         for fn in list(self._run_end_sources):
             try:
                 d, err = fn()
