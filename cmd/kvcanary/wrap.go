@@ -111,8 +111,13 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     then goes to --log), else prints progress lines to stderr;
   - at the end prints each layer's verdict — transfer (room checksums),
     buffer (replay canaries), compute (graph vs eager) — or "not measured"
-    where no events came. On one PD host the checksum layer sees one side
-    only: compare both hosts' bundles with "kvcanary checksum compare".
+    where no events came, and "partial", never "ok", where clean work was
+    seen but not all of it: an instrument a producer reported off, events
+    dropped, rooms seen on one side only, or producers that ended without
+    their run.end (SIGKILLed, cut off by --drain). The canary says how many
+    of the run's replays it checked. On one PD host the checksum layer sees
+    one side only: compare both hosts' bundles with "kvcanary checksum
+    compare".
 
 With --json the summary is one JSON object on stdout, and the command's
 stdout goes to stderr.
