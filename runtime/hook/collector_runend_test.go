@@ -36,20 +36,29 @@ func TestCollectorCountsProducersEndedWithoutRunEnd(t *testing.T) {
 		}
 		nc.Close()
 	}
-	send(ev(11, "clean", KindReplay), ev(11, "clean", KindRunEnd))  // ended properly
+	send(ev(11, "clean", KindReplay), ev(11, "clean", KindRunEnd))   // ended properly
 	send(ev(12, "killed", KindReplay), ev(12, "killed", KindReplay)) // killed: no run.end
-	send(ev(13, "moved", KindReplay))                                // reconnects ...
-	send(ev(13, "moved", KindReplay), ev(13, "moved", KindRunEnd))   // ... and ends properly
-	send()                                                           // sent nothing
-	testenv.WaitFor(t, "five connections ended", func() bool {
+	// A producer's earlier connection that ends after its run.end came on a
+	// later one (either order of the two) is no producer without run.end.
+	first := dialRaw(t, c)
+	if _, err := first.Write(ev(13, "moved", KindReplay)); err != nil {
+		t.Fatal(err)
+	}
+	send(ev(13, "moved", KindReplay), ev(13, "moved", KindRunEnd))
+	testenv.WaitFor(t, "the run.end of pid 13", func() bool { return c.Stats().ByKind["run.end"] == 2 })
+	first.Close()
+	send(ev(15, "moved2", KindReplay))
+	send(ev(15, "moved2", KindRunEnd))
+	send() // sent nothing
+	testenv.WaitFor(t, "seven connections ended", func() bool {
 		st := c.Stats()
-		return st.Connections == 5 && st.Open == 0
+		return st.Connections == 7 && st.Open == 0
 	})
 	lingering := dialRaw(t, c) // still connected at Close: cut off
 	if _, err := lingering.Write(ev(14, "lingering", KindReplay)); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, "lingering event", func() bool { return c.Stats().Events == 8 })
+	testenv.WaitFor(t, "lingering event", func() bool { return c.Stats().Events == 10 })
 	c.Close()
 	if err := <-served; err != nil {
 		t.Fatal(err)
@@ -64,7 +73,7 @@ func TestCollectorCountsProducersEndedWithoutRunEnd(t *testing.T) {
 			ends++
 		}
 	}
-	if ends != 2 {
-		t.Fatalf("%d connections with a run.end, want 2: %+v", ends, st.Conns)
+	if ends != 3 {
+		t.Fatalf("%d connections with a run.end, want 3: %+v", ends, st.Conns)
 	}
 }
