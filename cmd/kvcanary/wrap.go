@@ -111,8 +111,13 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     then goes to --log), else prints progress lines to stderr;
   - at the end prints each layer's verdict — transfer (room checksums),
     buffer (replay canaries), compute (graph vs eager) — or "not measured"
-    where no events came. On one PD host the checksum layer sees one side
-    only: compare both hosts' bundles with "kvcanary checksum compare".
+    where no events came, and "partial", never "ok", where clean work was
+    seen but not all of it: an instrument a producer reported off, events
+    dropped, rooms seen on one side only, or producers that ended without
+    their run.end (SIGKILLed, cut off by --drain). The canary says how many
+    of the run's replays it checked. On one PD host the checksum layer sees
+    one side only: compare both hosts' bundles with "kvcanary checksum
+    compare".
 
 With --json the summary is one JSON object on stdout, and the command's
 stdout goes to stderr.
@@ -366,10 +371,15 @@ type WrapSummary struct {
 	DroppedProducer uint64            `json:"dropped_producers"`
 	// CutOff counts producers still connected when --drain ran out: what
 	// they sent afterwards is lost, uncounted.
-	CutOff   int    `json:"producers_cut_off,omitempty"`
-	Record   string `json:"record,omitempty"`
-	Recorded uint64 `json:"recorded"`
-	Log      string `json:"log,omitempty"`
+	CutOff int `json:"producers_cut_off,omitempty"`
+	// WithoutRunEnd counts producers that sent events and ended without
+	// their run.end (killed with SIGKILL, cut off by --drain): what they
+	// dropped or switched off is unknown, so no layer is "ok".
+	WithoutRunEnd        uint64   `json:"producers_without_run_end,omitempty"`
+	WithoutRunEndSources []string `json:"producers_without_run_end_sources,omitempty"` // at most 16
+	Record               string   `json:"record,omitempty"`
+	Recorded             uint64   `json:"recorded"`
+	Log                  string   `json:"log,omitempty"`
 
 	Layers []WrapLayer `json:"layers"`
 	// ProducerNotes are the producers' run.end errors: instruments switched
@@ -391,7 +401,7 @@ const (
 type WrapLayer struct {
 	Layer    string `json:"layer"`    // transfer | buffer | compute
 	Analyzer string `json:"analyzer"` // analyzers.All name
-	Status   string `json:"status"`   // ok | finding | not measured | one side only
+	Status   string `json:"status"`   // ok | finding | not measured | one side only | partial
 	Events   uint64 `json:"events"`   // events of the kind it judges
 	Findings int    `json:"findings"` // error findings it emitted
 	Detail   string `json:"detail"`
@@ -417,6 +427,9 @@ type wrapTally struct {
 	findings        map[string]int
 	producerDropped uint64
 	producerNotes   []string // run.end errors, "proc pid N: …"
+	// lost names, per analyzer ("" for every one), the producer notes
+	// that say its evidence is incomplete.
+	lost map[string][]string
 }
 
 func (t *wrapTally) Publish(ev hook.Event) {
@@ -429,8 +442,21 @@ func (t *wrapTally) Publish(ev hook.Event) {
 	case *hook.RunEnd:
 		if b != nil {
 			t.producerDropped += b.Dropped
-			if b.Error != "" && len(t.producerNotes) < 64 {
-				t.producerNotes = append(t.producerNotes, fmt.Sprintf("%s pid %d: %s", ev.Src.Proc, ev.Src.PID, b.Error))
+			if b.Error != "" {
+				who := fmt.Sprintf("%s pid %d: ", ev.Src.Proc, ev.Src.PID)
+				if len(t.producerNotes) < 64 {
+					t.producerNotes = append(t.producerNotes, who+b.Error)
+				}
+				if t.lost == nil {
+					t.lost = map[string][]string{}
+				}
+				for _, n := range strings.Split(b.Error, "; ") {
+					for _, a := range noteAnalyzers(n) {
+						if len(t.lost[a]) < 8 {
+							t.lost[a] = append(t.lost[a], who+n)
+						}
+					}
+				}
 			}
 		}
 	}
@@ -547,10 +573,11 @@ func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start t
 		Events: st.Events, ByKind: orEmpty(st.ByKind), Connections: st.Connections,
 		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), DroppedProducer: tally.producerDropped,
 		CutOff: src.info.cutOff, Record: opts.Record, Log: opts.Log,
-		Layers:        wrapLayers(analyzers.SetOf(as...).Summaries(), st.ByKind, tally.findings),
+		WithoutRunEnd: st.EndedWithoutRunEnd, WithoutRunEndSources: st.EndedWithoutRunEndSources,
+		Layers:        wrapLayers(analyzers.SetOf(as...).Summaries(), st.ByKind, tally.findings, wrapCanaryEvery(opts)),
 		ProducerNotes: slices.Clone(tally.producerNotes),
 	}
-	markPartial(sum.Layers, sum.ProducerNotes, sum.DroppedProducer > 0)
+	markPartial(sum.Layers, tally.lost, sum.DroppedProducer > 0, sum.WithoutRunEnd)
 	tally.mu.Unlock()
 	return wrapReport(opts, sum, res, uiStats)
 }
@@ -849,9 +876,39 @@ func wrapProgressLine(st hook.Stats) string {
 		plural(int64(st.Events), "event"), kinds, plural(int64(st.Open), "producer"), plural(int64(st.Connections), "connection"), st.Rejected)
 }
 
+// wrapCanaryEvery is the KVCANARY_CANARY_EVERY the command ran with: the
+// flag's, else the environment's, else the package default.
+func wrapCanaryEvery(opts *WrapOptions) string {
+	for _, st := range opts.Settings {
+		if st.Env == "KVCANARY_CANARY_EVERY" {
+			return st.Value
+		}
+	}
+	base := opts.environ
+	if base == nil {
+		base = os.Environ()
+	}
+	for i := len(base) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(base[i], "KVCANARY_CANARY_EVERY="); ok {
+			if _, err := positiveInt(v); err != nil {
+				return "" // the package decides what it makes of it
+			}
+			return v
+		}
+	}
+	for _, f := range wrapSettingFlags {
+		if f.env == "KVCANARY_CANARY_EVERY" {
+			return f.def
+		}
+	}
+	return ""
+}
+
 // wrapLayers gives each analyzer's verdict: transfer, buffer, compute. An
 // analyzer the command did not run has no layer.
-func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map[string]int) []WrapLayer {
+//
+// canaryEvery is the canary's sampling setting ("" when unknown).
+func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map[string]int, canaryEvery string) []WrapLayer {
 	out := make([]WrapLayer, 0, 3)
 	layer := func(name string, summary any, verdict func(l *WrapLayer)) {
 		info := wrapLayerOf[name]
@@ -874,7 +931,7 @@ func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map
 		layer(checksum.AnalyzerName, *s, func(l *WrapLayer) { checksumLayer(l, s) })
 	}
 	if s := sums.Canary; s != nil {
-		layer(canary.AnalyzerName, *s, func(l *WrapLayer) { canaryLayer(l, s) })
+		layer(canary.AnalyzerName, *s, func(l *WrapLayer) { canaryLayer(l, s, byKind[hook.KindReplay.String()], canaryEvery) })
 	}
 	if s := sums.Graphdiff; s != nil {
 		layer(graphdiff.AnalyzerName, *s, func(l *WrapLayer) { graphdiffLayer(l, s) })
@@ -882,58 +939,133 @@ func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map
 	return out
 }
 
-// markPartial turns an "ok" layer into "partial" when a producer reported
-// its instrument switched off ("canary.replay off: …"), or producers dropped
-// events or failed on instrument work (dropped): what was judged is clean,
-// but not everything was judged.
-func markPartial(layers []WrapLayer, notes []string, dropped bool) {
-	lost := dropped
-	for _, n := range notes {
-		lost = lost || strings.Contains(n, "instrument errors")
+// noteAnalyzers maps one note of a producer's run.end error (the
+// pyhook's run_end_report joins its notes with "; ") to the analyzers whose
+// evidence it says is incomplete; "" stands for every analyzer. The pyhook
+// writes:
+//
+//	"<feature> off: <why>"  feature checksum.*, canary.*, graphdiff.* or
+//	                        replay.step (the replay events, which canary
+//	                        and graphdiff both read)
+//	"N instrument errors"   errors in any instrument's hooks
+//	"N room checksums skipped (index-K on the host)"   checksum
+//	"run.end report failed: …"   unknown
+//
+// A note it does not know (another producer's, a changed pyhook) counts
+// against every analyzer: unknown is not clean.
+func noteAnalyzers(note string) []string {
+	note = strings.TrimSpace(note)
+	if note == "" {
+		return nil
 	}
+	if feature, _, ok := strings.Cut(note, " off: "); ok && !strings.Contains(feature, " ") {
+		switch inst, _, _ := strings.Cut(feature, "."); inst {
+		case "checksum":
+			return []string{checksum.AnalyzerName}
+		case "canary":
+			return []string{canary.AnalyzerName}
+		case "graphdiff":
+			return []string{graphdiff.AnalyzerName}
+		case "replay":
+			return []string{canary.AnalyzerName, graphdiff.AnalyzerName}
+		}
+		return []string{""}
+	}
+	if n, rest, ok := strings.Cut(note, " "); ok && isCount(n) {
+		switch rest {
+		case "room checksums skipped (index-K on the host)":
+			return []string{checksum.AnalyzerName}
+		case "instrument errors":
+			return []string{""}
+		}
+	}
+	return []string{""}
+}
+
+func isCount(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
+}
+
+// markPartial turns an "ok" layer into "partial" when what was judged is
+// clean but not everything was judged: a producer's run.end named its
+// analyzer's evidence incomplete (lost, by noteAnalyzers; "" for every
+// analyzer), producers dropped events or device work (dropped), or
+// producers ended without a run.end (withoutEnd: killed or cut off — what
+// they lost is unknown).
+func markPartial(layers []WrapLayer, lost map[string][]string, dropped bool, withoutEnd uint64) {
 	for i := range layers {
 		l := &layers[i]
-		if l.Status != layerOK {
+		if l.Status != layerOK && l.Status != layerPartial {
 			continue
 		}
-		inst := map[string]string{checksum.AnalyzerName: "checksum.", canary.AnalyzerName: "canary.", graphdiff.AnalyzerName: "graphdiff."}[l.Analyzer]
-		for _, n := range notes {
-			if inst != "" && strings.Contains(n, inst) {
-				l.Status = layerPartial
-				l.Detail += "; a producer reported: " + n
-				break
-			}
+		var why []string
+		if notes := append(slices.Clone(lost[l.Analyzer]), lost[""]...); len(notes) > 0 {
+			why = append(why, "a producer reported: "+strings.Join(notes, "; "))
 		}
-		if l.Status == layerOK && lost {
+		if dropped {
+			why = append(why, "producers lost evidence (see dropped and producer lines)")
+		}
+		if withoutEnd > 0 {
+			why = append(why, fmt.Sprintf("%s without run.end (killed? cut off?): what they dropped or disabled is unknown",
+				pluralVerb(withoutEnd, "producer ended", "producers ended")))
+		}
+		if len(why) > 0 {
 			l.Status = layerPartial
-			l.Detail += "; producers lost evidence (see dropped and producer lines)"
+			l.Detail += "; " + strings.Join(why, "; ")
 		}
 	}
+}
+
+func pluralVerb(n uint64, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // checksumLayer sets the transfer layer's detail, and its status when a
 // room mismatched or only one side was seen.
 func checksumLayer(l *WrapLayer, s *checksum.Summary) {
-	if s.Mismatched > 0 {
+	switch {
+	case s.Mismatched > 0:
 		l.Status = layerFinding
-	} else if s.Matched == 0 && l.Status == layerOK {
+	case s.Matched == 0 && l.Status == layerOK:
 		l.Status = layerOneSide
+	case s.Missing > 0 && l.Status == layerOK:
+		l.Status = layerPartial // the rooms seen on one side were not checked
 	}
 	l.Detail = fmt.Sprintf("%s: %d matched, %d mismatched, %d one side only, %d warmup",
 		plural(int64(s.Rooms), "room"), s.Matched, s.Mismatched, s.Missing, s.Warmup)
-	if l.Status == layerOneSide {
+	switch {
+	case l.Status == layerOneSide:
 		l.Detail += `; compare with the other side's bundle: kvcanary checksum compare PREFILL DECODE`
+	case s.Missing > 0:
+		l.Detail += fmt.Sprintf("; %d of %d rooms unchecked: seen on one side only", s.Missing, s.Rooms)
 	}
 }
 
 // canaryLayer sets the buffer layer's detail, and its status when the
 // canary found something.
-func canaryLayer(l *WrapLayer, s *canary.Summary) {
+//
+// replays is the number of replay events (every graph replay, on every
+// rank), every the sampling setting the producers were given ("" when
+// unknown): the canary checks one replay in every.
+func canaryLayer(l *WrapLayer, s *canary.Summary, replays uint64, every string) {
 	if s.Findings() {
 		l.Status = layerFinding
 	}
+	checked := plural(int64(s.Replays), "replay")
+	if replays > 0 {
+		checked = fmt.Sprintf("%d of %s checked", s.Replays, plural(int64(replays), "replay"))
+	} else {
+		checked += " checked, of an unknown number (no replay events)"
+	}
+	if every != "" {
+		checked += " (1 in " + every + ")"
+	}
 	l.Detail = fmt.Sprintf("%s (policy %s): %d live-page overwrites, %d missing stores, %d benign transfer writes",
-		plural(int64(s.Replays), "replay"), cmdutil.Quote(s.Policy), s.LivePageOverwrites, s.MissingStores, s.BenignTransferWrites)
+		checked, cmdutil.Quote(s.Policy), s.LivePageOverwrites, s.MissingStores, s.BenignTransferWrites)
 	if b := s.Between; b != nil {
 		l.Detail += fmt.Sprintf("; between replays (%s): %d live-page overwrites, %d missing stores",
 			plural(int64(s.BetweenChecks), "check"), b.LivePageOverwrites, b.MissingStores)
@@ -969,6 +1101,10 @@ func writeWrapSummary(w io.Writer, s WrapSummary) error {
 		fmt.Fprintf(&b, "; %s cut off by --drain, what they sent later is not counted", plural(int64(s.CutOff), "producer"))
 	}
 	b.WriteString("\n")
+	if s.WithoutRunEnd > 0 {
+		fmt.Fprintf(&b, "wrap: %s without run.end (killed? cut off?): what they dropped or disabled is unknown: %s\n",
+			pluralVerb(s.WithoutRunEnd, "producer ended", "producers ended"), strings.Join(s.WithoutRunEndSources, ", "))
+	}
 	for _, n := range s.ProducerNotes {
 		fmt.Fprintf(&b, "wrap: producer %s\n", cmdutil.Quote(n))
 	}

@@ -139,7 +139,7 @@ func TestWrapRunConfig(t *testing.T) {
 func TestWrapLayers(t *testing.T) {
 	sums := analyzers.Summaries{Canary: &canary.Summary{Replays: 3, Policy: "live", LivePageOverwrites: 2},
 		Graphdiff: &graphdiff.Summary{}, Checksum: &checksum.Summary{Rooms: 5, Missing: 5}}
-	ls := wrapLayers(sums, map[string]uint64{"canary.pages": 3, "room.checksum": 5}, map[string]int{"canary": 2})
+	ls := wrapLayers(sums, map[string]uint64{"canary.pages": 3, "room.checksum": 5}, map[string]int{"canary": 2}, "")
 	var got []string
 	for _, l := range ls {
 		got = append(got, l.Layer+"="+l.Status)
@@ -153,9 +153,55 @@ func TestWrapLayers(t *testing.T) {
 	}
 	// Only the analyzers that ran have a layer.
 	ls = wrapLayers(analyzers.Summaries{Checksum: &checksum.Summary{Rooms: 2, Matched: 1, Mismatched: 1}},
-		map[string]uint64{"room.checksum": 4}, nil)
+		map[string]uint64{"room.checksum": 4}, nil, "")
 	if len(ls) != 1 || ls[0].Status != layerFinding {
 		t.Fatalf("a mismatched room: %+v", ls)
+	}
+}
+
+// Rooms seen on one side only were not checked: with others matched, the
+// transfer layer is partial and says how many, never ok.
+func TestWrapLayersOneSidedRoomsArePartial(t *testing.T) {
+	ls := wrapLayers(analyzers.Summaries{Checksum: &checksum.Summary{Rooms: 8, Matched: 4, Missing: 3, Warmup: 1}},
+		map[string]uint64{"room.checksum": 12}, nil, "")
+	if len(ls) != 1 || ls[0].Status != layerPartial || !strings.Contains(ls[0].Detail, "3 of 8 rooms unchecked: seen on one side only") {
+		t.Fatalf("4 matched, 3 one side only: %+v, want partial naming the 3 unchecked rooms", ls)
+	}
+	// All rooms on both sides: ok.
+	ls = wrapLayers(analyzers.Summaries{Checksum: &checksum.Summary{Rooms: 8, Matched: 7, Warmup: 1}},
+		map[string]uint64{"room.checksum": 16}, nil, "")
+	if ls[0].Status != layerOK || strings.Contains(ls[0].Detail, "unchecked") {
+		t.Fatalf("every room matched: %+v", ls)
+	}
+}
+
+// The canary samples replays: its detail says how many of the run's
+// replays it checked, and at what rate.
+func TestWrapCanaryLayerSaysWhatItSampled(t *testing.T) {
+	sums := analyzers.Summaries{Canary: &canary.Summary{Replays: 2, Policy: "live"}}
+	ls := wrapLayers(sums, map[string]uint64{"canary.pages": 2, "replay": 102}, nil, "64")
+	if ls[0].Status != layerOK || !strings.HasPrefix(ls[0].Detail, "2 of 102 replays checked (1 in 64) (policy live)") {
+		t.Fatalf("detail %q", ls[0].Detail)
+	}
+	ls = wrapLayers(sums, map[string]uint64{"canary.pages": 2}, nil, "")
+	if !strings.HasPrefix(ls[0].Detail, "2 replays checked, of an unknown number (no replay events)") {
+		t.Fatalf("without replay events: %q", ls[0].Detail)
+	}
+	for _, c := range []struct {
+		env, flag, want string
+	}{
+		{"", "", "64"}, {"KVCANARY_CANARY_EVERY=8", "", "8"}, {"KVCANARY_CANARY_EVERY=8", "1", "1"}, {"KVCANARY_CANARY_EVERY=x", "", ""},
+	} {
+		o := &WrapOptions{environ: []string{"PATH=/bin"}}
+		if c.env != "" {
+			o.environ = append(o.environ, c.env)
+		}
+		if c.flag != "" {
+			o.Settings = []WrapSetting{{Flag: "canary-every", Env: "KVCANARY_CANARY_EVERY", Value: c.flag}}
+		}
+		if got := wrapCanaryEvery(o); got != c.want {
+			t.Errorf("env %q flag %q: every %q, want %q", c.env, c.flag, got, c.want)
+		}
 	}
 }
 
@@ -178,6 +224,9 @@ for side in ("prefill", "decode"):
     ev = {"v": 1, "kind": "room.checksum", "ts_ns": time.time_ns(), "src": {"proc": "child-" + side, "pid": os.getpid()},
           "body": {"room": "42", "side": side, "seq_len": 1000, "pages": 16, "bsum": "0x00000000deadbeef", "xxh3": "0x0123456789abcdef"}}
     out.write(json.dumps(ev) + "\n")
+if mode != "noend":  # noend: ends like a killed producer, without its run.end
+    out.write(json.dumps({"v": 1, "kind": "run.end", "ts_ns": time.time_ns(), "src": {"proc": "child", "pid": os.getpid()},
+                          "body": {"wall_ns": 1}}) + "\n")
 out.close(); s.close()
 with open(report + ".tmp", "w") as f:
     json.dump(rep, f)
@@ -389,7 +438,7 @@ func TestWrapForwardsSIGINT(t *testing.T) {
 	wait := w.runChild("trap", "the child's signal handler")
 	// Plain progress lines on stderr while the command runs.
 	testenv.WaitFor(t, "a progress line", func() bool {
-		return strings.Contains(w.errOut.String(), "wrap: 2 events (room.checksum 2); 0 producers connected, 1 connection in all; 0 rejected\n")
+		return strings.Contains(w.errOut.String(), "wrap: 3 events (run.end 1, room.checksum 2); 0 producers connected, 1 connection in all; 0 rejected\n")
 	})
 	w.sigs <- syscall.SIGINT
 	// The child handled SIGINT and exited 0: wrap exits with its status.
@@ -400,7 +449,7 @@ func TestWrapForwardsSIGINT(t *testing.T) {
 		t.Fatalf("the child never saw SIGINT:\n%s", w.out)
 	}
 	wantContains(t, "stderr", w.errOut.String(), "forwarded SIGINT to the command's process group", "the command exited with status 0",
-		"transfer (checksum)", "buffer (canary)      not measured  no canary.pages", "compute (graphdiff)  not measured  no graphdiff.sample", "2 events (room.checksum 2); 0 producers connected, 1 connection in all")
+		"transfer (checksum)", "buffer (canary)      not measured  no canary.pages", "compute (graphdiff)  not measured  no graphdiff.sample", "3 events (run.end 1, room.checksum 2); 0 producers connected, 1 connection in all")
 }
 
 // TestWrapForwardsHangupAsTerm: a closed terminal (SIGHUP) must not end
@@ -517,7 +566,7 @@ func TestWrapWatch(t *testing.T) {
 	if w.out.String() != "" {
 		t.Fatalf("the command wrote to the dashboard's terminal: %q", w.out)
 	}
-	if !strings.Contains(w.errOut.String(), "watch: 3 events shown") {
+	if !strings.Contains(w.errOut.String(), "watch: 4 events shown") {
 		t.Fatalf("stderr:\n%s", w.errOut)
 	}
 	if _, err := os.Stat(logPath); err != nil {
@@ -540,6 +589,9 @@ func TestWrapReportsLingeringProducer(t *testing.T) {
 	if err := os.WriteFile(holder, []byte(`import os, socket, sys, time
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(os.environ["KVCANARY_ADDR"][len("unix://"):])
+for side in ("prefill", "decode"):
+    s.sendall(('{"v":1,"kind":"room.checksum","ts_ns":1,"body":{"room":"42","side":"%s","seq_len":1000,"pages":16,'
+               '"bsum":"0x00000000deadbeef","xxh3":"0x0123456789abcdef"}}\n' % side).encode())
 print("connected", flush=True)
 time.sleep(120)
 `), 0o644); err != nil {
@@ -571,6 +623,31 @@ p.stdout.readline()
 	var sum WrapSummary
 	if err := json.Unmarshal([]byte(w.out.String()), &sum); err != nil || sum.CutOff != 1 {
 		t.Fatalf("summary %+v (%v), want producers_cut_off 1:\n%s", sum, err, w.out)
+	}
+	// The transfer layer the cut-off producer fed is partial, not ok.
+	if sum.Layers[0].Status != layerPartial || sum.WithoutRunEnd != 1 {
+		t.Fatalf("cut off after its room checksums: transfer %+v, without run.end %d; want partial, 1", sum.Layers[0], sum.WithoutRunEnd)
+	}
+}
+
+// A producer that sent events and ended without its run.end (here: it never
+// sends one, as a SIGKILLed pyhook cannot) leaves every layer it could have
+// fed partial, and wrap names it.
+func TestWrapProducerWithoutRunEndIsPartial(t *testing.T) {
+	w := newWrapTest(t)
+	err := w.run(append([]string{"--"}, w.childArgs("0", "noend")...)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, w.errOut)
+	}
+	wantContains(t, "stderr", w.errOut.String(), "wrap: 1 producer ended without run.end (killed? cut off?): what they dropped or disabled is unknown: child-prefill pid",
+		"transfer (checksum)  partial", "1 producer ended without run.end")
+	w.errOut.Reset()
+	if err := w.run(append([]string{"--"}, w.childArgs("0", "exit")...)...); err != nil {
+		t.Fatalf("%v\n%s", err, w.errOut)
+	}
+	wantContains(t, "stderr", w.errOut.String(), "transfer (checksum)  ok")
+	if strings.Contains(w.errOut.String(), "without run.end") {
+		t.Fatalf("a producer that sent its run.end:\n%s", w.errOut)
 	}
 }
 
@@ -640,20 +717,41 @@ func TestWrapPartialLayers(t *testing.T) {
 		}
 		return out
 	}
+	lostOf := func(notes ...string) map[string][]string {
+		m := map[string][]string{}
+		for _, n := range notes {
+			for _, a := range noteAnalyzers(n) {
+				m[a] = append(m[a], n)
+			}
+		}
+		return m
+	}
 	for _, c := range []struct {
-		notes   []string
-		dropped bool
-		want    []string
+		notes      []string
+		dropped    bool
+		withoutEnd uint64
+		want       []string
 	}{
-		{nil, false, []string{layerOK, layerOK, layerNotMeasured}},
-		{[]string{"sglang pid 7: canary.replay off: target missing: sglang…_forward_raw"}, false, []string{layerOK, layerPartial, layerNotMeasured}},
-		{nil, true, []string{layerPartial, layerPartial, layerNotMeasured}},
-		{[]string{"sglang pid 7: 4 instrument errors"}, false, []string{layerPartial, layerPartial, layerNotMeasured}},
+		{nil, false, 0, []string{layerOK, layerOK, layerNotMeasured}},
+		{[]string{"canary.replay off: target missing: sglang…_forward_raw"}, false, 0, []string{layerOK, layerPartial, layerNotMeasured}},
+		{[]string{"replay.step off: 3 errors at x"}, false, 0, []string{layerOK, layerPartial, layerNotMeasured}},
+		{[]string{"checksum.sent off: patch failed: boom"}, false, 0, []string{layerPartial, layerOK, layerNotMeasured}},
+		// what the pyhook writes when the index-K of rooms was on the host
+		{[]string{"4 room checksums skipped (index-K on the host)"}, false, 0, []string{layerPartial, layerOK, layerNotMeasured}},
+		{nil, true, 0, []string{layerPartial, layerPartial, layerNotMeasured}},
+		{[]string{"4 instrument errors"}, false, 0, []string{layerPartial, layerPartial, layerNotMeasured}},
+		{[]string{"run.end report failed: x"}, false, 0, []string{layerPartial, layerPartial, layerNotMeasured}},
+		{[]string{"something this wrap does not know"}, false, 0, []string{layerPartial, layerPartial, layerNotMeasured}},
+		// producers killed before their run.end: what they lost is unknown
+		{nil, false, 2, []string{layerPartial, layerPartial, layerNotMeasured}},
 	} {
 		ls := base()
-		markPartial(ls, c.notes, c.dropped)
+		markPartial(ls, lostOf(c.notes...), c.dropped, c.withoutEnd)
 		if got := status(ls); !slices.Equal(got, c.want) {
-			t.Errorf("notes %q dropped %v: %v, want %v", c.notes, c.dropped, got, c.want)
+			t.Errorf("notes %q dropped %v without run.end %d: %v, want %v", c.notes, c.dropped, c.withoutEnd, got, c.want)
+		}
+		if c.withoutEnd > 0 && !strings.Contains(ls[0].Detail, "2 producers ended without run.end (killed? cut off?): what they dropped or disabled is unknown") {
+			t.Errorf("detail %q", ls[0].Detail)
 		}
 	}
 }

@@ -131,9 +131,25 @@ type Collector struct {
 	mu     sync.Mutex
 	open   map[*conn]struct{}
 	closed []ConnStats // most recent last, at most keepClosed
+	// Producers whose connections sent events and ended, none of them
+	// with a run.end (under mu): keyed by producer (node, pid) when
+	// the pid is known, else by connection; a later run.end from the same
+	// producer (a reconnect) takes it out. At most keepNoRunEnd keys; the
+	// rest are counted in noRunEndMore.
+	noRunEnd     map[string]string // key -> source description
+	noRunEndMore uint64
+	runEnded     map[string]bool // producers that sent a run.end (bounded like noRunEnd)
 }
 
 const keepClosed = 64
+
+// keepNoRunEnd bounds the producers a collector remembers for
+// Stats.EndedWithoutRunEnd; Stats.EndedWithoutRunEndSources lists at most
+// listNoRunEnd of them.
+const (
+	keepNoRunEnd = 4096
+	listNoRunEnd = 16
+)
 
 // maxUnixPath is the longest Unix socket path Linux accepts (sun_path less
 // its terminating NUL).
@@ -164,7 +180,15 @@ type Stats struct {
 	BufferedPeak int64             `json:"buffered_peak"`
 	BufferBudget int64             `json:"buffer_budget"`
 	ByKind       map[string]uint64 `json:"by_kind,omitempty"`
-	Conns        []ConnStats       `json:"conns,omitempty"` // open connections, then recently closed ones
+	// EndedWithoutRunEnd counts producers that sent events and whose
+	// connections all ended without a run.end: killed (SIGKILL, OOM), cut
+	// off by the collector, or a producer that never sends one. What they
+	// dropped or switched off is unknown. A producer still connected is
+	// not counted. EndedWithoutRunEndSources names at most 16 of them
+	// ("proc pid N on NODE" or the connection's remote).
+	EndedWithoutRunEnd        uint64      `json:"ended_without_run_end,omitempty"`
+	EndedWithoutRunEndSources []string    `json:"ended_without_run_end_sources,omitempty"`
+	Conns                     []ConnStats `json:"conns,omitempty"` // open connections, then recently closed ones
 }
 
 // ConnStats describes one producer connection.
@@ -180,7 +204,8 @@ type ConnStats struct {
 	Rejected   uint64            `json:"rejected"`
 	RejectedBy map[string]uint64 `json:"rejected_by,omitempty"`
 	Open       bool              `json:"open"`
-	Closed     string            `json:"closed,omitempty"` // why it ended: "eof", "lost framing", "shutdown", "read error", "idle timeout", "stalled", "over budget"
+	RunEnd     bool              `json:"run_end,omitempty"` // a run.end arrived on it
+	Closed     string            `json:"closed,omitempty"`  // why it ended: "eof", "lost framing", "shutdown", "read error", "idle timeout", "stalled", "over budget"
 	LastError  string            `json:"last_error,omitempty"`
 }
 
@@ -193,7 +218,8 @@ func Listen(addr string, opts ListenOptions) (*Collector, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	opts = opts.withDefaults()
-	c := &Collector{ep: ep, opts: opts, done: make(chan struct{}), open: map[*conn]struct{}{}}
+	c := &Collector{ep: ep, opts: opts, done: make(chan struct{}), open: map[*conn]struct{}{},
+		noRunEnd: map[string]string{}, runEnded: map[string]bool{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mem.limit = opts.BufferBudget
 	c.node = opts.Node
@@ -430,6 +456,9 @@ type conn struct {
 	rejected atomic.Uint64
 	byReason [reasonLimit]atomic.Uint64
 	lastErr  atomic.Value // string
+	runEnd   atomic.Bool  // a run.end arrived
+	producer atomic.Value // string: the producer key of its last event (see producerKey)
+	who      atomic.Value // string: the producer as the last event named it
 }
 
 func (c *Collector) newConn(nc net.Conn) *conn {
@@ -651,6 +680,9 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 				continue
 			}
 		}
+		if cn.events.Load() == 0 || ev.Kind == KindRunEnd {
+			c.noteProducer(cn, ev)
+		}
 		c.pubMu.Lock()
 		pub.Publish(ev)
 		c.pubMu.Unlock()
@@ -675,6 +707,36 @@ func (c *Collector) reject(cn *conn, we *WireError) {
 	}
 }
 
+// noteProducer names cn's producer from an event of it (its first, and
+// each run.end) and, for a run.end, marks the producer as ended properly.
+func (c *Collector) noteProducer(cn *conn, ev Event) {
+	key := fmt.Sprintf("conn %d", cn.id)
+	if ev.Src.PID != 0 {
+		key = fmt.Sprintf("%s\x00%d", ev.Src.Node, ev.Src.PID)
+	}
+	who := cn.remote
+	if ev.Src.PID != 0 {
+		who = fmt.Sprintf("%s pid %d", ev.Src.Proc, ev.Src.PID)
+		if ev.Src.Node != "" && ev.Src.Node != c.node {
+			who += " on " + ev.Src.Node
+		}
+	} else if ev.Src.Proc != "" {
+		who = fmt.Sprintf("%s (%s)", ev.Src.Proc, cn.remote)
+	}
+	cn.producer.Store(key)
+	cn.who.Store(who)
+	if ev.Kind != KindRunEnd {
+		return
+	}
+	cn.runEnd.Store(true)
+	c.mu.Lock()
+	delete(c.noRunEnd, key)
+	if len(c.runEnded) < keepNoRunEnd {
+		c.runEnded[key] = true
+	}
+	c.mu.Unlock()
+}
+
 func (c *Collector) finish(cn *conn, closed string) {
 	cn.nc.Close()
 	st := cn.stats()
@@ -682,6 +744,23 @@ func (c *Collector) finish(cn *conn, closed string) {
 	n, _ := c.closedBy.LoadOrStore(closed, new(atomic.Uint64))
 	n.(*atomic.Uint64).Add(1)
 	c.mu.Lock()
+	if !st.RunEnd && st.Events+st.Rejected > 0 {
+		key, _ := cn.producer.Load().(string)
+		who, _ := cn.who.Load().(string)
+		if key == "" { // only rejected lines: nothing named the producer
+			key, who = fmt.Sprintf("conn %d", cn.id), cn.remote
+		}
+		switch {
+		case c.runEnded[key]:
+			// an earlier connection of this producer sent its run.end
+		case len(c.noRunEnd) < keepNoRunEnd:
+			c.noRunEnd[key] = who
+		default:
+			if _, ok := c.noRunEnd[key]; !ok {
+				c.noRunEndMore++
+			}
+		}
+	}
 	delete(c.open, cn)
 	c.closed = append(c.closed, st)
 	if len(c.closed) > keepClosed {
@@ -692,8 +771,8 @@ func (c *Collector) finish(cn *conn, closed string) {
 
 func (cn *conn) stats() ConnStats {
 	st := ConnStats{ID: cn.id, Remote: cn.remote, PID: cn.src.PID, Proc: cn.src.Proc,
-		Identity: cn.identity(),
-		Events:   cn.events.Load(), Bytes: cn.bytes.Load(), Rejected: cn.rejected.Load()}
+		Identity: cn.identity(), RunEnd: cn.runEnd.Load(),
+		Events: cn.events.Load(), Bytes: cn.bytes.Load(), Rejected: cn.rejected.Load()}
 	if p, ok := cn.protocol.Load().(string); ok {
 		st.Protocol = p
 	}
@@ -773,7 +852,15 @@ func (c *Collector) Stats() Stats {
 	}
 	sort.Slice(st.Conns, func(i, j int) bool { return st.Conns[i].ID < st.Conns[j].ID })
 	st.Conns = append(st.Conns, c.closed...)
+	st.EndedWithoutRunEnd = uint64(len(c.noRunEnd)) + c.noRunEndMore
+	for _, who := range c.noRunEnd {
+		st.EndedWithoutRunEndSources = append(st.EndedWithoutRunEndSources, who)
+	}
 	c.mu.Unlock()
+	sort.Strings(st.EndedWithoutRunEndSources)
+	if len(st.EndedWithoutRunEndSources) > listNoRunEnd {
+		st.EndedWithoutRunEndSources = st.EndedWithoutRunEndSources[:listNoRunEnd]
+	}
 	return st
 }
 

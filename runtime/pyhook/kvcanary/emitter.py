@@ -252,6 +252,8 @@ class Emitter:
         self._abandon = False
         self._warned: set = set()
         self._sent = self._dropped = self._invalid = self._connects = 0
+        self._invalid_kinds: dict = {}  # kind -> events of it refused or not encodable (run.end names them)
+        self._invalid_why = ""  # the last reason, for run.end
         self._last_error = ""
         self._run_end_sent = False
         if not hasattr(self, "_run_end_sources"):
@@ -295,7 +297,10 @@ class Emitter:
             with self._lock:
                 if kind not in KINDS or type(body) is not dict:
                     self._invalid += 1
-                    self._last_error = "emit: kind %r with a %s body refused" % (kind, type(body).__name__)
+                    k = kind if kind in KINDS else "unknown kind"
+                    self._invalid_kinds[k] = self._invalid_kinds.get(k, 0) + 1
+                    self._last_error = self._invalid_why = "emit: kind %r with a %s body refused" % (
+                        kind, type(body).__name__)
                     return False
                 if self._closed or self.noop or len(self._q) >= self.queue_size:
                     self._dropped += 1
@@ -471,7 +476,8 @@ class Emitter:
         except Exception as e:  # noqa: BLE001 - NaN, a tensor, bad UTF-8: count, never raise
             with self._lock:
                 self._invalid += 1
-            self._last_error = "encode %s: %s" % (kind, e)
+                self._invalid_kinds[kind] = self._invalid_kinds.get(kind, 0) + 1
+                self._last_error = self._invalid_why = "encode %s: %s" % (kind, e)
             self._warn_once("invalid", "kvcanary: %s event not sent: %s", kind, e)
             return None
 
@@ -484,9 +490,16 @@ class Emitter:
         self._run_end_sources.append(fn)
 
     def _run_end_line(self) -> bytes:
+        """run.end: dropped counts the events dropped and those refused or
+        not encodable (a NaN, a lone surrogate: evidence lost all the same),
+        and error names the latter by kind, then the run_end sources' notes."""
         with self._lock:
-            dropped = self._dropped
+            dropped = self._dropped + self._invalid
+            invalid, kinds, why = self._invalid, dict(self._invalid_kinds), self._invalid_why
         errors = []
+        if invalid:
+            errors.append("%d event%s not sent: refused or not encodable (%s, last: %s)" % (
+                invalid, "" if invalid == 1 else "s", ", ".join("%s %d" % kv for kv in sorted(kinds.items())), why[:200]))
         for fn in list(self._run_end_sources):
             try:
                 d, err = fn()

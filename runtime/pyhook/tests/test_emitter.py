@@ -94,6 +94,23 @@ def test_invalid_bodies_counted_never_raised(unix_collector, caplog):
     assert sum("not sent" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_run_end_counts_events_it_could_not_encode(unix_collector):
+    # a divergent sample lost to a lone surrogate (or a NaN) is evidence lost:
+    # run.end counts it in dropped and names it, never "dropped 0"
+    em = Emitter(unix_collector.addr)
+    ok = {"step": 1, "request": "r0", "seq_len": 900, "source": "next_token_logits", "k": 3,
+          "topk_graph": [1, 2, 3], "topk_eager": [1, 2, 3]}
+    bad = dict(ok, step=2, request="r1\udc80", topk_graph=[7, 8, 9])
+    assert em.emit("graphdiff.sample", ok) and em.emit("graphdiff.sample", bad)
+    assert em.emit("replay", ["not", "a", "dict"]) is False
+    em.close()
+    assert unix_collector.wait(lambda c: c.kinds()[-1:] == ["run.end"])
+    end = unix_collector.events[-1]["body"]
+    assert end["dropped"] == 2, end
+    assert end["error"].startswith("2 events not sent: refused or not encodable (graphdiff.sample 1, replay 1, last: "), end
+    assert em.stats["invalid"] == 2 and em.stats["dropped"] == 0
+
+
 def test_f32s_is_base64_of_little_endian_float32():
     import base64
     import struct
