@@ -177,7 +177,11 @@ type HarnessResult struct {
 	// failed in transport and the server then answered nothing. The sessions
 	// that failed with it and those still running are Aborted, not counted:
 	// a dead server is not a corrupted one.
-	ServerLost string          `json:"server_lost,omitempty"`
+	ServerLost string `json:"server_lost,omitempty"`
+	// Throttled sessions had a request the server kept refusing with 429
+	// (past the retries): no answer, so no outcome; not counted, published
+	// or listed.
+	Throttled  int             `json:"throttled,omitempty"`
 	PerSession []SessionResult `json:"per_session,omitempty"`
 }
 
@@ -349,6 +353,11 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 					}
 				}
 				mu.Lock()
+				if sr.Outcome == hook.OutcomeError && strings.HasPrefix(sr.Reason, errThrottled.Error()+": ") {
+					res.Throttled++
+					mu.Unlock()
+					continue
+				}
 				if ctx.Err() != nil && sr.Outcome == hook.OutcomeError {
 					// Cut by the run's end (Ctrl-C, a deadline) or the
 					// server's: an error now says nothing about the server.
@@ -436,7 +445,7 @@ func (e *ServerLostError) Is(target error) bool { return target == ErrServerLost
 // cut short (a server killed mid-stream), a gateway's 502 for a dead
 // backend. The probe decides; on a live server the error stands.
 func mayBeLost(sr SessionResult) bool {
-	return sr.Outcome == hook.OutcomeError && !strings.HasPrefix(sr.Reason, "aborted")
+	return sr.Outcome == hook.OutcomeError && !strings.HasPrefix(sr.Reason, "aborted") && !strings.HasPrefix(sr.Reason, errThrottled.Error())
 }
 
 // lostProbes tries of GET /v1/models, lostProbeEvery apart, must all get no

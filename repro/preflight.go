@@ -360,8 +360,9 @@ func quoteClip(s string) string { return strconv.Quote(clip(s, 200)) }
 
 // statusError is a non-200 answer.
 type statusError struct {
-	Code    int
-	Message string // the OpenAI error message, or the body's beginning quoted
+	Code       int
+	Message    string        // the OpenAI error message, or the body's beginning quoted
+	retryAfter time.Duration // > 0: a throttling answer (429), to be sent again after it
 }
 
 func (e *statusError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Code, e.Message) }

@@ -407,8 +407,14 @@ type reproJSON struct {
 
 func reproRun(opts *ReproOptions) error {
 	if opts.ServerLog != "" {
-		if _, err := os.Stat(opts.ServerLog); err != nil {
+		st, err := os.Stat(opts.ServerLog)
+		if err != nil {
 			return cmdutil.InputError(fmt.Errorf("server log: %w", err))
+		}
+		if !st.Mode().IsRegular() {
+			// A FIFO blocks the open until a writer comes (Ctrl-C could not
+			// stop it); a directory fails mid-run and loses the sched data.
+			return cmdutil.InputError(fmt.Errorf("server log %s is not a regular file (%s): --server-log tails a file the server writes", cmdutil.Quote(opts.ServerLog), st.Mode().Type()))
 		}
 	}
 	if opts.Run == "" {
@@ -696,6 +702,10 @@ func reproReport(opts *ReproOptions, src *reproSource, stats *sessions.RunStats,
 	}
 	if pf != nil {
 		out.Notes = append(out.Notes, pf.Notes...)
+	}
+	if n := res.Throttled; n > 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("%s kept getting HTTP 429 (throttled) after %d retries and %s not counted: no answer is no outcome; lower --concurrency or raise the server's rate limit",
+			plural(int64(n), "session"), repro.ThrottleRetries, map[bool]string{true: "is", false: "are"}[n == 1]))
 	}
 	if src.tail != nil {
 		s := stats.Sched

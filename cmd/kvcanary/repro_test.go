@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1188,6 +1189,24 @@ func TestReproServerLost(t *testing.T) {
 		}
 		if asJSON && sessions != got.Sessions {
 			t.Errorf("bundle has %d session events, the report counts %d", sessions, got.Sessions)
+		}
+	}
+}
+
+// TestReproServerLogMustBeARegularFile: a FIFO as --server-log blocked the
+// open until a writer came, and neither Ctrl-C nor SIGTERM stopped it; a
+// directory failed mid-run. Both are refused before any request, naming
+// the path.
+func TestReproServerLogMustBeARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "server.log")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	for _, p := range []string{fifo, dir} {
+		_, _, err := runRepro(t, "--url", "http://"+testenv.FreeAddr(t), "--server-log", p)
+		if cmdutil.ExitCode(err) != cmdutil.ExitInput || !strings.Contains(fmt.Sprint(err), "is not a regular file") || !strings.Contains(fmt.Sprint(err), p) {
+			t.Errorf("%s: err %v (exit %d), want an input error naming it", p, err, cmdutil.ExitCode(err))
 		}
 	}
 }
