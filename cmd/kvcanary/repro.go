@@ -98,7 +98,9 @@ recorded as extra signals. A server that goes away is not a corrupted one:
 when a session fails and GET /v1/models then gets no answer either (three
 tries, 0.5 s apart; a proxy's 502, 503 or 504 is no answer), repro stops,
 says SERVER LOST, does not count the sessions the death cut short, and
-exits 3.
+exits 3. A throttled request (HTTP 429, or 503 with Retry-After) is no
+answer either: it is sent again after Retry-After, up to 5 times, and a
+session still throttled then is not counted (a note says how many).
 
 Engine settings: at start repro asks the server for its settings (SGLang's
 GET /get_server_info, then /server_info; vLLM's /version reports none) and
