@@ -67,7 +67,7 @@ case " $* " in
 *" --max-running-requests=7 "*)
 	sleep 313 &
 	log="$(mktemp)"
-	"$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms "$@" 2>"$log" &
+	"$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms --run "bisect-test:$0" "$@" 2>"$log" &
 	pid=$!
 	until grep -q "listening on" "$log"; do
 		kill -0 $pid 2>/dev/null || break
@@ -80,7 +80,7 @@ case " $* " in
 	rm -f "$log"
 	exit 137 ;;
 esac
-exec "$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms "$@"
+exec "$self" sim serve --addr "127.0.0.1:$port" --step-time 2ms --run "bisect-test:$0" "$@"
 `
 
 func writeProcessPlan(t *testing.T, dir string, arms string) string {
@@ -184,7 +184,9 @@ flags = ["--index-k-dtype", "fp8"]
 		}
 	}
 	// No server, and nothing of its process group, outlives the bisect.
-	if o, _ := exec.Command("pgrep", "-f", "sim serve --addr 127.0.0.1").Output(); len(bytes.TrimSpace(o)) > 0 {
+	// This test's servers only (their --run names its wrapper): other
+	// tests, and other work on the machine, may run sim serve meanwhile.
+	if o, _ := exec.Command("pgrep", "-f", "--run bisect-test:"+filepath.Join(dir, "serve.sh")).Output(); len(bytes.TrimSpace(o)) > 0 {
 		t.Errorf("servers still running: %s", o)
 	}
 	if o, _ := exec.Command("pgrep", "-x", "-f", "sleep 313").Output(); len(bytes.TrimSpace(o)) > 0 {
