@@ -104,17 +104,28 @@ func (noPosition) Finish()              {}
 // its span allows.
 const paceSlack = 2 * time.Millisecond
 
+// maxPaceWait bounds the wall time the pacer waits for any one event. A
+// longer gap (an idle stretch of the run, or a bundle written before the
+// collector refused impossible timestamps, or by another tool, holding
+// ts_ns 2^63-1) is cut to this, and pacing resumes from that event: a replay
+// never stalls for years on one bad timestamp. A variable for tests.
+var maxPaceWait = 5 * time.Second
+
 // pacer holds events back until their time: event time advances speed
-// times faster than wall time from the first event on.
+// times faster than wall time from the first event on, except that no one
+// wait exceeds maxWait.
 type pacer struct {
-	speed float64
-	c     Position
-	wall0 time.Time
-	ts0   int64
-	timer *time.Timer
+	speed   float64
+	c       Position
+	wall0   time.Time
+	ts0     int64
+	maxWait time.Duration
+	timer   *time.Timer
 }
 
-func newPacer(speed float64, c Position) *pacer { return &pacer{speed: speed, c: c} }
+func newPacer(speed float64, c Position) *pacer {
+	return &pacer{speed: speed, c: c, maxWait: maxPaceWait}
+}
 
 // wait returns when the event at ts is due (false when ctx ended first) and
 // moves the cursor to it.
@@ -123,8 +134,16 @@ func (p *pacer) wait(ctx context.Context, ts int64) bool {
 		if p.wall0.IsZero() {
 			p.wall0, p.ts0 = time.Now(), ts
 		}
-		due := p.wall0.Add(time.Duration(float64(ts-p.ts0) / p.speed))
-		if d := time.Until(due); d > paceSlack {
+		// In float64: ts-p.ts0 cannot overflow (both are positive), but
+		// divided by a speed below 1 it can exceed what a Duration holds.
+		dNS := float64(ts-p.ts0)/p.speed - float64(time.Since(p.wall0))
+		d, cut := time.Duration(0), false
+		if dNS > float64(p.maxWait) {
+			d, cut = p.maxWait, true
+		} else if dNS > 0 {
+			d = time.Duration(dNS)
+		}
+		if d > paceSlack {
 			if p.timer == nil {
 				p.timer = time.NewTimer(d)
 			} else {
@@ -135,6 +154,9 @@ func (p *pacer) wait(ctx context.Context, ts int64) bool {
 				return false
 			case <-p.timer.C:
 			}
+		}
+		if cut { // this event is due now; pace the rest from it
+			p.wall0, p.ts0 = time.Now(), ts
 		}
 	}
 	if p.c != nil {

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,6 +119,30 @@ func TestReplayStopsOnCancel(t *testing.T) {
 	}), ReplayOptions{Speed: 0.001})
 	if err != nil || n != 1 {
 		t.Fatalf("cancelled replay: %d events, err %v", n, err)
+	}
+}
+
+// TestReplayCutsHugeGaps: a bundle recorded before the collector refused
+// impossible timestamps (or by another tool) can hold ts_ns -5 and 2^63-1;
+// its replay at 10x used to wait ~29 years for the last event. Each wait is
+// now cut to maxPaceWait; the deadline only guards against a hang.
+func TestReplayCutsHugeGaps(t *testing.T) {
+	defer func(w time.Duration) { maxPaceWait = w }(maxPaceWait)
+	maxPaceWait = 10 * time.Millisecond
+	replay := func(ts int64) hook.Event {
+		return hook.Event{Kind: hook.KindReplay, TS: ts, Run: "r", Body: &hook.Replay{BatchSize: 4, Mode: hook.ModeGraph, DurNS: 1000}}
+	}
+	path := writeBundle(t, []hook.Event{replay(-5), replay(at(0)), replay(at(0.01)), replay(math.MaxInt64), replay(at(0.02))})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n := 0
+	c := &position{}
+	err := ReplayBundle(ctx, path, hook.PublishFunc(func(hook.Event) { n++ }), ReplayOptions{Speed: 10, Cursor: c})
+	if err != nil || ctx.Err() != nil || n != 5 {
+		t.Fatalf("replay: %d of 5 events, err %v, ctx %v (a deadline means it stalled on the gap)", n, err, ctx.Err())
+	}
+	if !c.done || c.at != math.MaxInt64 {
+		t.Fatalf("position %+v", c)
 	}
 }
 

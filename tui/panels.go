@@ -175,8 +175,10 @@ func configLine(st *Styles, c *hook.RunConfig) string {
 }
 
 func cursorLine(st *Styles, c *CursorState, w int) string {
-	span := float64(c.LastTS-c.FirstTS) / 1e9
-	at := float64(c.AtTS-c.FirstTS) / 1e9
+	// In float64: a bundle can hold ts_ns -5 and 2^63-1 (recorded before the
+	// collector refused them), whose int64 difference overflows.
+	span := (float64(c.LastTS) - float64(c.FirstTS)) / 1e9
+	at := (float64(c.AtTS) - float64(c.FirstTS)) / 1e9
 	if c.AtTS == 0 {
 		at = 0
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,15 @@ func TestCursorFollowsReplay(t *testing.T) {
 	c.Advance(at(1)) // never back
 	if c.State().AtTS != at(19.8) {
 		t.Fatalf("cursor moved back to %d", c.State().AtTS)
+	}
+}
+
+// TestCursorLineHugeSpan: a bundle holding ts_ns -5 and 2^63-1 has a span
+// whose int64 difference overflows; the status showed a negative span.
+func TestCursorLineHugeSpan(t *testing.T) {
+	out := cursorLine(asciiStyles(), &CursorState{FirstTS: -5, LastTS: math.MaxInt64, AtTS: 1_700_000_000_000_000_000, Speed: 10}, 80)
+	if strings.Contains(out, "/-") || !strings.Contains(out, "/9223372036.9s") {
+		t.Fatalf("status %q", out)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -664,8 +665,13 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		if ev.Run == "" {
 			ev.Run = c.opts.Run
 		}
+		now := time.Now().UnixNano()
 		if ev.TS == 0 {
-			ev.TS = time.Now().UnixNano() // arrival time for producers without a clock
+			ev.TS = now // arrival time for producers without a clock
+		}
+		if terr := checkTS(ev.TS, now); terr != nil {
+			c.reject(cn, &WireError{Offset: last.off, Line: last.line, Reason: ReasonBadValue, Err: terr})
+			continue
 		}
 		// The bundle writer's rule, applied here: what a recording would
 		// refuse is refused (and counted) at ingest, never accepted and then
@@ -690,6 +696,27 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		c.events.Add(1)
 		c.byKind[ev.Kind].Add(1)
 	}
+}
+
+// MaxTSAhead is how far past the collector's clock an event's ts_ns may be.
+// A timestamp is only refused when it cannot be a time at all: negative, or
+// further ahead than any clock skew between producer and collector hosts
+// could explain (skew is seconds, a wrong time zone hours; a day covers
+// both). Small positive timestamps (the twin and tests count 1, 2, …) are
+// kept. Without this bound one stray ts_ns (math.MaxInt64, say) stretches a
+// bundle's span past what int64 holds and a paced replay waits for years.
+const MaxTSAhead = 24 * time.Hour
+
+// checkTS is the collector's ts_ns rule (see MaxTSAhead); now is its clock
+// in Unix nanoseconds.
+func checkTS(ts, now int64) error {
+	if ts < 0 {
+		return fmt.Errorf("ts_ns %d is negative", ts)
+	}
+	if now <= math.MaxInt64-int64(MaxTSAhead) && ts > now+int64(MaxTSAhead) {
+		return fmt.Errorf("ts_ns %d is more than %v ahead of the collector's clock (%d)", ts, MaxTSAhead, now)
+	}
+	return nil
 }
 
 func (c *Collector) reject(cn *conn, we *WireError) {

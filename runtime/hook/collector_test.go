@@ -1,11 +1,13 @@
 package hook
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -683,4 +685,41 @@ func TestUnixSocketLongPath(t *testing.T) {
 	em.Emit(replayEvent(1))
 	em.Close()
 	testenv.WaitFor(t, "event", func() bool { return len(rec.events()) == 1 })
+}
+
+// A negative ts_ns and one far past the collector's clock are refused as
+// bad_value (a paced replay of a bundle holding them would wait for years);
+// small positive and current timestamps are kept, and so is the connection.
+func TestCollectorRejectsImpossibleTimestamps(t *testing.T) {
+	c, rec := startCollector(t, ListenOptions{})
+	nc := dialRaw(t, c)
+	good := jsonLine(t, replayEvent(1)) // ts_ns 1: the twin's and tests' clock
+	now := jsonLine(t, Event{Kind: KindReplay, TS: time.Now().UnixNano(), Body: replayEvent(2).Body})
+	withTS := func(ts string) []byte {
+		b := bytes.Replace(jsonLine(t, replayEvent(3)), []byte(`"ts_ns":3,`), []byte(`"ts_ns":`+ts+`,`), 1)
+		if !bytes.Contains(b, []byte(ts)) {
+			t.Fatalf("no ts_ns in %s", b)
+		}
+		return b
+	}
+	for _, b := range [][]byte{withTS("-5"), withTS("9223372036854775807"), good, now} {
+		nc.Write(b)
+	}
+	nc.(interface{ CloseWrite() error }).CloseWrite()
+	testenv.WaitFor(t, "the connection to finish", func() bool {
+		st := c.Stats()
+		return st.Open == 0 && st.Connections == 1
+	})
+	st := c.Stats()
+	if st.Events != 2 || st.Rejected != 2 || st.RejectedBy[ReasonBadValue.String()] != 2 {
+		t.Fatalf("events %d rejected %d by %v, want 2 events and 2 bad_value", st.Events, st.Rejected, st.RejectedBy)
+	}
+	if cs := st.Conns[0]; cs.Closed != "eof" || !strings.Contains(cs.LastError, "ahead of the collector's clock") {
+		t.Errorf("conn closed %q, last error %q", cs.Closed, cs.LastError)
+	}
+	for _, ev := range rec.events() {
+		if ev.TS < 0 || ev.TS == math.MaxInt64 {
+			t.Errorf("recorded ts_ns %d", ev.TS)
+		}
+	}
 }

@@ -52,7 +52,7 @@ const (
 	ReasonNonFinite          // NaN or Inf where a number is expected
 	ReasonTooLong            // JSON line longer than MaxFrameSize: framing lost
 	ReasonBadPreamble        // first bytes are neither JSON nor the frame preamble
-	ReasonBadValue           // a body value the event model forbids (outcome, side, mode, a negative count, a 64-bit id as a JSON number)
+	ReasonBadValue           // a body value the event model forbids (outcome, side, mode, a negative count, a 64-bit id as a JSON number; at the collector, a ts_ns negative or over MaxTSAhead ahead)
 	ReasonTooLarge           // the event's JSON-lines form (what a bundle stores) is over MaxEventLine
 	ReasonOverBudget         // the collector's memory budget could not hold the rest of the frame or line: connection closed
 	ReasonStalled            // a partial frame or line made no progress for the stall timeout: connection closed
