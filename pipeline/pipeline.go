@@ -68,6 +68,10 @@ type Options struct {
 	// instead of truncating it: what services restarted with the same path
 	// (collect, probe cuda, sim serve) want. Kept says where it went.
 	KeepPrevious bool
+	// OnRecordError, when set, is called once with the bundle's first I/O
+	// error as soon as the recorder meets it (from the writer's goroutine:
+	// print a note, do not block), not only when Run returns.
+	OnRecordError func(error)
 
 	// Middleware wraps the pipeline's input before the analyzers (redaction,
 	// tallies, settings merges). It sees every source event, serialised.
@@ -133,6 +137,9 @@ func New(opts Options) (*Pipeline, error) {
 			return nil, err
 		}
 		p.writer = w
+		if opts.OnRecordError != nil {
+			w.OnError(opts.OnRecordError)
+		}
 		sub := p.bus.Lossless("record", recordBuffer)
 		p.recErr = make(chan error, 1)
 		go func() { p.recErr <- traces.Record(sub, w) }()
@@ -203,7 +210,8 @@ type Result struct {
 	Published       uint64 // events the source published
 	Emitted         uint64 // events and findings handed to the sinks
 	ProducerDropped uint64 // events producers reported lost (run.end)
-	Recorded        uint64 // events in the bundle
+	Recorded        uint64 // events in the bundle, as a reader reads them back
+	RecordLost      uint64 // events an I/O error kept from the bundle (RecordErr)
 	RecordRejected  uint64 // events the bundle refused as invalid (a Rejecter's count not included)
 	ViewDropped     uint64 // events the live view dropped
 }
@@ -270,7 +278,7 @@ func (p *Pipeline) Run(ctx context.Context, src Source) Result {
 	res.SinkErr = closeSinks(p.opts.Sinks)
 	res.Published, res.Emitted, res.ProducerDropped = p.published.Load(), p.emitted.Load(), p.prodDrop.Load()
 	if p.writer != nil {
-		res.Recorded, res.RecordRejected = p.writer.Count(), p.writer.Rejected()
+		res.Recorded, res.RecordLost, res.RecordRejected = p.writer.Count(), p.writer.Lost(), p.writer.Rejected()
 	}
 	if p.view != nil {
 		res.ViewDropped = p.view.Dropped()

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
@@ -34,6 +35,7 @@ type Writer struct {
 	file   *os.File // set by Create; synced and closed by Close
 	name   string
 	buf    []byte // pending JSON lines, ending on '\n'
+	queued uint64 // events in buf
 	closed bool
 
 	events  uint64
@@ -63,14 +65,21 @@ type Writer struct {
 	offset   int64
 	work     int64 // what a reader's decompression budget counts so far (decoded bytes and lineWork per line)
 	errMu    sync.Mutex
-	ioErr    error // first I/O error, sticky
+	ioErr    error       // first I/O error, sticky
+	onError  func(error) // OnError's callback
+	// lostQueued counts accounted events whose frame failed to write or was
+	// skipped after the first I/O error; lostLate events refused after it.
+	lostQueued atomic.Uint64
+	lostLate   uint64 // under mu
 }
 
-// frameJob is one frame for the compressor: buf (may be empty) and, for a
-// Flush, ack closed once everything before it is written.
+// frameJob is one frame for the compressor: buf (may be empty) holding
+// events events and, for a Flush, ack closed once everything before it is
+// written.
 type frameJob struct {
-	buf []byte
-	ack chan struct{}
+	buf    []byte
+	events uint64
+	ack    chan struct{}
 }
 
 // Create creates (or truncates) the bundle file at path and writes the
@@ -142,8 +151,14 @@ func newWriter(dst io.Writer, name string, m Manifest, interval time.Duration, n
 func (w *Writer) compressor() {
 	defer close(w.compDone)
 	for job := range w.jobs {
-		if len(job.buf) > 0 && w.ioError() == nil {
-			w.writeFrame(job.buf) // an error is kept and returned by the next call
+		if len(job.buf) > 0 {
+			written := w.frames
+			if w.ioError() == nil {
+				w.writeFrame(job.buf) // an error is kept and returned by the next call
+			}
+			if w.frames == written { // torn or skipped: a reader gets none of its events
+				w.lostQueued.Add(job.events)
+			}
 		}
 		if job.buf != nil && cap(job.buf) <= 4*frameBytes { // one huge event: do not keep its buffer
 			select {
@@ -168,11 +183,7 @@ func (w *Writer) writeFrame(buf []byte) error {
 	}
 	if err != nil {
 		err = fmt.Errorf("write bundle %s frame %d at byte %d: %w", w.name, w.frames+1, w.offset-int64(n), err)
-		w.errMu.Lock()
-		if w.ioErr == nil {
-			w.ioErr = err
-		}
-		w.errMu.Unlock()
+		w.fail(err)
 		return err
 	}
 	w.frames++
@@ -210,19 +221,49 @@ func (w *Writer) padForBudget() error {
 	}
 	if err != nil {
 		err = fmt.Errorf("write bundle %s padding at byte %d: %w", w.name, w.offset-int64(n), err)
-		w.errMu.Lock()
-		if w.ioErr == nil {
-			w.ioErr = err
-		}
-		w.errMu.Unlock()
+		w.fail(err)
 	}
 	return err
+}
+
+// fail keeps err as the writer's I/O error if it is the first, and then
+// calls the OnError callback.
+func (w *Writer) fail(err error) {
+	w.errMu.Lock()
+	first := w.ioErr == nil
+	if first {
+		w.ioErr = err
+	}
+	f := w.onError
+	w.errMu.Unlock()
+	if first && f != nil {
+		f(err)
+	}
 }
 
 func (w *Writer) ioError() error {
 	w.errMu.Lock()
 	defer w.errMu.Unlock()
 	return w.ioErr
+}
+
+// Err returns the first I/O error writing the bundle, as soon as the
+// writer meets it (nil before). After it no event reaches the bundle: the
+// writer counts them lost (Lost).
+func (w *Writer) Err() error { return w.ioError() }
+
+// OnError sets f to be called once, with the first I/O error, when the
+// writer meets it (from the writer's goroutine: f must not block long, nor
+// call the Writer's methods other than Err); if that error already
+// happened, f is called now.
+func (w *Writer) OnError(f func(error)) {
+	w.errMu.Lock()
+	w.onError = f
+	err := w.ioErr
+	w.errMu.Unlock()
+	if err != nil && f != nil {
+		f(err)
+	}
 }
 
 // ticker ends the pending frame every interval so a killed writer loses at
@@ -251,7 +292,8 @@ func (w *Writer) submitLocked(wait bool) error {
 	if len(w.buf) == 0 && !wait {
 		return w.ioError()
 	}
-	job := frameJob{buf: w.buf}
+	job := frameJob{buf: w.buf, events: w.queued}
+	w.queued = 0
 	if wait {
 		job.ack = make(chan struct{})
 	}
@@ -276,7 +318,7 @@ func (w *Writer) submitLocked(wait bool) error {
 func (w *Writer) Write(ev hook.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.usableLocked(); err != nil {
+	if err := w.usableLocked(true); err != nil {
 		return err
 	}
 	if err := ev.Validate(); err != nil {
@@ -313,7 +355,7 @@ func (w *Writer) Write(ev hook.Event) error {
 func (w *Writer) WriteLine(kind hook.Kind, ts int64, line []byte) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.usableLocked(); err != nil {
+	if err := w.usableLocked(true); err != nil {
 		return err
 	}
 	if !kind.Valid() || len(line) == 0 || hook.CheckEventLine(kind, len(line)) != nil || bytes.IndexByte(line, '\n') >= 0 {
@@ -328,8 +370,13 @@ func (w *Writer) WriteLine(kind hook.Kind, ts int64, line []byte) error {
 	return nil
 }
 
-func (w *Writer) usableLocked() error {
+// usableLocked refuses a call after an I/O error or Close; offer: the call
+// offers an event, lost if the writer failed.
+func (w *Writer) usableLocked(offer bool) error {
 	if err := w.ioError(); err != nil {
+		if offer && !w.closed {
+			w.lostLate++
+		}
 		return err
 	}
 	if w.closed {
@@ -346,6 +393,7 @@ func (w *Writer) account(k hook.Kind, ts int64) {
 		w.lastTS = ts
 	}
 	w.events++
+	w.queued++
 	w.counts[k]++
 }
 
@@ -354,7 +402,7 @@ func (w *Writer) account(k hook.Kind, ts int64) {
 func (w *Writer) Flush() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.usableLocked(); err != nil {
+	if err := w.usableLocked(false); err != nil {
 		return err
 	}
 	return w.submitLocked(true)
@@ -396,11 +444,23 @@ func (w *Writer) AddRejected(n uint64) {
 	w.mu.Unlock()
 }
 
-// Count returns the number of events written so far.
+// Count returns the number of events written so far (some may still be on
+// their way to the file), less those lost to an I/O error: once Close
+// returns, the number a reader reads back.
 func (w *Writer) Count() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.events
+	return w.events - w.lostQueued.Load()
+}
+
+// Lost returns the number of events offered to the writer that an I/O
+// error kept from the bundle: those in the frame whose write failed, in
+// frames after it, and those offered afterwards (refused unchecked). Once Close returns, Count +
+// Lost + Rejected is every event offered.
+func (w *Writer) Lost() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lostQueued.Load() + w.lostLate
 }
 
 // Rejected returns the number of events this writer refused as invalid (not
@@ -478,31 +538,21 @@ func (w *Writer) Close() error {
 
 // Record drains a lossless bus subscription into w until the bus closes, then
 // closes w. After an I/O error it keeps draining (so the producer never
-// blocks on a dead sink), counts the events it could not keep as dropped, and
-// returns the error. Invalid events are refused and counted in the footer's
-// "rejected"; they do not stop recording.
+// blocks on a dead sink; the writer refuses the events at once and counts
+// them lost, with those queued when the error struck) and returns the error.
+// Invalid events are refused and counted in the footer's "rejected"; they do
+// not stop recording.
 func Record(sub *hook.Subscription, w *Writer) error {
-	var ioErr error
-	var lost uint64
 	for {
 		ev, ok := sub.Recv()
 		if !ok {
 			break
 		}
-		if ioErr != nil {
-			lost++
-			continue
-		}
-		if err := w.Write(ev); err != nil {
-			if sticky := w.ioError(); sticky != nil {
-				ioErr = sticky
-				lost++
-			}
-		}
+		w.Write(ev) // an I/O error is kept by w; invalid events are counted
 	}
 	cerr := w.Close()
-	if ioErr != nil {
-		return fmt.Errorf("record bundle %s: %d events lost: %w", w.name, lost, ioErr)
+	if ioErr := w.Err(); ioErr != nil {
+		return fmt.Errorf("record bundle %s: %d events lost: %w", w.name, w.Lost(), ioErr)
 	}
 	return cerr
 }

@@ -162,7 +162,10 @@ func collectRun(opts *CollectOptions) error {
 	// Events flow collector -> bus -> lossless bundle writer.
 	po := pipeline.Options{Record: opts.Record, KeepPrevious: true, Status: line, StatusLabel: "collect: ",
 		Manifest: traces.Manifest{Tool: "kvcanary " + buildinfo.String(), Host: localHost(), Run: opts.Run, Command: "collect",
-			Labels: map[string]string{"listen": c.Addr()}}}
+			Labels: map[string]string{"listen": c.Addr()}},
+		OnRecordError: func(err error) {
+			line.Printf("collect: %s; events from now on are dropped, not recorded\n", cmdutil.Quote(err.Error()))
+		}}
 	p, stopExport, err := opts.Export.newPipeline(factoryCtx(opts.Factory), line, exportSource{Run: opts.Run, Collector: c}, po, "")
 	if err != nil {
 		c.Close()
