@@ -125,7 +125,7 @@ figure{margin:1em 0}figcaption{font-size:.9em;color:#444}svg{max-width:100%;heig
 
 <section id="headline">
 <h2>1. Headline: corruption rate</h2>
-{{range .Runs}}<p class="headline" id="headline-run{{.N}}"><b>run {{.N}}</b> <code>{{.Run.Label}}</code>: {{.Headline}}{{if .Run.Truncated}} <span class="fault">(bundle truncated: {{.Run.TruncationReason}})</span>{{end}}</p>
+{{range .Runs}}<p class="headline" id="headline-run{{.N}}"><b>run {{.N}}</b> <code>{{.Run.Label}}</code>: {{.Headline}}</p>
 {{end}}</section>
 
 <section id="verdicts">

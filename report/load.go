@@ -230,6 +230,10 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 	run.Coverage = cov.Result()
 	run.Truncated, run.TruncationReason, run.Skipped = r.Truncated(), r.TruncationReason(), r.Skipped()
 	run.Stats.Truncated, run.Stats.Skipped = run.Truncated, run.Skipped
+	run.Stats.TruncationReason = run.TruncationReason
+	if f, ok := r.Footer(); ok {
+		run.Stats.HaveFooter, run.Stats.FooterEvents, run.Stats.Dropped = true, f.Events, f.Dropped
+	}
 	// A layer is measured when the bundle holds its events; otherwise its
 	// summary stays nil.
 	sums := set.Summaries()

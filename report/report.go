@@ -134,13 +134,22 @@ func (r *Run) partial(v *Verdict, analyzer string) {
 
 // Headline is the run's corruption rate with its 95% interval, or why there
 // is none.
+// When the bundle lost events (damaged records skipped, events its footer
+// counts but that were unreadable, a cut-off bundle), sessions may be
+// missing from the rate: the headline says so after "PARTIAL:".
 func (r *Run) Headline() string {
 	s := r.Summary
-	if s.Sessions == 0 {
-		return "corruption rate unknown: the bundle holds no session events"
+	h := "corruption rate unknown: the bundle holds no session events"
+	if s.Sessions > 0 {
+		h = fmt.Sprintf("%d of %d sessions corrupted = %.1f%% (95%% CI %.1f%%–%.1f%%; leak %d, no_tool %d, error %d)",
+			s.CorruptedSessions, s.Sessions, 100*s.CorruptionRate, 100*r.CILo, 100*r.CIHi, s.Outcomes.Leak, s.Outcomes.NoTool, s.Outcomes.Error)
 	}
-	return fmt.Sprintf("%d of %d sessions corrupted = %.1f%% (95%% CI %.1f%%–%.1f%%; leak %d, no_tool %d, error %d)",
-		s.CorruptedSessions, s.Sessions, 100*s.CorruptionRate, 100*r.CILo, 100*r.CIHi, s.Outcomes.Leak, s.Outcomes.NoTool, s.Outcomes.Error)
+	if r.Stats != nil {
+		if lost := r.Stats.Partial(); len(lost) > 0 {
+			h += "; PARTIAL: " + strings.Join(lost, "; ")
+		}
+	}
+	return h
 }
 
 // Setting is one run setting and where it came from.

@@ -495,3 +495,77 @@ func TestVerdictsPartial(t *testing.T) {
 		t.Errorf("markdown verdicts:\n%s", s)
 	}
 }
+
+// A bundle that lost a frame is reported on what was readable, but its
+// headline and its A/B verdict say PARTIAL: the footer counts events nobody
+// read, and the sessions in them (here the only leaks) are missing.
+func TestHeadlinePartialWhenAFrameIsLost(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := traces.NewWriter(&buf, traces.Manifest{Tool: "kvcanary test", Command: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		out := hook.OutcomeMaxRounds
+		if i >= 10 && i < 20 {
+			out = hook.OutcomeLeak
+		}
+		b := &hook.Session{ID: fmt.Sprint(i), Outcome: out, Rounds: 2, Excerpt: strings.Repeat(fmt.Sprint(i), 200)}
+		if err := w.Write(hook.Event{Kind: b.Kind(), TS: int64(i + 1), Body: b}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 9 || i == 19 {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	good := buf.Bytes()
+	read := func(b []byte) *report.Run {
+		r, err := traces.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil
+		}
+		defer r.Close()
+		run, err := report.Read("flip.kvtrace", r)
+		if err != nil {
+			return nil
+		}
+		return run
+	}
+	var flip *report.Run
+	for at := len(good) / 2; at < len(good)-4 && flip == nil; at++ {
+		bad := append([]byte(nil), good...)
+		for i := range 4 {
+			bad[at+i] ^= 0xff
+		}
+		if run := read(bad); run != nil && run.Skipped > 0 && !run.Truncated && run.Summary.Sessions == 20 {
+			flip = run
+		}
+	}
+	if flip == nil {
+		t.Fatal("no four flipped bytes damaged the middle frame alone")
+	}
+	if h := flip.Headline(); !strings.Contains(h, "0 of 20 sessions corrupted") ||
+		!strings.Contains(h, "; PARTIAL: the footer counts 30 events, 20 were readable: 10 events unreadable (1 damaged records skipped); sessions may be missing") {
+		t.Errorf("headline %q", h)
+	}
+	base := read(good)
+	if h := base.Headline(); strings.Contains(h, "PARTIAL") {
+		t.Errorf("whole bundle: headline %q", h)
+	}
+	rep := report.Build([]*report.Run{base, flip})
+	if v := rep.AB[0].Report.Verdict; !strings.Contains(v, "PARTIAL: run B lost events") {
+		t.Errorf("A/B verdict %q", v)
+	}
+	var md bytes.Buffer
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(md.String(), "- **run 2**: 0 of 20 sessions corrupted") || !strings.Contains(md.String(), "PARTIAL: the footer counts 30 events") {
+		t.Errorf("markdown headline:\n%s", md.String())
+	}
+}

@@ -53,7 +53,22 @@ type ABReport struct {
 	Confounds      []Confound `json:"confounds"`
 	Notes          []string   `json:"notes"` // correlation caveats and data-quality remarks
 	Verdict        string     `json:"verdict"`
+	// Status is StatusNoData when a run has no session outcomes (no
+	// verdict), StatusPartial when a run's bundle lost events, so sessions
+	// may be missing from its counts (the verdict covers what was
+	// readable), "" when both runs were read whole.
+	Status string `json:"status,omitempty"`
+	// Partial names, per run, what its bundle lost (Status partial).
+	Partial []string `json:"partial,omitempty"`
+	// Message is the no-data sentence (Status no-data).
+	Message string `json:"message,omitempty"`
 }
+
+// ABReport.Status values.
+const (
+	StatusPartial = "partial"
+	StatusNoData  = "no-data"
+)
 
 // CompareOptions tune Compare.
 type CompareOptions struct {
@@ -81,7 +96,27 @@ func Compare(a, b *RunStats, opts CompareOptions) ABReport {
 		r.Confounds = []Confound{}
 	}
 	r.Notes = append(r.Notes, abNotes(a, b, opts.Flag, r.DifferingFlags)...)
+	var lost []string
+	for _, x := range []struct {
+		label string
+		r     *RunStats
+	}{{"A", a}, {"B", b}} {
+		p := x.r.Partial()
+		for _, why := range p {
+			r.Partial = append(r.Partial, fmt.Sprintf("run %s (%s): %s", x.label, safetext.Quote(x.r.Name), why))
+		}
+		if len(p) > 0 {
+			lost = append(lost, x.label)
+		}
+	}
 	r.Verdict = abVerdict(r)
+	switch {
+	case r.A.Sessions == 0 || r.B.Sessions == 0:
+		r.Status, r.Message = StatusNoData, r.Verdict
+	case len(lost) > 0:
+		r.Status = StatusPartial
+		r.Verdict += fmt.Sprintf("; PARTIAL: run %s lost events, sessions may be missing from its counts", strings.Join(lost, " and "))
+	}
 	return r
 }
 
@@ -296,6 +331,12 @@ func (r ABReport) WriteText(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(&b, "verdict: %s\n", r.Verdict)
+	if len(r.Partial) > 0 {
+		b.WriteString("PARTIAL: the verdict above covers only the events that were readable; sessions may be missing:\n")
+		for _, p := range r.Partial {
+			fmt.Fprintf(&b, "  %s\n", p)
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"sort"
@@ -55,6 +56,16 @@ type RunStats struct {
 	Skipped     uint64 // damaged records the bundle reader skipped
 	haveRunEnd  bool
 	startConfig bool // Config came from a run.start event
+
+	// TruncationReason says where a truncated bundle was cut (set by the
+	// bundle reader; "" when unknown).
+	TruncationReason string
+	// FooterEvents is the event count the bundle's footer states, Dropped
+	// the events it says were lost before reaching the writer; HaveFooter
+	// says there was a footer (set by the bundle reader).
+	FooterEvents uint64
+	Dropped      uint64
+	HaveFooter   bool
 }
 
 // NewRunStats returns an empty accumulator labelled name.
@@ -69,6 +80,37 @@ func (r *RunStats) SetManifest(tool string, created time.Time, host hook.HostInf
 
 // Publish makes RunStats a hook.Publisher; it is Observe.
 func (r *RunStats) Publish(ev hook.Event) { r.Observe(ev) }
+
+// Partial says why the run's counts may miss sessions, one reason per line
+// (nil when the bundle was read whole): damaged records skipped, events the
+// footer counts that were not readable, a cut-off bundle, events dropped
+// before the writer. Unknown is not clean: a session in a lost event is a
+// session nobody counted.
+func (r *RunStats) Partial() []string {
+	var out []string
+	read := uint64(max(r.Events, 0))
+	switch {
+	case r.HaveFooter && r.FooterEvents > read:
+		what := fmt.Sprintf("the footer counts %d events, %d were readable: %d events unreadable", r.FooterEvents, read, r.FooterEvents-read)
+		if r.Skipped > 0 {
+			what += fmt.Sprintf(" (%d damaged records skipped)", r.Skipped)
+		}
+		out = append(out, what+"; sessions may be missing")
+	case r.Skipped > 0:
+		out = append(out, fmt.Sprintf("%d damaged records skipped, events in them unreadable (number unknown); sessions may be missing", r.Skipped))
+	}
+	if r.Truncated {
+		why := "the bundle is truncated"
+		if r.TruncationReason != "" {
+			why += " (" + r.TruncationReason + ")"
+		}
+		out = append(out, why+": events after the cut were not recorded or are unreadable; sessions may be missing")
+	}
+	if r.Dropped > 0 {
+		out = append(out, fmt.Sprintf("the footer says %d events were dropped before reaching the writer; sessions may be missing", r.Dropped))
+	}
+	return out
+}
 
 // Observe folds one event into the statistics. Kinds it does not use are
 // counted in Events and otherwise ignored.

@@ -50,8 +50,22 @@ Correlations are reported honestly: retractions in a run with no corruption are
 called out as non-causal evidence, and corruption in a run without retractions
 rules retraction out as its cause there.
 
-ab is a report, not a check: it exits 0 whatever the comparison shows, 3 when a
-bundle cannot be read, 2 on usage errors.`,
+No data: when a run has no session events (a bundle recorded without the
+session layer, or one whose damage lost them all) there is nothing to compare:
+the verdict says so, --json carries "status": "no-data" and "message", and the
+exit code is 4.
+
+Partial: when a run's bundle lost events (damaged frames skipped, a footer
+counting more events than were readable, a bundle cut short, events dropped
+before the writer), sessions may be missing from its counts: the report names
+the run, how many events were unreadable, in a line starting "PARTIAL:", the
+verdict says so, --json carries "status": "partial" and "partial": [reasons],
+and the exit code is 4 whatever the comparison shows. A significant difference
+over partial data is still partial: the missing sessions could change it.
+
+ab is a report, not a check: it exits 0 whatever a comparison over complete
+runs shows, 4 on no data or partial data, 3 when a bundle cannot be read, 2 on
+usage errors.`,
 		Example: `  kvcanary ab baseline.kvtrace fp8.kvtrace
   kvcanary ab base.kvtrace no-overlap.kvtrace --flag multi_stream_overlap --json | jq .fisher_p`,
 		Args: usageArgs(cobra.ExactArgs(2)),
@@ -82,10 +96,13 @@ func abRun(opts *ABOptions) error {
 		warnRun(opts.IO.ErrOut, r)
 	}
 	rep := sessions.Compare(a, b, sessions.CompareOptions{Flag: opts.Flag})
-	if opts.JSON.JSON {
-		return cmdutil.WriteJSON(opts.IO.Out, rep)
+	if err := writeJSONOr(opts.IO.Out, opts.JSON.JSON, rep, func() error { return rep.WriteText(opts.IO.Out) }); err != nil {
+		return err
 	}
-	return rep.WriteText(opts.IO.Out)
+	if rep.Status != "" { // no data, or partial: a verdict over what was not all there
+		return PartialError
+	}
+	return nil
 }
 
 func warnRun(w io.Writer, r *sessions.RunStats) {

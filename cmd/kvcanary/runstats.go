@@ -22,7 +22,10 @@ func runStatsFromBundle(path string) (*sessions.RunStats, error) {
 	if err := sessions.ReadRun(br, r); err != nil {
 		return r, err // the reader's errors name the bundle and the byte offset
 	}
-	r.Truncated = br.Truncated()
+	r.Truncated, r.TruncationReason = br.Truncated(), br.TruncationReason()
 	r.Skipped = br.Skipped()
+	if f, ok := br.Footer(); ok {
+		r.HaveFooter, r.FooterEvents, r.Dropped = true, f.Events, f.Dropped
+	}
 	return r, nil
 }
