@@ -20,9 +20,10 @@ Exit codes: 0 ok, 1 a check found corruption, 2 usage error, 3 input error
 (unreadable, empty, compressed or binary input is an error, never a verdict;
 so is a server repro could not measure: every session failed, or it went away),
 4 no data or partial evidence (checksum compare, canary report, graphdiff
-report: the input reads fine but holds none of the instrument's observations,
-or its producers said they lost some — the report names what records them or
-what was lost, never a clean verdict), 130 interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any
+report, ab: the input reads fine but holds none of the observations needed,
+or its producers said they lost some, or the bundle lost events — the report
+names what records them or what was lost, never a clean verdict), 130
+interrupted: the first Ctrl-C (SIGINT) or SIGTERM stops any
 command within a second; a second one kills it at once. collect and sim serve
 run until stopped, so Ctrl-C is their normal end: they exit 0 with the bundle
 complete.`
