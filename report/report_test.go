@@ -354,18 +354,7 @@ func TestPlotsSampleTheWholeRun(t *testing.T) {
 			}
 		}
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := traces.NewReader(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	run, err := report.Read("long.kvtrace", r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := closeAndRead(t, w, &buf, "long.kvtrace")
 	end := float64((nSched-1)*step) / 1e9
 	if n := len(run.Sched); n == 0 || n >= nSched || run.SchedSampled.Total != nSched || run.Sched[n-1].T < end*0.99 {
 		t.Errorf("scheduler points: %d kept of %d, last at %.1fs, want a sample reaching the run's end %.1fs", n, run.SchedSampled.Total, run.Sched[max(n-1, 0)].T, end)
@@ -437,6 +426,13 @@ func readEvents(t *testing.T, evs ...hook.Event) *report.Run {
 			t.Fatal(err)
 		}
 	}
+	return closeAndRead(t, w, &buf, "partial.kvtrace")
+}
+
+// closeAndRead closes w, which wrote into buf, and judges the bundle as
+// report.Read does a file named name.
+func closeAndRead(t *testing.T, w *traces.Writer, buf *bytes.Buffer, name string) *report.Run {
+	t.Helper()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +441,7 @@ func readEvents(t *testing.T, evs ...hook.Event) *report.Run {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	run, err := report.Read("partial.kvtrace", r)
+	run, err := report.Read(name, r)
 	if err != nil {
 		t.Fatal(err)
 	}
