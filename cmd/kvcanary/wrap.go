@@ -451,7 +451,7 @@ func (t *wrapTally) Publish(ev hook.Event) {
 					t.lost = map[string][]string{}
 				}
 				for _, n := range strings.Split(b.Error, "; ") {
-					for _, a := range noteAnalyzers(n) {
+					for _, a := range analyzers.NoteAnalyzers(n) {
 						if len(t.lost[a]) < 8 {
 							t.lost[a] = append(t.lost[a], who+n)
 						}
@@ -937,54 +937,6 @@ func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map
 		layer(graphdiff.AnalyzerName, *s, func(l *WrapLayer) { graphdiffLayer(l, s) })
 	}
 	return out
-}
-
-// noteAnalyzers maps one note of a producer's run.end error (the
-// pyhook's run_end_report joins its notes with "; ") to the analyzers whose
-// evidence it says is incomplete; "" stands for every analyzer. The pyhook
-// writes:
-//
-//	"<feature> off: <why>"  feature checksum.*, canary.*, graphdiff.* or
-//	                        replay.step (the replay events, which canary
-//	                        and graphdiff both read)
-//	"N instrument errors"   errors in any instrument's hooks
-//	"N room checksums skipped (index-K on the host)"   checksum
-//	"run.end report failed: …"   unknown
-//
-// A note it does not know (another producer's, a changed pyhook) counts
-// against every analyzer: unknown is not clean.
-func noteAnalyzers(note string) []string {
-	note = strings.TrimSpace(note)
-	if note == "" {
-		return nil
-	}
-	if feature, _, ok := strings.Cut(note, " off: "); ok && !strings.Contains(feature, " ") {
-		switch inst, _, _ := strings.Cut(feature, "."); inst {
-		case "checksum":
-			return []string{checksum.AnalyzerName}
-		case "canary":
-			return []string{canary.AnalyzerName}
-		case "graphdiff":
-			return []string{graphdiff.AnalyzerName}
-		case "replay":
-			return []string{canary.AnalyzerName, graphdiff.AnalyzerName}
-		}
-		return []string{""}
-	}
-	if n, rest, ok := strings.Cut(note, " "); ok && isCount(n) {
-		switch rest {
-		case "room checksums skipped (index-K on the host)":
-			return []string{checksum.AnalyzerName}
-		case "instrument errors":
-			return []string{""}
-		}
-	}
-	return []string{""}
-}
-
-func isCount(s string) bool {
-	_, err := strconv.ParseUint(s, 10, 64)
-	return err == nil
 }
 
 // markPartial turns an "ok" layer into "partial" when what was judged is

@@ -720,7 +720,7 @@ func TestWrapPartialLayers(t *testing.T) {
 	lostOf := func(notes ...string) map[string][]string {
 		m := map[string][]string{}
 		for _, n := range notes {
-			for _, a := range noteAnalyzers(n) {
+			for _, a := range analyzers.NoteAnalyzers(n) {
 				m[a] = append(m[a], n)
 			}
 		}

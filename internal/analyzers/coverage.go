@@ -2,6 +2,7 @@ package analyzers
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/kvcanary/kvcanary/canary"
@@ -122,37 +123,61 @@ func (c *Coverage) Merge(o Coverage) {
 	}
 }
 
-// layerWords are the words by which a producer's note names an analyzer's
-// instrument ("canary.replay off", "room checksums skipped").
-var layerWords = map[string][]string{
-	checksum.AnalyzerName:  {"checksum"},
-	canary.AnalyzerName:    {"canary"},
-	graphdiff.AnalyzerName: {"graphdiff", "graph-vs-eager", "graph vs eager"},
-}
-
-// names reports whether part names any analyzer's instrument, and whether
-// it names analyzer's.
-func names(part, analyzer string) (any, mine bool) {
-	p := strings.ToLower(part)
-	for a, ws := range layerWords {
-		for _, w := range ws {
-			if strings.Contains(p, w) {
-				any = true
-				mine = mine || a == analyzer
-			}
+// NoteAnalyzers maps one note of a producer's run.end error (the
+// pyhook's run_end_report joins its notes with "; ") to the analyzers whose
+// evidence it says is incomplete; "" stands for every analyzer. The pyhook
+// writes:
+//
+//	"<feature> off: <why>"  feature checksum.*, canary.*, graphdiff.* or
+//	                        replay.step (the replay events, which canary
+//	                        and graphdiff both read)
+//	"N instrument errors"   errors in any instrument's hooks
+//	"N room checksums skipped (index-K on the host)"   checksum
+//	"run.end report failed: …"   unknown
+//
+// A note it does not know (another producer's, a changed pyhook) counts
+// against every analyzer: unknown is not clean.
+func NoteAnalyzers(note string) []string {
+	note = strings.TrimSpace(note)
+	if note == "" {
+		return nil
+	}
+	if feature, _, ok := strings.Cut(note, " off: "); ok && !strings.Contains(feature, " ") {
+		switch inst, _, _ := strings.Cut(feature, "."); inst {
+		case "checksum":
+			return []string{checksum.AnalyzerName}
+		case "canary":
+			return []string{canary.AnalyzerName}
+		case "graphdiff":
+			return []string{graphdiff.AnalyzerName}
+		case "replay":
+			return []string{canary.AnalyzerName, graphdiff.AnalyzerName}
+		}
+		return []string{""}
+	}
+	if n, rest, ok := strings.Cut(note, " "); ok && isCount(n) {
+		switch rest {
+		case "room checksums skipped (index-K on the host)":
+			return []string{checksum.AnalyzerName}
+		case "instrument errors":
+			return []string{""}
 		}
 	}
-	return any, mine
+	return []string{""}
+}
+
+func isCount(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
 }
 
 // Lost lists what the producers said they lost that bears on analyzer's
 // verdict (checksum.AnalyzerName, canary.AnalyzerName,
 // graphdiff.AnalyzerName), one line per producer, e.g. "python3 pid 7909
 // (decode rank 1): canary.replay off: 3 errors …". A note (each
-// "; "-separated part of a run.end error) that names the analyzer's
-// instrument counts; so does one that names no instrument at all ("3
-// instrument errors", a crash): what it lost is unknown, so it may be this
-// layer's. Dropped events count for every layer. Empty: nothing reported
+// "; "-separated part of a run.end error) counts when NoteAnalyzers maps it
+// to the analyzer or to every analyzer ("3 instrument errors", a note it
+// does not know): what it lost is unknown, so it may be this layer's. Dropped events count for every layer. Empty: nothing reported
 // lost. When more producers lost evidence than a Coverage keeps, the last
 // line says how many more.
 func (c Coverage) Lost(analyzer string) []string {
@@ -165,8 +190,9 @@ func (c Coverage) Lost(analyzer string) []string {
 		if p.Error != "" {
 			rel := false
 			for _, part := range strings.Split(p.Error, "; ") {
-				any, mine := names(part, analyzer)
-				rel = rel || mine || !any
+				for _, a := range NoteAnalyzers(part) {
+					rel = rel || a == "" || a == analyzer
+				}
 			}
 			if rel {
 				why = append(why, p.Error)
