@@ -24,7 +24,7 @@ def check() -> dict:
     rows = []
     for t in T.TARGETS:
         res = T.resolve(t)
-        rows.append({"target": t.name, "hook": t.hook if t.hooked else "none",
+        rows.append({"target": t.name, "hook": (res.hook or t.hook) if t.hooked else "none", "resolved": res.name,
                      "instruments": [i for i in t.instruments if i != "replay"],
                      "features": list(t.features), "ok": res.ok, "error": res.error,
                      "hooked": t.hooked, "reads": t.reads})
