@@ -29,6 +29,8 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/pyhook"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 	"github.com/kvcanary/kvcanary/traces"
 	"github.com/kvcanary/kvcanary/tui"
 )
@@ -386,6 +388,16 @@ type WrapSummary struct {
 	// off (a missing hook target, repeated errors) and evidence lost before
 	// it became an event. A layer they name is "partial", never "ok".
 	ProducerNotes []string `json:"producer_notes,omitempty"`
+	// Config is the run's configuration as the verdict used it: --engine and
+	// --config, merged with what each engine process reported from inside
+	// (provenance "engine"; runconfig.EngineMerge).
+	Config hook.RunConfig `json:"config"`
+	// Contradictions are settings --config stated and the engine reported
+	// otherwise (or two engine processes disagreed on), with the value used.
+	Contradictions []runconfig.Contradiction `json:"contradictions,omitempty"`
+	// SilentRanks are TP ranks that never reported although their role's
+	// engine processes said how many ranks it runs: every layer is partial.
+	SilentRanks []string `json:"silent_ranks,omitempty"`
 }
 
 // Layer verdicts.
@@ -430,10 +442,29 @@ type wrapTally struct {
 	// lost names, per analyzer ("" for every one), the producer notes
 	// that say its evidence is incomplete.
 	lost map[string][]string
+	// config is the run's configuration with the engine processes' own
+	// reports merged in; contradictions what they contradicted; ranks
+	// which TP ranks reported, against the TP size they reported.
+	config         hook.RunConfig
+	contradictions []runconfig.Contradiction
+	engine         runconfig.EngineMerge
+	ranks          *analyzers.CoverageCollector
+}
+
+// engineReport merges an engine process's run.start into the run's
+// configuration (called with t.mu held).
+func (t *wrapTally) engineReport(ev hook.Event) {
+	t.ranks.Observe(ev)
+	if b, ok := ev.Body.(*hook.RunStart); ok && b != nil && sessions.EngineReport(b.Config) {
+		t.contradictions = append(t.contradictions, t.engine.Merge(&t.config, b.Config, ev.Src.Role, sessions.Reporter(ev.Src, b))...)
+	}
 }
 
 func (t *wrapTally) Publish(ev hook.Event) {
 	t.mu.Lock()
+	if ev.Src.Role != "" || ev.Kind == hook.KindRunStart {
+		t.engineReport(ev)
+	}
 	switch b := ev.Body.(type) {
 	case *hook.Finding:
 		if b != nil && b.Severity == hook.SevError {
@@ -543,7 +574,7 @@ func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start t
 		man.Labels[s.Env] = s.Value
 	}
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: checksum.DefaultWarmupMaxSeqLen})
-	tally := &wrapTally{findings: map[string]int{}}
+	tally := &wrapTally{findings: map[string]int{}, config: rc, ranks: analyzers.NewCoverageCollector()}
 	var uiStats tui.Stats
 	po := pipeline.Options{Record: opts.Record, Manifest: man, Analyzers: as,
 		Middleware: func(next hook.Publisher) hook.Publisher { tally.next = next; return tally }}
@@ -576,8 +607,9 @@ func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start t
 		WithoutRunEnd: st.EndedWithoutRunEnd, WithoutRunEndSources: st.EndedWithoutRunEndSources,
 		Layers:        wrapLayers(analyzers.SetOf(as...).Summaries(), st.ByKind, tally.findings, wrapCanaryEvery(opts)),
 		ProducerNotes: slices.Clone(tally.producerNotes),
+		Config:        tally.config, Contradictions: slices.Clone(tally.contradictions), SilentRanks: tally.ranks.SilentRanks(),
 	}
-	markPartial(sum.Layers, tally.lost, sum.DroppedProducer > 0, sum.WithoutRunEnd)
+	markPartial(sum.Layers, tally.lost, sum.DroppedProducer > 0, sum.WithoutRunEnd, sum.SilentRanks)
 	tally.mu.Unlock()
 	return wrapReport(opts, sum, res, uiStats)
 }
@@ -944,8 +976,9 @@ func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map
 // analyzer's evidence incomplete (lost, by noteAnalyzers; "" for every
 // analyzer), producers dropped events or device work (dropped), or
 // producers ended without a run.end (withoutEnd: killed or cut off — what
-// they lost is unknown).
-func markPartial(layers []WrapLayer, lost map[string][]string, dropped bool, withoutEnd uint64) {
+// they lost is unknown), or TP ranks never reported (silent: what they saw
+// is unknown).
+func markPartial(layers []WrapLayer, lost map[string][]string, dropped bool, withoutEnd uint64, silent []string) {
 	for i := range layers {
 		l := &layers[i]
 		if l.Status != layerOK && l.Status != layerPartial {
@@ -962,11 +995,28 @@ func markPartial(layers []WrapLayer, lost map[string][]string, dropped bool, wit
 			why = append(why, fmt.Sprintf("%s without run.end (killed? cut off?): what they dropped or disabled is unknown",
 				pluralVerb(withoutEnd, "producer ended", "producers ended")))
 		}
+		if len(silent) > 0 {
+			why = append(why, strings.Join(silent, ", ")+": what it saw is unknown")
+		}
 		if len(why) > 0 {
 			l.Status = layerPartial
 			l.Detail += "; " + strings.Join(why, "; ")
 		}
 	}
+}
+
+// wrapEngineLine lists the run's known engine settings with where each came
+// from: "cuda_graph=true (engine), multi_stream_overlap=false (label)".
+func wrapEngineLine(rc hook.RunConfig) string {
+	var parts []string
+	for _, st := range runconfig.KnownSettings(rc) {
+		p := "source not recorded"
+		if v := rc.Provenance[st.Name]; v != "" {
+			p = v
+		}
+		parts = append(parts, fmt.Sprintf("%s=%v (%s)", st.Name, cmdutil.Quote(fmt.Sprint(st.Value)), p))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func pluralVerb(n uint64, one, many string) string {
@@ -1062,6 +1112,15 @@ func writeWrapSummary(w io.Writer, s WrapSummary) error {
 	}
 	if s.Record != "" {
 		fmt.Fprintf(&b, "wrap: recorded %d events to %s\n", s.Recorded, cmdutil.Quote(s.Record))
+	}
+	if line := wrapEngineLine(s.Config); line != "" {
+		fmt.Fprintf(&b, "wrap: engine settings: %s\n", line)
+	}
+	for _, c := range s.Contradictions {
+		fmt.Fprintf(&b, "wrap: CONTRADICTION: %s\n", cmdutil.Quote(c.String()))
+	}
+	for _, r := range s.SilentRanks {
+		fmt.Fprintf(&b, "wrap: %s (no event from it: did it load kvcanary's hooks?)\n", r)
 	}
 	width, swidth := 0, 0
 	for _, l := range s.Layers {

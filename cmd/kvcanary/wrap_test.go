@@ -746,12 +746,21 @@ func TestWrapPartialLayers(t *testing.T) {
 		{nil, false, 2, []string{layerPartial, layerPartial, layerNotMeasured}},
 	} {
 		ls := base()
-		markPartial(ls, lostOf(c.notes...), c.dropped, c.withoutEnd)
+		markPartial(ls, lostOf(c.notes...), c.dropped, c.withoutEnd, nil)
 		if got := status(ls); !slices.Equal(got, c.want) {
 			t.Errorf("notes %q dropped %v without run.end %d: %v, want %v", c.notes, c.dropped, c.withoutEnd, got, c.want)
 		}
 		if c.withoutEnd > 0 && !strings.Contains(ls[0].Detail, "2 producers ended without run.end (killed? cut off?): what they dropped or disabled is unknown") {
 			t.Errorf("detail %q", ls[0].Detail)
 		}
+	}
+	// a TP rank that never reported: every measured layer is partial, and says which rank
+	ls := base()
+	markPartial(ls, nil, false, 0, []string{"decode rank 1 of 2 never reported"})
+	if got := status(ls); !slices.Equal(got, []string{layerPartial, layerPartial, layerNotMeasured}) {
+		t.Errorf("silent rank: %v", got)
+	}
+	if !strings.Contains(ls[1].Detail, "decode rank 1 of 2 never reported") {
+		t.Errorf("silent rank detail %q", ls[1].Detail)
 	}
 }
