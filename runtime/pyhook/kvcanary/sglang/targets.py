@@ -143,10 +143,19 @@ POOL_CLASSES = (
 
 
 def by_name(name: str) -> Target:
+    """The target whose name, or one of whose aliases, is `name`."""
     for t in TARGETS:
-        if t.name == name:
+        if t.name == name or any(alias_name(a) == name for a in t.aliases):
             return t
     raise KeyError("no target %r in kvcanary.sglang.targets" % name)
+
+
+def hook_of(t: Target, name: str) -> str:
+    """The hook type for dotted name `name` of target t (an Alias may have its own)."""
+    for a in t.aliases:
+        if isinstance(a, Alias) and a.name == name:
+            return a.hook
+    return t.hook
 
 
 def sglang_version() -> str:
