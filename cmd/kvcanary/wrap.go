@@ -106,17 +106,26 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     the whole group, a second one kills it (SIGKILL); its stdin is wrap's,
     unless that is a terminal (then /dev/null);
   - records every event to --record, losslessly, with the settings given and
-    the run's configuration: engine sglang (--engine), and the engine flags
-    stated with --config (labelled as stated by you); cuda_graph and
-    multi_stream_overlap stay unknown unless stated — never read as off;
+    the run's configuration: engine sglang (--engine), the engine flags
+    stated with --config (labelled as stated by you), and what each hooked
+    scheduler process reports from inside (provenance "engine": cuda_graph,
+    cuda_graph_max_bs, multi_stream_overlap from
+    SGLANG_OPT_USE_MULTI_STREAM_OVERLAP, index_k_dtype from the index-K
+    buffers, disaggregation, tp_size, and extra.* for the fp4 indexer, the
+    speculative algorithm, the architecture and the SGLang version). A
+    --config value the engine contradicts is printed as a CONTRADICTION with
+    both values; the engine's is used, since it is what ran. What nobody
+    reported stays unknown — never read as off;
   - shows the live dashboard with --watch (a terminal; the command's output
     then goes to --log), else prints progress lines to stderr;
   - at the end prints each layer's verdict — transfer (room checksums),
     buffer (replay canaries), compute (graph vs eager) — or "not measured"
     where no events came, and "partial", never "ok", where clean work was
     seen but not all of it: an instrument a producer reported off, events
-    dropped, rooms seen on one side only, or producers that ended without
-    their run.end (SIGKILLed, cut off by --drain). The canary says how many
+    dropped, rooms seen on one side only, producers that ended without
+    their run.end (SIGKILLed, cut off by --drain), or a TP rank that never
+    reported although its role's processes said how many ranks there are
+    ("decode rank 1 of 2 never reported"). The canary says how many
     of the run's replays it checked. On one PD host the checksum layer sees
     one side only: compare both hosts' bundles with "kvcanary checksum
     compare".
@@ -168,7 +177,7 @@ func NewCmdWrap(f *cmdutil.Factory, runF func(*WrapOptions) error) *cobra.Comman
 	fl.StringVar(&opts.Log, "log", "", "with --watch: write the command's stdout and stderr to `FILE` (default <run>.log)")
 	fl.StringVar(&opts.Engine, "engine", "sglang", "`NAME` of the engine in the run's configuration")
 	fl.StringVar(&opts.Run, "run", "", "run `ID` put on every event (default wrap-<UTC time>)")
-	fl.StringArrayVar(&opts.Config, "config", nil, "state an engine setting, `KEY=VALUE` (cuda_graph=on, multi_stream_overlap=off, index_k_dtype=fp8, cuda_graph_max_bs=N, disaggregation=pd, max_running_requests=N, pool_tokens=N, model=NAME, other keys kept as given); repeatable")
+	fl.StringArrayVar(&opts.Config, "config", nil, "state an engine setting, `KEY=VALUE` (cuda_graph=on, multi_stream_overlap=off, index_k_dtype=fp8|fp4|bf16, cuda_graph_max_bs=N, tp_size=N, disaggregation=pd, max_running_requests=N, pool_tokens=N, model=NAME, other keys kept as given); repeatable")
 	fl.StringVar(&opts.CacheDir, "cache-dir", "", "extract the Python package under `DIR` (default: the user cache directory)")
 	fl.DurationVar(&opts.Drain, "drain", 5*time.Second, "after the command exits, how long to wait for its producers' last events")
 	for i, s := range wrapSettingFlags {

@@ -24,6 +24,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 	"github.com/kvcanary/kvcanary/tui"
 )
 
@@ -67,7 +68,7 @@ func TestWrapFlags(t *testing.T) {
 		{[]string{"--instruments", "canary,canary", "--", "x"}, `item 2 "canary" repeats`},
 		{[]string{"--config", "cuda_graph", "--", "x"}, "want KEY=VALUE"},
 		{[]string{"--config", "cuda_graph=maybe", "--", "x"}, "want on or off"},
-		{[]string{"--config", "index_k_dtype=fp4", "--", "x"}, "want fp8 or bf16"},
+		{[]string{"--config", "index_k_dtype=int4", "--", "x"}, "want fp8, fp4 or bf16"},
 		{[]string{"--config", "pool_tokens=-1", "--", "x"}, "whole number"},
 		{[]string{"--config", "a=1", "--config", "a=2", "--", "x"}, "key a stated twice"},
 		{[]string{"--watch", "--json", "--", "x"}, "do not go together"},
@@ -762,5 +763,32 @@ func TestWrapPartialLayers(t *testing.T) {
 	}
 	if !strings.Contains(ls[1].Detail, "decode rank 1 of 2 never reported") {
 		t.Errorf("silent rank detail %q", ls[1].Detail)
+	}
+}
+
+// The engine's own settings, a contradicted --config and a silent rank are
+// printed, each on its own line, with both values of a contradiction.
+func TestWrapSummaryShowsEngineSettingsContradictionsAndSilentRanks(t *testing.T) {
+	var m runconfig.EngineMerge
+	rc, err := wrapRunConfig("sglang", []string{"multi_stream_overlap=off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := hook.RunConfig{Engine: "sglang", MultiStreamOverlap: hook.Bool(true), TPSize: 2,
+		Provenance: map[string]string{"multi_stream_overlap": hook.ProvEngine, "tp_size": hook.ProvEngine}}
+	cs := m.Merge(&rc, rep, "decode", "decode rank 0")
+	var b bytes.Buffer
+	if err := writeWrapSummary(&b, WrapSummary{Config: rc, Contradictions: cs, SilentRanks: []string{"decode rank 1 of 2 never reported"}}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"wrap: engine settings: multi_stream_overlap=true (engine), tp_size=2 (engine)\n",
+		"wrap: CONTRADICTION: multi_stream_overlap: label (--config) says false, the engine (decode rank 0) reports true; using true\n",
+		"wrap: decode rank 1 of 2 never reported (no event from it: did it load kvcanary's hooks?)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
 	}
 }
