@@ -115,6 +115,12 @@ func (p *HeaderPanel) View() string {
 	l2 := st.Muted.Render("no run.start yet: configuration unknown")
 	if c := s.Config; c != nil {
 		l2 = configLine(st, c)
+		if n := len(s.Contradictions); n > 0 {
+			l2 += "  " + st.Warn.Render(fmt.Sprintf("CONTRADICTION %s", s.Contradictions[0]))
+			if n > 1 {
+				l2 += st.Warn.Render(fmt.Sprintf(" (+%d)", n-1))
+			}
+		}
 	}
 	drop := st.OK.Render("0")
 	if d := s.Dropped + s.ProducerDropped; d > 0 {
@@ -163,6 +169,9 @@ func configLine(st *Styles, c *hook.RunConfig) string {
 	add("disagg", quoteAll(c.Disaggregation))
 	if c.MaxRunningRequests > 0 {
 		add("max-running", fmt.Sprint(c.MaxRunningRequests))
+	}
+	if c.TPSize > 0 {
+		add("tp", fmt.Sprint(c.TPSize))
 	}
 	if c.Sessions > 0 {
 		add("sessions", fmt.Sprintf("%d×%d", c.Sessions, max(c.Rounds, 1)))
