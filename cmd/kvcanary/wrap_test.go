@@ -792,3 +792,38 @@ func TestWrapSummaryShowsEngineSettingsContradictionsAndSilentRanks(t *testing.T
 		}
 	}
 }
+
+// wrap's tally merges each engine process's run.start into the run's
+// configuration and knows which TP ranks reported.
+func TestWrapTallyMergesEngineReportsAndFindsSilentRanks(t *testing.T) {
+	rc, err := wrapRunConfig("sglang", []string{"multi_stream_overlap=off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var passed int
+	tally := &wrapTally{findings: map[string]int{}, config: rc, ranks: analyzers.NewCoverageCollector(),
+		next: hook.PublishFunc(func(hook.Event) { passed++ })}
+	tally.Publish(hook.Event{Kind: hook.KindRunStart, Src: hook.Source{Proc: "kvcanary-wrap"}, Body: &hook.RunStart{Config: rc}})
+	rank0 := 0
+	rep := hook.RunConfig{Engine: "sglang", MultiStreamOverlap: hook.Bool(true), CUDAGraph: hook.Bool(true), TPSize: 2,
+		Provenance: map[string]string{"multi_stream_overlap": hook.ProvEngine, "cuda_graph": hook.ProvEngine, "tp_size": hook.ProvEngine}}
+	tally.Publish(hook.Event{Kind: hook.KindRunStart, Src: hook.Source{Proc: "python3", Role: "decode"}, Body: &hook.RunStart{Config: rep, TPRank: &rank0}})
+	tally.Publish(hook.Event{Kind: hook.KindReplay, Src: hook.Source{Proc: "python3", Role: "decode"}, Body: &hook.Replay{}})
+	if passed != 3 {
+		t.Errorf("%d events passed on, want 3", passed)
+	}
+	c := tally.config
+	if c.CUDAGraph == nil || !*c.CUDAGraph || !*c.MultiStreamOverlap || c.Provenance["cuda_graph"] != hook.ProvEngine {
+		t.Errorf("config %+v", c)
+	}
+	if len(tally.contradictions) != 1 || tally.contradictions[0].Setting != "multi_stream_overlap" {
+		t.Errorf("contradictions %+v", tally.contradictions)
+	}
+	if got := tally.ranks.SilentRanks(); !slices.Equal(got, []string{"decode rank 1 of 2 never reported"}) {
+		t.Errorf("silent %q", got)
+	}
+	tally.Publish(hook.Event{Kind: hook.KindRoomChecksum, Src: hook.Source{Proc: "python3", Role: "decode", Rank: 1}, Body: &hook.RoomChecksum{}})
+	if got := tally.ranks.SilentRanks(); len(got) != 0 {
+		t.Errorf("silent %q after rank 1 reported", got)
+	}
+}
