@@ -77,8 +77,9 @@ type CoverageCollector struct {
 
 // roleRanks is what a role's engine processes said about their ranks.
 type roleRanks struct {
-	world int          // the largest tp_size an engine process of the role reported
-	seen  map[int]bool // ranks that sent anything
+	world  int          // the largest tp_size an engine process of the role reported
+	lo, hi int          // the ranks this node runs, [lo, hi): all of them unless several nodes share them
+	seen   map[int]bool // ranks that sent anything
 }
 
 type coverageKey struct {
@@ -126,7 +127,17 @@ func (cc *CoverageCollector) observeRank(ev hook.Event) {
 	rank, known := int(ev.Src.Rank), role != ""
 	if rs, ok := ev.Body.(*hook.RunStart); ok && rs != nil && ev.Kind == hook.KindRunStart && engineConfig(rs.Config) {
 		r := cc.role(role)
-		r.world = max(r.world, rs.Config.TPSize)
+		if rs.Config.TPSize > r.world {
+			r.world, r.lo, r.hi = rs.Config.TPSize, 0, rs.Config.TPSize
+			// Several nodes share the TP ranks (SGLang's --nnodes,
+			// --node-rank): a bundle of this node sees its slice only.
+			nn, e1 := strconv.Atoi(rs.Config.Extra["nnodes"])
+			nr, e2 := strconv.Atoi(rs.Config.Extra["node_rank"])
+			if e1 == nil && e2 == nil && nn > 1 && nr >= 0 && nr < nn && r.world%nn == 0 {
+				per := r.world / nn
+				r.lo, r.hi = nr*per, (nr+1)*per
+			}
+		}
 		if !known && rs.TPRank != nil && *rs.TPRank >= 0 {
 			rank, known = *rs.TPRank, true
 		}
@@ -160,8 +171,10 @@ func engineConfig(c hook.RunConfig) bool {
 }
 
 // SilentRanks lists, per role, the ranks below the reported TP size that
-// sent nothing: "decode rank 1 of 2 never reported". Empty where no engine
-// process reported its TP size (then a missing rank cannot be known).
+// sent nothing: "decode rank 1 of 2 never reported". Where several nodes
+// share the ranks (the report's extra.nnodes and extra.node_rank), only
+// this node's slice is expected. Empty where no engine process reported its
+// TP size (then a missing rank cannot be known).
 func (cc *CoverageCollector) SilentRanks() []string {
 	var out []string
 	for _, role := range slices.Sorted(maps.Keys(cc.ranks)) {
@@ -173,7 +186,7 @@ func (cc *CoverageCollector) SilentRanks() []string {
 		if role != "" {
 			name = role + " rank"
 		}
-		for i := 0; i < r.world; i++ {
+		for i := r.lo; i < r.hi; i++ {
 			if !r.seen[i] {
 				out = append(out, fmt.Sprintf("%s %d of %d never reported", name, i, r.world))
 			}

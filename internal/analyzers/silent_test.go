@@ -55,3 +55,14 @@ func TestSilentRanksUnknownWithoutATPSize(t *testing.T) {
 		t.Errorf("silent %q: no engine process said how many ranks there are", s)
 	}
 }
+
+func TestSilentRanksOnSeveralNodesExpectThisNodesSlice(t *testing.T) {
+	cc := NewCoverageCollector()
+	ev := engineStart("decode", 4, 8)
+	ev.Body.(*hook.RunStart).Config.Extra = map[string]string{"nnodes": "2", "node_rank": "1"}
+	cc.Observe(ev)
+	want := []string{"decode rank 5 of 8 never reported", "decode rank 6 of 8 never reported", "decode rank 7 of 8 never reported"}
+	if got := cc.Result().Silent; !slices.Equal(got, want) {
+		t.Fatalf("silent %q, want %q: ranks 0-3 run on the other node", got, want)
+	}
+}

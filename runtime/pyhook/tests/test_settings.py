@@ -137,3 +137,9 @@ def test_forkserver_warning():
     msg = finder.warn_forkserver({"SGLANG_EARLY_FORKSERVER": "1", "SGLANG_FORKSERVER_FILE": "/run/fs"})
     assert "SGLANG_FORKSERVER_FILE=/run/fs" in msg and "plugin route" in msg
     assert "SGLANG_EARLY_FORKSERVER=1" in finder.warn_forkserver({"SGLANG_EARLY_FORKSERVER": "1"})
+
+
+def test_several_nodes_report_their_slice():
+    cfg, _ = S.engine_config(fake_runner(nnodes=2, node_rank=1))
+    assert cfg["extra"]["nnodes"] == "2" and cfg["extra"]["node_rank"] == "1"
+    assert "nnodes" not in S.engine_config(fake_runner(nnodes=1, node_rank=0))[0].get("extra", {})

@@ -12,7 +12,8 @@ reference's (sglang-dsv4.md, "Engine settings a hook can read"):
                       (sglang.srt.environ.envs; default True; False on HIP)
 - index_k_dtype       the layout of the index-K buffers the binding detects
 - disaggregation      server_args.disaggregation_mode ("pd" or "none")
-- max_running_requests, tp_size, model (server_args.model_path)
+- max_running_requests, tp_size, model (server_args.model_path);
+  extra.nnodes and extra.node_rank when several nodes share the TP ranks
 - extra.fp4_indexer, extra.speculative_algorithm, extra.architecture,
   extra.sglang_version, extra.multi_stream_bs_limit
 
@@ -195,6 +196,12 @@ def engine_config(obj):
     tps = getattr(sa, "tp_size", None)
     if isinstance(tps, int) and not isinstance(tps, bool) and tps > 0:
         put("tp_size", tps)
+    # Several nodes share the TP ranks (--nnodes, --node-rank): this node
+    # runs its own slice of them, which is what a collector on it can see.
+    nn, nr = getattr(sa, "nnodes", None), getattr(sa, "node_rank", None)
+    if isinstance(nn, int) and not isinstance(nn, bool) and nn > 1 and isinstance(nr, int) and 0 <= nr < nn:
+        put_extra("nnodes", nn)
+        put_extra("node_rank", nr)
     fp4 = getattr(sa, "enable_deepseek_v4_fp4_indexer", None)
     if isinstance(fp4, bool):
         put_extra("fp4_indexer", "true" if fp4 else "false")
