@@ -87,12 +87,12 @@ def test_binding_reports_once_and_passes_draft_calls_through():
     em = ListEmitter()
     b = Binding(settings(), em)
     draft = fake_runner(draft=True)
-    assert b.draft((draft,), {}) is True
-    assert b.draft((types.SimpleNamespace(model_runner=draft),), {}) is True  # its graph runner
+    assert b.skips((draft,), {}) is True
+    assert b.skips((types.SimpleNamespace(model_runner=draft),), {}) is True  # its graph runner
     assert not em.of("run.start"), "a draft runner reported the process's settings"
     target = fake_runner()
-    assert b.draft((target,), {}) is False
-    assert b.draft((target,), {}) is False
+    assert b.skips((target,), {}) is False
+    assert b.skips((target,), {}) is False
     starts = em.of("run.start")
     assert len(starts) == 1 and starts[0]["tp_rank"] == 1 and starts[0]["config"]["provenance"]["cuda_graph"] == "engine"
 

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
         status = "ok" if r["ok"] else "MISSING"
         if not r["hooked"]:
             status = "read" if r["ok"] else "missing (not hooked)"
-        print("%-8s %-6s %s  [%s]" % (status, r["hook"], r["target"], ",".join(r["features"]) or "-"))
+        print("%-8s %-6s %s  [%s]" % (status, r["hook"], r.get("resolved") or r["target"], ",".join(r["features"]) or "-"))
         if not r["ok"]:
             print("         %s" % r["error"])
     missing = [r for r in report["targets"] if r["hooked"] and not r["ok"]]

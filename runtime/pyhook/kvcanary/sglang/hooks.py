@@ -208,7 +208,7 @@ class Binding:
             return
         self._engine_noted = True
         if body["config"].get("disaggregation") == "pd":
-            role = A_role_of(obj)
+            role = _role_of(obj)
             if role:
                 self.note_source(role, body.get("tp_rank") or 0)
         self.engine_config = body["config"]
@@ -230,12 +230,13 @@ class Binding:
     def busy(self) -> bool:
         return getattr(self.tls, "busy", False)
 
-    def draft(self, args, kwargs) -> bool:
-        """Whether a hooked call belongs to a speculative draft ModelRunner
-        (model_runner.is_draft_worker; reference D3): its forwards, graph
-        runner and capturer are the draft's, and the instruments keep the
-        target runner's state only, so the call is passed through untouched.
-        Otherwise the process's engine settings are reported (once)."""
+    def skips(self, args, kwargs) -> bool:
+        """Whether a hooked call is passed through untouched: it belongs to a
+        speculative draft ModelRunner (model_runner.is_draft_worker;
+        reference D3), whose forwards, graph runner and capturer are the
+        draft's, while the instruments keep the target runner's state only.
+        For any other call, the process's engine settings are reported first
+        (once, note_engine)."""
         obj = args[0] if args else kwargs.get("self")
         mr = getattr(obj, "model_runner", obj)
         if getattr(mr, "is_draft_worker", False) is True:
@@ -244,8 +245,11 @@ class Binding:
             try:
                 self.note_engine(obj)
             except Exception as e:  # noqa: BLE001 - never into the engine
+                # Not lost evidence (the settings stay unknown, as without
+                # a report): one warning, no instrument error.
                 self._engine_noted = True
-                self.site("engine settings", ("settings",)).fail(e)
+                log.warning("kvcanary: reading the engine's settings raised %s: %s; they stay unknown",
+                            type(e).__name__, e)
         return False
 
     # -- hook callables per target ------------------------------------------
@@ -281,7 +285,7 @@ class Binding:
         sites = [(self.site(target, feats), fn) for feats, fn in handlers]
 
         def kvcanary_before(*args, **kwargs):
-            if self.busy() or self.draft(args, kwargs):
+            if self.busy() or self.skips(args, kwargs):
                 return None
             for site, fn in sites:
                 if site.on():
@@ -295,7 +299,7 @@ class Binding:
         sites = [(self.site(target, feats), fn) for feats, fn in handlers]
 
         def kvcanary_after(result, *args, **kwargs):
-            if self.busy() or self.draft(args, kwargs):
+            if self.busy() or self.skips(args, kwargs):
                 return None
             for site, fn in sites:
                 if site.on():
@@ -314,7 +318,7 @@ class Binding:
         s_graph = self.site(target, ("graphdiff.rerun",))
 
         def kvcanary_around(original, *args, **kwargs):
-            if self.busy() or self.draft(args, kwargs):
+            if self.busy() or self.skips(args, kwargs):
                 return original(*args, **kwargs)
             runner, fb = self_and_batch(args, kwargs)
             gst = s_graph.call(self.graphdiff.pre, runner, fb) if s_graph.on() else None
@@ -345,7 +349,7 @@ class Binding:
         s_replay = self.site(target, ("replay.step",))
 
         def kvcanary_around(original, *args, **kwargs):
-            if self.busy() or self.draft(args, kwargs):
+            if self.busy() or self.skips(args, kwargs):
                 return original(*args, **kwargs)
             mr, fb = self_and_batch(args, kwargs)
             if not is_decode(fb):
@@ -385,8 +389,8 @@ class Binding:
             yield t, res, self.hook_for(t, res.name)
 
 
-def A_role_of(obj) -> str:
-    from . import access
+def _role_of(obj) -> str:
+    from . import access  # torch: imported once a hook runs, never by sitecustomize
 
     return access.role_of(obj)
 
