@@ -61,7 +61,7 @@ what the host lacks.`,
 			return runOr(opts, runF, gpuRun)
 		},
 	}
-	cmd.Flags().DurationVar(&opts.Watch, "watch", 0, "sample every `interval` (e.g. 1s) until interrupted")
+	cmd.Flags().DurationVar(&opts.Watch, "watch", 0, "sample every `INTERVAL` (e.g. 1s) until interrupted")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
