@@ -13,8 +13,9 @@ import (
 )
 
 // TestRootUnknownCommand: an unknown command, subcommand or flag is a usage
-// error (exit 2): one line naming it and one pointing at --help, never the
-// whole usage; a bare group prints its help and exits 0.
+// error (exit 2): one line naming it, the commands it may have meant, and
+// one pointing at --help, never the whole usage; a bare group prints its
+// help and exits 0.
 func TestRootUnknownCommand(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string
@@ -24,6 +25,12 @@ func TestRootUnknownCommand(t *testing.T) {
 	}{
 		{[]string{"nosuchcmd"}, cmdutil.ExitUsage,
 			"kvcanary: unknown command \"nosuchcmd\" for \"kvcanary\"\nsee 'kvcanary --help'\n", ""},
+		// A near miss names the commands it may have meant (issue 23:
+		// "reprp" suggested nothing): within two edits, or a prefix.
+		{[]string{"reprp"}, cmdutil.ExitUsage,
+			"kvcanary: unknown command \"reprp\" for \"kvcanary\"\n\nDid you mean this?\n\treport\n\trepro\n\nsee 'kvcanary --help'\n", ""},
+		{[]string{"trace", "exprt"}, cmdutil.ExitUsage,
+			"kvcanary: unknown command \"exprt\" for \"kvcanary trace\"\n\nDid you mean this?\n\texport\n\nsee 'kvcanary trace --help'\n", ""},
 		{[]string{"probe", "nosuch"}, cmdutil.ExitUsage,
 			"kvcanary: unknown command \"nosuch\" for \"kvcanary probe\"\nsee 'kvcanary probe --help'\n", ""},
 		{[]string{"trace", "nosuch"}, cmdutil.ExitUsage,
