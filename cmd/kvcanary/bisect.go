@@ -66,7 +66,7 @@ the twin; examples/seeds-serve.toml the same through kvcanary sim serve):
                               # timeout and model
   [stats]
   alpha = 0.05                # error of "removes it" claims, all arms together
-  beta = 0.10                 # error of "changes nothing" claims
+  beta = 0.10                 # error of "does not remove it" claims
   min_effect = 0.10           # smallest reduction of the rate worth finding
   budget = 160                # most sessions per arm
   batch = 16                  # sessions between looks
@@ -80,7 +80,7 @@ your server with and waits for Enter.
 
 Each arm runs until the evidence decides, looking every batch sessions:
 "removes it" when Fisher's exact test (one-sided) says the arm corrupts less,
-"changes nothing" when the upper confidence bound of the reduction is below
+"does not remove it" when the upper confidence bound of the reduction is below
 min_effect, "could not tell within budget" otherwise. The error is spent over
 the looks with the Lan-DeMets Pocock-type spending function and split evenly
 over the arms (Bonferroni). Sessions are counted in the order they started, so
