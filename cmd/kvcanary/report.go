@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -54,8 +55,8 @@ file named *.md, which get Markdown: raw HTML is unreadable on a terminal.`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Paths = args
-			if opts.Format != "" && opts.Format != "html" && opts.Format != "md" {
-				return cmdutil.UsageError("--format %s: unknown format (want html or md)", cmdutil.Quote(opts.Format))
+			if opts.Format != "" && !slices.Contains(reportFormats, opts.Format) {
+				return cmdutil.UsageError("--format %s: unknown format (want %s)", cmdutil.Quote(opts.Format), strings.Join(reportFormats, " or "))
 			}
 			return runOr(opts, runF, reportRun)
 		},
@@ -100,6 +101,9 @@ func reportRun(opts *ReportOptions) error {
 	fmt.Fprintf(opts.IO.ErrOut, "wrote %s\n", cmdutil.Quote(opts.Out))
 	return nil
 }
+
+// reportFormats are --format's values (completion offers them too).
+var reportFormats = []string{"html", "md"}
 
 // reportFormat is --format, or else what the output asks for: Markdown for
 // a terminal (HTML would print as a wall of markup; -o - asks for it
