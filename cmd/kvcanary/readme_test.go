@@ -240,3 +240,24 @@ func TestReadmeFirstTenMinutes(t *testing.T) {
 		}
 	}
 }
+
+// TestRootExamplesNameTheRealHostPath: `kvcanary --help` shows the first
+// steps on an SGLang host (doctor, repro, wrap, a judgement) beside the
+// twin's, and every example names a command that exists.
+func TestRootExamplesNameTheRealHostPath(t *testing.T) {
+	root := NewCmdRoot(newTestCLI().F)
+	for _, w := range []string{"kvcanary doctor", "kvcanary repro --url", "kvcanary wrap --record", "kvcanary checksum compare", "kvcanary demo"} {
+		if !strings.Contains(root.Example, w) {
+			t.Errorf("root examples lack %q:\n%s", w, root.Example)
+		}
+	}
+	for _, l := range strings.Split(root.Example, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "kvcanary" || strings.HasPrefix(f[1], "<") {
+			continue
+		}
+		if c, _, err := root.Find(f[1:]); err != nil || c == root {
+			t.Errorf("root example %q names no command: %v", l, err)
+		}
+	}
+}
