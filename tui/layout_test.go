@@ -213,3 +213,18 @@ func TestSourcesGrouped(t *testing.T) {
 		t.Fatalf("role groups %+v", rows)
 	}
 }
+
+// TestHeaderKeepsALongSource: a source longer than the line is clipped, never
+// left out of the header.
+func TestHeaderKeepsALongSource(t *testing.T) {
+	p := NewHeaderPanel(asciiStyles(), "kvcanary wrap")
+	p.SetSize(MinWidth, 3)
+	p.Update(StateMsg{State: &State{Source: "wrap python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8", Run: "r1"}})
+	l1 := strings.Split(p.View(), "\n")[0]
+	if !strings.HasPrefix(l1, "kvcanary wrap  source wrap python3 -m sglang.launch_server") || !strings.HasSuffix(l1, "…") {
+		t.Fatalf("header line 1 %q", l1)
+	}
+	if left := p.LeftOut(); len(left) != 1 || !strings.Contains(left[0], "run") {
+		t.Fatalf("left out %q, want the run", left)
+	}
+}

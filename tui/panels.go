@@ -121,16 +121,17 @@ func (p *HeaderPanel) Lines() [3][]string {
 	if s == nil {
 		s = &State{}
 	}
-	l1 := []string{st.Title.Render(p.title)}
+	// The title, PAUSED and the source are one item: always on screen (a
+	// source too long for the line is clipped, not left out).
+	first := st.Title.Render(p.title)
 	if p.paused {
-		// Right after the title: a narrow terminal leaves out the tool, not this.
 		paused := "PAUSED (ingest continues)"
 		if p.w < 100 {
 			paused = "PAUSED" // the help overlay says ingest continues
 		}
-		l1 = append(l1, st.Warn.Render(paused))
+		first += "  " + st.Warn.Render(paused)
 	}
-	l1 = append(l1, st.Label.Render("source")+" "+s.Source)
+	l1 := []string{first + "  " + st.Label.Render("source") + " " + s.Source}
 	if s.Run != "" {
 		l1 = append(l1, p.num("run", s.Run))
 	}
