@@ -143,7 +143,13 @@ func gpuFeed(ctx context.Context, opts *GPUOptions, lib gpu.Lib, now func() time
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var printErr error
-	po := pipeline.Options{StampRun: opts.Run, Status: pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY(), now), StatusLabel: "gpu: "}
+	po := pipeline.Options{StampRun: opts.Run}
+	if opts.Watch == 0 {
+		// Quiet sampling: a status line says how many went out. With --watch
+		// the samples themselves are printed, and a redrawn line would
+		// garble them on the terminal.
+		po.Status, po.StatusLabel = pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY(), now), "gpu: "
+	}
 	if em != nil {
 		po.Sinks = append(po.Sinks, em)
 	}
