@@ -32,10 +32,14 @@ run until stopped, so Ctrl-C is their normal end: they exit 0 with the bundle
 complete.`
 
 // rootExample holds the examples of `kvcanary`.
-const rootExample = `  kvcanary demo                      # the whole investigation on the twin, no GPU
-  kvcanary watch --sim               # the live dashboard over the twin
-  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
-  kvcanary logs scan decode.log
+const rootExample = `  # no GPU: the whole investigation on the twin, and its live dashboard
+  kvcanary demo
+  kvcanary watch --sim
+  # your SGLang host (README: "First 10 minutes on your SGLang host")
+  kvcanary doctor                    # what this host has: NVML, eBPF, libcuda, SGLang's hook targets
+  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4 --record base.kvtrace
+  kvcanary wrap --record decode.kvtrace -- python3 -m sglang.launch_server ...
+  kvcanary checksum compare prefill.kvtrace decode.kvtrace
   kvcanary <command> --help          # every command has examples`
 
 // NewCmdRoot builds the kvcanary command tree.
