@@ -81,7 +81,7 @@ what the host lacks.`,
 			return runOr(opts, runF, gpuRun)
 		},
 	}
-	cmd.Flags().DurationVar(&opts.Watch, "watch", 0, "sample every `interval` (e.g. 1s) until interrupted")
+	cmd.Flags().DurationVar(&opts.Watch, "watch", 0, "sample every `INTERVAL` (e.g. 1s) until interrupted")
 	cmd.Flags().StringVar(&opts.Emit, "emit", "", "stream the samples live to a collector at `ADDR` (unix:///path.sock or tcp://HOST:PORT)")
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record the samples to a trace bundle `FILE` (.kvtrace); a bundle already there is kept, renamed with its time")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "run `ID` for emitted and recorded samples (default: the collector's)")

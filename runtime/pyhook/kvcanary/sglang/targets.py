@@ -6,7 +6,8 @@ the parameter names the hook relies on. Both ways in (the plugin entry point
 and the sitecustomize finder) apply hooks from this table, and `python3 -m
 kvcanary.sglang check` prints it.
 
-Names come from /work/shared/reference/sglang-hooks.md (SGLang main, 2026-08/09).
+Names come from kvcanary's SGLang hooks reference, notes read from SGLang's
+source (main, 2026-08 to 2026-12, at the commits the notes name).
 SGLang renames things often, so every target is resolved at start-up: the
 module is imported, the attribute path walked (aliases tried in order), and the
 function's leading parameter names compared with `params`. A missing or changed
