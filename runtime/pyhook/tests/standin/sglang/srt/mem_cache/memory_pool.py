@@ -118,5 +118,9 @@ class DSATokenToKVPool(MLATokenToKVPool):
         super().move_kv_cache(tgt_loc, src_loc)
         self.index_key_cache.move(tgt_loc, src_loc)
 
+    def standin_index_rows(self):
+        """Stand-in only: [(layer id, uint8 page rows)] the transfer moves (0-row buffers included)."""
+        return [(self.start_layer + i, b) for i, b in enumerate(self.index_k_with_scale_buffer)]
+
 
 NSATokenToKVPool = DSATokenToKVPool  # the old name stays as an alias
