@@ -124,3 +124,28 @@ class DSATokenToKVPool(MLATokenToKVPool):
 
 
 NSATokenToKVPool = DSATokenToKVPool  # the old name stays as an alias
+
+
+class HybridLinearKVPool:
+    """Hybrid linear-attention models (stand-in of SGLang's
+    ``HybridLinearKVPool`` with ``use_dsa``): the full-attention layers live
+    in ``full_kv_pool`` (a ``DSATokenToKVPool`` under dense ids 0..n-1);
+    ``full_attention_layer_id_mapping`` maps model layer id -> dense id. The
+    wrapper itself has no ``index_k_with_scale_buffer``, ``index_key_cache``
+    or ``kv_buffer``; its accessors translate model layer ids."""
+
+    def __init__(self, full_attention_layer_ids, full_kv_pool: DSATokenToKVPool):
+        self.full_kv_pool = full_kv_pool
+        self.full_attention_layer_id_mapping = {int(m): d for d, m in enumerate(full_attention_layer_ids)}
+        self.page_size = full_kv_pool.page_size
+        self.size = full_kv_pool.size
+        self.device = full_kv_pool.device
+
+    def _dense(self, layer_id: int) -> int:
+        return self.full_attention_layer_id_mapping[layer_id]
+
+    def get_index_k_with_scale_buffer(self, layer_id: int) -> torch.Tensor:
+        return self.full_kv_pool.get_index_k_with_scale_buffer(self._dense(layer_id))
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        return self.full_kv_pool.get_key_buffer(self._dense(layer_id))
