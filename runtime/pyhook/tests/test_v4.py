@@ -151,10 +151,11 @@ def test_v4_digest_matches_go_vectors(case):
     lay = D.LAYOUTS[c["dtype"]]
     bufs = [(L, gen_arena(lay.page_bytes, c["seed"] + L, c["arena_pages"])) for L in c["c4_layers"]]
     # the request's req_to_token row on 256-token pages, then the binding's C4 slot rule
+    # (the partial last group's tokens may sit on a page the vector does not list)
     n = c["tokens"]
-    p = torch.arange(n)
+    p = torch.arange(min(n, 256 * len(c["pages"])))
     r2t = torch.zeros((2, max(n, 1)), dtype=torch.int32)
-    r2t[1, :n] = (torch.tensor(c["pages"])[p // 256] * 256 + p % 256).to(torch.int32)
+    r2t[1, :p.shape[0]] = (torch.tensor(c["pages"])[p // 256] * 256 + p % 256).to(torch.int32)
     ik = A.IndexK("v4", buffers=bufs, layout=c["dtype"], ratio=4)
     slots = ik.slots(r2t, 1, n)
     assert ik.entries(n) == c["seq_len"] == slots.shape[0]
@@ -271,9 +272,18 @@ def test_go_v4_wrap_verdicts(tmp_path, layout):
     for cmd in (["checksum", "compare", bundle], ["canary", "report", bundle], ["graphdiff", "report", bundle]):
         r = judge(b, *cmd)
         assert r.returncode == 0, (cmd, r.stdout[-2000:], r.stderr[-2000:])
-    b, bundle = record_engine(tmp_path / "corrupt", v4_args(layout, "--fault", "transfer-corrupt"), clean_env)
+    rep = json.loads(judge(b, "checksum", "compare", "--json", bundle).stdout)
+    # request 0's 4-token prompt is one C4 entry: a warm-up by length; the rest match
+    assert (rep["classes"]["match"], rep["classes"]["warmup"]) == (3, 1), rep["classes"]
+    truth_file = str(tmp_path / "corrupt" / "truth.json")
+    b, bundle = record_engine(tmp_path / "corrupt", v4_args(layout, "--fault", "transfer-corrupt", "--truth", truth_file),
+                              clean_env)
     r = judge(b, "checksum", "compare", "--json", bundle)
     assert r.returncode == 1, r.stdout[-2000:]
+    tc = json.load(open(truth_file))["transfer_corrupt"]
+    (bad,) = [x for x in json.loads(r.stdout)["non_matching"] if x["class"] == "mismatch"]
+    assert (str(bad["room"]), bad["mismatch_layers"], bad["mismatch_pages"]) == \
+        (str(tc["room"]), [tc["layer"]], [tc["entry"]]), bad
     assert judge(b, "canary", "report", bundle).returncode == 0
     assert judge(b, "graphdiff", "report", bundle).returncode == 0
     if layout == "bf16":
@@ -281,3 +291,35 @@ def test_go_v4_wrap_verdicts(tmp_path, layout):
         assert judge(b, "graphdiff", "report", bundle).returncode == 1
         assert judge(b, "checksum", "compare", bundle).returncode == 0
         assert judge(b, "canary", "report", bundle).returncode == 0
+
+
+# --- the hybrid pool ------------------------------------------------------------------------
+
+
+def test_hybrid_clean_run_measured_and_clean(tmp_path, unix_collector):
+    truth, _ = run_engine(tmp_path, unix_collector.addr, ["--model", "hybrid", "--requests", "4", "--decode-steps", "3"],
+                          env={"KVCANARY_GRAPHDIFF_LAYERS": "all"})
+    ev = events(unix_collector, 2)
+    assert all(r["match"] for r in truth["requests"])
+    by = rooms(ev)
+    assert set(by) == {r["room"] for r in truth["requests"]}  # measured: every room, every stage
+    for room, recs in by.items():
+        assert sorted(r["stage"] for r in recs) == ["admitted", "sent", "transferred"], room
+        assert {tuple(r["layers"]) for r in recs} == {(0, 2, 5)}  # model ids (3 has a 0-row buffer)
+        assert len({(r["bsum"], tuple(r["page_bsum"])) for r in recs}) == 1, room
+    replayed = truth["ranks"][0]["replayed_forward_pass_ids"]
+    assert sorted(b["step"] for b in ev["canary.pages"] if b["phase"] == "replay") == replayed
+    assert [b for b in ev["canary.pages"] if unexpected_live(b)] == []
+    srcs = {b["source"] for b in ev["graphdiff.sample"]}
+    assert {"indexer_topk.0", "indexer_topk.2", "indexer_topk.5"} <= srcs, srcs
+    assert all(b["topk_graph"] == b["topk_eager"] for b in ev["graphdiff.sample"])
+    assert "not applicable" not in run_end_notes(ev)  # the DSA pool inside has its move
+
+
+def test_go_hybrid_wrap_clean(tmp_path):
+    b, bundle = record_engine(tmp_path, ["--model", "hybrid", "--requests", "4", "--decode-steps", "3"])
+    for cmd in (["checksum", "compare", bundle], ["canary", "report", bundle], ["graphdiff", "report", bundle]):
+        r = judge(b, *cmd)
+        assert r.returncode == 0, (cmd, r.stdout[-2000:], r.stderr[-2000:])
+    rep = json.loads(judge(b, "checksum", "compare", "--json", bundle).stdout)
+    assert (rep["classes"]["match"], rep["classes"]["warmup"], rep["rooms"]) == (3, 1, 4), rep["classes"]

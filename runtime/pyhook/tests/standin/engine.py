@@ -56,8 +56,9 @@ def parse_args(argv):
                    help="base: req.req_pool_idx; new: req.kv.req_pool_idx")
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--spec", action="store_true", help="request 0 decodes speculatively (draft slot, then IndexKeyCache.move)")
-    p.add_argument("--model", choices=("dsa", "v4"), default="dsa",
-                   help="dsa: DSATokenToKVPool, 64-token pages; v4: DeepSeekV4TokenToKVPool (C4 indexer, 256-token pages)")
+    p.add_argument("--model", choices=("dsa", "v4", "hybrid"), default="dsa",
+                   help="dsa: DSATokenToKVPool, 64-token pages; v4: DeepSeekV4TokenToKVPool (C4 indexer, 256-token "
+                        "pages); hybrid: the DSA pool inside a HybridLinearKVPool (full-attention model layers 0,2,3,5)")
     p.add_argument("--index-k-dtype", choices=("fp8", "fp4", "bf16"), default="fp8",
                    help="V4 index-K layout (fp4: --enable-deepseek-v4-fp4-indexer; bf16: a fork's)")
     p.add_argument("--hisparse", action="store_true", help="V4: the C4 attention pool is HiSparse's")
@@ -87,8 +88,10 @@ def parse_args(argv):
     if a.model == "v4" and (a.spec or a.fault in ("spec-move", "replay-alias")):
         p.error("--model v4: no --spec, spec-move or replay-alias (V4 has no IndexKeyCache.move; its graph "
                 "fault is the multi-stream overlap, SGLANG_OPT_USE_MULTI_STREAM_OVERLAP)")
-    if a.model == "dsa" and (a.index_k_dtype != "fp8" or a.hisparse):
+    if a.model != "v4" and (a.index_k_dtype != "fp8" or a.hisparse):
         p.error("--index-k-dtype/--hisparse are for --model v4 (the DSA stand-in stores fp8)")
+    if a.model == "hybrid" and a.spec:
+        p.error("--model hybrid: no --spec (the stand-in's speculative move reaches the DSA pool directly)")
     if a.fault == "spec-move" and not a.spec:
         p.error("--fault spec-move needs --spec (the buggy move runs only for speculative requests)")
     return a
@@ -138,6 +141,10 @@ def main(argv=None) -> int:
         page = PAGE
         expected = {s["rid"]: reference_script(s["prompt"], s["max_new_tokens"]) for s in specs}
         live_layers = [i for i, skip in enumerate(SKIP_TOPK_LAYERS) if not skip]
+        if a.model == "hybrid":
+            from sglang.srt.models.dsa_standin import HYBRID_FULL_ATTENTION_LAYERS
+
+            live_layers = [HYBRID_FULL_ATTENTION_LAYERS[i] for i in live_layers]
 
     decode_need = sum(pages_for(len(s["prompt"]) + s["max_new_tokens"] + 2, page) for s in specs)
     r0_alloc = len(specs[0]["prompt"]) + specs[0]["max_new_tokens"] + 2

@@ -150,6 +150,10 @@ class DeepSeekV4TokenToKVPool:
         return [b.data_ptr() for b in bufs], [b.nbytes for b in bufs], [b[0].nbytes for b in bufs]
 
     # stand-in only: what the transfer backend moves ---------------------------------
+    @property
+    def standin_kv_buffers(self):
+        return self.kv_buffer
+
     def standin_index_rows(self):
         """[(model layer id, uint8 page rows)] of the C4 layers (page row = KV page id)."""
         rows = self.index_pools[4].contiguous_page_row_buffers()

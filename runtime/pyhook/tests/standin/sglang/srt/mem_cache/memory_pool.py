@@ -122,6 +122,10 @@ class DSATokenToKVPool(MLATokenToKVPool):
         """Stand-in only: [(layer id, uint8 page rows)] the transfer moves (0-row buffers included)."""
         return [(self.start_layer + i, b) for i, b in enumerate(self.index_k_with_scale_buffer)]
 
+    @property
+    def standin_kv_buffers(self):
+        return self.kv_buffer
+
 
 NSATokenToKVPool = DSATokenToKVPool  # the old name stays as an alias
 
@@ -149,3 +153,22 @@ class HybridLinearKVPool:
 
     def get_key_buffer(self, layer_id: int) -> torch.Tensor:
         return self.full_kv_pool.get_key_buffer(self._dense(layer_id))
+
+    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor) -> None:
+        self.full_kv_pool.set_kv_buffer(self._dense(layer_id), loc, cache_k)
+
+    def set_index_k_scale_buffer(self, layer_id: int, loc, index_k, index_k_scale) -> None:
+        self.full_kv_pool.set_index_k_scale_buffer(self._dense(layer_id), loc, index_k, index_k_scale)
+
+    def get_index_k_scale(self, layer_id: int, loc):
+        return self.full_kv_pool.get_index_k_scale(self._dense(layer_id), loc)
+
+    # stand-in only: what the transfer backend moves --------------------------------
+    def standin_index_rows(self):
+        """[(model layer id, uint8 page rows)] of the full-attention layers."""
+        model = {d: m for m, d in self.full_attention_layer_id_mapping.items()}
+        return [(model[d], b) for d, b in self.full_kv_pool.standin_index_rows()]
+
+    @property
+    def standin_kv_buffers(self):
+        return self.full_kv_pool.kv_buffer

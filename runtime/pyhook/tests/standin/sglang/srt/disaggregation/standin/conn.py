@@ -53,7 +53,7 @@ class StandinKVManager:
         index_rows = []
         for _, buf in self.pool.standin_index_rows():
             index_rows.append(None if buf.shape[0] == 0 else _to_bytes(buf[idx]))
-        kv_rows = [_to_bytes(buf[slots]) for buf in self.pool.kv_buffer]
+        kv_rows = [_to_bytes(buf[slots]) for buf in self.pool.standin_kv_buffers]
         msg = {"room": room, "start": start_entry, "n": len(pages), "index": index_rows, "kv": kv_rows,
                "last": is_last, "output_id": output_id, "src_pages": list(pages)}
         for q in self.outboxes:
@@ -85,7 +85,7 @@ class StandinKVManager:
             if rows is None or buf.shape[0] == 0:
                 continue
             buf[idx] = _from_bytes(rows, torch.uint8, (n, buf.shape[1]))
-        for buf, rows in zip(self.pool.kv_buffer, msg["kv"]):
+        for buf, rows in zip(self.pool.standin_kv_buffers, msg["kv"]):
             buf[slots] = _from_bytes(rows, buf.dtype, (n * ps, buf.shape[1]))
         c = self.corrupt
         if c and c["room"] == msg["room"] and c["rank"] == self.rank and msg["start"] <= c["entry"] < msg["start"] + n:

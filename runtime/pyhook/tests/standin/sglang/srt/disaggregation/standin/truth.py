@@ -22,6 +22,9 @@ def room_layer_digests(pool, slots: torch.Tensor) -> dict:
             parts = [k] if s is None else [k, s]
             out[str(layer)] = hashlib.sha256(torch.cat(parts, dim=1).contiguous().numpy().tobytes()).hexdigest()
         return out
+    if hasattr(pool, "full_kv_pool"):  # HybridLinearKVPool: model layer ids
+        model = {d: m for m, d in pool.full_attention_layer_id_mapping.items()}
+        return {str(model[int(d)]): v for d, v in room_layer_digests(pool.full_kv_pool, slots).items()}
     ikc = pool.index_key_cache
     for layer, buf in enumerate(pool.index_k_with_scale_buffer):
         if buf.shape[0] == 0:
