@@ -323,3 +323,48 @@ def test_go_hybrid_wrap_clean(tmp_path):
         assert r.returncode == 0, (cmd, r.stdout[-2000:], r.stderr[-2000:])
     rep = json.loads(judge(b, "checksum", "compare", "--json", bundle).stdout)
     assert (rep["classes"]["match"], rep["classes"]["warmup"], rep["rooms"]) == (3, 1, 4), rep["classes"]
+
+
+# --- check ---------------------------------------------------------------------------------
+
+
+def run_check(tmp_path, *args, env=None):
+    import subprocess
+
+    from test_e2e import PYHOOK
+
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("KVCANARY_", "SGLANG_"))}
+    e["PYTHONPATH"] = os.pathsep.join([PYHOOK, STANDIN])
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "kvcanary.sglang", "check"] + list(args), env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_check_lists_pool_kinds_model_layers_and_features(tmp_path):
+    from sglang.srt.models import v4_standin
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"architectures": ["DeepseekV4ForCausalLM"], "num_hidden_layers": v4_standin.NUM_LAYERS,
+                               "compress_ratios": v4_standin.COMPRESS_RATIOS + [0]}))  # + the MTP placeholder
+    r = run_check(tmp_path, "--json", "--model", str(tmp_path), "--fp4-indexer")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert {p["kind"] for p in rep["pools"]} == {"dsa", "v4", "hybrid"}
+    m = rep["model"]
+    assert (m["kind"], m["layout"], m["layers"]) == ("v4", "fp4", v4_standin.C4_LAYERS)
+    feats = {f["feature"]: f for f in rep["features"]}
+    assert not feats["canary.between"]["on"] and "not applicable" in feats["canary.between"]["reason"]
+    assert not feats["graphdiff.topk"]["on"] and "opt-in" in feats["graphdiff.topk"]["reason"]
+    assert feats["checksum.sent"]["on"] and feats["canary.replay"]["on"]
+    # top-k named: on, and the reason says what it changes; an instrument left out: off, why
+    r = run_check(tmp_path, "--json", env={"KVCANARY_GRAPHDIFF_LAYERS": "2,4", "KVCANARY_INSTRUMENTS": "graphdiff"})
+    feats = {f["feature"]: f for f in json.loads(r.stdout)["features"]}
+    assert feats["graphdiff.topk"]["on"] and "changes the captured graph" in feats["graphdiff.topk"]["reason"]
+    assert feats["canary.between"]["on"] is False and "KVCANARY_INSTRUMENTS" in feats["canary.between"]["reason"]
+    assert feats["canary.between"]["reason"] != feats["graphdiff.topk"]["reason"]
+    # hybrid config, text output
+    cfg.write_text(json.dumps({"architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 6,
+                               "full_attention_layer_ids": [0, 2, 3, 5]}))
+    r = run_check(tmp_path, "--model", str(cfg))
+    assert r.returncode == 0 and "pool kind hybrid, layout fp8, DSA layer ids 0,2,3,5" in r.stdout, r.stdout
+    assert run_check(tmp_path, "--model", str(tmp_path / "nope")).returncode == 2
