@@ -145,11 +145,16 @@ def gen_arena(page_bytes, seed, npages):
     return torch.frombuffer(out, dtype=torch.uint8).view(npages, page_bytes).clone()
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                 reason="no CUDA device (the GPU self-test runs it)"))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", [c["name"] for c in (json.load(open(VECTORS_V4)) if os.path.isfile(VECTORS_V4) else [])])
-def test_v4_digest_matches_go_vectors(case):
+def test_v4_digest_matches_go_vectors(case, device):
     c = next(v for v in _v4_vectors() if v["name"] == case)
     lay = D.LAYOUTS[c["dtype"]]
-    bufs = [(L, gen_arena(lay.page_bytes, c["seed"] + L, c["arena_pages"])) for L in c["c4_layers"]]
+    bufs = [(L, gen_arena(lay.page_bytes, c["seed"] + L, c["arena_pages"]).to(device)) for L in c["c4_layers"]]
     # the request's req_to_token row on 256-token pages, then the binding's C4 slot rule
     # (the partial last group's tokens may sit on a page the vector does not list)
     n = c["tokens"]
@@ -157,10 +162,11 @@ def test_v4_digest_matches_go_vectors(case):
     r2t = torch.zeros((2, max(n, 1)), dtype=torch.int32)
     r2t[1, :p.shape[0]] = (torch.tensor(c["pages"])[p // 256] * 256 + p % 256).to(torch.int32)
     ik = A.IndexK("v4", buffers=bufs, layout=c["dtype"], ratio=4)
-    slots = ik.slots(r2t, 1, n)
+    slots = ik.slots(r2t.to(device), 1, n)
     assert ik.entries(n) == c["seq_len"] == slots.shape[0]
     rd = D.room_digest(bufs, slots, lay)
     hx = lambda v: "0x%016x" % (int(v) & ((1 << 64) - 1))  # noqa: E731
+    assert rd.bsum.device.type == device
     assert [hx(v) for v in rd.layer_bsum.tolist()] == c["layer_bsum"]
     assert hx(rd.bsum) == c["bsum"]
     assert [hx(v) for v in rd.page_bsum.tolist()] == c["page_bsum"]
@@ -173,6 +179,13 @@ def test_written_slots_and_expected_pages():
     assert ik.written_slots(loc, seq).tolist() == [(256 * 3 + 7) // 4, 0, (256 * 2 + 255) // 4, 0]
     assert (ik.written_slots(loc, seq) // 64).tolist() == [3, 0, 2, 0]
     assert A.IndexK("dsa").written_slots(loc, seq).tolist() == loc.tolist()
+    # positions, when they line up with out_cache_loc, say the same for decode rows
+    assert ik.written_slots(loc, seq, seq - 1).tolist() == ik.written_slots(loc, seq).tolist()
+    # several tokens a row (target verify): positions decide; without them it is unknown
+    loc3 = torch.tensor([256 + 2, 256 + 3, 256 + 4])
+    assert ik.written_slots(loc3, torch.tensor([5]), torch.tensor([2, 3, 4])).tolist() == [0, (256 + 3) // 4, 0]
+    with pytest.raises(ValueError):
+        ik.written_slots(loc3, torch.tensor([5]))
 
 
 # --- end to end on the V4 stand-in ---------------------------------------------------------
@@ -268,7 +281,8 @@ def test_go_v4_wrap_verdicts(tmp_path, layout):
     clean_env = {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "0"} if layout == "bf16" else {}
     for d in ("clean", "corrupt", "race"):
         (tmp_path / d).mkdir()
-    b, bundle = record_engine(tmp_path / "clean", v4_args(layout), clean_env)
+    # top-k on: its run.end note is informational, the verdicts stay clean (not partial)
+    b, bundle = record_engine(tmp_path / "clean", v4_args(layout), dict(clean_env, KVCANARY_GRAPHDIFF_LAYERS="all"))
     for cmd in (["checksum", "compare", bundle], ["canary", "report", bundle], ["graphdiff", "report", bundle]):
         r = judge(b, *cmd)
         assert r.returncode == 0, (cmd, r.stdout[-2000:], r.stderr[-2000:])

@@ -123,16 +123,26 @@ class IndexK:
         n = self.entries(tokens) * self.ratio
         return torch.div(req_to_token[idx, self.ratio - 1:n:self.ratio].long(), self.ratio, rounding_mode="floor")
 
-    def written_slots(self, out_cache_loc, seq_lens):
-        """Index-K slots a decode step writes, one per row: out_cache_loc
-        (DSA); on V4 out_cache_loc // 4 where seq_len % 4 == 0, else C4 slot 0
-        (the null slot every other row, and every padded row, writes)."""
+    def written_slots(self, out_cache_loc, seq_lens, positions=None):
+        """Index-K slots a forward writes, one per out_cache_loc entry:
+        out_cache_loc (DSA); on V4 out_cache_loc // 4 where the token
+        completes a C4 group (position % 4 == 3; in a decode step that is
+        seq_len % 4 == 0), else C4 slot 0 (the null slot every other row, and
+        every padded row, writes). Positions are used when they line up with
+        out_cache_loc (any forward mode), else decode's one token per row."""
         loc = out_cache_loc.reshape(-1).long()
         if self.ratio == 1:
             return loc
-        seq = seq_lens.reshape(-1)[: loc.shape[0]].to(loc.device).long()
+        if positions is not None and positions.numel() == loc.numel():
+            done = positions.reshape(-1).to(loc.device).long() % self.ratio == self.ratio - 1
+        else:
+            seq = seq_lens.reshape(-1).to(loc.device).long()
+            if seq.numel() != loc.numel():
+                raise ValueError("%d out_cache_loc entries for %d rows and no positions: which tokens "
+                                 "complete a C4 group is unknown" % (loc.numel(), seq.numel()))
+            done = seq % self.ratio == 0
         c4 = torch.div(loc, self.ratio, rounding_mode="floor")
-        return torch.where(seq % self.ratio == 0, c4, torch.zeros_like(c4))
+        return torch.where(done, c4, torch.zeros_like(c4))
 
     def describe(self) -> dict:
         return {"kind": self.kind, "pool_class": self.pool_class, "layout": self.layout,

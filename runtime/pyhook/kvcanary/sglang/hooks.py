@@ -130,7 +130,9 @@ class Binding:
             log.warning("kvcanary: disabled %s: %s", ",".join(new), reason)
 
     def info(self, note: str) -> None:
-        """A note for run.end that loses nothing ("<feature> on: <why>")."""
+        """A note for run.end that loses nothing ("<feature> on: <why>"; notes
+        are joined with "; ", so a note never contains one)."""
+        note = note.replace("; ", ", ")
         if note not in self.infos:
             self.infos.append(note)
             log.warning("kvcanary: %s", note)

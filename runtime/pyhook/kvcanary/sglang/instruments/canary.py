@@ -196,7 +196,7 @@ class Canary:
             t_total = 0
         # DSA: out_cache_loc // 64; V4: the C4 slot // 64 of rows with
         # seq_len % 4 == 0, page 0 for the others (ik.written_slots)
-        expected = torch.div(ik.written_slots(fb.out_cache_loc, fb.seq_lens), PAGE, rounding_mode="floor").to(dev)
+        expected = torch.div(ik.written_slots(fb.out_cache_loc, fb.seq_lens, getattr(fb, "positions", None)), PAGE, rounding_mode="floor").to(dev)
         names = rids + [t[0] for t in treqs]
         # Owners before the replay: transferring requests first, running ones
         # last, so a page held by both maps to the running request.

@@ -187,7 +187,7 @@ class GraphDiff:
         it.set_global_indexer_capturer(cap)
         self.capturer = cap
         self.b.info("graphdiff.topk on: kvcanary installed an indexer top-k capturer for KVCANARY_GRAPHDIFF_LAYERS "
-                    "before graph capture; a capturer changes the captured graph (%s), so the graph compared "
+                    "before graph capture, and a capturer changes the captured graph (%s): the graph compared "
                     "is not exactly the one that runs without kvcanary" % (
                         "DeepSeek-V4: one more allocation and topk_transform_512 instead of topk_transform_512_v2 "
                         "on the indexer's stream" if ik.kind == "v4" else
@@ -328,7 +328,7 @@ class GraphDiff:
         saved = []
         ik = A.find_index_k(pool)
         lay = D.LAYOUTS.get(ik.layout or "")
-        slots = ik.written_slots(fb.out_cache_loc, fb.seq_lens) if lay is not None and ik.buffers else None
+        slots = ik.written_slots(fb.out_cache_loc, fb.seq_lens, getattr(fb, "positions", None)) if lay is not None and ik.buffers else None
         for _, buf in ik.buffers if slots is not None else ():
             flat = buf.view(-1)
             l = slots.to(buf.device)
