@@ -222,7 +222,9 @@ def test_v4_clean_run_all_instruments(tmp_path, unix_collector, layout):
     env = {"KVCANARY_GRAPHDIFF_LAYERS": "all"}
     if layout == "bf16":
         env["SGLANG_OPT_USE_MULTI_STREAM_OVERLAP"] = "0"  # with overlap on bf16 races (below)
-    truth, _ = run_engine(tmp_path, unix_collector.addr, v4_args(layout), env=env)
+    # fp8 with HiSparse's C4 attention pool: the indexer pool is found the same way
+    truth, _ = run_engine(tmp_path, unix_collector.addr, v4_args(layout, *(["--hisparse"] if layout == "fp8" else [])),
+                          env=env)
     ev = events(unix_collector, 2)
     assert all(r["match"] for r in truth["requests"])
     assert_checksums_agree(ev, truth)
@@ -276,19 +278,45 @@ def test_v4_overlap_race_is_graph_vs_eager_only(tmp_path, unix_collector, layout
 # --- the Go side through kvcanary wrap -----------------------------------------------------
 
 
+def wrap_json(tmp_path, args, env=None):
+    """`kvcanary wrap --json --record` around the V4 stand-in: (summary, bundle)."""
+    import subprocess
+
+    from test_e2e import ENGINE, has_wrap, kvcanary_bin
+
+    b = kvcanary_bin()
+    if not has_wrap(b):
+        pytest.skip("this kvcanary has no wrap")
+    bundle = os.path.join(str(tmp_path), "run.kvtrace")
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("KVCANARY_", "SGLANG_"))}
+    e.update({"KVCANARY_CANARY_EVERY": "1", "KVCANARY_GRAPHDIFF_EVERY": "1", "PYTHONPATH": STANDIN}, **(env or {}))
+    r = subprocess.run([b, "wrap", "--json", "--record", bundle, "--", sys.executable, ENGINE, "--quiet"] + list(args),
+                       env=e, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout), bundle
+
+
+def layer_status(summary):
+    return {l["layer"]: l["status"] for l in summary["layers"]}
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_go_v4_wrap_verdicts(tmp_path, layout):
     clean_env = {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "0"} if layout == "bf16" else {}
     for d in ("clean", "corrupt", "race"):
         (tmp_path / d).mkdir()
-    # top-k on: its run.end note is informational, the verdicts stay clean (not partial)
-    b, bundle = record_engine(tmp_path / "clean", v4_args(layout), dict(clean_env, KVCANARY_GRAPHDIFF_LAYERS="all"))
+    # clean, top-k on: wrap's own verdict is ok on every layer (the V4 notes --
+    # between not applicable, top-k on -- lose nothing), and the judges agree
+    summary, bundle = wrap_json(tmp_path / "clean", v4_args(layout), dict(clean_env, KVCANARY_GRAPHDIFF_LAYERS="all"))
+    assert layer_status(summary) == {"transfer": "ok", "buffer": "ok", "compute": "ok"}, summary["layers"]
+    b = os.environ["KVCANARY_BIN"]
     for cmd in (["checksum", "compare", bundle], ["canary", "report", bundle], ["graphdiff", "report", bundle]):
         r = judge(b, *cmd)
         assert r.returncode == 0, (cmd, r.stdout[-2000:], r.stderr[-2000:])
     rep = json.loads(judge(b, "checksum", "compare", "--json", bundle).stdout)
     # request 0's 4-token prompt is one C4 entry: a warm-up by length; the rest match
     assert (rep["classes"]["match"], rep["classes"]["warmup"]) == (3, 1), rep["classes"]
+    # a transfer corruption: the transfer layer only, localized to room, model layer, page-table entry
     truth_file = str(tmp_path / "corrupt" / "truth.json")
     b, bundle = record_engine(tmp_path / "corrupt", v4_args(layout, "--fault", "transfer-corrupt", "--truth", truth_file),
                               clean_env)
@@ -301,7 +329,9 @@ def test_go_v4_wrap_verdicts(tmp_path, layout):
     assert judge(b, "canary", "report", bundle).returncode == 0
     assert judge(b, "graphdiff", "report", bundle).returncode == 0
     if layout == "bf16":
-        b, bundle = record_engine(tmp_path / "race", v4_args(layout))
+        # the overlap race (default on): compute only; the same run with the variable 0 is the clean one above
+        summary, bundle = wrap_json(tmp_path / "race", v4_args(layout))
+        assert layer_status(summary) == {"transfer": "ok", "buffer": "ok", "compute": "finding"}, summary["layers"]
         assert judge(b, "graphdiff", "report", bundle).returncode == 1
         assert judge(b, "checksum", "compare", bundle).returncode == 0
         assert judge(b, "canary", "report", bundle).returncode == 0
