@@ -103,11 +103,14 @@ TARGETS: tuple = (
 CAPTURER_MODULE = "sglang.srt.state_capturer.indexer_topk"
 
 # Pool class names: DSA (current) and NSA (its former name, kept as an alias
-# upstream). Only reported by `check`; pools are reached through attributes,
-# never by class, so either name works.
+# upstream), DeepSeek-V4's pool (its C4 indexer) and the hybrid
+# linear-attention wrapper (a DSA pool inside). Only reported by `check`;
+# pools are reached through attributes (access.find_index_k), never by class.
 POOL_CLASSES = (
     "sglang.srt.mem_cache.memory_pool.DSATokenToKVPool",
     "sglang.srt.mem_cache.memory_pool.NSATokenToKVPool",
+    "sglang.srt.mem_cache.deepseek_v4_memory_pool.DeepSeekV4TokenToKVPool",
+    "sglang.srt.mem_cache.memory_pool.HybridLinearKVPool",
 )
 
 
