@@ -20,6 +20,9 @@ type GraphDiffReportOptions struct {
 	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Path string // a trace bundle
+	// Limit is how many of the worst samples are kept and listed (text
+	// and --json); 0 keeps graphdiff.DefaultWorst.
+	Limit int
 }
 
 // GraphDiffReport is the --json shape of `kvcanary graphdiff report`.
@@ -87,12 +90,14 @@ partial evidence, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: runOnPath(opts, &opts.Path, runF, graphDiffReportRun),
 	}
+	cmdutil.AddLimitFlag(cmd, &opts.Limit, 0, 1, "worst samples kept and listed, text and --json (default 8)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
 
 func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	an := graphdiff.NewAnalyzer(graphdiff.Options{})
+	an.KeepWorst(opts.Limit)
 	b, err := openBundle(opts.Ctx, opts.Path)
 	if err != nil {
 		return err

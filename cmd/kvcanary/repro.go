@@ -742,7 +742,7 @@ func reproServerFailed(res *repro.HarnessResult, sl *logscan.Summary) error {
 		return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s), and the server log shows %d PD transfer failures and %d metadata corruptions: the failures may be the corruption itself, see kvcanary logs scan",
 			cmdutil.Quote(first), sl.TransferFailures, sl.MetadataCorruptions))
 	}
-	return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s); no corruption was measured: check --url, --timeout and the server's log",
+	return cmdutil.InputError(fmt.Errorf("repro: no measurement: every session ended in error or timeout (first: %s)",
 		cmdutil.Quote(first)))
 }
 
@@ -769,7 +769,7 @@ func writeCorrupted(w io.Writer, r reproJSON) {
 			continue
 		}
 		if shown == 5 {
-			fmt.Fprintf(w, "  … %d more corrupted sessions (--json lists all)\n", r.CorruptedSessions-shown)
+			fmt.Fprintf(w, "  … %s (--json lists all)\n", plural(int64(r.CorruptedSessions-shown), "more corrupted session"))
 			break
 		}
 		shown++
@@ -798,7 +798,9 @@ func writeReproHeadline(w io.Writer, r reproJSON) {
 		fmt.Fprintln(w, "; the rate below is over the finished ones")
 	}
 	if r.Verdict == sessions.VerdictServerFailed {
-		fmt.Fprintf(w, "NO MEASUREMENT: all %d sessions ended in error or timeout; the server failed, so this run says nothing about corruption\n", r.Sessions)
+		// Assess's note, said here and not again under "note:".
+		_, note := sessions.Assess(r.Outcomes)
+		fmt.Fprintf(w, "NO MEASUREMENT: %s\n", note)
 		return
 	}
 	fmt.Fprintln(w, r.Headline())
@@ -806,7 +808,11 @@ func writeReproHeadline(w io.Writer, r reproJSON) {
 
 func writeReproText(w io.Writer, r reproJSON) error {
 	writeReproHeadline(w, r)
+	_, assessed := sessions.Assess(r.Outcomes)
 	for _, n := range r.Notes {
+		if r.Verdict == sessions.VerdictServerFailed && n == assessed {
+			continue // the headline
+		}
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	if p := r.Preflight; p != nil {
@@ -835,8 +841,12 @@ func writeReproText(w io.Writer, r reproJSON) error {
 	fmt.Fprintf(w, "requests: %d to %s (model %s, concurrency %d, tool time %s); finish reasons: %s; n-gram loops: %d sessions\n",
 		r.Requests, cmdutil.Quote(r.URL), cmdutil.Quote(r.Model), r.Concurrency, r.ToolTime, strings.Join(fr, " "), r.Loops)
 	if r.Sched != nil {
-		fmt.Fprintf(w, "server log: %d sched observations, peak running-req %d, peak token usage %.2f, retractions %d (%d events)\n",
-			r.Sched.Observations, r.Sched.PeakRunningReq, r.Sched.PeakTokenUsage, r.Sched.Retractions, r.Sched.RetractionEvents)
+		retracted := "no retractions"
+		if n := r.Sched.RetractionEvents; n > 0 {
+			retracted = plural(int64(r.Sched.Retractions), "request") + " retracted in " + plural(int64(n), "retraction")
+		}
+		fmt.Fprintf(w, "server log: %d sched observations, peak running-req %d, peak token usage %.2f, %s\n",
+			r.Sched.Observations, r.Sched.PeakRunningReq, r.Sched.PeakTokenUsage, retracted)
 	}
 	if l := r.ServerLog; l != nil && l.TransferFailures+l.MetadataCorruptions > 0 {
 		// PD failures abort requests with an HTTP 500: they read as session

@@ -83,7 +83,7 @@ var wrapSettingFlags = []struct {
 	{"canary-policy", "KVCANARY_CANARY_POLICY", "live", "`POLICY` of the pages the canary digests around a replay: live, all or sweep:N (canary/SPEC.md §4)", checkCanaryPolicy},
 	{"canary-every", "KVCANARY_CANARY_EVERY", "64", "check one decode step in `N` (forward_pass_id % N == 0 on every rank)", checkEvery},
 	{"graphdiff-every", "KVCANARY_GRAPHDIFF_EVERY", "256", "rerun one graph step in `N` eagerly (forward_pass_id % N == 0 on every rank)", checkEvery},
-	{"graphdiff-layers", "KVCANARY_GRAPHDIFF_LAYERS", "", "indexer layer `IDS` whose top-k selections are compared: comma-separated ids or all (package default: none)", checkLayers},
+	{"graphdiff-layers", "KVCANARY_GRAPHDIFF_LAYERS", "", "indexer layer `IDS` whose top-k selections are compared: comma-separated model layer ids (DeepSeek-V4: its C4 layers) or all (package default: none; opt-in because installing a top-k capturer changes the captured graph, and the run's notes say so when it is on)", checkLayers},
 	{"graphdiff-logits", "KVCANARY_GRAPHDIFF_LOGITS", "topk:20", "`WHAT` of next_token_logits a sample carries: full, topk:N or none", checkLogits},
 }
 

@@ -743,6 +743,11 @@ func TestWrapPartialLayers(t *testing.T) {
 		{[]string{"4 instrument errors"}, false, 0, []string{layerPartial, layerPartial, layerNotMeasured}},
 		{[]string{"run.end report failed: x"}, false, 0, []string{layerPartial, layerPartial, layerNotMeasured}},
 		{[]string{"something this wrap does not know"}, false, 0, []string{layerPartial, layerPartial, layerNotMeasured}},
+		// DeepSeek-V4: the between phase has no writer to expect; top-k capture is on: nothing lost
+		{[]string{"canary.between off: not applicable: DeepSeekV4TokenToKVPool has no IndexKeyCache.move",
+			"graphdiff.topk on: kvcanary installed an indexer top-k capturer"}, false, 0, []string{layerOK, layerOK, layerNotMeasured}},
+		// "on:" in a note that names no feature is not informational
+		{[]string{"switched on: x"}, false, 0, []string{layerPartial, layerPartial, layerNotMeasured}},
 		// producers killed before their run.end: what they lost is unknown
 		{nil, false, 2, []string{layerPartial, layerPartial, layerNotMeasured}},
 	} {

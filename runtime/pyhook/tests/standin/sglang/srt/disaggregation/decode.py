@@ -68,15 +68,19 @@ class RetractionBackup:
 
 class HostStagingPool:
     """Host memory a host-received transfer lands in: buffers shaped like
-    the device pool's (index-K page rows per layer, main-KV slots), with its
-    own page ids (page 0 unused)."""
+    what the device pool's transfer moves (its standin_index_rows page rows,
+    its standin_kv_buffers slots), with page ids of its own (page 0 unused)."""
 
     def __init__(self, device_pool, num_pages: int, page_size: int):
         self.page_size = page_size
-        self.index_k_with_scale_buffer = [torch.zeros((num_pages if b.shape[0] else 0, b.shape[1]), dtype=b.dtype)
-                                          for b in device_pool.index_k_with_scale_buffer]
-        self.kv_buffer = [torch.zeros((num_pages * page_size, b.shape[1]), dtype=b.dtype) for b in device_pool.kv_buffer]
+        self._rows = [(layer, torch.zeros((num_pages if b.shape[0] else 0,) + tuple(b.shape[1:]), dtype=b.dtype))
+                      for layer, b in device_pool.standin_index_rows()]
+        self.standin_kv_buffers = [torch.zeros((num_pages * page_size,) + tuple(b.shape[1:]), dtype=b.dtype)
+                                   for b in device_pool.standin_kv_buffers]
         self.free_pages = list(range(1, num_pages))
+
+    def standin_index_rows(self):
+        return self._rows
 
     def alloc_pages(self, n: int) -> List[int]:
         if n > len(self.free_pages):
@@ -92,12 +96,12 @@ def restore_kv_cache(host: HostStagingPool, device_pool, host_pages: List[int], 
     """Copy a host-staged request's pages to its device pages."""
     h = torch.tensor(host_pages, dtype=torch.int64)
     d = torch.tensor(device_pages, dtype=torch.int64)
-    for hb, db in zip(host.index_k_with_scale_buffer, device_pool.index_k_with_scale_buffer):
+    for (_, hb), (_, db) in zip(host.standin_index_rows(), device_pool.standin_index_rows()):
         if db.shape[0]:
             db[d] = hb[h]
     hs = (h[:, None] * page_size + torch.arange(page_size)[None, :]).view(-1)
     ds = (d[:, None] * page_size + torch.arange(page_size)[None, :]).view(-1)
-    for hb, db in zip(host.kv_buffer, device_pool.kv_buffer):
+    for hb, db in zip(host.standin_kv_buffers, device_pool.standin_kv_buffers):
         db[ds] = hb[hs]
 
 
