@@ -146,11 +146,13 @@ def test_engine_settings_and_contradiction(tmp_path):
                                           "reporter": summary["contradictions"][0]["reporter"], "used": "true"}]
 
 
-def test_ab_names_multi_stream_overlap_from_the_engine(tmp_path):
+@pytest.mark.parametrize("model", [[], ["--model", "v4", "--index-k-dtype", "bf16"]], ids=["dsa", "v4-bf16"])
+def test_ab_names_multi_stream_overlap_from_the_engine(tmp_path, model):
     runs = []
     for v in ("1", "0"):
-        _, bundle, _ = wrap_json(tmp_path, ["--requests", "3", "--decode-steps", "2"],
-                                 {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": v}, name="ov" + v)
+        summary, bundle, _ = wrap_json(tmp_path, ["--requests", "3", "--decode-steps", "2"] + model,
+                                       {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": v}, name="ov" + v)
+        assert summary["config"]["multi_stream_overlap"] is (v == "1")
         runs.append(bundle)
     r = subprocess.run([kvcanary_bin(), "ab", "--json"] + runs, capture_output=True, text=True, timeout=120)
     rep = json.loads(r.stdout)
