@@ -412,7 +412,7 @@ type WrapLayer struct {
 	// looked at; nil for a layer that judges everything it gets (transfer).
 	Sampling *WrapSampling `json:"sampling,omitempty"`
 	Detail   string        `json:"detail"`
-	Summary  any    `json:"summary"` // the analyzer's own summary, for --json (the verdict reads it typed)
+	Summary  any           `json:"summary"` // the analyzer's own summary, for --json (the verdict reads it typed)
 }
 
 // WrapSampling is what a sampled layer looked at: Sampled of Of replays (every
