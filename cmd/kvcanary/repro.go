@@ -802,6 +802,36 @@ func writeReproHeadline(w io.Writer, r reproJSON) {
 		return
 	}
 	fmt.Fprintln(w, r.Headline())
+	if line := serverErrorsLine(r); line != "" {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// serverErrorsLine says, beside the headline, how many of the run's error
+// sessions were the server failing loudly (HTTP 5xx, no answer): they count
+// as error in the rate, whose definition does not change with the cause (ab
+// and the statistics compare like with like), but they are not the silent
+// corruption it is after. "" when there were none.
+func serverErrorsLine(r reproJSON) string {
+	if r.HarnessResult == nil || r.ServerErrors == 0 {
+		return ""
+	}
+	var kinds []string
+	for _, k := range []string{repro.FailureHTTP5xx, repro.FailureTransport} {
+		if n := r.FailedRequests[k]; n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", failureNames[k], n))
+		}
+	}
+	silent := r.Outcomes.Leak + r.Outcomes.NoTool
+	return fmt.Sprintf("SERVER ERRORS: %d of the %d error sessions ended in a server failure (%s), loud rather than silent; "+
+		"silent corruption (leak, no_tool) alone: %d/%d = %.0f%%",
+		r.ServerErrors, r.Outcomes.Error, strings.Join(kinds, ", "), silent, r.Sessions, 100*float64(silent)/float64(max(r.Sessions, 1)))
+}
+
+// failureNames spell repro's failure classes for people.
+var failureNames = map[string]string{
+	repro.FailureHTTP5xx: "HTTP 5xx", repro.FailureTransport: "no answer (transport)", repro.FailureHTTP4xx: "HTTP 4xx",
+	repro.FailureTimeout: "timeout", repro.FailureOther: "not an OpenAI answer",
 }
 
 func writeReproText(w io.Writer, r reproJSON) error {
@@ -832,8 +862,24 @@ func writeReproText(w io.Writer, r reproJSON) error {
 			fr = append(fr, fmt.Sprintf("%s=%d", cmdutil.Quote(k), n))
 		}
 	}
-	fmt.Fprintf(w, "requests: %d to %s (model %s, concurrency %d, tool time %s); finish reasons: %s; n-gram loops: %d sessions\n",
-		r.Requests, cmdutil.Quote(r.URL), cmdutil.Quote(r.Model), r.Concurrency, r.ToolTime, strings.Join(fr, " "), r.Loops)
+	finish := strings.Join(fr, " ")
+	if finish == "" {
+		finish = "none (no request was answered)"
+	}
+	sent := fmt.Sprint(r.Requests)
+	if len(r.FailedRequests) > 0 {
+		var failed []string
+		n := 0
+		for _, k := range []string{repro.FailureHTTP5xx, repro.FailureTransport, repro.FailureHTTP4xx, repro.FailureTimeout, repro.FailureOther} {
+			if c := r.FailedRequests[k]; c > 0 {
+				failed = append(failed, fmt.Sprintf("%s %d", failureNames[k], c))
+				n += c
+			}
+		}
+		sent += fmt.Sprintf(" (%d answered, %d failed: %s)", r.Requests-n, n, strings.Join(failed, ", "))
+	}
+	fmt.Fprintf(w, "requests: %s to %s (model %s, concurrency %d, tool time %s); finish reasons: %s; n-gram loops: %d sessions\n",
+		sent, cmdutil.Quote(r.URL), cmdutil.Quote(r.Model), r.Concurrency, r.ToolTime, finish, r.Loops)
 	if r.Sched != nil {
 		fmt.Fprintf(w, "server log: %d sched observations, peak running-req %d, peak token usage %.2f, retractions %d (%d events)\n",
 			r.Sched.Observations, r.Sched.PeakRunningReq, r.Sched.PeakTokenUsage, r.Sched.Retractions, r.Sched.RetractionEvents)
