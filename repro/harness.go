@@ -182,16 +182,16 @@ func ServerFailure(f string) bool { return f == FailureHTTP5xx || f == FailureTr
 // HarnessResult is a harness run: the Summary contract plus extras.
 type HarnessResult struct {
 	outcome.Summary
-	URL           string         `json:"url"`
-	Model         string         `json:"model"`
-	Concurrency   int            `json:"concurrency"`
-	Requests      int            `json:"requests"` // sent: answered, and failed without an answer
+	URL         string `json:"url"`
+	Model       string `json:"model"`
+	Concurrency int    `json:"concurrency"`
+	Requests    int    `json:"requests"` // sent: answered, and failed without an answer
 	// FailedRequests counts the requests that got no answer, by
 	// SessionResult.Failure class; empty when every request was answered.
 	FailedRequests map[string]int `json:"failed_requests,omitempty"`
 	// ServerErrors counts the sessions that ended in a server failure
 	// (ServerFailure): they are among the error outcomes.
-	ServerErrors int `json:"server_error_sessions,omitempty"`
+	ServerErrors  int            `json:"server_error_sessions,omitempty"`
 	ToolTime      string         `json:"tool_time"` // client-side tool execution time per round ("0s": none)
 	FinishReasons map[string]int `json:"finish_reasons"`
 	Loops         int            `json:"loops"`
