@@ -167,7 +167,11 @@ func configLine(st *Styles, c *hook.RunConfig) string {
 	if c.Sessions > 0 {
 		add("sessions", fmt.Sprintf("%d×%d", c.Sessions, max(c.Rounds, 1)))
 	}
-	add("seed", fmt.Sprint(c.Seed))
+	if c.Sessions > 0 || c.Engine == "sim" {
+		// The seed picks a workload (the twin's, repro's tasks): a run
+		// without one (an engine under wrap) has no seed to show.
+		add("seed", fmt.Sprint(c.Seed))
+	}
 	if len(c.Inject) > 0 {
 		parts = append(parts, st.Warn.Render("inject "+quoteAll(strings.Join(c.Inject, ","))))
 	}
