@@ -56,9 +56,10 @@ func (c *capReader) Read(p []byte) (int, error) {
 }
 
 type driver struct {
-	opts     *HarnessOptions
-	endpoint string
-	tools    []byte
+	opts      *HarnessOptions
+	endpoint  string
+	tools     []byte
+	preflight bool // requests carry openaiwire.ProbeHeader
 }
 
 // harnessTools is the tool catalogue every round offers.
@@ -393,6 +394,9 @@ func (d *driver) doOnce(ctx context.Context, msgs [][]byte, tools []byte) (*resp
 	}
 	d.opts.setHeaders(req)
 	req.Header.Set("Content-Type", "application/json")
+	if d.preflight {
+		req.Header.Set(openaiwire.ProbeHeader, "preflight")
+	}
 	if d.opts.Stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}
