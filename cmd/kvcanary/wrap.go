@@ -114,10 +114,12 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     where no events came, and "partial", never "ok", where clean work was
     seen but not all of it: an instrument a producer reported off, events
     dropped, rooms seen on one side only, or producers that ended without
-    their run.end (SIGKILLed, cut off by --drain). The canary says how many
-    of the run's replays it checked. On one PD host the checksum layer sees
-    one side only: compare both hosts' bundles with "kvcanary checksum
-    compare".
+    their run.end (SIGKILLed, cut off by --drain). The sampled layers say
+    how much they looked at: the canary how many of the run's replays it
+    checked, graph-vs-eager how many of its graph replays it reran (a short
+    run the default rates miss gets the flag that samples it). On one PD
+    host the checksum layer sees one side only: compare both hosts' bundles
+    with "kvcanary checksum compare".
 
 With --json the summary is one JSON object on stdout, and the command's
 stdout goes to stderr.
