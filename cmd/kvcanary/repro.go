@@ -141,7 +141,8 @@ A failure stops with exit 3 and a hint naming the likely cause:
   no_tool_parser  the tool call came back as text: SGLang --tool-call-parser,
                   vLLM --enable-auto-tool-choice --tool-call-parser
   ignores_tools   the model answered in prose (the model or its chat template)
---no-preflight skips it.
+--no-preflight skips it. The probes carry the header "X-Kvcanary-Probe:
+preflight": a server that counts sessions (sim serve) leaves them out.
 
 Reading the result: a run in which every session ended in error or timeout
 measured the server's failure, not corruption: it says so instead of a
@@ -149,6 +150,10 @@ CORRUPTION line and exits 3. A run with no_tool in at least 25% of its
 sessions says that a control run (the same workload with CUDA graphs
 disabled, say) must be compared with kvcanary ab before the rate is read
 as corruption. Otherwise repro reports and exits 0 whatever it measured.
+Sessions that ended in a server failure (HTTP 5xx, or no answer) count as
+error in the rate, whose definition does not change with the cause (ab
+compares like with like); a SERVER ERRORS line beside the headline says how
+many, and gives the silent rate (leak, no_tool) alone.
 
 Real workloads: --api-key (default $OPENAI_API_KEY) is sent as a bearer
 token and --header NAME:VALUE as given; neither value is printed or
