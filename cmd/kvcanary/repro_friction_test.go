@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/runtime/sim"
 )
 
 // A flaky server (one chat request in three answered HTTP 500) is not a
@@ -73,4 +74,26 @@ func TestReproSaysServerErrorsBesideTheHeadline(t *testing.T) {
 		t.Fatalf("every session failed: exit %d, want 3", cmdutil.ExitCode(err))
 	}
 	wantContains(t, "stdout", out, "SERVER LOST", "requests: 1 (0 answered, 1 failed: HTTP 5xx 1) to ", "finish reasons: none (no request was answered)")
+}
+
+// sim serve counts the sessions repro counts: repro's preflight probes are
+// marked, and the twin leaves them out of its sessions (it counted them:
+// 24 sessions against repro's 20).
+func TestSimServeLeavesReproProbesOut(t *testing.T) {
+	srv, url := serveTwinServer(t, func(c *sim.Config) {})
+	out, _, err := runRepro(t, "--url", url, "--sessions", "3", "--rounds", "1", "--tool-time", "0s")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if strings.Contains(out, "the probe asked for") {
+		t.Errorf("the twin called a tool the probe did not offer:\n%s", out)
+	}
+	if n := len(srv.Sessions()); n != 3 {
+		t.Fatalf("the twin counted %d sessions, repro ran 3", n)
+	}
+	ios, _, sout, _ := cmdutil.Test()
+	if err := writeServeSummary(&SimServeOptions{IO: ios, JSON: &cmdutil.JSONFlags{}}, srv); err != nil {
+		t.Fatal(err)
+	}
+	wantContains(t, "sim serve's summary", sout.String(), fmt.Sprintf(" in 3 sessions (and %d preflight probes, in none);", repro.PreflightProbes))
 }
