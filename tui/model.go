@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,6 +230,11 @@ func New(opts Options) *Model {
 	m.agg = newAggregator(opts.Source)
 	m.agg.run = quoteAll(opts.Run)
 	m.agg.resetOn = !opts.KeepRuns
+	if c := opts.Manifest.Config; !reflect.DeepEqual(c, hook.RunConfig{}) {
+		// A bundle's manifest holds its configuration (sim serve writes no
+		// run.start): shown until a run.start says otherwise.
+		m.agg.config = &c
+	}
 	m.win = newWindow(opts.WindowEvents, opts.WindowBytes)
 	m.header = NewHeaderPanel(st, opts.Title)
 	m.sessions = NewSessionsPanel(st)

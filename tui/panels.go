@@ -239,7 +239,11 @@ func configItems(st *Styles, c *hook.RunConfig) []string {
 	if c.Sessions > 0 {
 		add("sessions", fmt.Sprintf("%d×%d", c.Sessions, max(c.Rounds, 1)))
 	}
-	add("seed", fmt.Sprint(c.Seed))
+	if c.Sessions > 0 || c.Engine == "sim" {
+		// The seed picks a workload (the twin's, repro's tasks): a run
+		// without one (an engine under wrap) has no seed to show.
+		add("seed", fmt.Sprint(c.Seed))
+	}
 	return parts
 }
 
