@@ -168,9 +168,14 @@ type Setting struct {
 }
 
 // Settings lists the run's configuration: engine flags (unknown when not
-// reported) with their provenance, then the workload.
+// reported) with their provenance — the manifest's, with what the engine
+// processes reported from inside merged in (sessions.RunStats) — any
+// contradiction between a statement and the engine, then the workload.
 func (r *Run) Settings() []Setting {
 	c := r.Manifest.Config
+	if r.Stats != nil && r.Stats.HaveManifest {
+		c = r.Stats.Config
+	}
 	if s := r.Start; s != nil {
 		if c.Engine == "" {
 			c = *s // a collector's manifest: the producer's run.start knows
@@ -218,6 +223,12 @@ func (r *Run) Settings() []Setting {
 		{"disaggregation", str(c.Disaggregation), prov("disaggregation")},
 		{"max_running_requests", num(c.MaxRunningRequests), prov("max_running_requests")},
 		{"pool_tokens", num(c.PoolTokens), prov("pool_tokens")},
+		{"tp_size", num(c.TPSize), prov("tp_size")},
+	}
+	if r.Stats != nil {
+		for _, x := range r.Stats.Contradictions {
+			out = append(out, Setting{"contradiction: " + x.Setting, x.String(), "engine vs " + x.StatedBy})
+		}
 	}
 	inject := "none"
 	if len(c.Inject) > 0 {

@@ -260,8 +260,8 @@ func SetSetting(rc *hook.RunConfig, key, value, prov string) error {
 		rc.Model = value
 		return nil // the model is workload, not an engine setting
 	case "index_k_dtype":
-		if value != "fp8" && value != "bf16" {
-			return errors.New("want fp8 or bf16")
+		if value != "fp8" && value != "bf16" && value != "fp4" {
+			return errors.New("want fp8, fp4 or bf16")
 		}
 		rc.IndexKDtype = value
 	case "cuda_graph":
@@ -274,6 +274,8 @@ func SetSetting(rc *hook.RunConfig, key, value, prov string) error {
 		err = intVal(&rc.MaxRunningRequests)
 	case "pool_tokens":
 		err = intVal(&rc.PoolTokens)
+	case "tp_size":
+		err = intVal(&rc.TPSize)
 	case "disaggregation":
 		rc.Disaggregation = value
 	default:
@@ -334,6 +336,9 @@ func MergeSettings(dst *hook.RunConfig, src hook.RunConfig) {
 	}
 	if src.PoolTokens > 0 {
 		dst.PoolTokens = src.PoolTokens
+	}
+	if src.TPSize > 0 {
+		dst.TPSize = src.TPSize
 	}
 	if src.Model != "" && dst.Model == "" {
 		dst.Model = src.Model

@@ -37,6 +37,10 @@ type Arm struct {
 	GPUCount  int                  `json:"gpu_count"`
 	GPUModel  string               `json:"gpu_model,omitempty"`
 	Truncated bool                 `json:"truncated,omitempty"`
+	// Contradictions are settings the run's statement (a label) and its
+	// engine, or two of its engine processes, gave different values for;
+	// Config holds the value each one used.
+	Contradictions []runconfig.Contradiction `json:"contradictions,omitempty"`
 }
 
 // ABReport is the result of comparing two runs; its JSON form is the
@@ -125,6 +129,7 @@ func abArmOf(r *RunStats) Arm {
 	arm := Arm{
 		Summary: s, Name: r.Name, Rates: map[string]ClassRate{}, Sched: r.Sched, Config: r.Config,
 		Tool: r.Tool, Host: r.Host.Hostname, GPUCount: r.GPUCount(), GPUModel: r.GPUModels(), Truncated: r.Truncated,
+		Contradictions: r.Contradictions,
 	}
 	for _, c := range outcome.Classes() {
 		arm.Rates[string(c)] = abClassRate(s.Outcomes.Get(string(c)), s.Sessions)
@@ -150,6 +155,9 @@ func abNotes(a, b *RunStats, flag string, diffs []FlagDiff) []string {
 		r     *RunStats
 	}{{"A", a}, {"B", b}} {
 		r, s := x.r, x.r.Summary()
+		for _, c := range r.Contradictions {
+			out = append(out, fmt.Sprintf("run %s: contradiction: %s", x.label, safetext.Quote(c.String())))
+		}
 		if s.Sessions == 0 {
 			out = append(out, fmt.Sprintf("run %s has no session outcomes: there is nothing to compare", x.label))
 			continue
@@ -230,6 +238,8 @@ func provText(rc hook.RunConfig, name string) string {
 		return "labelled"
 	case hook.ProvTwin:
 		return "the twin's setting"
+	case hook.ProvEngine:
+		return "reported by the engine"
 	}
 	if strings.HasPrefix(name, "server.") {
 		return "reported by the server"

@@ -304,6 +304,7 @@ func TestEngineFlagsComplete(t *testing.T) {
 	b.IndexKDtype, b.CUDAGraph, b.CUDAGraphMaxBS, b.MultiStreamOverlap = "fp8", hook.Bool(false), 64, hook.Bool(false)
 	b.Disaggregation, b.MaxRunningRequests, b.PoolTokens, b.Inject = "none", 7, 1000, []string{"stale-outloc"}
 	a.MaxRunningRequests, a.PoolTokens = 8, 500
+	a.TPSize, b.TPSize = 1, 2
 	a.Extra, b.Extra = map[string]string{"k": "u"}, map[string]string{"k": "v"}
 	var names []string
 	for _, d := range EngineFlagDiffs(a, b) {

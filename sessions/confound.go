@@ -44,7 +44,7 @@ const (
 // flags kept in RunConfig.Extra are named "extra.<key>" and server-reported
 // args without a field "server.<arg>" besides these.
 var EngineFlags = []string{"index_k_dtype", "cuda_graph", "cuda_graph_max_bs", "multi_stream_overlap",
-	"disaggregation", "max_running_requests", "pool_tokens", "inject"}
+	"disaggregation", "max_running_requests", "pool_tokens", "tp_size", "inject"}
 
 // IsEngineFlag reports whether name can name a flag under test: one of
 // EngineFlags, "extra.<key>" or "server.<arg>".

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/spec/outcome"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 )
 
 // SchedStats are the scheduler facts of a run, from its sched events. Its
@@ -37,6 +38,11 @@ type RunStats struct {
 	Host         hook.HostInfo
 	Config       hook.RunConfig
 	HaveManifest bool // SetManifest was called or a run.start event was seen
+	// Contradictions are the settings the engine's own reports (run.start
+	// events of engine processes) contradicted; Config uses the engine's
+	// value (runconfig.EngineMerge).
+	Contradictions []runconfig.Contradiction
+	engine         runconfig.EngineMerge
 
 	Outcomes         outcome.Counts
 	UnknownOutcomes  int // session events with a class this build does not know
@@ -128,6 +134,13 @@ func (r *RunStats) Observe(ev hook.Event) {
 		// (a collector's manifest knows nothing of the engine's flags).
 		if isZeroConfig(r.Config) {
 			r.Config, r.startConfig = b.Config, true
+			if EngineReport(b.Config) {
+				r.engine.Merge(&hook.RunConfig{}, b.Config, ev.Src.Role, "") // remember whose settings these are
+			}
+		} else if EngineReport(b.Config) {
+			// An engine process's settings, read inside it: they fill and
+			// check what the manifest (a wrapper's statement) says.
+			r.Contradictions = append(r.Contradictions, r.engine.Merge(&r.Config, b.Config, ev.Src.Role, Reporter(ev.Src, b))...)
 		}
 		if r.Tool == "" {
 			r.Tool = b.Tool
@@ -165,6 +178,31 @@ func (r *RunStats) Observe(ev hook.Event) {
 	case *hook.GPU:
 		r.GPUDevices = max(r.GPUDevices, len(b.Devices))
 	}
+}
+
+// EngineReport reports whether a run.start's configuration is an engine
+// process's report about itself: some value has provenance "engine".
+func EngineReport(c hook.RunConfig) bool {
+	for _, p := range c.Provenance {
+		if p == hook.ProvEngine {
+			return true
+		}
+	}
+	return false
+}
+
+// Reporter names the engine process of a run.start: "decode rank 1",
+// "rank 0", else its process and pid.
+func Reporter(src hook.Source, b *hook.RunStart) string {
+	switch {
+	case src.Role != "":
+		return fmt.Sprintf("%s rank %d", src.Role, src.Rank)
+	case b != nil && b.TPRank != nil:
+		return fmt.Sprintf("rank %d", *b.TPRank)
+	case src.PID != 0:
+		return fmt.Sprintf("%s pid %d", src.Proc, src.PID)
+	}
+	return src.Proc
 }
 
 func isZeroConfig(c hook.RunConfig) bool { return reflect.DeepEqual(c, hook.RunConfig{}) }

@@ -146,6 +146,13 @@ func (p *HeaderPanel) Lines() [3][]string {
 	l2 := []string{st.Muted.Render("no run.start yet: configuration unknown")}
 	if c := s.Config; c != nil {
 		l2 = configItems(st, c)
+		if n := len(s.Contradictions); n > 0 {
+			more := ""
+			if n > 1 {
+				more = fmt.Sprintf(" (+%d)", n-1)
+			}
+			l2 = append(l2, st.Warn.Render("CONTRADICTION "+s.Contradictions[0]+more))
+		}
 	}
 	drop := st.OK.Render("0")
 	if d := s.Dropped + s.ProducerDropped; d > 0 {
@@ -225,6 +232,9 @@ func configItems(st *Styles, c *hook.RunConfig) []string {
 	add("disagg", quoteAll(c.Disaggregation))
 	if c.MaxRunningRequests > 0 {
 		add("max-running", fmt.Sprint(c.MaxRunningRequests))
+	}
+	if c.TPSize > 0 {
+		add("tp", fmt.Sprint(c.TPSize))
 	}
 	if c.Sessions > 0 {
 		add("sessions", fmt.Sprintf("%d×%d", c.Sessions, max(c.Rounds, 1)))

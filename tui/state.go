@@ -1,6 +1,9 @@
 package tui
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +16,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/safetext"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/spec/outcome"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 )
 
 const (
@@ -187,12 +191,15 @@ type CursorState struct {
 // State is an immutable snapshot of everything the panels show, taken once a
 // frame. Slices in it are never modified after the snapshot.
 type State struct {
-	Source  string
-	Config  *hook.RunConfig
-	Tool    string
-	Run     string
-	Host    string
-	Elapsed time.Duration
+	Source string
+	Config *hook.RunConfig
+	// Contradictions are settings a statement (--config) and the engine's
+	// own report, or two engine processes, gave different values for.
+	Contradictions []string
+	Tool           string
+	Run            string
+	Host           string
+	Elapsed        time.Duration
 
 	Events          uint64  // delivered to the view
 	Dropped         uint64  // lost by the view's live subscription
@@ -242,12 +249,14 @@ type State struct {
 // aggregator folds events into the dashboard's bounded aggregates. It is
 // owned by the program's Update goroutine.
 type aggregator struct {
-	source  string
-	config  *hook.RunConfig
-	tool    string
-	run     string
-	host    string
-	resetOn bool // a run.start for a new run clears per-run aggregates
+	source         string
+	config         *hook.RunConfig
+	engine         runconfig.EngineMerge // engine processes' run.start reports merged into config
+	contradictions []string
+	tool           string
+	run            string
+	host           string
+	resetOn        bool // a run.start for a new run clears per-run aggregates
 
 	seenStart bool
 	startRun  string // raw run id of the last run.start
@@ -330,6 +339,19 @@ func (a *aggregator) apply(ev *hook.Event) {
 	}
 	switch b := ev.Body.(type) {
 	case *hook.RunStart:
+		if a.config != nil && a.seenStart && ev.Run == a.startRun && engineReport(b.Config) {
+			// An engine process of this run reporting its own settings
+			// (provenance engine): merged into the run's configuration,
+			// contradictions kept, never silently replacing a statement.
+			cfg := cloneConfig(*a.config)
+			for _, c := range a.engine.Merge(&cfg, b.Config, ev.Src.Role, reporterOf(ev.Src, b)) {
+				if len(a.contradictions) < 16 {
+					a.contradictions = append(a.contradictions, safetext.Quote(c.String()))
+				}
+			}
+			a.config = &cfg
+			break
+		}
 		// A second run.start begins another run (the demo runs several):
 		// unless it names the same run, per-run panels start over.
 		if a.resetOn && a.seenStart && (ev.Run == "" || ev.Run != a.startRun) {
@@ -521,7 +543,7 @@ func (a *aggregator) setSummaries(s *analyzers.Summaries) {
 // snapshot returns the State for one frame. spark is the sparkline length.
 func (a *aggregator) snapshot(spark int) State {
 	s := State{
-		Source: a.source, Config: a.config, Tool: a.tool, Run: a.run, Host: a.host,
+		Source: a.source, Config: a.config, Contradictions: slices.Clone(a.contradictions), Tool: a.tool, Run: a.run, Host: a.host,
 		Events: a.events, ProducerDropped: a.prodDropped, ByKind: a.byKind, LastTS: a.lastTS, RunEnded: a.runEnded,
 		ChecksumEvents: a.checksumEvents, CanaryEvents: a.canaryEvents, GraphDiffEvents: a.graphdiffEvents,
 		Mismatches: a.mismatches, Sched: a.sched, GPU: a.gpu, GPUSamples: a.gpuSamples,
@@ -571,4 +593,34 @@ func (a *aggregator) snapshot(spark int) State {
 	// the frame may share them.
 	s.Checksum, s.Canary, s.GraphDiff = a.summaries.Checksum, a.summaries.Canary, a.summaries.Graphdiff
 	return s
+}
+
+// engineReport: a run.start configuration an engine process reported about
+// itself (a value with provenance "engine").
+func engineReport(c hook.RunConfig) bool {
+	for _, p := range c.Provenance {
+		if p == hook.ProvEngine {
+			return true
+		}
+	}
+	return false
+}
+
+// reporterOf names the engine process of a run.start: "decode rank 1", "rank 0".
+func reporterOf(src hook.Source, b *hook.RunStart) string {
+	switch {
+	case src.Role != "":
+		return fmt.Sprintf("%s rank %d", src.Role, src.Rank)
+	case b.TPRank != nil:
+		return fmt.Sprintf("rank %d", *b.TPRank)
+	}
+	return fmt.Sprintf("pid %d", src.PID)
+}
+
+// cloneConfig copies c with its maps: a snapshot handed to the view keeps
+// the old one unchanged.
+func cloneConfig(c hook.RunConfig) hook.RunConfig {
+	c.Provenance, c.Extra, c.ServerArgs = maps.Clone(c.Provenance), maps.Clone(c.Extra), maps.Clone(c.ServerArgs)
+	c.Inject = slices.Clone(c.Inject)
+	return c
 }

@@ -37,13 +37,15 @@ peak token usage, retractions, GPU count and model, host, tool version.
 
 The flag under test is the one engine flag that differs; when several differ,
 name it with --flag (index_k_dtype, cuda_graph, cuda_graph_max_bs,
-multi_stream_overlap, disaggregation, max_running_requests, pool_tokens, inject,
+multi_stream_overlap, disaggregation, max_running_requests, pool_tokens, tp_size, inject,
 extra.<name>, server.<arg>) and the others are listed as confounds.
 
 Only settings both runs know are compared: reported by the server (repro asks
 SGLang's /get_server_info; its other args are server.<arg>, minus addresses,
-paths, seeds and live state), labelled (repro --label, wrap --config), or the
-twin's own. A setting one run does not know is not a difference; the notes
+paths, seeds and live state), reported by the engine from inside (wrap's
+hooks: multi_stream_overlap, cuda_graph, index_k_dtype, tp_size, …), labelled
+(repro --label, wrap --config), or the twin's own. A label the engine
+contradicts is listed in the notes with both values; the engine's is used. A setting one run does not know is not a difference; the notes
 name it and where the other run's value came from.
 
 Correlations are reported honestly: retractions in a run with no corruption are

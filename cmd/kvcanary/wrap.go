@@ -29,6 +29,8 @@ import (
 	"github.com/kvcanary/kvcanary/repro"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/runtime/pyhook"
+	"github.com/kvcanary/kvcanary/sessions"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 	"github.com/kvcanary/kvcanary/traces"
 	"github.com/kvcanary/kvcanary/tui"
 )
@@ -104,22 +106,31 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     the whole group, a second one kills it (SIGKILL); its stdin is wrap's,
     unless that is a terminal (then /dev/null);
   - records every event to --record, losslessly, with the settings given and
-    the run's configuration: engine sglang (--engine), and the engine flags
-    stated with --config (labelled as stated by you); cuda_graph and
-    multi_stream_overlap stay unknown unless stated — never read as off;
+    the run's configuration: engine sglang (--engine), the engine flags
+    stated with --config (labelled as stated by you), and what each hooked
+    scheduler process reports from inside (provenance "engine": cuda_graph,
+    cuda_graph_max_bs, multi_stream_overlap from
+    SGLANG_OPT_USE_MULTI_STREAM_OVERLAP, index_k_dtype from the index-K
+    buffers, disaggregation, tp_size, and extra.* for the fp4 indexer, the
+    speculative algorithm, the architecture and the SGLang version). A
+    --config value the engine contradicts is printed as a CONTRADICTION with
+    both values; the engine's is used, since it is what ran. What nobody
+    reported stays unknown — never read as off;
   - shows the live dashboard with --watch (a terminal; the command's output
     then goes to --log), else prints progress lines to stderr;
   - at the end prints each layer's verdict — transfer (room checksums),
     buffer (replay canaries), compute (graph vs eager) — or "not measured"
     where no events came, and "partial", never "ok", where clean work was
     seen but not all of it: an instrument a producer reported off, events
-    dropped, rooms seen on one side only, or producers that ended without
-    their run.end (SIGKILLed, cut off by --drain). The sampled layers say
-    how much they looked at: the canary how many of the run's replays it
-    checked, graph-vs-eager how many of its graph replays it reran (a short
-    run the default rates miss gets the flag that samples it). On one PD
-    host the checksum layer sees one side only: compare both hosts' bundles
-    with "kvcanary checksum compare".
+    dropped, rooms seen on one side only, producers that ended without
+    their run.end (SIGKILLed, cut off by --drain), or a TP rank that never
+    reported although its role's processes said how many ranks there are
+    ("decode rank 1 of 2 never reported"). The sampled layers say how much
+    they looked at: the canary how many of the run's replays it checked,
+    graph-vs-eager how many of its graph replays it reran (a short run the
+    default rates miss gets the flag that samples it). On one PD host the
+    checksum layer sees one side only: compare both hosts' bundles with
+    "kvcanary checksum compare".
 
 With --json the summary is one JSON object on stdout, and the command's
 stdout goes to stderr.
@@ -168,7 +179,7 @@ func NewCmdWrap(f *cmdutil.Factory, runF func(*WrapOptions) error) *cobra.Comman
 	fl.StringVar(&opts.Log, "log", "", "with --watch: write the command's stdout and stderr to `FILE` (default <run>.log)")
 	fl.StringVar(&opts.Engine, "engine", "sglang", "`NAME` of the engine in the run's configuration")
 	fl.StringVar(&opts.Run, "run", "", "run `ID` put on every event (default wrap-<UTC time>)")
-	fl.StringArrayVar(&opts.Config, "config", nil, "state an engine setting, `KEY=VALUE` (cuda_graph=on, multi_stream_overlap=off, index_k_dtype=fp8, cuda_graph_max_bs=N, disaggregation=pd, max_running_requests=N, pool_tokens=N, model=NAME, other keys kept as given); repeatable")
+	fl.StringArrayVar(&opts.Config, "config", nil, "state an engine setting, `KEY=VALUE` (cuda_graph=on, multi_stream_overlap=off, index_k_dtype=fp8|fp4|bf16, cuda_graph_max_bs=N, tp_size=N, disaggregation=pd, max_running_requests=N, pool_tokens=N, model=NAME, other keys kept as given); repeatable")
 	fl.StringVar(&opts.CacheDir, "cache-dir", "", "extract the Python package under `DIR` (default: the user cache directory)")
 	fl.DurationVar(&opts.Drain, "drain", 5*time.Second, "after the command exits, how long to wait for its producers' last events")
 	for i, s := range wrapSettingFlags {
@@ -392,6 +403,16 @@ type WrapSummary struct {
 	// off (a missing hook target, repeated errors) and evidence lost before
 	// it became an event. A layer they name is "partial", never "ok".
 	ProducerNotes []string `json:"producer_notes,omitempty"`
+	// Config is the run's configuration as the verdict used it: --engine and
+	// --config, merged with what each engine process reported from inside
+	// (provenance "engine"; runconfig.EngineMerge).
+	Config hook.RunConfig `json:"config"`
+	// Contradictions are settings --config stated and the engine reported
+	// otherwise (or two engine processes disagreed on), with the value used.
+	Contradictions []runconfig.Contradiction `json:"contradictions,omitempty"`
+	// SilentRanks are TP ranks that never reported although their role's
+	// engine processes said how many ranks it runs: every layer is partial.
+	SilentRanks []string `json:"silent_ranks,omitempty"`
 }
 
 // Layer verdicts.
@@ -465,10 +486,32 @@ type wrapTally struct {
 	// (lastSampled holds each producer's last sampled step, plus one).
 	graphReplays, sampledReplays uint64
 	lastSampled                  map[hook.Source]uint64
+	// config is the run's configuration with the engine processes' own
+	// reports merged in; contradictions what they contradicted; ranks
+	// which TP ranks reported, against the TP size they reported.
+	config         hook.RunConfig
+	contradictions []runconfig.Contradiction
+	engine         runconfig.EngineMerge
+	ranks          *analyzers.CoverageCollector
+}
+
+// engineReport merges an engine process's run.start into the run's
+// configuration (called with t.mu held).
+func (t *wrapTally) engineReport(ev hook.Event) {
+	if t.ranks == nil {
+		t.ranks = analyzers.NewCoverageCollector()
+	}
+	t.ranks.Observe(ev)
+	if b, ok := ev.Body.(*hook.RunStart); ok && b != nil && sessions.EngineReport(b.Config) {
+		t.contradictions = append(t.contradictions, t.engine.Merge(&t.config, b.Config, ev.Src.Role, sessions.Reporter(ev.Src, b))...)
+	}
 }
 
 func (t *wrapTally) Publish(ev hook.Event) {
 	t.mu.Lock()
+	if ev.Src.Role != "" || ev.Kind == hook.KindRunStart {
+		t.engineReport(ev)
+	}
 	switch b := ev.Body.(type) {
 	case *hook.Finding:
 		if b != nil && b.Severity == hook.SevError {
@@ -592,7 +635,7 @@ func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start t
 		man.Labels[s.Env] = s.Value
 	}
 	as := analyzers.All(analyzers.Options{WarmupMaxSeqLen: checksum.DefaultWarmupMaxSeqLen})
-	tally := &wrapTally{findings: map[string]int{}}
+	tally := &wrapTally{findings: map[string]int{}, config: rc, ranks: analyzers.NewCoverageCollector()}
 	var uiStats tui.Stats
 	po := pipeline.Options{Record: opts.Record, Manifest: man, Analyzers: as,
 		Middleware: func(next hook.Publisher) hook.Publisher { tally.next = next; return tally }}
@@ -628,8 +671,9 @@ func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start t
 			canaryEvery: wrapCanaryEvery(opts), graphdiffEvery: wrapSettingValue(opts, "KVCANARY_GRAPHDIFF_EVERY"),
 			graphdiffOff: !wrapInstrumentOn(opts, "graphdiff"), graphReplays: tally.graphReplays, sampledReplays: tally.sampledReplays}),
 		ProducerNotes: slices.Clone(tally.producerNotes),
+		Config:        tally.config, Contradictions: slices.Clone(tally.contradictions), SilentRanks: tally.ranks.SilentRanks(),
 	}
-	markPartial(sum.Layers, tally.lost, sum.DroppedProducer > 0, sum.WithoutRunEnd)
+	markPartial(sum.Layers, tally.lost, sum.DroppedProducer > 0, sum.WithoutRunEnd, sum.SilentRanks)
 	tally.mu.Unlock()
 	return wrapReport(opts, sum, res, uiStats)
 }
@@ -1091,8 +1135,9 @@ func notSampledDetail(analyzer string, sp WrapSampling, graphdiffOff bool) strin
 // analyzer's evidence incomplete (lost, by noteAnalyzers; "" for every
 // analyzer), producers dropped events or device work (dropped), or
 // producers ended without a run.end (withoutEnd: killed or cut off — what
-// they lost is unknown).
-func markPartial(layers []WrapLayer, lost map[string][]string, dropped bool, withoutEnd uint64) {
+// they lost is unknown), or TP ranks never reported (silent: what they saw
+// is unknown).
+func markPartial(layers []WrapLayer, lost map[string][]string, dropped bool, withoutEnd uint64, silent []string) {
 	for i := range layers {
 		l := &layers[i]
 		if l.Status != layerOK && l.Status != layerPartial {
@@ -1109,11 +1154,28 @@ func markPartial(layers []WrapLayer, lost map[string][]string, dropped bool, wit
 			why = append(why, fmt.Sprintf("%s without run.end (killed? cut off?): what they dropped or disabled is unknown",
 				pluralVerb(withoutEnd, "producer ended", "producers ended")))
 		}
+		if len(silent) > 0 {
+			why = append(why, strings.Join(silent, ", ")+": what it saw is unknown")
+		}
 		if len(why) > 0 {
 			l.Status = layerPartial
 			l.Detail += "; " + strings.Join(why, "; ")
 		}
 	}
+}
+
+// wrapEngineLine lists the run's known engine settings with where each came
+// from: "cuda_graph=true (engine), multi_stream_overlap=false (label)".
+func wrapEngineLine(rc hook.RunConfig) string {
+	var parts []string
+	for _, st := range runconfig.KnownSettings(rc) {
+		p := "source not recorded"
+		if v := rc.Provenance[st.Name]; v != "" {
+			p = v
+		}
+		parts = append(parts, fmt.Sprintf("%s=%v (%s)", st.Name, cmdutil.Quote(fmt.Sprint(st.Value)), p))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func pluralVerb(n uint64, one, many string) string {
@@ -1200,6 +1262,15 @@ func writeWrapSummary(w io.Writer, s WrapSummary) error {
 	}
 	if s.Record != "" {
 		fmt.Fprintf(&b, "wrap: recorded %d events to %s\n", s.Recorded, cmdutil.Quote(s.Record))
+	}
+	if line := wrapEngineLine(s.Config); line != "" {
+		fmt.Fprintf(&b, "wrap: engine settings: %s\n", line)
+	}
+	for _, c := range s.Contradictions {
+		fmt.Fprintf(&b, "wrap: CONTRADICTION: %s\n", cmdutil.Quote(c.String()))
+	}
+	for _, r := range s.SilentRanks {
+		fmt.Fprintf(&b, "wrap: %s (no event from it: did it load kvcanary's hooks?)\n", r)
 	}
 	width, swidth := 0, 0
 	for _, l := range s.Layers {

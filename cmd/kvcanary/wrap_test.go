@@ -24,6 +24,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/testenv"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/spec/runconfig"
 	"github.com/kvcanary/kvcanary/tui"
 )
 
@@ -67,7 +68,7 @@ func TestWrapFlags(t *testing.T) {
 		{[]string{"--instruments", "canary,canary", "--", "x"}, `item 2 "canary" repeats`},
 		{[]string{"--config", "cuda_graph", "--", "x"}, "want KEY=VALUE"},
 		{[]string{"--config", "cuda_graph=maybe", "--", "x"}, "want on or off"},
-		{[]string{"--config", "index_k_dtype=fp4", "--", "x"}, "want fp8 or bf16"},
+		{[]string{"--config", "index_k_dtype=int4", "--", "x"}, "want fp8, fp4 or bf16"},
 		{[]string{"--config", "pool_tokens=-1", "--", "x"}, "whole number"},
 		{[]string{"--config", "a=1", "--config", "a=2", "--", "x"}, "key a stated twice"},
 		{[]string{"--watch", "--json", "--", "x"}, "do not go together"},
@@ -752,12 +753,83 @@ func TestWrapPartialLayers(t *testing.T) {
 		{nil, false, 2, []string{layerPartial, layerPartial, layerNotMeasured}},
 	} {
 		ls := base()
-		markPartial(ls, lostOf(c.notes...), c.dropped, c.withoutEnd)
+		markPartial(ls, lostOf(c.notes...), c.dropped, c.withoutEnd, nil)
 		if got := status(ls); !slices.Equal(got, c.want) {
 			t.Errorf("notes %q dropped %v without run.end %d: %v, want %v", c.notes, c.dropped, c.withoutEnd, got, c.want)
 		}
 		if c.withoutEnd > 0 && !strings.Contains(ls[0].Detail, "2 producers ended without run.end (killed? cut off?): what they dropped or disabled is unknown") {
 			t.Errorf("detail %q", ls[0].Detail)
 		}
+	}
+	// a TP rank that never reported: every measured layer is partial, and says which rank
+	ls := base()
+	markPartial(ls, nil, false, 0, []string{"decode rank 1 of 2 never reported"})
+	if got := status(ls); !slices.Equal(got, []string{layerPartial, layerPartial, layerNotMeasured}) {
+		t.Errorf("silent rank: %v", got)
+	}
+	if !strings.Contains(ls[1].Detail, "decode rank 1 of 2 never reported") {
+		t.Errorf("silent rank detail %q", ls[1].Detail)
+	}
+}
+
+// The engine's own settings, a contradicted --config and a silent rank are
+// printed, each on its own line, with both values of a contradiction.
+func TestWrapSummaryShowsEngineSettingsContradictionsAndSilentRanks(t *testing.T) {
+	var m runconfig.EngineMerge
+	rc, err := wrapRunConfig("sglang", []string{"multi_stream_overlap=off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := hook.RunConfig{Engine: "sglang", MultiStreamOverlap: hook.Bool(true), TPSize: 2,
+		Provenance: map[string]string{"multi_stream_overlap": hook.ProvEngine, "tp_size": hook.ProvEngine}}
+	cs := m.Merge(&rc, rep, "decode", "decode rank 0")
+	var b bytes.Buffer
+	if err := writeWrapSummary(&b, WrapSummary{Config: rc, Contradictions: cs, SilentRanks: []string{"decode rank 1 of 2 never reported"}}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"wrap: engine settings: multi_stream_overlap=true (engine), tp_size=2 (engine)\n",
+		"wrap: CONTRADICTION: multi_stream_overlap: label (--config) says false, the engine (decode rank 0) reports true; using true\n",
+		"wrap: decode rank 1 of 2 never reported (no event from it: did it load kvcanary's hooks?)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}
+
+// wrap's tally merges each engine process's run.start into the run's
+// configuration and knows which TP ranks reported.
+func TestWrapTallyMergesEngineReportsAndFindsSilentRanks(t *testing.T) {
+	rc, err := wrapRunConfig("sglang", []string{"multi_stream_overlap=off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var passed int
+	tally := &wrapTally{findings: map[string]int{}, config: rc, ranks: analyzers.NewCoverageCollector(),
+		next: hook.PublishFunc(func(hook.Event) { passed++ })}
+	tally.Publish(hook.Event{Kind: hook.KindRunStart, Src: hook.Source{Proc: "kvcanary-wrap"}, Body: &hook.RunStart{Config: rc}})
+	rank0 := 0
+	rep := hook.RunConfig{Engine: "sglang", MultiStreamOverlap: hook.Bool(true), CUDAGraph: hook.Bool(true), TPSize: 2,
+		Provenance: map[string]string{"multi_stream_overlap": hook.ProvEngine, "cuda_graph": hook.ProvEngine, "tp_size": hook.ProvEngine}}
+	tally.Publish(hook.Event{Kind: hook.KindRunStart, Src: hook.Source{Proc: "python3", Role: "decode"}, Body: &hook.RunStart{Config: rep, TPRank: &rank0}})
+	tally.Publish(hook.Event{Kind: hook.KindReplay, Src: hook.Source{Proc: "python3", Role: "decode"}, Body: &hook.Replay{}})
+	if passed != 3 {
+		t.Errorf("%d events passed on, want 3", passed)
+	}
+	c := tally.config
+	if c.CUDAGraph == nil || !*c.CUDAGraph || !*c.MultiStreamOverlap || c.Provenance["cuda_graph"] != hook.ProvEngine {
+		t.Errorf("config %+v", c)
+	}
+	if len(tally.contradictions) != 1 || tally.contradictions[0].Setting != "multi_stream_overlap" {
+		t.Errorf("contradictions %+v", tally.contradictions)
+	}
+	if got := tally.ranks.SilentRanks(); !slices.Equal(got, []string{"decode rank 1 of 2 never reported"}) {
+		t.Errorf("silent %q", got)
+	}
+	tally.Publish(hook.Event{Kind: hook.KindRoomChecksum, Src: hook.Source{Proc: "python3", Role: "decode", Rank: 1}, Body: &hook.RoomChecksum{}})
+	if got := tally.ranks.SilentRanks(); len(got) != 0 {
+		t.Errorf("silent %q after rank 1 reported", got)
 	}
 }

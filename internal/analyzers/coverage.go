@@ -2,6 +2,8 @@ package analyzers
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -57,14 +59,27 @@ type Coverage struct {
 	Dropped   uint64        `json:"dropped"`             // events the producers dropped, all of them
 	Producers []ProducerEnd `json:"producers,omitempty"` // those that dropped or reported an error, first MaxCoverageProducers
 	Lossy     int           `json:"lossy_producers"`     // producers that dropped or reported an error, all of them
+	// Silent names the TP ranks that never reported although an engine
+	// process of their role said how many ranks it runs (its run.start's
+	// tp_size): "decode rank 1 of 2 never reported". What such a rank did is
+	// unknown, so every layer's verdict is partial.
+	Silent []string `json:"silent_ranks,omitempty"`
 }
 
 // CoverageCollector builds a Coverage from the run.end events it observes.
 // Reading the same bundle twice adds nothing: a run.end is counted once per
 // producer and timestamp.
 type CoverageCollector struct {
-	seen map[coverageKey]bool
-	c    Coverage
+	seen  map[coverageKey]bool
+	c     Coverage
+	ranks map[string]*roleRanks // by src.role ("" outside PD)
+}
+
+// roleRanks is what a role's engine processes said about their ranks.
+type roleRanks struct {
+	world  int          // the largest tp_size an engine process of the role reported
+	lo, hi int          // the ranks this node runs, [lo, hi): all of them unless several nodes share them
+	seen   map[int]bool // ranks that sent anything
 }
 
 type coverageKey struct {
@@ -74,11 +89,14 @@ type coverageKey struct {
 
 // NewCoverageCollector returns an empty collector.
 func NewCoverageCollector() *CoverageCollector {
-	return &CoverageCollector{seen: map[coverageKey]bool{}}
+	return &CoverageCollector{seen: map[coverageKey]bool{}, ranks: map[string]*roleRanks{}}
 }
 
-// Observe takes one event; only run.end events count.
+// Observe takes one event: run.end events (what producers lost), engine
+// processes' run.start events (how many ranks their role runs, and their
+// own rank) and the rank in any engine event's src.
 func (cc *CoverageCollector) Observe(ev hook.Event) {
+	cc.observeRank(ev)
 	b, ok := ev.Body.(*hook.RunEnd)
 	if !ok || b == nil {
 		return
@@ -104,10 +122,84 @@ func (cc *CoverageCollector) Observe(ev hook.Event) {
 	}
 }
 
+func (cc *CoverageCollector) observeRank(ev hook.Event) {
+	role := ev.Src.Role
+	rank, known := int(ev.Src.Rank), role != ""
+	if rs, ok := ev.Body.(*hook.RunStart); ok && rs != nil && ev.Kind == hook.KindRunStart && engineConfig(rs.Config) {
+		r := cc.role(role)
+		if rs.Config.TPSize > r.world {
+			r.world, r.lo, r.hi = rs.Config.TPSize, 0, rs.Config.TPSize
+			// Several nodes share the TP ranks (SGLang's --nnodes,
+			// --node-rank): a bundle of this node sees its slice only.
+			nn, e1 := strconv.Atoi(rs.Config.Extra["nnodes"])
+			nr, e2 := strconv.Atoi(rs.Config.Extra["node_rank"])
+			if e1 == nil && e2 == nil && nn > 1 && nr >= 0 && nr < nn && r.world%nn == 0 {
+				per := r.world / nn
+				r.lo, r.hi = nr*per, (nr+1)*per
+			}
+		}
+		if !known && rs.TPRank != nil && *rs.TPRank >= 0 {
+			rank, known = *rs.TPRank, true
+		}
+	}
+	if known {
+		cc.role(role).seen[rank] = true
+	}
+}
+
+func (cc *CoverageCollector) role(role string) *roleRanks {
+	if cc.ranks == nil {
+		cc.ranks = map[string]*roleRanks{}
+	}
+	r := cc.ranks[role]
+	if r == nil {
+		r = &roleRanks{seen: map[int]bool{}}
+		cc.ranks[role] = r
+	}
+	return r
+}
+
+// engineConfig: a run.start configuration an engine process reported about
+// itself (a value with provenance "engine").
+func engineConfig(c hook.RunConfig) bool {
+	for _, p := range c.Provenance {
+		if p == hook.ProvEngine {
+			return true
+		}
+	}
+	return false
+}
+
+// SilentRanks lists, per role, the ranks below the reported TP size that
+// sent nothing: "decode rank 1 of 2 never reported". Where several nodes
+// share the ranks (the report's extra.nnodes and extra.node_rank), only
+// this node's slice is expected. Empty where no engine process reported its
+// TP size (then a missing rank cannot be known).
+func (cc *CoverageCollector) SilentRanks() []string {
+	var out []string
+	for _, role := range slices.Sorted(maps.Keys(cc.ranks)) {
+		r := cc.ranks[role]
+		if r.world <= 0 {
+			continue
+		}
+		name := "rank"
+		if role != "" {
+			name = role + " rank"
+		}
+		for i := r.lo; i < r.hi; i++ {
+			if !r.seen[i] {
+				out = append(out, fmt.Sprintf("%s %d of %d never reported", name, i, r.world))
+			}
+		}
+	}
+	return out
+}
+
 // Result returns the coverage so far.
 func (cc *CoverageCollector) Result() Coverage {
 	c := cc.c
 	c.Producers = append([]ProducerEnd(nil), c.Producers...)
+	c.Silent = cc.SilentRanks()
 	return c
 }
 
@@ -116,6 +208,7 @@ func (c *Coverage) Merge(o Coverage) {
 	c.Ends += o.Ends
 	c.Dropped += o.Dropped
 	c.Lossy += o.Lossy
+	c.Silent = append(c.Silent, o.Silent...)
 	for _, p := range o.Producers {
 		if len(c.Producers) < MaxCoverageProducers {
 			c.Producers = append(c.Producers, p)
@@ -193,6 +286,9 @@ func isCount(s string) bool {
 // line says how many more.
 func (c Coverage) Lost(analyzer string) []string {
 	var out []string
+	for _, s := range c.Silent {
+		out = append(out, s+": what it saw is unknown")
+	}
 	for _, p := range c.Producers {
 		var why []string
 		if p.Dropped > 0 {
@@ -215,7 +311,7 @@ func (c Coverage) Lost(analyzer string) []string {
 	}
 	if n := c.Lossy - len(c.Producers); n > 0 {
 		out = append(out, fmt.Sprintf("%d more producers reported losses (not listed)", n))
-	} else if c.Dropped > 0 && len(out) == 0 {
+	} else if c.Dropped > 0 && len(out) == len(c.Silent) {
 		out = append(out, fmt.Sprintf("producers dropped %d events", c.Dropped))
 	}
 	return out

@@ -280,7 +280,7 @@ type RunConfig struct {
 	Engine         string `json:"engine,omitempty"` // "sim", "sglang", "vllm", "remote"
 	Model          string `json:"model,omitempty"`
 	URL            string `json:"url,omitempty"`
-	IndexKDtype    string `json:"index_k_dtype,omitempty"` // "bf16" | "fp8"
+	IndexKDtype    string `json:"index_k_dtype,omitempty"` // "bf16" | "fp8" | "fp4"
 	CUDAGraph      *bool  `json:"cuda_graph,omitempty"`    // nil: unknown
 	CUDAGraphMaxBS int    `json:"cuda_graph_max_bs,omitempty"`
 	// MultiStreamOverlap is SGLang's SGLANG_OPT_USE_MULTI_STREAM_OVERLAP; nil: unknown.
@@ -288,6 +288,10 @@ type RunConfig struct {
 	Disaggregation     string `json:"disaggregation,omitempty"` // "pd" | "none"
 	MaxRunningRequests int    `json:"max_running_requests,omitempty"`
 	PoolTokens         int    `json:"pool_tokens,omitempty"`
+	// TPSize is the engine's tensor-parallel size (SGLang's tp_size): how
+	// many ranks each role runs, so a rank that never reported is known to
+	// be missing. 0: unknown.
+	TPSize int `json:"tp_size,omitempty"`
 	Sessions           int    `json:"sessions,omitempty"`
 	Rounds             int    `json:"rounds,omitempty"`
 	Concurrency        int    `json:"concurrency,omitempty"`
@@ -303,7 +307,7 @@ type RunConfig struct {
 	Extra    map[string]string `json:"extra,omitempty"` // engine flags without a field
 	// Provenance names where each known engine setting came from, by its
 	// EngineFlagDiffs name ("cuda_graph", "extra.<key>", …): ProvServer,
-	// ProvLabel or ProvTwin. A setting without an entry in a config that has
+	// ProvLabel, ProvTwin or ProvEngine. A setting without an entry in a config that has
 	// a Provenance map was not known when the run started.
 	Provenance map[string]string `json:"provenance,omitempty"`
 	// ServerArgs are the settings the server reported about itself (SGLang's
@@ -317,6 +321,7 @@ const (
 	ProvServer = "server" // reported by the server over HTTP
 	ProvLabel  = "label"  // stated by the user (repro --label, wrap --config)
 	ProvTwin   = "twin"   // the twin's own configuration
+	ProvEngine = "engine" // read inside the engine's own process by its hooks (run.start of an engine producer)
 )
 
 // Bool returns a pointer to v, for RunConfig's known booleans.
@@ -367,11 +372,16 @@ type HostInfo struct {
 	GPUs     []GPUInfo `json:"gpus,omitempty"`
 }
 
-// RunStart opens a run.
+// RunStart opens a run. An engine process's hooks send one too: its Config
+// holds the settings read inside the engine (provenance ProvEngine) and
+// TPRank the process's tensor-parallel rank.
 type RunStart struct {
 	Tool   string    `json:"tool"` // kvcanary version
 	Config RunConfig `json:"config"`
 	Host   HostInfo  `json:"host"`
+	// TPRank is the TP rank of the engine process that sent it; nil: not an
+	// engine process, or its rank is unknown.
+	TPRank *int `json:"tp_rank,omitempty"`
 }
 
 // RunEnd closes a run.

@@ -2,8 +2,10 @@
 // way every part of kvcanary reads them: which settings are known and their
 // text (KnownSettings, SettingText, UnknownSettings), how SGLang's server
 // args map onto them (ServerFields, ServerMapped, ServerArgCompared), their
-// provenance (SetProv, ProvOf) and the RunConfig.Extra keys that describe the
-// client's workload rather than an engine flag (WorkloadExtraPrefix).
+// provenance (SetProv, ProvOf), how the settings an engine reports from
+// inside merge into a run's (EngineMerge, Contradiction), and the
+// RunConfig.Extra keys that describe the client's workload rather than an
+// engine flag (WorkloadExtraPrefix).
 //
 // It is a spec leaf: the repro harness records settings with it, the
 // sessions analyzer compares two runs' settings with it, and neither imports

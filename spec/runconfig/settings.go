@@ -47,7 +47,7 @@ var ServerFields = []ServerField{
 	// Not SGLang server args; the twin reports them (SGLang takes
 	// multi-stream overlap from SGLANG_OPT_USE_MULTI_STREAM_OVERLAP).
 	{"index_k_dtype", "index_k_dtype", func(rc *hook.RunConfig, v string) bool {
-		if v != "fp8" && v != "bf16" {
+		if v != "fp8" && v != "bf16" && v != "fp4" {
 			return false
 		}
 		rc.IndexKDtype = v
@@ -183,6 +183,7 @@ func KnownSettings(rc hook.RunConfig) []Setting {
 	str("disaggregation", rc.Disaggregation)
 	num("max_running_requests", rc.MaxRunningRequests)
 	num("pool_tokens", rc.PoolTokens)
+	num("tp_size", rc.TPSize)
 	for _, k := range slices.Sorted(maps.Keys(rc.Extra)) {
 		if IsWorkloadExtra(k) {
 			continue // the client's workload (WorkloadExtra): a confound, never the flag under test

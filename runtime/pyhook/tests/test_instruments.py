@@ -162,7 +162,7 @@ def held_and_not_held(rows, n, rids, rooms):
 
 def hook(binding, cls, name, target):
     t = T.by_name(target)
-    setattr(cls, name, H.wrap(getattr(cls, name), binding.hook_for(t), t.hook, t.name))
+    setattr(cls, name, H.wrap(getattr(cls, name), binding.hook_for(t, target), T.hook_of(t, target), t.name))
 
 
 SEND = "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.send_kv_chunk"
@@ -255,7 +255,7 @@ def test_admitted_digests_only_requests_about_to_be_admitted_and_once():
     s.waiting_queue = list(reqs)
     running = types.SimpleNamespace(batch_size=lambda: 1)
     # Capacity 3 - 1 running = 2 admitted; call the BEFORE hook twice (no admit).
-    hk = b.hook_for(T.by_name(PREBUILT))
+    hk = b.hook_for(T.by_name(PREBUILT), PREBUILT)
     hk(s, running)
     hk(s, running)
     assert sorted(e["request"] for e in em.of("room.checksum")) == ["q0", "q1"]
@@ -264,7 +264,7 @@ def test_admitted_digests_only_requests_about_to_be_admitted_and_once():
 def test_admitted_skips_requests_whose_index_k_is_still_on_the_host():
     em, b, s, (held, restoring) = held_and_not_held((0, 1), 10, ("h", "r"), (1, 2))
     s.waiting_queue = [held, restoring]
-    b.hook_for(T.by_name(PREBUILT))(s, types.SimpleNamespace(batch_size=lambda: 0))
+    b.hook_for(T.by_name(PREBUILT), PREBUILT)(s, types.SimpleNamespace(batch_size=lambda: 0))
     assert [e["request"] for e in em.of("room.checksum")] == ["h"]
     assert b.checksum.skipped_not_held == 1
 

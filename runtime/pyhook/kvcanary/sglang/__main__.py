@@ -44,7 +44,7 @@ def check(model=None, fp4_indexer: bool = False, settings=None) -> dict:
     for t in T.TARGETS:
         res = T.resolve(t)
         res_of[t.name] = res
-        rows.append({"target": t.name, "hook": t.hook if t.hooked else "none",
+        rows.append({"target": t.name, "hook": (res.hook or t.hook) if t.hooked else "none", "resolved": res.name,
                      "instruments": [i for i in t.instruments if i != "replay"],
                      "features": list(t.features), "ok": res.ok, "error": res.error,
                      "hooked": t.hooked, "reads": t.reads})
@@ -199,7 +199,7 @@ def main(argv=None) -> int:
         status = "ok" if r["ok"] else "MISSING"
         if not r["hooked"]:
             status = "read" if r["ok"] else "missing (not hooked)"
-        print("%-8s %-6s %s  [%s]" % (status, r["hook"], r["target"], ",".join(r["features"]) or "-"))
+        print("%-8s %-6s %s  [%s]" % (status, r["hook"], r.get("resolved") or r["target"], ",".join(r["features"]) or "-"))
         if not r["ok"]:
             print("         %s" % r["error"])
     missing = [r for r in report["targets"] if r["hooked"] and not r["ok"]]

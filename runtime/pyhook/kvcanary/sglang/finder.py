@@ -61,8 +61,10 @@ class Finder(importlib.abc.MetaPathFinder):
         for t in T.TARGETS:
             if not t.hooked:
                 continue
-            for name in (t.name,) + t.aliases:
-                self.watch.setdefault(T.module_of(name), []).append(t)
+            for name in (t.name,) + tuple(T.alias_name(a) for a in t.aliases):
+                mods = self.watch.setdefault(T.module_of(name), [])
+                if t not in mods:
+                    mods.append(t)
         self._busy = threading.local()
 
     @property
@@ -131,7 +133,7 @@ class Finder(importlib.abc.MetaPathFinder):
         if isinstance(current, (staticmethod, classmethod)):
             log.warning("kvcanary: %s is a %s; not patched", t.name, type(current).__name__)
             return
-        wrapper = hooks.wrap(current, self.b.hook_for(t), t.hook, t.name)
+        wrapper = hooks.wrap(current, self.b.hook_for(t, res.name), res.hook or t.hook, t.name)
         setattr(owner, attr, wrapper)
         PATCHES[t.name] = (owner, attr, current, wrapper)
         hooks.ROUTE = "finder"
@@ -153,6 +155,7 @@ def install(binding=None):
         return None
     if settings.instrument("graphdiff"):
         os.environ["SGLANG_FORCE_COARSE_WAR_BARRIER"] = "1"
+    warn_forkserver(os.environ)
     f = Finder(binding)
     sys.meta_path.insert(0, f)
     _finder = f
@@ -161,6 +164,29 @@ def install(binding=None):
         if mod is not None:
             f.loaded(modname, mod)
     return f
+
+
+FORKSERVER_ENV = ("SGLANG_FORKSERVER_FILE", "SGLANG_EARLY_FORKSERVER")
+
+
+def warn_forkserver(environ) -> str:
+    """Warn (once, returning the message; "" when there is nothing to say)
+    when SGLang's early forkserver may start the schedulers (reference D6):
+    with SGLANG_EARLY_FORKSERVER=1 and a shared daemon (SGLANG_FORKSERVER_FILE)
+    they are forks of a process this sitecustomize never ran in, with the
+    scheduler modules already imported, so this route hooks nothing there.
+    Only the plugin route (kvcanary installed as a distribution, its entry
+    point in group sglang.srt.plugins) reaches them."""
+    daemon = environ.get("SGLANG_FORKSERVER_FILE", "")
+    early = environ.get("SGLANG_EARLY_FORKSERVER", "").strip().lower() in ("1", "true", "yes", "on")
+    if not daemon and not early:
+        return ""
+    what = ("SGLANG_FORKSERVER_FILE=%s" % daemon) if daemon else "SGLANG_EARLY_FORKSERVER=1"
+    msg = ("kvcanary: %s: schedulers forked from SGLang's forkserver daemon never run this sitecustomize, so "
+           "kvcanary's import hook patches nothing in them; pip install kvcanary's Python package "
+           "(runtime/pyhook, README \"Two ways in\") so SGLang's plugin route loads it in every scheduler" % what)
+    log.warning(msg)
+    return msg
 
 
 def uninstall(restore: bool = False) -> None:

@@ -103,6 +103,8 @@ class Binding:
         self.stats = {"errors": 0}
         self.tls = threading.local()  # .busy: inside kvcanary's own calls into the engine
         self.sites: dict = {}
+        self._engine_noted = False
+        self.engine_config = None  # what note_engine reported
         from .instruments.canary import Canary
         from .instruments.checksum import Checksum
         from .instruments.graphdiff import GraphDiff
@@ -200,6 +202,28 @@ class Binding:
         except Exception:  # noqa: BLE001 - never into the engine
             pass
 
+    def note_engine(self, obj) -> None:
+        """Report, once per process, the engine settings this scheduler
+        process runs with (settings.py): a run.start whose config values have
+        provenance "engine", and the TP rank. Tried from every hook until a
+        hooked object reaches the engine's server_args; the PD role and rank
+        go into src first, so the run.start carries them."""
+        if self._engine_noted:
+            return
+        from .. import __version__
+        from . import settings as S
+
+        body = S.run_start_body(obj, "kvcanary-py " + __version__)
+        if body is None:
+            return
+        self._engine_noted = True
+        if body["config"].get("disaggregation") == "pd":
+            role = _role_of(obj)
+            if role:
+                self.note_source(role, body.get("tp_rank") or 0)
+        self.engine_config = body["config"]
+        self.emit("run.start", body)
+
     def emit(self, kind: str, body: dict) -> bool:
         try:
             return bool(self.emitter.emit(kind, body))
@@ -216,10 +240,34 @@ class Binding:
     def busy(self) -> bool:
         return getattr(self.tls, "busy", False)
 
+    def skips(self, args, kwargs) -> bool:
+        """Whether a hooked call is passed through untouched: it belongs to a
+        speculative draft ModelRunner (model_runner.is_draft_worker;
+        reference D3), whose forwards, graph runner and capturer are the
+        draft's, while the instruments keep the target runner's state only.
+        For any other call, the process's engine settings are reported first
+        (once, note_engine)."""
+        obj = args[0] if args else kwargs.get("self")
+        mr = getattr(obj, "model_runner", obj)
+        if getattr(mr, "is_draft_worker", False) is True:
+            return True
+        if not self._engine_noted:
+            try:
+                self.note_engine(obj)
+            except Exception as e:  # noqa: BLE001 - never into the engine
+                # Not lost evidence (the settings stay unknown, as without
+                # a report): one warning, no instrument error.
+                self._engine_noted = True
+                log.warning("kvcanary: reading the engine's settings raised %s: %s; they stay unknown",
+                            type(e).__name__, e)
+        return False
+
     # -- hook callables per target ------------------------------------------
-    def hook_for(self, target: "T.Target"):
-        """The hook callable for `target` (HookRegistry's convention)."""
-        name = target.name
+    def hook_for(self, target: "T.Target", name: str | None = None):
+        """The hook callable for `target` (HookRegistry's convention), for
+        the dotted name that resolved (`name`: the target's own or one of
+        its aliases, whose hook may read different arguments)."""
+        name = name or target.name
         short = name.rsplit(".", 2)[-2:]
         key = ".".join(short)
         if key == "SchedulerDisaggregationPrefillMixin.send_kv_chunk":
@@ -227,6 +275,10 @@ class Binding:
         if key == "DecodeTransferQueue.pop_transferred":
             return self._after(name, [(("checksum.transferred",), self.checksum.on_pop_transferred),
                                       (("canary.transfer",), self.canary.on_pop_transferred)])
+        if key == "SchedulerDisaggregationDecodeMixin._verify_kv_checksums":
+            return self._before(name, [(("checksum.admitted",), self.checksum.on_verify)])
+        if key == "SchedulerDisaggregationDecodeMixin._get_new_prebuilt_batch":
+            return self._after(name, [(("checksum.admitted",), self.checksum.on_prebuilt_result)])
         if key == "SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch":
             return self._before(name, [(("checksum.admitted",), self.checksum.on_prebuilt)])
         if key == "IndexKeyCache.move":
@@ -243,7 +295,7 @@ class Binding:
         sites = [(self.site(target, feats), fn) for feats, fn in handlers]
 
         def kvcanary_before(*args, **kwargs):
-            if self.busy():
+            if self.busy() or self.skips(args, kwargs):
                 return None
             for site, fn in sites:
                 if site.on():
@@ -257,7 +309,7 @@ class Binding:
         sites = [(self.site(target, feats), fn) for feats, fn in handlers]
 
         def kvcanary_after(result, *args, **kwargs):
-            if self.busy():
+            if self.busy() or self.skips(args, kwargs):
                 return None
             for site, fn in sites:
                 if site.on():
@@ -276,7 +328,7 @@ class Binding:
         s_graph = self.site(target, ("graphdiff.rerun",))
 
         def kvcanary_around(original, *args, **kwargs):
-            if self.busy():
+            if self.busy() or self.skips(args, kwargs):
                 return original(*args, **kwargs)
             runner, fb = self_and_batch(args, kwargs)
             gst = s_graph.call(self.graphdiff.pre, runner, fb) if s_graph.on() else None
@@ -307,7 +359,7 @@ class Binding:
         s_replay = self.site(target, ("replay.step",))
 
         def kvcanary_around(original, *args, **kwargs):
-            if self.busy():
+            if self.busy() or self.skips(args, kwargs):
                 return original(*args, **kwargs)
             mr, fb = self_and_batch(args, kwargs)
             if not is_decode(fb):
@@ -344,7 +396,13 @@ class Binding:
                 continue
             if not any(self.feature_on(f) for f in t.features):
                 continue
-            yield t, res, self.hook_for(t)
+            yield t, res, self.hook_for(t, res.name)
+
+
+def _role_of(obj) -> str:
+    from . import access  # torch: imported once a hook runs, never by sitecustomize
+
+    return access.role_of(obj)
 
 
 def self_and_batch(args, kwargs):

@@ -58,6 +58,6 @@ def _load() -> None:
             b.note_resolved(T.resolve(t), version)
     n = 0
     for t, res, fn in b.apply_features():
-        HookRegistry.register(res.name, fn, HookType[t.hook])
+        HookRegistry.register(res.name, fn, HookType[res.hook or t.hook])
         n += 1
     log.info("kvcanary: registered %d hook(s) with SGLang %s's HookRegistry", n, version)

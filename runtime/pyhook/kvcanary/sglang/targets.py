@@ -33,13 +33,32 @@ BEFORE, AFTER, AROUND = "BEFORE", "AFTER", "AROUND"
 
 
 @dataclass(frozen=True)
+class Alias:
+    """Another dotted name of a target's feature whose hook differs: its own
+    hook type and leading parameters (an older version's function that runs
+    at another point, e.g. get_new_prebuilt_batch BEFORE where newer versions
+    have _verify_kv_checksums)."""
+
+    name: str
+    hook: str
+    params: tuple
+    strict: bool = True
+
+
+def alias_name(a) -> str:
+    return a.name if isinstance(a, Alias) else a
+
+
+@dataclass(frozen=True)
 class Target:
     name: str  # dotted path: module.Class.method
     hook: str  # BEFORE | AFTER | AROUND
     features: tuple  # features this target carries, e.g. ("checksum.sent",)
     reads: str  # what the hook reads (documentation; printed by check)
     params: tuple  # expected leading parameter names, self included
-    aliases: tuple = ()  # older/newer dotted names of the same function, tried in order
+    # older/newer dotted names of the same function (str), or Alias entries
+    # with a hook of their own, tried in order
+    aliases: tuple = ()
     hooked: bool = True  # False: read for documentation only, never patched
     needs: tuple = ()  # other dotted names the hook uses (resolved with the target)
     # strict: parameters after `params` must have defaults. Off where SGLang's
@@ -64,12 +83,25 @@ TARGETS: tuple = (
         "returned List[Req]; self.scheduler (pools, ps), self.queue (requests still in flight: "
         "the canary's transfer pages)",
         ("self", "rids_to_check")),
+    # "admitted": the exact admitted set, after any host restore and after
+    # the priority reorder (reference D1/D2). Versions without the verify
+    # wrapper: _get_new_prebuilt_batch's result; 2026-08 versions have only
+    # get_new_prebuilt_batch, whose BEFORE hook guesses the admitted prefix of
+    # the waiting queue as it was on entry.
     Target(
-        "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch",
+        "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin._verify_kv_checksums",
         BEFORE, ("checksum.admitted",),
-        "self.waiting_queue (the requests about to be admitted), running_batch.batch_size(), "
-        "self.max_running_requests, pools as for send_kv_chunk",
-        ("self", "running_batch")),
+        "batch.reqs (admitted, after the host restore and the priority reorder); pools as for "
+        "send_kv_chunk. Aliases: _get_new_prebuilt_batch AFTER (result.reqs); get_new_prebuilt_batch "
+        "BEFORE (self.waiting_queue's admitted prefix on entry, running_batch.batch_size(), "
+        "self.max_running_requests)",
+        ("self", "batch"),
+        aliases=(
+            Alias("sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin._get_new_prebuilt_batch",
+                  AFTER, ("self", "running_batch")),
+            Alias("sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch",
+                  BEFORE, ("self", "running_batch")),
+        )),
     Target(
         "sglang.srt.model_executor.runner.decode_cuda_graph_runner.DecodeCudaGraphRunner.execute",
         AROUND, ("graphdiff.rerun",),
@@ -115,10 +147,19 @@ POOL_CLASSES = (
 
 
 def by_name(name: str) -> Target:
+    """The target whose name, or one of whose aliases, is `name`."""
     for t in TARGETS:
-        if t.name == name:
+        if t.name == name or any(alias_name(a) == name for a in t.aliases):
             return t
     raise KeyError("no target %r in kvcanary.sglang.targets" % name)
+
+
+def hook_of(t: Target, name: str) -> str:
+    """The hook type for dotted name `name` of target t (an Alias may have its own)."""
+    for a in t.aliases:
+        if isinstance(a, Alias) and a.name == name:
+            return a.hook
+    return t.hook
 
 
 def sglang_version() -> str:
@@ -144,6 +185,7 @@ class Resolved:
     ok: bool
     error: str = ""
     name: str = ""  # the dotted name that resolved (an alias, possibly)
+    hook: str = ""  # the hook type for that name (an Alias may have its own)
     owner: object = None  # the class (or module) holding the attribute
     attr: str = ""  # the attribute name on owner
     func: object = field(default=None, repr=False)  # the plain function found there
@@ -217,7 +259,11 @@ def resolve(target: Target, modules: dict | None = None) -> Resolved:
     Never raises: failures are in Resolved.error.
     """
     errors = []
-    for dotted in (target.name,) + target.aliases:
+    for entry in (target.name,) + target.aliases:
+        dotted = alias_name(entry)
+        hook = entry.hook if isinstance(entry, Alias) else target.hook
+        params = entry.params if isinstance(entry, Alias) else target.params
+        strict = entry.strict if isinstance(entry, Alias) else target.strict
         try:
             obj, rest = split_module(dotted, modules)
             owner = obj
@@ -232,7 +278,7 @@ def resolve(target: Target, modules: dict | None = None) -> Resolved:
             func = _raw_attr(owner, rest[-1]) if rest else obj
             if not callable(func):
                 raise TypeError("%s is not callable" % dotted)
-            bad = check_params(func, target.params, strict=target.hooked and target.strict)
+            bad = check_params(func, params, strict=target.hooked and strict)
             if bad:
                 raise TypeError(bad)
             for need in target.needs:
@@ -241,7 +287,7 @@ def resolve(target: Target, modules: dict | None = None) -> Resolved:
                     if not hasattr(m, a):
                         raise AttributeError("needs %s: no attribute %r" % (need, a))
                     m = getattr(m, a)
-            return Resolved(target, True, name=dotted, owner=owner, attr=rest[-1], func=func)
+            return Resolved(target, True, name=dotted, hook=hook, owner=owner, attr=rest[-1], func=func)
         except Exception as e:  # noqa: BLE001 - any failure means "missing"
             errors.append("%s: %s" % (dotted, e) if dotted != target.name else str(e))
     return Resolved(target, False, error="; ".join(errors))

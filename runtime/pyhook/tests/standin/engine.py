@@ -65,6 +65,17 @@ def parse_args(argv):
     p.add_argument("--cuda-graph-max-bs", type=int, default=4)
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--enable-return-indexer-topk", action="store_true")
+    p.add_argument("--host-receive", type=int, default=0, metavar="N",
+                   help="decode host receive: prompts of at least N tokens land in host memory first "
+                        "(disaggregation_decode_host_receive_threshold; needs --req-kv-variant new)")
+    p.add_argument("--priority", action="store_true",
+                   help="priority scheduling: later requests have higher priority (admitted out of arrival order)")
+    p.add_argument("--max-running", type=int, default=0, metavar="N",
+                   help="decode admission cap (the scheduler's max_running_requests); 0: no cap beyond the pool")
+    p.add_argument("--draft", action="store_true",
+                   help="speculative decoding's draft ModelRunner in each decode process (speculative_algorithm EAGLE)")
+    p.add_argument("--unhooked-rank", type=int, default=-1, metavar="R",
+                   help="decode rank R starts without KVCANARY_ADDR: it never loads kvcanary's hooks")
     p.add_argument("--chunk-size", type=int, default=512, help="chunked prefill size in tokens (default 512)")
     p.add_argument("--transfer-gap-ms", type=float, default=2.0, help="pause between the late request's chunks")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds before the launcher gives up on its processes")
@@ -85,6 +96,10 @@ def parse_args(argv):
         p.error("--tp %d: want >= 1" % a.tp)
     if a.decode_steps < 1:
         p.error("--decode-steps %d: want >= 1" % a.decode_steps)
+    if a.host_receive > 0 and a.req_kv_variant != "new":
+        p.error("--host-receive needs --req-kv-variant new (req.kv.retraction_backup)")
+    if a.unhooked_rank >= a.tp:
+        p.error("--unhooked-rank %d: want a decode rank below --tp %d" % (a.unhooked_rank, a.tp))
     if a.model == "v4" and (a.spec or a.fault in ("spec-move", "replay-alias")):
         p.error("--model v4: no --spec, spec-move or replay-alias (V4 has no IndexKeyCache.move; its graph "
                 "fault is the multi-stream overlap, SGLANG_OPT_USE_MULTI_STREAM_OVERLAP)")
@@ -111,6 +126,7 @@ def build_workload(a):
             "max_new_tokens": 1 + a.decode_steps + i,
             "late": a.requests >= 3 and i == a.requests - 1,
             "spec": i == 0,
+            "priority": (a.requests - i) if a.priority else None,
         })
     return specs
 
@@ -165,6 +181,9 @@ def main(argv=None) -> int:
                       enable_return_indexer_topk=a.enable_return_indexer_topk, chunked_prefill_size=a.chunk_size,
                       max_running_requests=max(16, a.requests), context_length=max(len(s["prompt"]) + s["max_new_tokens"] + 2 for s in specs),
                       standin_fault=a.fault, standin_spec=a.spec, standin_req_kv_variant=a.req_kv_variant,
+                      disaggregation_decode_host_receive_threshold=a.host_receive,
+                      enable_priority_scheduling=a.priority, speculative_algorithm="EAGLE" if a.draft else None,
+                      standin_max_running=a.max_running,
                       standin_seed=a.seed, standin_log_level=a.log_level, standin_transfer_gap_ms=a.transfer_gap_ms, standin_corrupt=corrupt,
                       page_size=page, standin_model=a.model, standin_index_k_dtype=a.index_k_dtype,
                       standin_hisparse=a.hisparse,
@@ -181,8 +200,16 @@ def main(argv=None) -> int:
     procs = [ctx.Process(target=run_scheduler_process, args=(prefill_args, port, 0, 0, 0, 0, None, None), name="prefill-tp0")]
     for r in range(a.tp):
         procs.append(ctx.Process(target=run_scheduler_process, args=(decode_args, port, r, r, 0, 0, None, None), name="decode-tp%d" % r))
-    for p in procs:
-        p.start()
+    for i, p in enumerate(procs):
+        # A rank started without KVCANARY_ADDR never loads the hooks (both
+        # routes do nothing without it): a TP rank kvcanary cannot see.
+        silent = i >= 1 and i - 1 == a.unhooked_rank  # procs[0] is the prefill process
+        saved = os.environ.pop("KVCANARY_ADDR", None) if silent else None
+        try:
+            p.start()
+        finally:
+            if saved is not None:
+                os.environ["KVCANARY_ADDR"] = saved
 
     results, failed = [], []
     deadline = time.monotonic() + a.timeout
@@ -258,6 +285,7 @@ def compile_truth(a, specs, expected, results, corrupt, decode_pages, prefill_pa
                    "moves": d["moves"], "page_tables": d["page_tables"]} for d in decodes],
         "prefill_page_tables": prefill["page_tables"],
         "prefill_pid": prefill["pid"],
+        "admitted_order": {str(d["rank"]): d.get("admitted_order", []) for d in decodes},
         "wall_s": round(wall, 3),
     }
 

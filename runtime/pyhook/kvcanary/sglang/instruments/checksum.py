@@ -4,8 +4,12 @@ Three stages, one record each per room and rank:
 - "sent" (prefill): AFTER send_kv_chunk(req, last_chunk=True);
 - "transferred" (decode): AFTER DecodeTransferQueue.pop_transferred, for the
   requests it returns (the bytes as they landed);
-- "admitted" (decode): BEFORE get_new_prebuilt_batch, for the requests it is
-  about to admit (after any host restore, before the first decode step).
+- "admitted" (decode): BEFORE _verify_kv_checksums(batch), for batch.reqs:
+  exactly the requests admitted, after any host restore and after the
+  priority reorder (reference D1/D2); where that does not exist, AFTER
+  _get_new_prebuilt_batch (its result's reqs), and in 2026-08 versions BEFORE
+  get_new_prebuilt_batch, for the prefix of the waiting queue it is about to
+  admit (a guess: priority scheduling reorders the queue inside the call).
 
 The digest covers len(req.origin_input_ids) tokens in position order (on
 DeepSeek-V4: their n // 4 C4 entries, SPEC §10; seq_len then counts entries),
@@ -35,12 +39,26 @@ def not_held(req) -> bool:
     return kv is not None and getattr(kv, "holds_kv", True) is False
 
 
+def host_staged(req) -> bool:
+    """req.kv.retraction_backup is not None: decode host receive landed the
+    transfer in host memory. pop_transferred already allocated the device row
+    (holds_kv is True) but the bytes reach the device only inside
+    get_new_prebuilt_batch (reference D1): until then the device pages hold
+    stale bytes."""
+    kv = getattr(req, "kv", None)
+    return kv is not None and getattr(kv, "retraction_backup", None) is not None
+
+
 class Checksum:
     def __init__(self, b):
         self.b = b
         self._seen: OrderedDict = OrderedDict()
         self._warned = set()
         self.skipped_not_held = 0  # digests skipped: index-K still on the host
+        # "transferred" digests not taken for host-staged requests: their
+        # room is digested when admitted (after the restore), so nothing of
+        # the room goes unchecked and run.end does not report these.
+        self.staged = 0
 
     # -- hooks ------------------------------------------------------------
     def on_send_kv_chunk(self, result, sched, *args, **kwargs):
@@ -59,6 +77,9 @@ class Checksum:
         rank = A.rank_of(queue)
         self.b.note_source(A.role_of(queue) or "decode", rank)
         for req in result:
+            if host_staged(req):
+                self.staged += 1
+                continue
             if not_held(req):
                 # Received into host memory (newer SGLang): restored to the
                 # device only inside get_new_prebuilt_batch. Digesting the
@@ -66,6 +87,15 @@ class Checksum:
                 self.skipped_not_held += 1
                 continue
             self.digest(sched, req, "decode", "transferred", rank)
+
+    def on_verify(self, sched, *args, **kwargs):
+        """BEFORE _verify_kv_checksums(self, batch): batch.reqs were admitted."""
+        batch = args[0] if args else kwargs.get("batch")
+        self.admitted(sched, list(getattr(batch, "reqs", None) or ()))
+
+    def on_prebuilt_result(self, result, sched, *args, **kwargs):
+        """AFTER _get_new_prebuilt_batch: result.reqs were admitted (None: none)."""
+        self.admitted(sched, list(getattr(result, "reqs", None) or ()))
 
     def on_prebuilt(self, sched, *args, **kwargs):
         running = args[0] if args else kwargs.get("running_batch")
@@ -82,10 +112,18 @@ class Checksum:
             n = max(0, min(n, cap - int(in_batch)))
         except Exception:  # noqa: BLE001 - without the bound, digest all waiting (once each)
             pass
+        self.admitted(sched, waiting[:n], before_restore=True)
+
+    def admitted(self, sched, reqs, before_restore: bool = False) -> None:
+        """Digest "admitted" for reqs. before_restore: called before any host
+        restore (2026-08's get_new_prebuilt_batch BEFORE), so host-staged
+        requests are not on the device yet."""
+        if not reqs:
+            return
         rank = A.rank_of(sched)
         self.b.note_source(A.role_of(sched) or "decode", rank)
-        for req in waiting[:n]:
-            if not_held(req):
+        for req in reqs:
+            if not_held(req) or (before_restore and host_staged(req)):
                 # Newer SGLang restores host-received requests inside
                 # get_new_prebuilt_batch: before it their device index-K is not
                 # there yet, and a digest would be a false mismatch.

@@ -176,7 +176,10 @@ class GraphDiff:
         from sglang.srt.state_capturer import indexer_topk as it  # type: ignore
 
         prev = it.get_global_indexer_capturer()
-        if isinstance(prev, TopkCapturer):
+        if isinstance(prev, TopkCapturer) or self.capturer is not None:
+            # Installed once, for the target runner: its captured graphs copy
+            # into this capturer's buffers, whatever SGLang installs later
+            # (a draft runner's init_indexer_capturer, reference D3).
             return
         if prev is None:
             self._warn("none", "SGLang runs without an indexer capturer; kvcanary installs one for "

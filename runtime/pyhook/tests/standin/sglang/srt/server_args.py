@@ -26,6 +26,9 @@ class ServerArgs:
     max_running_requests: int = 16
     chunked_prefill_size: int = 512
     context_length: int = 4096
+    disaggregation_decode_host_receive_threshold: int = 0  # > 0: prompts this long are received into host memory
+    enable_priority_scheduling: bool = False
+    speculative_algorithm: Optional[str] = None  # "EAGLE": a draft ModelRunner in each decode scheduler
     # stand-in engine knobs
     standin_pool_pages: int = 256
     standin_fault: str = "none"
@@ -35,6 +38,7 @@ class ServerArgs:
     standin_log_level: str = "info"
     standin_transfer_gap_ms: float = 2.0
     standin_corrupt: Optional[dict] = None  # {"room", "layer", "entry", "rank"} for transfer-corrupt
+    standin_max_running: int = 0  # > 0: the decode scheduler's max_running_requests (admission cap); pools keep max_running_requests
     standin_model: str = "dsa"  # "dsa" | "v4" (DeepSeekV4TokenToKVPool, page_size 256)
     standin_index_k_dtype: str = "fp8"  # V4: "fp8" | "fp4" | "bf16"
     standin_hisparse: bool = False  # V4: the C4 attention pool is a HiSparseC4DevicePool

@@ -10,9 +10,22 @@
   appended from the metadata); the rest stay in ``self.queue``
   (``DecodeRequest``: ``.req``, ``.kv_receiver``, ``.metadata_buffer_index``).
 - ``SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch(self,
-  running_batch)``: admits the first ``min(req_to_token_pool.size,
-  max_running_requests) - running_batch.batch_size()`` requests of
-  ``self.waiting_queue``; returns a ``ScheduleBatch`` or None.
+  running_batch)`` (47aa81b7's shape): ``_get_new_prebuilt_batch`` reorders
+  ``self.waiting_queue`` by priority (``self.policy.calc_priority``, with
+  ``enable_priority_scheduling``), admits the first ``min(req_to_token_pool.size,
+  max_running_requests) - running_batch.batch_size()`` requests and restores
+  host-staged ones to the device (``restore_kv_cache``); then
+  ``_verify_kv_checksums(batch)`` gets the admitted batch. Returns a
+  ``ScheduleBatch`` or None.
+
+Decode host receive (``disaggregation_decode_host_receive_threshold > 0``;
+requests whose prompt has at least that many tokens): ``_pre_alloc_host``
+receives the transfer into a host pool (``req.kv.retraction_backup`` set,
+``DecodeRequest.host_staged``) and allocates no device row; on
+``KVPoll.Success`` ``pop_transferred`` calls ``allocate_host_staged`` ->
+``_pre_alloc(req)``, which allocates the device row (``holds_kv`` True) whose
+pages still hold stale bytes, and returns the request; the bytes reach the
+device only in ``_get_new_prebuilt_batch``. Needs ``--req-kv-variant new``.
 """
 
 from __future__ import annotations
@@ -43,6 +56,61 @@ class DecodeRequest:
     kv_receiver: StandinKVReceiver
     waiting_for_input: bool = False
     metadata_buffer_index: int = -1
+    host_staged: bool = False
+
+
+@dataclasses.dataclass
+class RetractionBackup:
+    """Where a host-staged request's KV waits in host memory."""
+
+    host_pages: List[int]
+
+
+class HostStagingPool:
+    """Host memory a host-received transfer lands in: buffers shaped like
+    what the device pool's transfer moves (its standin_index_rows page rows,
+    its standin_kv_buffers slots), with page ids of its own (page 0 unused)."""
+
+    def __init__(self, device_pool, num_pages: int, page_size: int):
+        self.page_size = page_size
+        self._rows = [(layer, torch.zeros((num_pages if b.shape[0] else 0,) + tuple(b.shape[1:]), dtype=b.dtype))
+                      for layer, b in device_pool.standin_index_rows()]
+        self.standin_kv_buffers = [torch.zeros((num_pages * page_size,) + tuple(b.shape[1:]), dtype=b.dtype)
+                                   for b in device_pool.standin_kv_buffers]
+        self.free_pages = list(range(1, num_pages))
+
+    def standin_index_rows(self):
+        return self._rows
+
+    def alloc_pages(self, n: int) -> List[int]:
+        if n > len(self.free_pages):
+            raise RuntimeError("host staging pool full (%d pages wanted)" % n)
+        out, self.free_pages = self.free_pages[:n], self.free_pages[n:]
+        return out
+
+    def free(self, pages: List[int]) -> None:
+        self.free_pages.extend(pages)
+
+
+def restore_kv_cache(host: HostStagingPool, device_pool, host_pages: List[int], device_pages: List[int], page_size: int) -> None:
+    """Copy a host-staged request's pages to its device pages."""
+    h = torch.tensor(host_pages, dtype=torch.int64)
+    d = torch.tensor(device_pages, dtype=torch.int64)
+    for (_, hb), (_, db) in zip(host.standin_index_rows(), device_pool.standin_index_rows()):
+        if db.shape[0]:
+            db[d] = hb[h]
+    hs = (h[:, None] * page_size + torch.arange(page_size)[None, :]).view(-1)
+    ds = (d[:, None] * page_size + torch.arange(page_size)[None, :]).view(-1)
+    for hb, db in zip(host.standin_kv_buffers, device_pool.standin_kv_buffers):
+        db[ds] = hb[hs]
+
+
+class PriorityPolicy:
+    """SchedulePolicy's priority ordering: lower req.priority first, stable."""
+
+    def calc_priority(self, waiting_queue, running_batch=None) -> bool:
+        waiting_queue.sort(key=lambda r: getattr(r, "priority", 0) or 0)
+        return True
 
 
 def poll_and_all_reduce(pollers, gloo_group) -> List[int]:
@@ -61,27 +129,63 @@ class DecodePreallocQueue:
     def add(self, req: Req) -> None:
         self.queue.append(DecodeRequest(req=req, kv_receiver=StandinKVReceiver(self.kv_manager, "standin://decode", req.bootstrap_room)))
 
+    def host_receive(self, req: Req) -> bool:
+        t = getattr(self.scheduler.server_args, "disaggregation_decode_host_receive_threshold", 0) or 0
+        return t > 0 and len(req.origin_input_ids) >= t
+
     def pop_preallocated(self) -> List[DecodeRequest]:
         out = []
-        page_size = self.token_to_kv_pool_allocator.page_size
         for d in self.queue:
-            req = d.req
-            L = len(req.origin_input_ids)
-            n = L + req.sampling_params.max_new_tokens + DRAFT_OFFSET
-            (rpi,) = self.req_to_token_pool.alloc(1)
-            slots = self.token_to_kv_pool_allocator.alloc(n)
-            if slots is None:
-                raise RuntimeError("decode pool full pre-allocating request %s (%d tokens)" % (req.rid, n))
-            self.req_to_token_pool.req_to_token[rpi, :n] = slots.to(torch.int32)
-            set_req_pool_index(req, rpi, committed=0)
-            req.standin_alloc_len = n
-            d.metadata_buffer_index = self.req_to_metadata_buffer_idx_allocator.alloc()
-            req.metadata_buffer_index = d.metadata_buffer_index
-            d.kv_receiver.init(kv_to_page_indices(slots[:L].tolist(), page_size), d.metadata_buffer_index)
-            self.scheduler.standin_record["page_tables"][req.rid] = kv_to_page_indices(slots.tolist(), page_size)
+            if self.host_receive(d.req):
+                self._pre_alloc_host(d)
+            else:
+                self._pre_alloc(d.req)
+                d.metadata_buffer_index = d.req.metadata_buffer_index
+                d.kv_receiver.init(self._prompt_pages(d.req), d.metadata_buffer_index)
             out.append(d)
         self.queue = []
         return out
+
+    def _prompt_pages(self, req: Req) -> List[int]:
+        L = len(req.origin_input_ids)
+        slots = self.req_to_token_pool.req_to_token[req_pool_index(req), :L].long()
+        return kv_to_page_indices(slots.tolist(), self.token_to_kv_pool_allocator.page_size)
+
+    def _pre_alloc_host(self, d: DecodeRequest) -> None:
+        """Receive into host memory: no device row yet."""
+        req = d.req
+        if not hasattr(req, "kv"):
+            raise RuntimeError("decode host receive needs --req-kv-variant new (req.kv.retraction_backup)")
+        ps = self.token_to_kv_pool_allocator.page_size
+        host = self.scheduler.standin_host_pool
+        pages = host.alloc_pages((len(req.origin_input_ids) + ps - 1) // ps)
+        req.kv.retraction_backup = RetractionBackup(host_pages=pages)
+        d.host_staged = True
+        d.metadata_buffer_index = self.req_to_metadata_buffer_idx_allocator.alloc()
+        req.metadata_buffer_index = d.metadata_buffer_index
+        d.kv_receiver.dest_pool = host
+        d.kv_receiver.init(pages, d.metadata_buffer_index)
+
+    def allocate_host_staged(self, d: DecodeRequest) -> None:
+        """The transfer reached host memory: allocate the device row now
+        (holds_kv True); its pages keep whatever they held until the restore."""
+        self._pre_alloc(d.req, metadata=False)
+
+    def _pre_alloc(self, req: Req, metadata: bool = True) -> None:
+        """The request's device row: its prompt, output tokens and 2 draft slots."""
+        page_size = self.token_to_kv_pool_allocator.page_size
+        L = len(req.origin_input_ids)
+        n = L + req.sampling_params.max_new_tokens + DRAFT_OFFSET
+        (rpi,) = self.req_to_token_pool.alloc(1)
+        slots = self.token_to_kv_pool_allocator.alloc(n)
+        if slots is None:
+            raise RuntimeError("decode pool full pre-allocating request %s (%d tokens)" % (req.rid, n))
+        self.req_to_token_pool.req_to_token[rpi, :n] = slots.to(torch.int32)
+        set_req_pool_index(req, rpi, committed=0)
+        req.standin_alloc_len = n
+        if metadata:
+            req.metadata_buffer_index = self.req_to_metadata_buffer_idx_allocator.alloc()
+        self.scheduler.standin_record["page_tables"][req.rid] = kv_to_page_indices(slots.tolist(), page_size)
 
 
 class DecodeTransferQueue:
@@ -119,6 +223,10 @@ class DecodeTransferQueue:
                 else:
                     d.req.kv_committed_len = L
                 self.req_to_metadata_buffer_idx_allocator.free(d.metadata_buffer_index)
+                if d.host_staged:
+                    self.scheduler.disagg_decode_prealloc_queue.allocate_host_staged(d)
+                    if hasattr(d.req, "kv"):
+                        d.req.kv.kv_committed_len = L
                 transferred.append(d.req)
             elif poll == KVPoll.Failed:
                 raise RuntimeError("Decode transfer failed for request rank=%d decode_req.req.rid=%s decode_req.req.bootstrap_room=%s"
@@ -131,13 +239,44 @@ class DecodeTransferQueue:
 
 class SchedulerDisaggregationDecodeMixin:
     def get_new_prebuilt_batch(self, running_batch: ScheduleBatch) -> Optional[ScheduleBatch]:
+        batch = self._get_new_prebuilt_batch(running_batch)
+        if batch is not None:
+            self._verify_kv_checksums(batch)
+        return batch
+
+    def _get_new_prebuilt_batch(self, running_batch: ScheduleBatch) -> Optional[ScheduleBatch]:
         if not self.waiting_queue:
             return None
+        if self.server_args.enable_priority_scheduling:
+            self.policy.calc_priority(self.waiting_queue, running_batch)
         room = min(self.req_to_token_pool.size, self.max_running_requests) - running_batch.batch_size()
         if room <= 0:
             return None
         can_run, self.waiting_queue = self.waiting_queue[:room], self.waiting_queue[room:]
+        for req in can_run:
+            kv = getattr(req, "kv", None)
+            backup = getattr(kv, "retraction_backup", None)
+            if backup is not None:
+                pool = self.token_to_kv_pool_allocator.get_kvcache()
+                dev = self._standin_prompt_pages(req)
+                restore_kv_cache(self.standin_host_pool, pool, backup.host_pages, dev, self.page_size)
+                self.standin_host_pool.free(backup.host_pages)
+                kv.retraction_backup = None
+                L = len(req.origin_input_ids)
+                slots = self.req_to_token_pool.req_to_token[req_pool_index(req), :L].long()
+                self.standin_record["transferred"][str(req.bootstrap_room)] = room_layer_digests(pool, slots)
+        self.standin_record.setdefault("admitted_order", []).append([r.rid for r in can_run])
         return ScheduleBatch.init_new(can_run, self.req_to_token_pool, self.token_to_kv_pool_allocator, self.tree_cache)
+
+    def _verify_kv_checksums(self, batch: ScheduleBatch) -> None:
+        """Verify after host restore and before process_prebuilt caches any
+        KV (SGLang's own PD checksum; the stand-in has none to verify)."""
+        return None
+
+    def _standin_prompt_pages(self, req: Req) -> List[int]:
+        L = len(req.origin_input_ids)
+        slots = self.req_to_token_pool.req_to_token[req_pool_index(req), :L].long()
+        return kv_to_page_indices(slots.tolist(), self.page_size)
 
     # the stand-in's decode event loop ----------------------------------------
     def event_loop_normal_disagg_decode(self) -> None:
@@ -147,6 +286,7 @@ class SchedulerDisaggregationDecodeMixin:
             req = Req(spec["rid"], origin_input_ids=spec["prompt"], sampling_params=SamplingParams(spec["max_new_tokens"]),
                       bootstrap_room=spec["room"])
             req.standin_spec = bool(spec.get("spec")) and self.server_args.standin_spec
+            req.priority = spec.get("priority")
             self.disagg_decode_prealloc_queue.add(req)
         self.disagg_decode_transfer_queue.extend(self.disagg_decode_prealloc_queue.pop_preallocated())
         n_first = sum(1 for s in specs if not s.get("late"))
@@ -154,9 +294,11 @@ class SchedulerDisaggregationDecodeMixin:
         pool = self.token_to_kv_pool_allocator.get_kvcache()
         while done < len(specs):
             for req in self.disagg_decode_transfer_queue.pop_transferred():
-                L = len(req.origin_input_ids)
-                slots = self.req_to_token_pool.req_to_token[req_pool_index(req), :L].long()
-                rec["transferred"][str(req.bootstrap_room)] = room_layer_digests(pool, slots)
+                if getattr(getattr(req, "kv", None), "retraction_backup", None) is None:
+                    # (a host-staged request's landed bytes are recorded at its restore)
+                    L = len(req.origin_input_ids)
+                    slots = self.req_to_token_pool.req_to_token[req_pool_index(req), :L].long()
+                    rec["transferred"][str(req.bootstrap_room)] = room_layer_digests(pool, slots)
                 self.waiting_queue.append(req)
                 popped += 1
             if not started and popped < n_first:
@@ -201,6 +343,8 @@ class SchedulerDisaggregationDecodeMixin:
                           rids=[r.rid for r in reqs], seq_lens_sum=int(seq.sum()), seq_lens_cpu=seq.clone())
         mr = self.tp_worker.model_runner
         t0 = time.perf_counter()
+        if self.draft_worker is not None:  # the draft proposes first, on its own runner and pool
+            self.draft_worker.draft_forward(ids, rpis, seq, locs, pos, [r.rid for r in reqs])
         out = mr.forward(fb)
         alloc = self.token_to_kv_pool_allocator
         logger.info("Decode batch, #running-req: %d, #token: %d, token usage: %.2f, pre-allocated usage: 0.00, "

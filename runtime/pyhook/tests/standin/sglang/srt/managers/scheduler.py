@@ -6,8 +6,12 @@ every Scheduler) and has, per the reference: ``req_to_token_pool``,
 object as ``tp_worker.model_runner.token_to_kv_pool``), ``page_size``,
 ``disaggregation_mode`` (``DisaggregationMode``), ``server_args``, ``ps``
 (``ps.tp_rank``), ``tp_worker.model_runner``, ``waiting_queue``,
-``running_batch``, ``max_running_requests``; on decode also
-``disagg_decode_prealloc_queue`` and ``disagg_decode_transfer_queue``.
+``running_batch``, ``max_running_requests``, ``policy`` (``calc_priority``);
+on decode also ``disagg_decode_prealloc_queue`` and
+``disagg_decode_transfer_queue``, and with ``speculative_algorithm`` a
+``draft_worker`` whose ``model_runner`` is a draft ModelRunner
+(``is_draft_worker`` True) sharing the target's ``req_to_token_pool`` and
+owning its own KV pool.
 
 ``run_scheduler_process(server_args, port_args, gpu_id, tp_rank, moe_ep_rank,
 pp_rank, dp_rank, pipe_writer)`` is the target of each spawned scheduler
@@ -23,6 +27,8 @@ import traceback
 from sglang.srt.disaggregation.decode import (
     DecodePreallocQueue,
     DecodeTransferQueue,
+    HostStagingPool,
+    PriorityPolicy,
     SchedulerDisaggregationDecodeMixin,
 )
 from sglang.srt.disaggregation.prefill import SchedulerDisaggregationPrefillMixin
@@ -49,7 +55,13 @@ class Scheduler(SchedulerDisaggregationPrefillMixin, SchedulerDisaggregationDeco
         self.req_to_token_pool, self.token_to_kv_pool_allocator = self.tp_worker.get_memory_pool()
         self.page_size = server_args.page_size
         self.disaggregation_mode = DisaggregationMode(server_args.disaggregation_mode)
-        self.max_running_requests = server_args.max_running_requests
+        self.max_running_requests = server_args.standin_max_running or server_args.max_running_requests
+        self.policy = PriorityPolicy()
+        self.draft_worker = None
+        if server_args.speculative_algorithm and server_args.disaggregation_mode == "decode":
+            from sglang.srt.speculative.eagle_worker import EAGLEWorker
+
+            self.draft_worker = EAGLEWorker(server_args, gpu_id, tp_rank, self.tp_worker)
         self.tree_cache = None
         self.waiting_queue = []
         self.running_batch = ScheduleBatch([], self.req_to_token_pool, self.token_to_kv_pool_allocator)
@@ -67,6 +79,8 @@ class Scheduler(SchedulerDisaggregationPrefillMixin, SchedulerDisaggregationDeco
             self.disagg_kv_manager = StandinKVManager(pool, self.page_size, self.ps.tp_rank, outboxes=pa.transfer_queues)
         elif self.disaggregation_mode == DisaggregationMode.DECODE:
             rank = self.ps.tp_rank
+            if sa.disaggregation_decode_host_receive_threshold > 0:
+                self.standin_host_pool = HostStagingPool(pool, sa.standin_pool_pages, self.page_size)
             corrupt = sa.standin_corrupt if sa.standin_fault == "transfer-corrupt" else None
             self.disagg_kv_manager = StandinKVManager(pool, self.page_size, rank, inbox=pa.transfer_queues[rank], corrupt=corrupt)
             group = StandinGroup(rank, sa.tp_size, pa.tp_barrier, pa.tp_poll_array)

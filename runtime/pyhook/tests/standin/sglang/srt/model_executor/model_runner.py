@@ -40,8 +40,10 @@ class ModelRunnerOutput:
 class ModelRunner:
     def __init__(self, server_args, gpu_id: int = 0, tp_rank: int = 0, tp_size: int = 1,
                  req_to_token_pool: Optional[ReqToTokenPool] = None,
-                 token_to_kv_pool_allocator: Optional[PagedTokenToKVPoolAllocator] = None):
+                 token_to_kv_pool_allocator: Optional[PagedTokenToKVPoolAllocator] = None,
+                 is_draft_worker: bool = False):
         self.server_args = server_args
+        self.is_draft_worker = is_draft_worker
         self.gpu_id = gpu_id
         self.device = server_args.device
         self.page_size = server_args.page_size

@@ -81,14 +81,15 @@ class StandinKVManager:
                                % (msg["room"], n, msg["start"], len(rcv.kv_indices)))
         idx = torch.tensor(dst, dtype=torch.int64)
         slots = (idx[:, None] * ps + torch.arange(ps)[None, :]).view(-1)
-        for (layer, buf), rows in zip(self.pool.standin_index_rows(), msg["index"]):
+        pool = rcv.dest_pool if rcv.dest_pool is not None else self.pool  # host receive: a host pool
+        for (layer, buf), rows in zip(pool.standin_index_rows(), msg["index"]):
             if rows is None or buf.shape[0] == 0:
                 continue
             buf[idx] = _from_bytes(rows, torch.uint8, (n, buf.shape[1]))
-        for buf, rows in zip(self.pool.standin_kv_buffers, msg["kv"]):
+        for buf, rows in zip(pool.standin_kv_buffers, msg["kv"]):
             buf[slots] = _from_bytes(rows, buf.dtype, (n * ps, buf.shape[1]))
         c = self.corrupt
-        if c and c["room"] == msg["room"] and c["rank"] == self.rank and msg["start"] <= c["entry"] < msg["start"] + n:
+        if c and rcv.dest_pool is None and c["room"] == msg["room"] and c["rank"] == self.rank and msg["start"] <= c["entry"] < msg["start"] + n:
             page = dst[c["entry"] - msg["start"]]
             buf = dict(self.pool.standin_index_rows())[c["layer"]]
             buf[page, :CORRUPT_BYTES] ^= 0xFF
@@ -134,6 +135,7 @@ class StandinKVReceiver(BaseKVReceiver):
         self.received = 0
         self.output_id = None
         self.status = KVPoll.Bootstrapping
+        self.dest_pool = None  # None: the decode device pool; else the host pool of a host receive
         mgr.receivers[bootstrap_room] = self
 
     def init(self, kv_indices, aux_index=None, state_indices=None):
