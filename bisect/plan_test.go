@@ -21,6 +21,12 @@ func TestParsePlanErrorsNameTheKey(t *testing.T) {
 		{"alpha", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[stats]\nalpha = 2.0", "stats: alpha 2"},
 		{"budget", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[stats]\nbudget = 4\nbatch = 8", "stats: budget 4"},
 		{"duration", "[server]\nengine = \"manual\"\nurl = \"http://h:1\"\nstartup_timeout = \"soon\"\n[[arm]]\nname = \"a\"\nflags = [\"--x\"]", `server.startup_timeout "soon"`},
+		// Issue 27 D7/D17: every number is bounded where the user wrote it.
+		{"rounds on the twin", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[workload]\nrounds = 100000000", "workload.rounds 100000000: want 1 to 32"},
+		{"rounds over http", "[server]\nengine = \"manual\"\nurl = \"http://h:1\"\n[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[workload]\nrounds = 100000000", "workload.rounds 100000000: want 1 to 1000"},
+		{"concurrency", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[workload]\nconcurrency = 9000000000", "workload.concurrency 9000000000"},
+		{"batch overflowing 4×batch", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[stats]\nbatch = 4611686018427387903", "stats.batch 4611686018427387903"},
+		{"budget huge", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[stats]\nbudget = 9223372036854775807", "stats.budget 9223372036854775807"},
 		{"twin with http settings", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[workload]\ntool_time = \"1s\"", "HTTP settings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -188,12 +188,15 @@ flag to turn it off. The run is deterministic for a given seed.`,
 			if opts.Sessions > maxSimSessions {
 				return cmdutil.UsageError("--sessions %d: at most %d (the twin holds every session's conversation in memory)", opts.Sessions, maxSimSessions)
 			}
+			if opts.Rounds > sim.MaxRounds {
+				return cmdutil.UsageError("--rounds %d: at most %d (the twin's %d-token context is full by about the 17th round)", opts.Rounds, sim.MaxRounds, sim.ContextLen)
+			}
 			return runOr(opts, runF, simRunRun)
 		},
 	}
 	opts.Engine = addEngineFlags(cmd)
 	cmd.Flags().IntVar(&opts.Sessions, "sessions", 80, fmt.Sprintf("sessions to run, all in flight at once on the twin (1 to %d)", maxSimSessions))
-	cmd.Flags().IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
+	cmd.Flags().IntVar(&opts.Rounds, "rounds", 4, fmt.Sprintf("most rounds per session (1 to %d)", sim.MaxRounds))
 	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the workload, rooms and stream interleaving")
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record every event to this trace bundle")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "with --record: run `ID` of the bundle and every event (default sim-seed<seed>)")
