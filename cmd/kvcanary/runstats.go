@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/sessions"
 )
 
@@ -26,6 +28,9 @@ func runStatsFromBundle(path string) (*sessions.RunStats, error) {
 	r.Skipped = br.Skipped()
 	if f, ok := br.Footer(); ok {
 		r.HaveFooter, r.FooterEvents, r.Dropped = true, f.Events, f.Dropped
+	}
+	if err := r.CheckSessionIDs(); err != nil {
+		return r, cmdutil.InputError(err)
 	}
 	return r, nil
 }
