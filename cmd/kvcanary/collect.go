@@ -191,7 +191,10 @@ func collectRun(opts *CollectOptions) error {
 	case res.SourceErr != nil:
 		return cmdutil.InputError(res.SourceErr)
 	case res.RecordErr != nil:
-		return cmdutil.InputError(res.RecordErr)
+		// Exit 3 even after the Ctrl-C that ends every collect: the
+		// recording failed (a full disk, an fsync error), which a script
+		// must tell from a normal end (130).
+		return cmdutil.FailureError(res.RecordErr)
 	}
 	return outErr
 }
