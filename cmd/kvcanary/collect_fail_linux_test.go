@@ -53,7 +53,9 @@ func TestCollectExitsThreeWhenRecordingFailed(t *testing.T) {
 	defer cancel()
 	f := &cmdutil.Factory{IO: &cmdutil.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}, Now: time.Now, Ctx: ctx}
 	code := make(chan int, 1)
-	go func() { code <- run(f, []string{"collect", "--listen", "unix://" + sock, "--record", filepath.Join(dir, "full.kvtrace")}) }()
+	go func() {
+		code <- run(f, []string{"collect", "--listen", "unix://" + sock, "--record", filepath.Join(dir, "full.kvtrace")})
+	}()
 	testenv.WaitForState(t, "collect listening", func() bool { _, err := os.Stat(sock); return err == nil }, func() any { return errOut.String() })
 	em, err := hook.Dial("unix://"+sock, hook.DialOptions{FlushTimeout: time.Minute})
 	if err != nil {
