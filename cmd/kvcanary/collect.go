@@ -374,7 +374,7 @@ type listenLimits struct {
 func addListenLimitFlags(cmd *cobra.Command, l *listenLimits, with string) {
 	fl := cmd.Flags()
 	fl.IntVar(&l.BufferBudgetMiB, "buffer-budget-mib", hook.DefaultBufferBudget>>20, with+"MiB all connections' read buffers may hold together (partial frames and lines); 0: no bound")
-	fl.IntVar(&l.MaxConns, "max-conns", hook.DefaultMaxConns, with+"most open producer connections; more are closed on arrival and counted; 0: no cap")
+	fl.IntVar(&l.MaxConns, "max-conns", hook.DefaultMaxConns, with+"most open producer connections (with TLS: authenticated ones; handshakes have a budget of their own); more are closed on arrival and counted; 0: no cap")
 	fl.DurationVar(&l.IdleTimeout, "idle-timeout", hook.DefaultIdleTimeout, with+"close a connection that sends nothing for this long between events; 0: never")
 	fl.DurationVar(&l.StallTimeout, "stall-timeout", hook.DefaultStallTimeout, with+"drop an unfinished frame or line that gets no byte for this long, and its connection; 0: never")
 }
