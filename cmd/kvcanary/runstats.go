@@ -13,7 +13,14 @@ import (
 // records are skipped and counted in Skipped. Errors name the file. (It
 // lives with the CLI: repro judges events and does not read bundles.)
 func runStatsFromBundle(path string) (*sessions.RunStats, error) {
-	br, err := openBundle(context.Background(), path)
+	return runStatsFromBundleCtx(context.Background(), path)
+}
+
+// runStatsFromBundleCtx is runStatsFromBundle cancelled by ctx: opening a
+// FIFO with no writer yet, and every read, end when ctx is done (SIGINT,
+// SIGTERM), as for the other readers.
+func runStatsFromBundleCtx(ctx context.Context, path string) (*sessions.RunStats, error) {
+	br, err := openBundle(ctx, path)
 	if err != nil {
 		return nil, err
 	}
