@@ -239,14 +239,23 @@ func simRunRun(opts *SimRunOptions) error {
 			line.Clear()
 		}
 	}
-	if err := p.Run(factoryCtx(opts.Factory), twin).Err(); err != nil {
-		return err
+	res := p.Run(factoryCtx(opts.Factory), twin)
+	if res.SourceErr != nil || res.ViewErr != nil {
+		return res.Err()
 	}
+	// The run completed: its summary is printed even when the recording
+	// failed (a full disk), then the recording's error (exit 3).
 	sums := analyzers.SetOf(as...).Summaries()
+	var outErr error
 	if opts.JSON.JSON {
-		return cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, twin.Result, sums.Sections()))
+		outErr = cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, twin.Result, sums.Sections()))
+	} else {
+		outErr = writeSimRunText(opts.IO.Out, cfg, twin.Result, sums)
 	}
-	return writeSimRunText(opts.IO.Out, cfg, twin.Result, sums)
+	if err := res.Err(); err != nil {
+		return cmdutil.InputError(fmt.Errorf("%w (%d events recorded, %d lost: the summary above is of the whole run, the bundle holds less)", err, res.Recorded, res.RecordLost))
+	}
+	return outErr
 }
 
 // simWorkload is the twin's default workload at this size, judged by repro's
