@@ -139,3 +139,25 @@ func TestTraceMergeRefusesDuplicates(t *testing.T) {
 		t.Fatalf("merge of two hosts' bundles of run a: %v", err)
 	}
 }
+
+// Issue 27 D18: trace inspect of a bundle whose manifest is lost says so
+// instead of printing the zero manifest's defaults (created 0001-01-01,
+// config {}) as facts.
+func TestTraceInspectLostManifest(t *testing.T) {
+	path := writeTraceBundle(t, 40)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[20] ^= 0xff // inside the manifest frame
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCmd(NewCmdTraceInspect, path)
+	if err != nil {
+		t.Fatalf("inspect: %v", err)
+	}
+	if !strings.Contains(out, "lost (frame 1") || !strings.Contains(out, "format     unknown") || strings.Contains(out, "0001-01-01") || strings.Contains(out, "config     {") {
+		t.Fatalf("inspect of a bundle with a lost manifest:\n%s", out)
+	}
+}
