@@ -324,6 +324,14 @@ func writeCollectSummary(w io.Writer, s CollectSummary) error {
 		fmt.Fprintf(&b, "  recorded: %d events to %s\n", s.Recorded, cmdutil.Quote(s.Record))
 	}
 	for _, cs := range s.Conns {
+		if cs.ClaimDiffers != "" {
+			uid := "unknown"
+			if cs.PeerUID != nil {
+				uid = fmt.Sprint(*cs.PeerUID)
+			}
+			fmt.Fprintf(&b, "  connection %d (%s): %s; kernel peer pid %d uid %s\n",
+				cs.ID, cmdutil.Quote(cs.Remote), cmdutil.Quote(cs.ClaimDiffers), cs.PeerPID, uid)
+		}
 		if cs.Rejected == 0 {
 			continue
 		}

@@ -388,3 +388,13 @@ func TestCollectRestartKeepsTheBundle(t *testing.T) {
 		}
 	}
 }
+
+// Issue 27 D19: collect's summary shows a producer whose claimed pid
+// differs from the kernel's.
+func TestWriteCollectSummaryClaimDiffers(t *testing.T) {
+	uid := int64(1000)
+	var b strings.Builder
+	writeCollectSummary(&b, CollectSummary{Conns: []hook.ConnStats{{ID: 3, Remote: "127.0.0.1:5555", PeerPID: 4242, PeerUID: &uid,
+		ClaimDiffers: "claimed pid 7, the kernel says pid 4242 (12 events)"}}})
+	wantContains(t, "summary", b.String(), "connection 3 (127.0.0.1:5555): claimed pid 7, the kernel says pid 4242 (12 events); kernel peer pid 4242 uid 1000")
+}

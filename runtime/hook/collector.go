@@ -214,20 +214,28 @@ type Stats struct {
 
 // ConnStats describes one producer connection.
 type ConnStats struct {
-	ID         uint64            `json:"id"`
-	Remote     string            `json:"remote,omitempty"`
-	PID        int32             `json:"pid,omitempty"`
-	Proc       string            `json:"proc,omitempty"`
-	Identity   string            `json:"identity,omitempty"` // TLS client certificate subject CN (the events' src.node)
-	Protocol   string            `json:"protocol,omitempty"` // "frames" | "jsonl"
-	Events     uint64            `json:"events"`
-	Bytes      uint64            `json:"bytes"`
-	Rejected   uint64            `json:"rejected"`
-	RejectedBy map[string]uint64 `json:"rejected_by,omitempty"`
-	Open       bool              `json:"open"`
-	RunEnd     bool              `json:"run_end,omitempty"` // a run.end arrived on it
-	Closed     string            `json:"closed,omitempty"`  // why it ended: "eof", "lost framing", "shutdown", "read error", "idle timeout", "stalled", "over budget"
-	LastError  string            `json:"last_error,omitempty"`
+	ID       uint64 `json:"id"`
+	Remote   string `json:"remote,omitempty"`
+	PID      int32  `json:"pid,omitempty"`
+	Proc     string `json:"proc,omitempty"`
+	Identity string `json:"identity,omitempty"` // TLS client certificate subject CN (the events' src.node)
+	// PeerPID and PeerUID are the kernel's account of the producer (Unix
+	// socket: SO_PEERCRED; loopback TCP: the socket's owner), beside what it
+	// claims in src; absent when unknown. ClaimDiffers says where an event's
+	// claimed pid differed from PeerPID (another pid namespace, or a lie),
+	// with how many events did.
+	PeerPID      int32             `json:"peer_pid,omitempty"`
+	PeerUID      *int64            `json:"peer_uid,omitempty"`
+	ClaimDiffers string            `json:"claim_differs,omitempty"`
+	Protocol     string            `json:"protocol,omitempty"` // "frames" | "jsonl"
+	Events       uint64            `json:"events"`
+	Bytes        uint64            `json:"bytes"`
+	Rejected     uint64            `json:"rejected"`
+	RejectedBy   map[string]uint64 `json:"rejected_by,omitempty"`
+	Open         bool              `json:"open"`
+	RunEnd       bool              `json:"run_end,omitempty"` // a run.end arrived on it
+	Closed       string            `json:"closed,omitempty"`  // why it ended: "eof", "lost framing", "shutdown", "read error", "idle timeout", "stalled", "over budget"
+	LastError    string            `json:"last_error,omitempty"`
 }
 
 // Listen opens a collector socket: addr is unix:///path.sock (created 0600; a
@@ -526,8 +534,11 @@ type conn struct {
 	nc       net.Conn
 	id       uint64
 	remote   string
-	src      Source // defaults filled into events
-	authNode bool   // src.Node is the TLS client certificate's CN: it overrides the producer's
+	src      Source               // defaults filled into events
+	authNode bool                 // src.Node is the TLS client certificate's CN: it overrides the producer's
+	peer     atomic.Pointer[peer] // the kernel's account of the producer; nil until looked up
+	claimed  atomic.Value         // string: the first claimed pid that differed from the peer's
+	differ   atomic.Uint64        // events whose claimed pid differed from the peer's
 	protocol atomic.Value
 	events   atomic.Uint64
 	bytes    atomic.Uint64
@@ -543,7 +554,9 @@ func (c *Collector) newConn(nc net.Conn) *conn {
 	cn := &conn{nc: nc, id: c.nextID.Add(1)}
 	cn.src.Node = c.node
 	if c.ep.network == "unix" {
-		cn.src.PID, cn.src.Proc = peerProcess(nc)
+		p := peerProcess(nc) // SO_PEERCRED: cheap, here
+		cn.peer.Store(&p)
+		cn.src.PID, cn.src.Proc = p.PID, p.Proc
 		if cn.src.PID != 0 {
 			cn.remote = fmt.Sprintf("pid %d", cn.src.PID)
 		} else {
@@ -642,6 +655,16 @@ type decoder interface {
 
 // handle reads one connection until it ends and says why it ended.
 func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
+	if cn.peer.Load() == nil {
+		// Loopback TCP: the owner is found in /proc, on this connection's
+		// goroutine, never in the accept loop.
+		raw := cn.nc
+		if tc, ok := raw.(*tls.Conn); ok {
+			raw = tc.NetConn()
+		}
+		p := peerProcess(raw)
+		cn.peer.Store(&p)
+	}
 	r := &connReader{c: c, cn: cn}
 	var tsLimit int64 // ts_ns up to it pass checkTS without a clock read
 	var first [1]byte
@@ -743,6 +766,10 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		}
 		if ev.Src.PID == 0 {
 			ev.Src.PID = cn.src.PID
+		} else if p := cn.peer.Load(); p != nil && p.PID != 0 && ev.Src.PID != p.PID {
+			if cn.differ.Add(1) == 1 {
+				cn.claimed.Store(fmt.Sprintf("claimed pid %d, the kernel says pid %d", ev.Src.PID, p.PID))
+			}
 		}
 		if ev.Src.Proc == "" {
 			ev.Src.Proc = cn.src.Proc
@@ -897,6 +924,16 @@ func (cn *conn) stats() ConnStats {
 		st.LastError = e
 	}
 	st.RejectedBy = reasonMap(&cn.byReason)
+	if p := cn.peer.Load(); p != nil {
+		st.PeerPID = p.PID
+		if p.UID >= 0 {
+			uid := p.UID
+			st.PeerUID = &uid
+		}
+	}
+	if s, ok := cn.claimed.Load().(string); ok {
+		st.ClaimDiffers = fmt.Sprintf("%s (%d events)", s, cn.differ.Load())
+	}
 	return st
 }
 
