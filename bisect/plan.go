@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 
@@ -308,6 +310,40 @@ func (p *Plan) ArmFlags(i int) []string {
 		f = append(f, p.Arms[i].Flags...)
 	}
 	return f
+}
+
+// ShellQuoteDisplay is ShellQuote for a terminal or a report: an argument
+// holding a newline or another control character is written in bash's
+// $'…' form with escapes (\n, \x1b), so it shows on one line, cannot move
+// the cursor, and still pastes into bash as the same argument.
+func ShellQuoteDisplay(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.IndexFunc(a, func(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }) < 0 && utf8.ValidString(a) {
+			out[i] = ShellQuote([]string{a})
+			continue
+		}
+		var b strings.Builder
+		b.WriteString("$'")
+		for _, c := range []byte(a) {
+			switch {
+			case c == '\\' || c == '\'':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case c == '\n':
+				b.WriteString(`\n`)
+			case c == '\t':
+				b.WriteString(`\t`)
+			case c < ' ' || c >= 0x7f:
+				fmt.Fprintf(&b, `\x%02x`, c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		b.WriteByte('\'')
+		out[i] = b.String()
+	}
+	return strings.Join(out, " ")
 }
 
 // ShellQuote quotes args for /bin/sh.

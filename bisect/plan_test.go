@@ -2,6 +2,8 @@ package bisect
 
 import (
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -79,5 +81,27 @@ func TestShellQuote(t *testing.T) {
 	want := `--a 'b c' 'it'\''s' '' --x=1,2`
 	if got != want {
 		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+// Issue 27 D18: flags with a newline or a control character are shown on one
+// line, in bash's $'…' form, which pastes back as the same arguments.
+func TestShellQuoteDisplay(t *testing.T) {
+	args := []string{"--x", "a b", "line1\nline2", "esc\x1b[31mred", "it's", "bidi\u202eevil", "ok"}
+	got := ShellQuoteDisplay(args)
+	if strings.ContainsAny(got, "\n\x1b\u202e") {
+		t.Fatalf("raw control characters in %q", got)
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash to paste into")
+	}
+	out, err := exec.Command(bash, "-c", "printf '%s\\0' "+got).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	if !slices.Equal(back, args) {
+		t.Fatalf("pasted into bash: %q, want %q (shown as %s)", back, args, got)
 	}
 }
