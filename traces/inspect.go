@@ -10,12 +10,12 @@ import (
 
 // Summary is what `kvcanary trace inspect` reports about a bundle.
 type Summary struct {
-	File             string            `json:"file"`
-	FormatVersion    string            `json:"format_version"`
-	Manifest         Manifest          `json:"manifest"`
+	File          string   `json:"file"`
+	FormatVersion string   `json:"format_version"`
+	Manifest      Manifest `json:"manifest"`
 	// ManifestLost says why the manifest could not be read ("" when it
 	// was): Manifest then holds nothing the bundle said.
-	ManifestLost string `json:"manifest_lost,omitempty"`
+	ManifestLost     string            `json:"manifest_lost,omitempty"`
 	Events           uint64            `json:"events"`
 	Counts           map[string]uint64 `json:"counts"`
 	FirstTS          int64             `json:"first_ts_ns"`
