@@ -105,3 +105,25 @@ func TestShellQuoteDisplay(t *testing.T) {
 		t.Fatalf("pasted into bash: %q, want %q (shown as %s)", back, args, got)
 	}
 }
+
+// A state saved when Nothing was called "changes nothing" resumes with the
+// same decision under its new name ("does not remove it", the demo's words).
+func TestLoadStateRenamesChangesNothing(t *testing.T) {
+	p, err := ParsePlan([]byte("[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[[arm]]\nname = \"b\"\nflags = [\"--y\"]"), "p.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := NewState(p)
+	st.Arms[1].Decision, st.Arms[2].Decision = "changes nothing", Removes
+	dir := t.TempDir()
+	if err := st.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadState(dir, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Arms[1].Decision != Nothing || got.Arms[2].Decision != Removes || Nothing != "does not remove it" {
+		t.Errorf("decisions %q %q, want %q %q", got.Arms[1].Decision, got.Arms[2].Decision, Nothing, Removes)
+	}
+}

@@ -45,7 +45,7 @@ type ArmReport struct {
 type Verdict struct {
 	Removes    []string `json:"removes"`    // fewer corrupted sessions, significant, no confound
 	Confounded []string `json:"confounded"` // would remove it, but something else differs too
-	Nothing    []string `json:"changes_nothing"`
+	Nothing    []string `json:"does_not_remove"`
 	CannotTell []string `json:"could_not_tell"`
 	Failed     []string `json:"failed"`
 	Text       string   `json:"text"`
@@ -117,7 +117,7 @@ func (r Report) verdictText() string {
 		parts = append(parts, fmt.Sprintf("fewer corrupted sessions but confounded (something else differed too, or the arm's statistics were not at hand to check; see its confounds): %s", strings.Join(v.Confounded, ", ")))
 	}
 	if len(v.Nothing) > 0 {
-		parts = append(parts, fmt.Sprintf("changes nothing (no reduction of %.0f points or more): %s", 100*r.Design.MinEffect, strings.Join(v.Nothing, ", ")))
+		parts = append(parts, fmt.Sprintf("does not remove it (no reduction of %.0f points or more): %s", 100*r.Design.MinEffect, strings.Join(v.Nothing, ", ")))
 	}
 	if len(v.CannotTell) > 0 {
 		parts = append(parts, fmt.Sprintf("could not tell within the budget of %d sessions (raise stats.budget, or accept a larger min_effect): %s", r.Design.Budget, strings.Join(v.CannotTell, ", ")))

@@ -85,7 +85,7 @@ func simulate(t testing.TB, p *Plan, rates map[string]float64, runs int, seed ui
 // under the null (every arm corrupts as the baseline does) and under the
 // seeds' effect sizes (baseline 13/80; fp8, no graphs and overlap off 0/80;
 // max-bs 64 17/80). The family-wise rate of false "removes it" claims must
-// stay within alpha, false "changes nothing" claims within beta.
+// stay within alpha, false "does not remove it" claims within beta.
 func TestStoppingRuleErrorRates(t *testing.T) {
 	runs := 10000
 	if testing.Short() || raceEnabled {
@@ -127,15 +127,15 @@ func TestStoppingRuleErrorRates(t *testing.T) {
 	for _, a := range []string{"fp8", "no-graph", "overlap-off"} {
 		power := float64(tl.decisions[a][Removes]) / float64(runs)
 		falseNothing := float64(tl.decisions[a][Nothing]) / float64(runs)
-		t.Logf("%s: power %.4f, false 'changes nothing' %.4f", a, power, falseNothing)
+		t.Logf("%s: power %.4f, false 'does not remove it' %.4f", a, power, falseNothing)
 		if power < 0.9 {
 			t.Errorf("%s: power %.4f to find a fix that removes the corruption, want ≥ 0.9", a, power)
 		}
 		if falseNothing > d.Beta {
-			t.Errorf("%s: false 'changes nothing' %.4f over beta %.2f", a, falseNothing, d.Beta)
+			t.Errorf("%s: false 'does not remove it' %.4f over beta %.2f", a, falseNothing, d.Beta)
 		}
 	}
-	// At the smallest effect worth finding (16% → 6%), "changes nothing"
+	// At the smallest effect worth finding (16% → 6%), "does not remove it"
 	// is the wrong claim: its rate must stay within beta.
 	edge := map[string]float64{"baseline": 0.16}
 	for _, a := range arms {
@@ -146,13 +146,13 @@ func TestStoppingRuleErrorRates(t *testing.T) {
 	for _, a := range arms {
 		wrong += et.decisions[a][Nothing]
 	}
-	t.Logf("at the min effect (16%% → 6%%): decisions %v; false 'changes nothing' %.4f (beta %.2f)", et.decisions, float64(wrong)/float64(et.runs), d.Beta)
+	t.Logf("at the min effect (16%% → 6%%): decisions %v; false 'does not remove it' %.4f (beta %.2f)", et.decisions, float64(wrong)/float64(et.runs), d.Beta)
 	if float64(wrong)/float64(et.runs) > d.Beta {
-		t.Errorf("false 'changes nothing' at the min effect: %.4f over beta %.2f", float64(wrong)/float64(et.runs), d.Beta)
+		t.Errorf("false 'does not remove it' at the min effect: %.4f over beta %.2f", float64(wrong)/float64(et.runs), d.Beta)
 	}
 
 	nothing := float64(tl.decisions["max-bs-64"][Nothing]) / float64(runs)
-	t.Logf("max-bs-64: 'changes nothing' %.4f, 'removes it' %.4f", nothing, float64(tl.decisions["max-bs-64"][Removes])/float64(runs))
+	t.Logf("max-bs-64: 'does not remove it' %.4f, 'removes it' %.4f", nothing, float64(tl.decisions["max-bs-64"][Removes])/float64(runs))
 	if tl.decisions["max-bs-64"][Removes] > 0 && float64(tl.decisions["max-bs-64"][Removes])/float64(runs) > d.Alpha {
 		t.Errorf("max-bs-64 (worse than the baseline) called a fix in %d of %d bisects", tl.decisions["max-bs-64"][Removes], runs)
 	}

@@ -17,6 +17,10 @@ const StateFile = "bisect-state.json"
 
 const stateVersion = 1
 
+// legacyNothing is what states saved before Nothing was renamed call it
+// (the same decision: no reduction of MinEffect or more).
+const legacyNothing Decision = "changes nothing"
+
 // State is everything a bisect has learnt; it is saved after every look,
 // so an interrupted bisect resumes with nothing re-run and nothing lost.
 type State struct {
@@ -99,6 +103,11 @@ func LoadState(dir string, p *Plan) (*State, error) {
 		return nil, fmt.Errorf("resume: %s was made with another plan (or %s changed since): a resumed bisect must run the same plan", path, p.Path)
 	case len(st.Arms) != len(p.Arms)+1:
 		return nil, fmt.Errorf("resume: %s has %d arms, the plan %d", path, len(st.Arms)-1, len(p.Arms))
+	}
+	for _, a := range st.Arms {
+		if a.Decision == legacyNothing {
+			a.Decision = Nothing
+		}
 	}
 	return &st, nil
 }

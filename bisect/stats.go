@@ -14,7 +14,7 @@ import (
 //
 //   - "removes it": H0 θ ≤ 0 is rejected by Fisher's exact test (one-sided:
 //     the arm corrupts less) at the look's efficacy level;
-//   - "changes nothing": H0 θ ≥ MinEffect is rejected: the upper confidence
+//   - "does not remove it": H0 θ ≥ MinEffect is rejected: the upper confidence
 //     bound of θ (Newcombe's hybrid score interval, 1998, method 10) at the
 //     look's futility level is below MinEffect.
 //
@@ -29,11 +29,11 @@ import (
 // recursive-integration boundaries of a Gaussian group-sequential design,
 // which a Fisher test on small counts does not follow. Across arms the
 // family-wise error is split evenly (Bonferroni): a = Alpha/Arms for
-// "removes it" and Beta/Arms for "changes nothing". The realized error
+// "removes it" and Beta/Arms for "does not remove it". The realized error
 // rates are measured by simulation (TestStoppingRuleErrorRates).
 type Design struct {
 	Alpha     float64 // family-wise error of the "removes it" claims
-	Beta      float64 // family-wise error of the "changes nothing" claims
+	Beta      float64 // family-wise error of the "does not remove it" claims
 	MinEffect float64 // smallest reduction of the corruption rate worth finding (absolute: 0.10 is ten points)
 	Budget    int     // most sessions per arm
 	Batch     int     // sessions between looks
@@ -91,9 +91,9 @@ type Decision string
 
 // Decisions.
 const (
-	Undecided  Decision = ""                // still running
-	Removes    Decision = "removes it"      // fewer corrupted sessions than the baseline, significant
-	Nothing    Decision = "changes nothing" // no reduction of MinEffect or more
+	Undecided  Decision = ""                   // still running
+	Removes    Decision = "removes it"         // fewer corrupted sessions than the baseline, significant
+	Nothing    Decision = "does not remove it" // no reduction of MinEffect or more (the words kvcanary demo uses too)
 	CannotTell Decision = "could not tell within budget"
 	Failed     Decision = "failed" // the server did not start or died; see the arm's error
 )

@@ -118,12 +118,15 @@ type Update struct {
 
 // StepResult is one step's decisive result.
 type StepResult struct {
-	Step    string  `json:"step"`
-	Title   string  `json:"title"`
-	Result  string  `json:"result"` // the one-line decisive result
-	Pass    bool    `json:"pass"`   // the step's binary test came out the way the result line says
-	Bundle  string  `json:"bundle,omitempty"`
-	Seconds float64 `json:"seconds,omitempty"`
+	Step   string `json:"step"`
+	Title  string `json:"title"`
+	Result string `json:"result"` // the one-line decisive result
+	// Lines are Result broken for plain text, where it is long (the
+	// verdict: Verdict.Lines).
+	Lines   []string `json:"-"`
+	Pass    bool     `json:"pass"` // the step's binary test came out the way the result line says
+	Bundle  string   `json:"bundle,omitempty"`
+	Seconds float64  `json:"seconds,omitempty"`
 }
 
 // ToggleResult is one A/B arm's evidence.
@@ -263,7 +266,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	inv.idx++
 	opts.Publish(Update{Step: StepVerdict, Index: inv.idx, State: "running"})
 	inv.rep.Verdict = Decide(inv.rep.Evidence)
-	inv.finish(StepResult{Step: StepVerdict, Title: "verdict", Result: inv.rep.Verdict.Text, Pass: inv.rep.Verdict.Cause != ""})
+	inv.finish(StepResult{Step: StepVerdict, Title: "verdict", Result: inv.rep.Verdict.Text, Lines: inv.rep.Verdict.Lines(), Pass: inv.rep.Verdict.Cause != ""})
 	if err := inv.rep.pictures(opts, runs); err != nil { // report.html and timeline.json (pictures.go)
 		return inv.rep, err
 	}
@@ -522,8 +525,12 @@ func evidenceSteps(ev Evidence, bundle string) []StepResult {
 	var out []StepResult
 	tr := StepResult{Step: StepTransfer, Title: "transfer: per-room index-K checksums, prefill vs decode", Bundle: bundle, Pass: ev.TransferClean()}
 	if tr.Pass {
-		tr.Result = fmt.Sprintf("transfer clean: %d/%d rooms match (+%d warmup) — the PD transfer delivers the bytes it was given",
-			ev.RoomsMatched, ev.RoomsMatched, ev.RoomsWarmup)
+		warmup := ""
+		if ev.RoomsWarmup > 0 {
+			warmup = fmt.Sprintf("; %d warmup", ev.RoomsWarmup)
+		}
+		tr.Result = fmt.Sprintf("transfer clean: %d/%d rooms match%s — the PD transfer delivers the bytes it was given",
+			ev.RoomsMatched, ev.Rooms, warmup)
 	} else {
 		tr.Result = fmt.Sprintf("transfer DIRTY: %d of %d rooms mismatch, %d missing — the PD transfer corrupts or loses index-K",
 			ev.RoomsMismatched, ev.Rooms, ev.RoomsMissing)

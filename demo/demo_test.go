@@ -45,7 +45,7 @@ func TestDecide(t *testing.T) {
 		layer, cause string
 		text         []string
 	}{
-		{"seeds", nil, "transient-compute", MechOverlap, []string{"multi-stream overlap", "--multi-stream-overlap=false", "--disable-cuda-graph (", "--index-k-dtype fp8 (", "workaround", "cause: multi-stream overlap"}},
+		{"seeds", nil, "transient-compute", MechOverlap, []string{"multi-stream overlap", "--multi-stream-overlap=false", "--disable-cuda-graph (", "--index-k-dtype fp8 (", "Workarounds also remove it", "cause: multi-stream overlap"}},
 		{"fp8 confounded", func(e *Evidence) {
 			e.Toggles[0].Removes = false
 			e.Toggles[0].Confounds = []sessions.Confound{{Name: "peak_running_req", A: 48, B: 30}}
@@ -69,7 +69,7 @@ func TestDecide(t *testing.T) {
 				e.Toggles[i].Summary = outcome.SummaryOf(outcome.Counts{Done: 8}, 2, 0)
 				e.Toggles[i].FisherP = 0.0769
 			}
-		}, "transient-compute", "", []string{"8 sessions are too few", "4 toggle(s) lower it without reaching p < 0.0125 (0.05 shared by the toggles)", "rerun with more sessions"}},
+		}, "transient-compute", "", []string{"8 sessions are too few", "4 toggles lower it without reaching p < 0.0125 (0.05 shared by the toggles).", "Rerun with more sessions"}},
 		{"tie", func(e *Evidence) {
 			e.Toggles[2].Removes, e.Toggles[2].Scope = true, []string{MechGraphPlanner}
 		}, "transient-compute", "", []string{"equally narrow"}},
@@ -91,6 +91,16 @@ func TestDecide(t *testing.T) {
 				if !strings.Contains(v.Text, s) {
 					t.Errorf("verdict %q lacks %q", v.Text, s)
 				}
+			}
+			// Short sentences (issue 23: the seeds' verdict was one of 110
+			// words); Lines are Text, a sentence or workaround a line.
+			for _, l := range v.Lines() {
+				if n := len(strings.Fields(l)); n > 40 {
+					t.Errorf("a verdict line of %d words: %q", n, l)
+				}
+			}
+			if got := strings.Join(strings.Fields(strings.Join(v.Lines(), " ")), " "); got != v.Text {
+				t.Errorf("Lines %q\nare not Text %q", v.Lines(), v.Text)
 			}
 		})
 	}

@@ -18,8 +18,18 @@ type Verdict struct {
 	// ("pd-transfer", "live-page-overwrite"); "" when the evidence does not
 	// single one out.
 	Cause   string   `json:"cause"`
-	Text    string   `json:"text"`
+	Text    string   `json:"text"` // short sentences on one line (a dashboard wraps it)
 	Reasons []string `json:"reasons"`
+
+	lines []string // Text in lines, for Lines
+}
+
+// Lines is Text for plain output: one sentence or workaround a line.
+func (v Verdict) Lines() []string {
+	if len(v.lines) == 0 {
+		return []string{v.Text}
+	}
+	return v.lines
 }
 
 var mechNames = map[string]string{
@@ -97,9 +107,16 @@ func Decide(ev Evidence) Verdict {
 		}
 	}
 	if len(fixes) == 0 && underpowered > 0 {
-		v.Text = fmt.Sprintf("graph ≠ eager puts the fault in captured compute, but %d sessions are too few to tell which toggle removes it: "+
-			"%d toggle(s) lower it without reaching p < %s (%g shared by the toggles) — rerun with more sessions (the seeds ran 80 × 4)",
-			b.Sessions, underpowered, sessions.FormatP(level), sessions.Significance)
+		lower := fmt.Sprintf("%d toggles lower", underpowered)
+		if underpowered == 1 {
+			lower = "1 toggle lowers"
+		}
+		v.lines = []string{
+			fmt.Sprintf("graph ≠ eager puts the fault in captured compute, but %d sessions are too few to tell which toggle removes it.", b.Sessions),
+			fmt.Sprintf("%s it without reaching p < %s (%g shared by the toggles).", lower, sessions.FormatP(level), sessions.Significance),
+			"Rerun with more sessions (the seeds ran 80 × 4).",
+		}
+		v.Text = strings.Join(v.lines, " ")
 		return v
 	}
 	if len(fixes) == 0 {
@@ -137,13 +154,23 @@ func Decide(ev Evidence) Verdict {
 	}
 	v.Reasons = append(v.Reasons, fmt.Sprintf("%s removes it: %d/%d → %d/%d, p = %s, no confounds", best.Toggle,
 		b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, sessions.FormatP(best.FisherP)))
-	v.Text = fmt.Sprintf("cause: %s inside captured decode graphs — %s removes the corruption (%d/%d → %d/%d, p = %s), the narrowest change that does, while transfer is clean, the buffer pristine and graph ≠ eager",
-		strings.Join(mechs, " + "), best.Toggle, b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, sessions.FormatP(best.FisherP))
+	// Short sentences: the cause, the toggle that shows it, the layers'
+	// evidence, then one sentence per workaround (it was one sentence of
+	// 110 words).
+	v.lines = []string{
+		fmt.Sprintf("cause: %s inside captured decode graphs.", strings.Join(mechs, " + ")),
+		fmt.Sprintf("%s removes the corruption (%d/%d → %d/%d, p = %s), the narrowest change that does.",
+			best.Toggle, b.CorruptedSessions, b.Sessions, best.Summary.CorruptedSessions, best.Summary.Sessions, sessions.FormatP(best.FisherP)),
+		"Transfer is clean, the buffer pristine, and graph ≠ eager.",
+	}
 	if w := workarounds(b, best, fixes); len(w) > 0 {
 		v.Reasons = append(v.Reasons, "workarounds that also remove it: "+strings.Join(w, "; "))
-		v.Text += ". Also removes it (workarounds): " + strings.Join(w, "; ") +
-			". A cause is the one mechanism whose removal alone ends the corruption; a workaround ends it by turning off more, or something the fault merely needs alongside, so it hides the bug and costs what else it turns off"
+		v.lines = append(v.lines, "Workarounds also remove it, but hide the bug and cost what else they turn off:")
+		for _, x := range w {
+			v.lines = append(v.lines, "  "+x+".")
+		}
 	}
+	v.Text = strings.Join(strings.Fields(strings.Join(v.lines, " ")), " ")
 	return v
 }
 
@@ -163,11 +190,11 @@ func workarounds(b outcome.Summary, best ToggleResult, fixes []ToggleResult) []s
 				more = append(more, MechanismName(m))
 			}
 		}
-		how := "removes a different condition the fault needs (" + strings.Join(more, " and ") + ") and leaves the cause in place"
+		how := "removes another condition the fault needs (" + strings.Join(more, " and ") + ") and leaves the cause in place"
 		if contains(f.Scope, best.Scope) {
 			how = "turns the cause off together with " + strings.Join(more, " and ")
 		}
-		out = append(out, fmt.Sprintf("%s (%d/%d → %d/%d, p = %s; %s)", f.Toggle, b.CorruptedSessions, b.Sessions,
+		out = append(out, fmt.Sprintf("%s (%d/%d → %d/%d, p = %s) %s", f.Toggle, b.CorruptedSessions, b.Sessions,
 			f.Summary.CorruptedSessions, f.Summary.Sessions, sessions.FormatP(f.FisherP), how))
 	}
 	return out

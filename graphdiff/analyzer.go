@@ -167,6 +167,15 @@ func NewAnalyzer(opts Options) *Analyzer {
 	}
 }
 
+// KeepWorst sets how many of the worst samples the summary keeps (n < 1:
+// DefaultWorst); call it before the first Observe.
+func (a *Analyzer) KeepWorst(n int) {
+	if n < 1 {
+		n = DefaultWorst
+	}
+	a.worstN = n
+}
+
 // Name implements hook.Analyzer.
 func (a *Analyzer) Name() string { return AnalyzerName }
 

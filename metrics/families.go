@@ -31,8 +31,9 @@ func withRun(extra ...string) []string { return append(append([]string(nil), run
 
 // The families. Per-source families carry run, host, role and rank (the
 // event's source); families judged across sources (the analyzers' summaries,
-// the collector's counters) carry run only: the run id of this kvcanary
-// process (its --run), which its analyzers judge.
+// the collector's counters) carry run only: the run id the events carry when
+// they all came from one run (one run, one run id), else this kvcanary
+// process's own (its --run).
 var (
 	FamEvents = &Family{Name: "kvcanary_events_total", OTelName: "kvcanary.events", Unit: "{event}", Type: Counter,
 		Help: "Events received, by kind.", Labels: withSrc("kind")}

@@ -23,8 +23,11 @@ const OverflowHost = "_overflow"
 
 // Options configure a Tally.
 type Options struct {
-	// Run labels the families judged across sources (the analyzers', the
-	// collector's) and events that carry no run id.
+	// Run labels events that carry no run id, and the families judged
+	// across sources (the analyzers', the collector's) unless the events
+	// came from one run: then those carry that run's id, so that one run
+	// has one run id (a collector's own id is a fallback, as its --run
+	// says). Events of several runs leave them under Run.
 	Run string
 	// Analyzers are the pipeline's analyzers (the instances the events went
 	// through, via hook.WithAnalyzers): the typed summaries of kvcanary's
@@ -330,7 +333,7 @@ func (t *Tally) Collect(fn func(f *Family, value float64, labels ...string)) {
 		}
 	}
 
-	run := t.opts.Run
+	run := t.judgedRun()
 	// In analyzers.All's order (canary, graphdiff, checksum), the order the
 	// series have always come in.
 	sums := analyzers.SetOf(t.opts.Analyzers...).Summaries()
@@ -386,6 +389,27 @@ func (t *Tally) Collect(fn func(f *Family, value float64, labels ...string)) {
 		}
 	}
 	fn(FamOverflow, u(t.overflow.Load()))
+}
+
+// judgedRun is the run id of the families judged across sources: the run
+// every counted event came from when there is one, else Options.Run.
+func (t *Tally) judgedRun() string {
+	run := ""
+	if set := t.set.Load(); set != nil {
+		for _, s := range set.list {
+			switch {
+			case s.overflow:
+			case run == "":
+				run = s.key.run
+			case s.key.run != run:
+				return t.opts.Run
+			}
+		}
+	}
+	if run == "" || t.overflow.Load() > 0 {
+		return t.opts.Run // none, or some not told apart
+	}
+	return run
 }
 
 func compareStr(a, b string) int {

@@ -202,7 +202,7 @@ func TestCollectorAndDrops(t *testing.T) {
 		{"kvcanary_collector_received_bytes_total", nil, 100},
 		{"kvcanary_events_rejected_total", map[string]string{"reason": "bad_json"}, 2},
 		{"kvcanary_collector_connections_refused_total", map[string]string{"reason": "conn_limit"}, 1},
-		{"kvcanary_events_dropped_total", map[string]string{"reason": "otlp_queue", "run": "r"}, 7},
+		{"kvcanary_events_dropped_total", map[string]string{"reason": "otlp_queue", "run": "p"}, 7}, // the one run the events came from
 		{"kvcanary_events_dropped_total", map[string]string{"reason": "producer", "host": "h1", "run": "p"}, 4},
 		{"kvcanary_events_total", map[string]string{"kind": "run.end", "host": "h1", "run": "p"}, 1},
 	} {

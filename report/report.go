@@ -61,6 +61,16 @@ type Verdict struct {
 	Text  string
 }
 
+// roomsMatch is checksum compare's count of rooms: "278/279 rooms match;
+// 1 warmup".
+func roomsMatch(matched, rooms, warmup int) string {
+	s := fmt.Sprintf("%d/%d rooms match", matched, rooms)
+	if warmup > 0 {
+		s += fmt.Sprintf("; %d warmup", warmup)
+	}
+	return s
+}
+
 // Verdicts are the three layers' verdicts for the run. A layer with no
 // fault is clean only when it was observed whole: rooms seen on one side
 // only, or evidence the producers reported lost in their run.end events
@@ -84,9 +94,9 @@ func (r *Run) Verdicts() []Verdict {
 		case c.Matched == 0:
 			tr.Text = fmt.Sprintf("not measured: %d rooms, none past warmup", c.Rooms)
 		case oneSide != "":
-			tr.State, tr.Text = StatePartial, fmt.Sprintf("transfer partial: %d of %d compared rooms match (+%d warmup); %s", c.Matched, c.Matched, c.Warmup, oneSide)
+			tr.State, tr.Text = StatePartial, "transfer partial: "+roomsMatch(c.Matched, c.Rooms, c.Warmup)+"; "+oneSide
 		default:
-			tr.State, tr.Text = StateClean, fmt.Sprintf("transfer clean: %d of %d rooms match (+%d warmup)", c.Matched, c.Matched, c.Warmup)
+			tr.State, tr.Text = StateClean, "transfer clean: "+roomsMatch(c.Matched, c.Rooms, c.Warmup)
 		}
 	}
 	r.partial(&tr, checksum.AnalyzerName)

@@ -157,15 +157,41 @@ type SessionResult struct {
 	Reason        string   `json:"reason,omitempty"`
 	Loop          bool     `json:"loop,omitempty"`
 	Output        string   `json:"last_output,omitempty"` // the output that ended a corrupted session (Excerpt-bounded)
+	// Failure classifies the request that ended the session without an
+	// answer (RequestError*); "" when every request was answered.
+	Failure string `json:"failure,omitempty"`
 }
+
+// How a request failed, by who is to blame: SessionResult.Failure and the
+// keys of HarnessResult.FailedRequests.
+const (
+	FailureHTTP5xx   = "http_5xx"  // the server answered with a 5xx status: a loud server error
+	FailureTransport = "transport" // no answer: connection refused or reset, EOF mid-answer
+	FailureHTTP4xx   = "http_4xx"  // the server refused the request (429s retried are not failures)
+	FailureTimeout   = "timeout"   // no answer within --timeout
+	FailureOther     = "other"     // an answer that is not an OpenAI response (HTML, unreadable JSON, over the size cap)
+)
+
+// ServerFailure reports whether a failure is the server's doing, loudly:
+// an HTTP 5xx or no answer at all. Such sessions count as error in the rate
+// (its definition does not change with the cause), and the report says how
+// many there were beside it: they are not the silent corruption the rate is
+// after.
+func ServerFailure(f string) bool { return f == FailureHTTP5xx || f == FailureTransport }
 
 // HarnessResult is a harness run: the Summary contract plus extras.
 type HarnessResult struct {
 	outcome.Summary
-	URL           string         `json:"url"`
-	Model         string         `json:"model"`
-	Concurrency   int            `json:"concurrency"`
-	Requests      int            `json:"requests"`
+	URL         string `json:"url"`
+	Model       string `json:"model"`
+	Concurrency int    `json:"concurrency"`
+	Requests    int    `json:"requests"` // sent: answered, and failed without an answer
+	// FailedRequests counts the requests that got no answer, by
+	// SessionResult.Failure class; empty when every request was answered.
+	FailedRequests map[string]int `json:"failed_requests,omitempty"`
+	// ServerErrors counts the sessions that ended in a server failure
+	// (ServerFailure): they are among the error outcomes.
+	ServerErrors  int            `json:"server_error_sessions,omitempty"`
 	ToolTime      string         `json:"tool_time"` // client-side tool execution time per round ("0s": none)
 	FinishReasons map[string]int `json:"finish_reasons"`
 	Loops         int            `json:"loops"`
@@ -353,6 +379,19 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 					}
 				}
 				mu.Lock()
+				// Every request sent counts, also those of sessions not
+				// counted below (throttled, cut short).
+				res.Requests += len(sr.Requests)
+				for _, f := range sr.FinishReasons {
+					res.FinishReasons[f]++
+				}
+				if sr.Failure != "" {
+					res.Requests++
+					if res.FailedRequests == nil {
+						res.FailedRequests = map[string]int{}
+					}
+					res.FailedRequests[sr.Failure]++
+				}
 				if sr.Outcome == hook.OutcomeError && strings.HasPrefix(sr.Reason, errThrottled.Error()+": ") {
 					res.Throttled++
 					mu.Unlock()
@@ -367,9 +406,8 @@ func RunHarness(ctx context.Context, opts HarnessOptions) (*HarnessResult, error
 				}
 				res.PerSession[i], counted[i] = sr, true
 				outcomes.Add(sr.Outcome)
-				res.Requests += len(sr.Requests)
-				for _, f := range sr.FinishReasons {
-					res.FinishReasons[f]++
+				if ServerFailure(sr.Failure) && sr.Outcome == hook.OutcomeError {
+					res.ServerErrors++
 				}
 				if sr.Loop {
 					res.Loops++

@@ -56,9 +56,10 @@ func (c *capReader) Read(p []byte) (int, error) {
 }
 
 type driver struct {
-	opts     *HarnessOptions
-	endpoint string
-	tools    []byte
+	opts      *HarnessOptions
+	endpoint  string
+	tools     []byte
+	preflight bool // requests carry openaiwire.ProbeHeader
 }
 
 // harnessTools is the tool catalogue every round offers.
@@ -228,7 +229,7 @@ func (d *driver) session(ctx context.Context, i int) SessionResult {
 		}
 		resp, err := d.do(ctx, msgs, tools)
 		if err != nil {
-			sr.Outcome, sr.Reason = hook.OutcomeError, err.Error()
+			sr.Outcome, sr.Reason, sr.Failure = hook.OutcomeError, err.Error(), failureOf(err)
 			if errors.Is(err, errTimeout) {
 				sr.Outcome = hook.OutcomeTimeout
 			}
@@ -393,6 +394,9 @@ func (d *driver) doOnce(ctx context.Context, msgs [][]byte, tools []byte) (*resp
 	}
 	d.opts.setHeaders(req)
 	req.Header.Set("Content-Type", "application/json")
+	if d.preflight {
+		req.Header.Set(openaiwire.ProbeHeader, "preflight")
+	}
 	if d.opts.Stream {
 		req.Header.Set("Accept", "text/event-stream")
 	}
@@ -437,7 +441,29 @@ func (d *driver) transportError(rctx context.Context, err error) error {
 	if rctx.Err() != nil {
 		return fmt.Errorf("aborted: %w", rctx.Err())
 	}
-	return fmt.Errorf("transport: %w", err)
+	return fmt.Errorf("%w: %w", errTransport, err)
+}
+
+// errTransport marks a request that got no answer.
+var errTransport = errors.New("transport")
+
+// failureOf classifies a request's error (Failure*); "" for a run cut short
+// (the request was not the server's to answer).
+func failureOf(err error) string {
+	var se *statusError
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, errTimeout):
+		return ""
+	case errors.Is(err, errTimeout):
+		return FailureTimeout
+	case errors.As(err, &se) && se.Code >= 500:
+		return FailureHTTP5xx
+	case errors.As(err, &se) || errors.Is(err, errThrottled):
+		return FailureHTTP4xx
+	case errors.Is(err, errTransport):
+		return FailureTransport
+	}
+	return FailureOther
 }
 
 // errorMessage extracts an OpenAI error message from a body, or returns the

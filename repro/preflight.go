@@ -92,7 +92,7 @@ func Preflight(ctx context.Context, opts HarnessOptions) (*PreflightResult, erro
 		return nil, err
 	}
 	o.Model = res.Model
-	d := &driver{opts: &o, endpoint: endpoint}
+	d := &driver{opts: &o, endpoint: endpoint, preflight: true}
 	type outcome struct {
 		tool, id string
 		err      error

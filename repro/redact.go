@@ -5,30 +5,13 @@ import (
 	"encoding/hex"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/spec/outcome"
 )
 
-// Excerpt bounds a reply's text for keeping as evidence: s itself when it
-// fits hook.MaxExcerpt bytes, else its head cut at a rune boundary and
-// marked "… [N bytes in all]". Invalid UTF-8 becomes U+FFFD first, so the
-// excerpt always travels on the wire.
-func Excerpt(s string) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if len(s) <= hook.MaxExcerpt {
-		return s
-	}
-	mark := "… [" + strconv.Itoa(len(s)) + " bytes in all]"
-	cut := hook.MaxExcerpt - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}
+// Excerpt bounds a reply's text for keeping as evidence (hook.Excerpt).
+func Excerpt(s string) string { return hook.Excerpt(s) }
 
 // Redacted is the stand-in for a text a redacted bundle must not carry: its
 // length and SHA-256, enough to tell two outputs apart or match one against

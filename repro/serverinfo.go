@@ -77,8 +77,23 @@ func FetchServerInfo(ctx context.Context, c *http.Client, rawURL string, timeout
 			break
 		}
 	}
-	return ServerInfo{}, fmt.Errorf("server info: %w", errors.Join(errs...))
+	return ServerInfo{}, fmt.Errorf("server info: %w", attempts(errs))
 }
+
+// attempts are the failed requests of FetchServerInfo: errors.Join's
+// matching, on one line (it is printed in a status line, where Join's
+// newlines came out quoted as a literal \n).
+type attempts []error
+
+func (a attempts) Error() string {
+	msgs := make([]string, len(a))
+	for i, err := range a {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (a attempts) Unwrap() []error { return a }
 
 func getServerInfo(ctx context.Context, c *http.Client, u string) (map[string]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)

@@ -75,8 +75,8 @@ func TestFetchServerInfo(t *testing.T) {
 	// Nothing answers, or not JSON: an error naming each path.
 	u = fakeInfoServer(t, map[string]string{"/get_server_info": "<html>"})
 	if _, err := FetchServerInfo(ctx, nil, u, time.Second); err == nil || !strings.Contains(err.Error(), "/get_server_info: want a JSON object") ||
-		!strings.Contains(err.Error(), "/version: status 404") {
-		t.Errorf("no info: %v", err)
+		!strings.Contains(err.Error(), "/version: status 404") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("no info: %q, want one line naming each path", err)
 	}
 	if _, err := FetchServerInfo(ctx, nil, "ftp://x", time.Second); err == nil {
 		t.Error("ftp URL accepted")

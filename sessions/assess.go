@@ -32,7 +32,7 @@ func Assess(o outcome.Counts) (verdict, note string) {
 	n := o.Total()
 	switch {
 	case n > 0 && o.Error+o.Timeout == n:
-		return VerdictServerFailed, fmt.Sprintf("every session ended in error or timeout (error=%d timeout=%d): the server failed, which measures nothing about corruption; check --url, --timeout and the server's log", o.Error, o.Timeout)
+		return VerdictServerFailed, fmt.Sprintf("every session ended in error or timeout (error=%d timeout=%d): the server failed, so this run says nothing about corruption; check --url, --timeout and the server's log", o.Error, o.Timeout)
 	case n > 0 && float64(o.NoTool) >= NoToolControlShare*float64(n):
 		return VerdictNeedsControl, fmt.Sprintf("no_tool in %d of %d sessions (%.0f%%, at or above %.0f%%): a model that skips tools looks the same as corruption; "+
 			"measure the same workload on a configuration believed clean (e.g. CUDA graphs disabled: SGLang --disable-cuda-graph, vLLM --enforce-eager) and compare with kvcanary ab before calling it corruption",

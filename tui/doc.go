@@ -9,7 +9,11 @@
 // session, round, request id and the reply's excerpt); enter on the sessions
 // panel opens the sessions table, sortable, with each session's excerpt. A
 // panel whose instrument sent nothing says "not measured — needs …" (what
-// would produce the data), never a zero.
+// would produce the data), never a zero. The GPU and CUDA panels, whose feeds
+// run beside the engine (kvcanary gpu --emit, kvcanary probe cuda --emit),
+// leave the grid until their first event and collapse to one line naming that
+// command. At the 80×24 minimum a header item that does not fit is left out
+// whole and counted ("+2 more"), and the help overlay lists it.
 //
 // The dashboard is a sink. It reads a Live bus subscription in batches on a
 // frame tick (at most ~10 frames a second), so the producer never waits for

@@ -55,6 +55,16 @@ func (k KeyMap) ShortHelp() []key.Binding {
 	return []key.Binding{k.Help, k.Quit, k.Next, k.Drill, k.Filter, k.Pause, k.Snapshot}
 }
 
+// compactHelp is ShortHelp with shorter texts, for a narrow footer: every
+// key stays on screen.
+func (k KeyMap) compactHelp() []key.Binding {
+	short := func(b key.Binding, desc string) key.Binding {
+		b.SetHelp(b.Help().Key, desc)
+		return b
+	}
+	return []key.Binding{k.Help, k.Quit, short(k.Next, "next"), k.Drill, k.Filter, short(k.Pause, "pause"), k.Snapshot}
+}
+
 // FullHelp implements help.KeyMap: the `?` view.
 func (k KeyMap) FullHelp() [][]key.Binding {
 	return [][]key.Binding{

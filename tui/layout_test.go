@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -22,6 +23,71 @@ func TestMinimumSizeShowsDecisiveNumbers(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(out) {
 			t.Errorf("80×24 lacks %s:\n%s", re, out)
 		}
+	}
+}
+
+// TestMinimumSizeNothingCut: at 80×24 the header, the footer, the canary's
+// coverage row, the sessions panel's last outcome row and every column of
+// the help overlay are on screen whole: a header item that does not fit is
+// left out whole, counted, and listed in the help overlay.
+func TestMinimumSizeNothingCut(t *testing.T) {
+	m := testModel(t, MinWidth, MinHeight, false)
+	m.View()
+	out := m.View()
+	lines := strings.Split(out, "\n")
+	for _, i := range []int{0, 1, 2, len(lines) - 1} {
+		if strings.Contains(lines[i], "…") {
+			t.Errorf("line %d is cut: %q", i, lines[i])
+		}
+	}
+	for _, want := range []string{"+2 more", "disagg pd  +3 more", "done 7", "live 100.0%", "s snapshot", "p pause"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("80×24 lacks %q:\n%s", want, out)
+		}
+	}
+	press(m, "?")
+	m.View()
+	help := m.View()
+	for _, want := range []string{"/ filter", "p pause view", "q quit", "G    newest (follow)", "fills a cell",
+		"not in the header:", "host sim/twin", "kvcanary test", "max-running 48", "sessions 24×4", "seed 7", "any key closes the help"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("the 80×24 help lacks %q:\n%s", want, help)
+		}
+	}
+	if strings.Contains(help, "…") {
+		t.Errorf("the 80×24 help is cut:\n%s", help)
+	}
+}
+
+// TestUnfedPanelsCollapse: until GPU samples or CUDA calls arrive, their
+// panels leave the grid (and the tab order) for one line naming the command
+// that feeds them; the first sample brings the panel back.
+func TestUnfedPanelsCollapse(t *testing.T) {
+	m := testModelOf(t, 120, 40, false, fixtureEvents())
+	out := m.View()
+	if !strings.Contains(out, "no GPU samples (kvcanary gpu --emit ADDR feeds this) · no CUDA calls (kvcanary probe cuda --emit ADDR feeds this)") ||
+		strings.Contains(out, "GPU (") || strings.Contains(out, "CUDA (") {
+		t.Fatalf("unfed panels not collapsed:\n%s", out)
+	}
+	var focus []string
+	for range 7 {
+		press(m, "tab")
+		focus = append(focus, m.Focused())
+	}
+	if strings.Join(focus, " ") != "sessions checksum canary graphdiff scheduler findings sessions" {
+		t.Fatalf("tab order over unfed panels: %v", focus)
+	}
+	gpu := onlyKind(gpuEvents(), hook.KindGPU)
+	m.Update(frameMsg{at: wall0.Add(2 * time.Second), batch: &gpu, open: true})
+	out = m.View()
+	if !strings.Contains(out, "GPU (1 samples) driver 550.54") || strings.Contains(out, "no GPU samples") ||
+		!strings.Contains(out, "no CUDA calls (kvcanary probe cuda --emit ADDR feeds this)") {
+		t.Fatalf("after a GPU sample:\n%s", out)
+	}
+	checkSize(t, out, 120, 40)
+	press(m, "shift+tab", "shift+tab") // sessions → findings → gpu (cuda is still unfed)
+	if m.Focused() != "gpu" {
+		t.Fatalf("shift+tab twice from sessions: %s, want gpu", m.Focused())
 	}
 }
 
@@ -145,5 +211,20 @@ func TestSourcesGrouped(t *testing.T) {
 	rows = r.snapshot()
 	if len(rows) != 3 || rows[1] != (SourceRow{"h1/prefill r1", 2}) || rows[2] != (SourceRow{"h2/decode r1", 1}) {
 		t.Fatalf("role groups %+v", rows)
+	}
+}
+
+// TestHeaderKeepsALongSource: a source longer than the line is clipped, never
+// left out of the header.
+func TestHeaderKeepsALongSource(t *testing.T) {
+	p := NewHeaderPanel(asciiStyles(), "kvcanary wrap")
+	p.SetSize(MinWidth, 3)
+	p.Update(StateMsg{State: &State{Source: "wrap python3 -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3.2 --tp 8", Run: "r1"}})
+	l1 := strings.Split(p.View(), "\n")[0]
+	if !strings.HasPrefix(l1, "kvcanary wrap  source wrap python3 -m sglang.launch_server") || !strings.HasSuffix(l1, "…") {
+		t.Fatalf("header line 1 %q", l1)
+	}
+	if left := p.LeftOut(); len(left) != 1 || !strings.Contains(left[0], "run") {
+		t.Fatalf("left out %q, want the run", left)
 	}
 }

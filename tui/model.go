@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,6 +185,9 @@ type Model struct {
 	snapshotErr  error
 	srcStatus    string
 	writing      int  // snapshots being written
+	gpuFed       bool // GPU samples arrived: the GPU panel has a place in the grid
+	cudaFed      bool // CUDA calls arrived: so has the CUDA panel
+	strip        []string
 	quitting     bool // quit once they are written
 }
 
@@ -226,6 +230,11 @@ func New(opts Options) *Model {
 	m.agg = newAggregator(opts.Source)
 	m.agg.run = quoteAll(opts.Run)
 	m.agg.resetOn = !opts.KeepRuns
+	if c := opts.Manifest.Config; !reflect.DeepEqual(c, hook.RunConfig{}) {
+		// A bundle's manifest holds its configuration (sim serve writes no
+		// run.start): shown until a run.start says otherwise.
+		m.agg.config = &c
+	}
 	m.win = newWindow(opts.WindowEvents, opts.WindowBytes)
 	m.header = NewHeaderPanel(st, opts.Title)
 	m.sessions = NewSessionsPanel(st)
@@ -401,6 +410,10 @@ func (m *Model) pushState() {
 		c := m.opts.Cursor.State()
 		s.Cursor = &c
 	}
+	if gf, cf := s.GPU != nil, s.CUDA.Calls > 0; gf != m.gpuFed || cf != m.cudaFed {
+		m.gpuFed, m.cudaFed = gf, cf
+		m.layout()
+	}
 	msg := StateMsg{State: &s}
 	m.header, _ = m.header.Update(msg)
 	m.sessions, _ = m.sessions.Update(msg)
@@ -471,10 +484,10 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		m.showHelp = true
 	case key.Matches(msg, m.keys.Next):
 		m.clearPanelFilter()
-		m.setFocus((m.focus + 1) % len(m.order))
+		m.setFocus(m.nextShown(1))
 	case key.Matches(msg, m.keys.Prev):
 		m.clearPanelFilter()
-		m.setFocus((m.focus + len(m.order) - 1) % len(m.order))
+		m.setFocus(m.nextShown(len(m.order) - 1))
 	case key.Matches(msg, m.keys.Back) && m.findings.Filter() != "":
 		// esc clears a filter, typed or set by enter on a panel.
 		m.panelFilter, m.filterBuf = false, ""
@@ -508,6 +521,19 @@ func (m *Model) key(msg tea.KeyMsg) tea.Cmd {
 		m.layout()
 	}
 	return nil
+}
+
+// nextShown is the index of the next panel in the grid, step ahead in the
+// focus order (1 next, len-1 previous); unfed panels are skipped.
+func (m *Model) nextShown(step int) int {
+	i := m.focus
+	for range m.order {
+		i = (i + step) % len(m.order)
+		if m.fed(m.order[i]) {
+			return i
+		}
+	}
+	return m.focus
 }
 
 // clearPanelFilter drops a filter that enter on an analyzer's panel set.
@@ -581,18 +607,43 @@ type cell struct {
 
 const headerLines, footerLines = 3, 1
 
+// minFindings is the findings panel's height on a short terminal: its title
+// and three findings.
+const minFindings = 6
+
+// fed reports whether a panel whose feed is optional (GPU telemetry, CUDA
+// calls) has had data; an unfed one leaves the grid for a line of the strip.
+func (m *Model) fed(f focusable) bool {
+	switch f {
+	case focusGPU:
+		return m.gpuFed
+	case focusCUDA:
+		return m.cudaFed
+	}
+	return true
+}
+
+// rowHeights splits the body between the two grid rows and the findings:
+// on a short terminal the first row (the three layers' decisive panels) gets
+// the extra line, and the findings keep minFindings.
+func rowHeights(body int) (row1, row2, find int) {
+	avail := max(0, body-minFindings)
+	row1 = min(10, max(5, (avail+3)/2))
+	row2 = min(10, max(4, avail-row1))
+	return row1, row2, max(3, body-row1-row2)
+}
+
 // layout sizes every panel for the terminal.
 func (m *Model) layout() {
+	if !m.fed(m.order[m.focus]) {
+		m.focus = len(m.order) - 1 // its panel left the grid: back to the findings
+	}
 	m.setFocus(m.focus)
 	w, h := m.w, m.h
 	m.header.SetSize(w, headerLines)
-	body := max(0, h-headerLines-footerLines)
-	gridRow := min(10, max(5, (body-6)/2))
-	findH := max(3, body-2*gridRow)
-	cols := 3
-	if w >= 112 {
-		cols = 4
-	}
+	m.strip = feedStrip(m.st, m.gpuFed, m.cudaFed, w)
+	body := max(0, h-headerLines-footerLines-len(m.strip))
+	row1, row2, findH := rowHeights(body)
 	split := func(total, n int) []int {
 		ws := make([]int, n)
 		for i := range ws {
@@ -603,25 +654,48 @@ func (m *Model) layout() {
 		}
 		return ws
 	}
-	if cols == 4 {
+	var fed []interface{ SetSize(w, h int) }
+	if m.gpuFed {
+		fed = append(fed, m.gpu)
+	}
+	if m.cudaFed {
+		fed = append(fed, m.cuda)
+	}
+	if w >= 112 {
 		ws := split(w, 4)
-		m.sessions.SetSize(ws[0], gridRow)
-		m.checksum.SetSize(ws[1], gridRow)
-		m.canary.SetSize(ws[2], gridRow)
-		m.graphdiff.SetSize(ws[3], gridRow)
-		m.sched.SetSize(ws[0]+ws[1], gridRow)
-		m.gpu.SetSize(ws[2], gridRow)
-		m.cuda.SetSize(ws[3], gridRow)
+		m.sessions.SetSize(ws[0], row1)
+		m.checksum.SetSize(ws[1], row1)
+		m.canary.SetSize(ws[2], row1)
+		m.graphdiff.SetSize(ws[3], row1)
+		if len(fed) == 0 {
+			m.sched.SetSize(w, row2)
+		} else {
+			m.sched.SetSize(ws[0]+ws[1], row2)
+			for i, fw := range split(ws[2]+ws[3], len(fed)) {
+				fed[i].SetSize(fw, row2)
+			}
+		}
 	} else {
 		ws := split(w, 3)
-		m.sessions.SetSize(ws[0], gridRow)
-		m.checksum.SetSize(ws[1], gridRow)
-		m.canary.SetSize(ws[2], gridRow)
-		m.graphdiff.SetSize(ws[0], gridRow)
-		m.sched.SetSize(ws[1], gridRow)
-		top := gridRow / 2
-		m.gpu.SetSize(ws[2], top)
-		m.cuda.SetSize(ws[2], gridRow-top)
+		m.sessions.SetSize(ws[0], row1)
+		m.checksum.SetSize(ws[1], row1)
+		m.canary.SetSize(ws[2], row1)
+		switch len(fed) {
+		case 0:
+			hw := split(w, 2)
+			m.graphdiff.SetSize(hw[0], row2)
+			m.sched.SetSize(hw[1], row2)
+		case 1:
+			m.graphdiff.SetSize(ws[0], row2)
+			m.sched.SetSize(ws[1], row2)
+			fed[0].SetSize(ws[2], row2)
+		default:
+			m.graphdiff.SetSize(ws[0], row2)
+			m.sched.SetSize(ws[1], row2)
+			top := row2 / 2
+			m.gpu.SetSize(ws[2], top)
+			m.cuda.SetSize(ws[2], row2-top)
+		}
 	}
 	if m.opts.Steps != nil {
 		sw := w * 3 / 5 // the investigation is the story; findings are its detail
@@ -631,9 +705,9 @@ func (m *Model) layout() {
 		m.findings.SetSize(w, findH)
 	}
 	if m.findings.Drilled() {
-		m.findings.SetSize(w, body)
+		m.findings.SetSize(w, body+len(m.strip))
 	}
-	m.table.SetSize(w, body)
+	m.table.SetSize(w, body+len(m.strip))
 }
 
 // View draws the dashboard.
@@ -647,37 +721,30 @@ func (m *Model) View() string {
 	b.WriteByte('\n')
 	switch {
 	case m.showHelp:
-		body := m.h - headerLines - footerLines
-		m.help.ShowAll = true
-		hv := m.help.View(m.keys)
-		m.help.ShowAll = false
-		notes := []string{"enter on the checksum, canary or graphdiff panel lists that analyzer's findings until you leave them;",
-			"enter on the sessions panel opens the sessions table (o sorts by the next column, r reverses).",
-			"/ filters the findings: enter keeps the filter, esc clears it, ctrl+u empties what you typed.",
-			"p freezes the view while events keep being counted; s writes the recent events to a bundle " +
-				"(default: $XDG_STATE_HOME/kvcanary/snapshots or ~/.local/state/kvcanary/snapshots).",
-			"sparklines: one cell a second of event time, newest at the right; \"top N\" is what a full cell stands for.",
-			"any key closes this help"}
-		lines := []string{"", hv, ""}
-		for _, n := range notes {
-			for _, l := range wrap(n, m.w-2) {
-				lines = append(lines, m.st.Muted.Render(l))
-			}
-		}
-		b.WriteString(m.st.frame("help", strings.Split(strings.Join(lines, "\n"), "\n"), m.w, body, true))
+		b.WriteString(m.helpView())
 	case m.findings.Drilled():
 		b.WriteString(m.findings.View())
 	case m.table.Opened():
 		b.WriteString(m.table.View())
 	default:
+		var fed []string
+		if m.gpuFed {
+			fed = append(fed, m.gpu.View())
+		}
+		if m.cudaFed {
+			fed = append(fed, m.cuda.View())
+		}
 		var row1, row2 string
 		if m.w >= 112 {
 			row1 = lipgloss.JoinHorizontal(lipgloss.Top, m.sessions.View(), m.checksum.View(), m.canary.View(), m.graphdiff.View())
-			row2 = lipgloss.JoinHorizontal(lipgloss.Top, m.sched.View(), m.gpu.View(), m.cuda.View())
+			row2 = lipgloss.JoinHorizontal(lipgloss.Top, append([]string{m.sched.View()}, fed...)...)
 		} else {
+			cells := []string{m.graphdiff.View(), m.sched.View()}
+			if len(fed) > 0 {
+				cells = append(cells, lipgloss.JoinVertical(lipgloss.Left, fed...))
+			}
 			row1 = lipgloss.JoinHorizontal(lipgloss.Top, m.sessions.View(), m.checksum.View(), m.canary.View())
-			row2 = lipgloss.JoinHorizontal(lipgloss.Top, m.graphdiff.View(), m.sched.View(),
-				lipgloss.JoinVertical(lipgloss.Left, m.gpu.View(), m.cuda.View()))
+			row2 = lipgloss.JoinHorizontal(lipgloss.Top, cells...)
 		}
 		bottom := m.findings.View()
 		if m.opts.Steps != nil {
@@ -687,6 +754,10 @@ func (m *Model) View() string {
 		b.WriteByte('\n')
 		b.WriteString(row2)
 		b.WriteByte('\n')
+		for _, l := range m.strip {
+			b.WriteString(l)
+			b.WriteByte('\n')
+		}
 		b.WriteString(bottom)
 	}
 	b.WriteByte('\n')
@@ -707,14 +778,57 @@ func (m *Model) footer() string {
 		}
 		return fit(m.st.Status.Render(m.status)+tail, m.w)
 	}
-	focus := "  " + m.st.Muted.Render("focus: "+m.Focused())
-	m.help.Width = max(0, m.w-ansi.StringWidth(focus)) // the keys give way, with their own ellipsis
-	left := m.help.View(m.keys)
-	if m.findings.Drilled() {
+	var left string
+	switch {
+	case m.showHelp:
+		left = m.st.Muted.Render("any key closes the help · q quit")
+	case m.findings.Drilled():
 		left = m.st.Muted.Render("esc back · ↑/↓ scroll · q quit")
-	}
-	if m.table.Opened() {
+	case m.table.Opened():
 		left = m.st.Muted.Render("esc back · ↑/↓ move · o sort · r reverse · q quit")
 	}
-	return fit(left+focus, m.w)
+	focus := "  " + m.st.Muted.Render("focus: "+m.Focused())
+	if left != "" {
+		return fit(left+focus, m.w)
+	}
+	// Every key of the short help, whole: the long texts with the focused
+	// panel's name when they fit, else the short texts (the double border
+	// shows the focus), else what bubbles' help keeps.
+	m.help.Width = 0
+	for _, try := range []string{m.help.ShortHelpView(m.keys.ShortHelp()) + focus, m.help.ShortHelpView(m.keys.compactHelp()) + focus,
+		m.help.ShortHelpView(m.keys.compactHelp())} {
+		if ansi.StringWidth(try) <= m.w {
+			return fit(try, m.w)
+		}
+	}
+	m.help.Width = m.w
+	return fit(m.help.ShortHelpView(m.keys.compactHelp()), m.w)
+}
+
+// helpView is the `?` overlay: every key, what the keys do on each panel,
+// and the whole run header (a narrow header leaves items out).
+func (m *Model) helpView() string {
+	body := m.h - headerLines - footerLines
+	iw := m.w - 2
+	m.help.ShowAll, m.help.Width = true, iw
+	hv := m.help.View(m.keys)
+	m.help.ShowAll, m.help.Width = false, 0
+	notes := []string{"enter: on the checksum, canary or graphdiff panel, its findings until you leave; " +
+		"on sessions, the sessions table (o next column, r reverse).",
+		"/ filter: enter keeps it, esc clears it, ctrl+u empties it.",
+		"p freezes the view, not the counting; s writes the recent events to a bundle in " +
+			"~/.local/state/kvcanary/snapshots (or $XDG_STATE_HOME/kvcanary/snapshots).",
+		`sparklines: 1 cell = 1s of event time, newest right; "top N" fills a cell.`}
+	lines := strings.Split(hv, "\n")
+	lines = append(lines, "")
+	for _, n := range notes {
+		for _, l := range wrap(n, iw) {
+			lines = append(lines, m.st.Muted.Render(l))
+		}
+	}
+	if left := m.header.LeftOut(); len(left) > 0 {
+		lines = append(lines, "")
+		lines = append(lines, flow(append([]string{m.st.Label.Render("not in the header:")}, left...), iw)...)
+	}
+	return m.st.frame("help", lines, m.w, body, true)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	tea "github.com/charmbracelet/bubbletea"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -89,54 +90,112 @@ func (p *HeaderPanel) Update(msg tea.Msg) (*HeaderPanel, tea.Cmd) {
 // Height is the number of lines View draws.
 func (p *HeaderPanel) Height() int { return 3 }
 
-// View draws the header.
+// View draws the header: each line keeps, in order of importance, the
+// items that fit whole and says how many it left out ("+2 more"); the help
+// overlay lists those.
 func (p *HeaderPanel) View() string {
+	ls := p.Lines()
+	out := make([]string, len(ls))
+	for i, items := range ls {
+		line, _ := fitItems(p.st, items, p.w)
+		out[i] = fit(line, p.w)
+	}
+	return strings.Join(out, "\n")
+}
+
+// LeftOut are the header items View leaves out at the panel's width.
+func (p *HeaderPanel) LeftOut() []string {
+	var out []string
+	for _, items := range p.Lines() {
+		_, left := fitItems(p.st, items, p.w)
+		out = append(out, left...)
+	}
+	return out
+}
+
+// Lines are the header's three lines as items, most important first: what
+// runs (title, source, run, hosts, the producer's tool), how it is
+// configured, and how the stream goes.
+func (p *HeaderPanel) Lines() [3][]string {
 	st, s := p.st, p.s
 	if s == nil {
 		s = &State{}
 	}
-	l1 := st.Title.Render(p.title)
+	// The title, PAUSED and the source are one item: always on screen (a
+	// source too long for the line is clipped, not left out).
+	first := st.Title.Render(p.title)
 	if p.paused {
-		// Right after the title: a narrow terminal cuts the source, not this.
-		l1 += "  " + st.Warn.Render("PAUSED (ingest continues)")
+		paused := "PAUSED (ingest continues)"
+		if p.w < 100 {
+			paused = "PAUSED" // the help overlay says ingest continues
+		}
+		first += "  " + st.Warn.Render(paused)
 	}
-	l1 += "  " + st.Label.Render("source") + " " + s.Source
+	l1 := []string{first + "  " + st.Label.Render("source") + " " + s.Source}
 	if s.Run != "" {
-		l1 += "  " + p.num("run", s.Run)
-	}
-	if s.Tool != "" {
-		l1 += "  " + st.Muted.Render(s.Tool)
+		l1 = append(l1, p.num("run", s.Run))
 	}
 	if sl := sourcesLine(st, s.Sources); sl != "" {
-		l1 += "  " + sl // several hosts or roles: grouped, instead of one host
+		l1 = append(l1, sl) // several hosts or roles: grouped, instead of one host
 	} else if s.Host != "" {
-		l1 += "  " + p.num("host", s.Host)
+		l1 = append(l1, p.num("host", s.Host))
 	}
-	l2 := st.Muted.Render("no run.start yet: configuration unknown")
+	if s.Tool != "" {
+		l1 = append(l1, st.Muted.Render(s.Tool))
+	}
+	l2 := []string{st.Muted.Render("no run.start yet: configuration unknown")}
 	if c := s.Config; c != nil {
-		l2 = configLine(st, c)
+		l2 = configItems(st, c)
 	}
 	drop := st.OK.Render("0")
 	if d := s.Dropped + s.ProducerDropped; d > 0 {
 		drop = st.Warn.Render(fmt.Sprintf("%s (view %s, producers %s)", human(d), human(s.Dropped), human(s.ProducerDropped)))
 	}
-	l3 := p.num("elapsed", s.Elapsed.Round(time.Second)) + "  " + p.num("events", human(s.Events)) + "  " +
-		p.num("events/s", humanRate(s.Rate)) + "  " + st.Label.Render("dropped") + " " + drop
-	if s.SourceStatus != "" {
-		l3 += "  " + st.Muted.Render(s.SourceStatus)
+	l3 := []string{p.num("elapsed", s.Elapsed.Round(time.Second)), p.num("events", human(s.Events)),
+		p.num("events/s", humanRate(s.Rate)), st.Label.Render("dropped") + " " + drop}
+	if s.SourceErr != "" {
+		l3 = append(l3, st.Mismatch.Render("source: "+s.SourceErr))
 	}
 	if c := s.Cursor; c != nil {
-		l3 += "  " + cursorLine(st, c, p.w)
+		l3 = append(l3, cursorLine(st, c, p.w))
 	} else if s.SourceDone {
-		l3 += "  " + st.Muted.Render("source finished")
+		l3 = append(l3, st.Muted.Render("source finished"))
 	}
-	if s.SourceErr != "" {
-		l3 += "  " + st.Mismatch.Render("source: "+s.SourceErr)
+	if s.SourceStatus != "" {
+		l3 = append(l3, st.Muted.Render(s.SourceStatus))
 	}
-	return strings.Join([]string{fit(l1, p.w), fit(l2, p.w), fit(l3, p.w)}, "\n")
+	return [3][]string{l1, l2, l3}
 }
 
-func configLine(st *Styles, c *hook.RunConfig) string {
+// fitItems joins items two spaces apart in w cells, in order, up to the
+// first that does not fit whole: that one and the rest are left out (never
+// cut) and the line says how many. The first item is always there (the
+// caller's fit clips it).
+func fitItems(st *Styles, items []string, w int) (string, []string) {
+	if len(items) == 0 {
+		return "", nil
+	}
+	line, lw := items[0], ansi.StringWidth(items[0])
+	for i := 1; i < len(items); i++ {
+		room := w
+		if i < len(items)-1 {
+			room -= 2 + len(moreNote(len(items)-i)) // what follows may not fit: keep room to say so
+		}
+		iw := ansi.StringWidth(items[i])
+		if lw+2+iw > room {
+			return line + "  " + st.Muted.Render(moreNote(len(items)-i)), items[i:]
+		}
+		line, lw = line+"  "+items[i], lw+2+iw
+	}
+	return line, nil
+}
+
+// moreNote says how many header items a narrow terminal left out.
+func moreNote(n int) string { return fmt.Sprintf("+%d more", n) }
+
+// configItems is the run configuration as header items: the settings the
+// corruption depends on first, the workload last.
+func configItems(st *Styles, c *hook.RunConfig) []string {
 	onoff := func(b *bool) string {
 		switch {
 		case b == nil:
@@ -146,13 +205,16 @@ func configLine(st *Styles, c *hook.RunConfig) string {
 		}
 		return "off"
 	}
-	parts := []string{}
+	var parts []string
 	add := func(k, v string) {
 		if v != "" {
 			parts = append(parts, st.Label.Render(k)+" "+v)
 		}
 	}
 	add("engine", quoteAll(c.Engine))
+	if len(c.Inject) > 0 {
+		parts = append(parts, st.Warn.Render("inject "+quoteAll(strings.Join(c.Inject, ","))))
+	}
 	add("index-k", quoteAll(c.IndexKDtype))
 	g := onoff(c.CUDAGraph)
 	if c.CUDAGraph != nil && *c.CUDAGraph && c.CUDAGraphMaxBS > 0 {
@@ -167,12 +229,16 @@ func configLine(st *Styles, c *hook.RunConfig) string {
 	if c.Sessions > 0 {
 		add("sessions", fmt.Sprintf("%d×%d", c.Sessions, max(c.Rounds, 1)))
 	}
-	add("seed", fmt.Sprint(c.Seed))
-	if len(c.Inject) > 0 {
-		parts = append(parts, st.Warn.Render("inject "+quoteAll(strings.Join(c.Inject, ","))))
+	if c.Sessions > 0 || c.Engine == "sim" {
+		// The seed picks a workload (the twin's, repro's tasks): a run
+		// without one (an engine under wrap) has no seed to show.
+		add("seed", fmt.Sprint(c.Seed))
 	}
-	return strings.Join(parts, "  ")
+	return parts
 }
+
+// configLine is the configuration on one line.
+func configLine(st *Styles, c *hook.RunConfig) string { return strings.Join(configItems(st, c), "  ") }
 
 func cursorLine(st *Styles, c *CursorState, w int) string {
 	// In float64: a bundle can hold ts_ns -5 and 2^63-1 (recorded before the
@@ -321,9 +387,9 @@ func (p *CanaryPanel) View() string {
 		lines = []string{p.num("replays", human(s.CanaryEvents)), st.Muted.Render("no canary analyzer")}
 	default:
 		c := s.Canary
-		cov := p.num("coverage", pct1(c.Coverage))
+		cov := []string{p.num("coverage", pct1(c.Coverage))}
 		if c.LiveCoverage != nil {
-			cov += "  " + p.num("live", pct1(*c.LiveCoverage))
+			cov = append(cov, p.num("live", pct1(*c.LiveCoverage)))
 		}
 		// Overwrites and missing stores between replays (speculative moves,
 		// transfers landing) count with the replays': the same corruption.
@@ -338,7 +404,7 @@ func (p *CanaryPanel) View() string {
 		// The decisive row first: a short panel keeps it.
 		lines = append(lines, lpo)
 		lines = append(lines, flow([]string{miss, p.num("replays", human(c.Replays)), p.num("policy", quoteAll(c.Policy))}, p.w-2)...)
-		lines = append(lines, cov)
+		lines = append(lines, flow(cov, p.w-2)...)
 		lines = append(lines, flow([]string{p.num("expected", human(c.ExpectedWrites)), p.num("transfer", human(c.BenignTransferWrites)),
 			p.num("free", human(c.FreePageWrites)), p.num("held", human(c.HeldPageWrites))}, p.w-2)...)
 		if c.RewrittenStores > 0 || c.SlotCheckedReplays > 0 {
@@ -442,6 +508,35 @@ func (p *SchedPanel) View() string {
 
 // ---------------------------------------------------------------------------
 
+// What feeds the panels that no source of the dashboard's own produces.
+const (
+	feedsGPU  = "kvcanary gpu --emit ADDR"
+	feedsCUDA = "kvcanary probe cuda --emit ADDR"
+)
+
+// feedStrip is what the unfed GPU and CUDA panels collapse to: one line
+// naming the command that feeds each ("" when both are fed). The long form
+// when it fits, else both commands behind one label.
+func feedStrip(st *Styles, gpuFed, cudaFed bool, w int) []string {
+	var long, cmds []string
+	if !gpuFed {
+		long = append(long, "no GPU samples ("+feedsGPU+" feeds this)")
+		cmds = append(cmds, feedsGPU)
+	}
+	if !cudaFed {
+		long = append(long, "no CUDA calls ("+feedsCUDA+" feeds this)")
+		cmds = append(cmds, feedsCUDA)
+	}
+	if len(long) == 0 {
+		return nil
+	}
+	line := strings.Join(long, " · ")
+	if len(long) == 2 && ansi.StringWidth(line) > w {
+		line = "no GPU/CUDA feed: " + strings.Join(cmds, " · ")
+	}
+	return []string{fit(st.Muted.Render(line), w)}
+}
+
 // GPUPanel shows per-device telemetry, or that there is none.
 type GPUPanel struct{ panelBase }
 
@@ -455,7 +550,7 @@ func (p *GPUPanel) Update(msg tea.Msg) (*GPUPanel, tea.Cmd) { p.take(msg); retur
 func (p *GPUPanel) View() string {
 	st, s := p.st, p.s
 	if s == nil || s.GPU == nil {
-		return st.frame("GPU: "+st.Muted.Render("no GPU telemetry"), nil, p.w, p.h, p.focused)
+		return st.frame("GPU", p.notMeasured("no GPU samples — "+feedsGPU+" feeds this"), p.w, p.h, p.focused)
 	}
 	var lines []string
 	for _, d := range s.GPU.Devices {
@@ -485,8 +580,8 @@ func (p *GPUPanel) View() string {
 		lines = append(lines, st.Muted.Render("sample without devices"))
 	}
 	title := fmt.Sprintf("GPU (%s samples)", human(s.GPUSamples))
-	if s.GPU.Driver != "" {
-		title += " driver " + quoteAll(s.GPU.Driver)
+	if drv := " driver " + quoteAll(s.GPU.Driver); s.GPU.Driver != "" && ansi.StringWidth(title+drv) <= p.w-2 {
+		title += drv // left out whole on a narrow panel, never cut
 	}
 	return st.frame(title, lines, p.w, p.h, p.focused)
 }
@@ -506,7 +601,7 @@ func (p *CUDAPanel) Update(msg tea.Msg) (*CUDAPanel, tea.Cmd) { p.take(msg); ret
 func (p *CUDAPanel) View() string {
 	st, s := p.st, p.s
 	if s == nil || s.CUDA.Calls == 0 {
-		return st.frame("CUDA: "+st.Muted.Render("no eBPF probe"), nil, p.w, p.h, p.focused)
+		return st.frame("CUDA", p.notMeasured("no CUDA calls — "+feedsCUDA+" feeds this"), p.w, p.h, p.focused)
 	}
 	c := s.CUDA
 	errs := p.num("errors", c.Errors)

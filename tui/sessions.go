@@ -250,8 +250,11 @@ func (p *SessionsTable) View() string {
 		switch {
 		case r.Excerpt != "":
 			d = append(d, wrap(st.Label.Render("excerpt")+" "+r.Excerpt, iw)...)
-		case r.Corrupted:
-			d = append(d, st.Muted.Render("no excerpt kept (a producer from before excerpts, or a failed request)"))
+		case r.Corrupted && r.Outcome != "error":
+			// A failed request has no reply (its reason says why); a reply
+			// judged corrupted without one came from a producer that keeps
+			// none (older repro and twin versions).
+			d = append(d, st.Muted.Render("no excerpt in this session event (its producer kept none)"))
 		}
 		if len(d) > p.detailLines() {
 			d = append(d[:p.detailLines()-1], st.Muted.Render("…"))

@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -16,6 +20,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/sim"
+	"github.com/kvcanary/kvcanary/tui"
 )
 
 // BisectOptions are the inputs of `kvcanary bisect`.
@@ -61,7 +66,7 @@ the twin; examples/seeds-serve.toml the same through kvcanary sim serve):
                               # timeout and model
   [stats]
   alpha = 0.05                # error of "removes it" claims, all arms together
-  beta = 0.10                 # error of "changes nothing" claims
+  beta = 0.10                 # error of "does not remove it" claims
   min_effect = 0.10           # smallest reduction of the rate worth finding
   budget = 160                # most sessions per arm
   batch = 16                  # sessions between looks
@@ -75,7 +80,7 @@ your server with and waits for Enter.
 
 Each arm runs until the evidence decides, looking every batch sessions:
 "removes it" when Fisher's exact test (one-sided) says the arm corrupts less,
-"changes nothing" when the upper confidence bound of the reduction is below
+"does not remove it" when the upper confidence bound of the reduction is below
 min_effect, "could not tell within budget" otherwise. The error is spent over
 the looks with the Lan-DeMets Pocock-type spending function and split evenly
 over the arms (Bonferroni). Sessions are counted in the order they started, so
@@ -83,9 +88,14 @@ sessions that end early (leaks) are not over-sampled. The baseline grows when
 an arm needs more of it. A server that does not start or dies marks its arm
 failed with its log tail; the other arms go on.
 
-The state is saved after every look in OUT/bisect-state.json: after Ctrl-C,
---resume continues with nothing re-run. Every segment is recorded as a bundle
-(OUT/ARM-N.kvtrace) for ab, checksum compare and the other reports.
+OUT is --out, or else a new directory for each run in kvcanary's state
+directory ($XDG_STATE_HOME/kvcanary/bisect, or ~/.local/state/kvcanary/bisect),
+named after the plan and the start time (seeds-20260101-120000); its path is
+printed at the start and in the report. The state is saved after every look in
+OUT/bisect-state.json: after Ctrl-C, --resume continues with nothing re-run
+(without --out: the newest bisect of the same plan there). Every segment is
+recorded as a bundle (OUT/ARM-N.kvtrace) for ab, checksum compare and the
+other reports.
 
 Exit codes: 0 the bisect finished (whatever it found), 2 usage, 3 a bad plan
 or a baseline that could not run, 130 interrupted (resume with --resume).`
@@ -100,12 +110,13 @@ func NewCmdBisect(f *cmdutil.Factory, runF func(*BisectOptions) error) *cobra.Co
 		Example: `  kvcanary bisect examples/seeds.toml
   kvcanary bisect examples/seeds-serve.toml --out /tmp/seeds
   kvcanary bisect plan.toml --out runs/plan --resume
+  kvcanary bisect examples/seeds.toml --resume    # the newest bisect of seeds.toml
   kvcanary bisect plan.toml --json | jq '.verdict'`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: runOnPath(opts, &opts.Plan, runF, bisectRun),
 	}
-	cmd.Flags().StringVar(&opts.Out, "out", "", "directory of the bundles, server logs and saved state (default: PLAN's name + .bisect, beside it)")
-	cmd.Flags().BoolVar(&opts.Resume, "resume", false, "continue the bisect saved in --out")
+	cmd.Flags().StringVar(&opts.Out, "out", "", "directory of the bundles, server logs and saved state (default: a new one per run in $XDG_STATE_HOME/kvcanary/bisect)")
+	cmd.Flags().BoolVar(&opts.Resume, "resume", false, "continue the bisect saved in --out (without --out: the newest of this plan)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -147,13 +158,32 @@ func bisectRun(opts *BisectOptions) error {
 	return bisectReport(opts, rep, runErr)
 }
 
-// bisectOutDir is the bisect's directory (default: the plan's name +
-// .bisect) and, with --resume, the state saved there; without --resume a
-// directory holding a bisect is refused.
+// bisectOutDir is the bisect's directory and, with --resume, the state
+// saved there.
+//
+// Without --out each run gets a new directory in the user's state
+// directory, StateDir("bisect")/PLAN-YYYYMMDD-HHMMSS: a bisect writes tens
+// of megabytes of bundles, which belong neither beside the plan (often in
+// a checkout) nor over an earlier bisect, and running the same command
+// twice must work. --resume without --out continues the newest bisect of
+// this plan there. A directory named with --out that holds a bisect is
+// refused without --resume: the user chose it, so kvcanary neither adds a
+// second bisect to it nor overwrites the first.
 func bisectOutDir(opts *BisectOptions, plan *bisect.Plan) (string, *bisect.State, error) {
 	out := opts.Out
 	if out == "" {
-		out = strings.TrimSuffix(opts.Plan, filepath.Ext(opts.Plan)) + ".bisect"
+		root, err := tui.StateDir("bisect")
+		if err != nil {
+			return "", nil, cmdutil.InputError(fmt.Errorf("bisect: %w", err))
+		}
+		if opts.Resume {
+			return bisectLatest(root, plan)
+		}
+		if out, err = bisectNewDir(root, opts.Plan, opts.Factory.Now()); err != nil {
+			return "", nil, cmdutil.InputError(fmt.Errorf("bisect: %w", err))
+		}
+		fmt.Fprintf(opts.IO.ErrOut, "bisect: writing to %s\n", out)
+		return out, nil, nil
 	}
 	var st *bisect.State
 	if opts.Resume {
@@ -168,6 +198,59 @@ func bisectOutDir(opts *BisectOptions, plan *bisect.Plan) (string, *bisect.State
 		return "", nil, cmdutil.InputError(fmt.Errorf("bisect: %w", err))
 	}
 	return out, st, nil
+}
+
+// bisectDirName matches the directories bisectNewDir makes: the plan's
+// name, the start time (UTC) and, when two start within a second, a number.
+var bisectDirName = regexp.MustCompile(`^(.+)-(\d{8}-\d{6}(?:-\d+)?)$`)
+
+// bisectNewDir makes a new directory for a bisect of plan under root.
+func bisectNewDir(root, plan string, now time.Time) (string, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", err
+	}
+	base := filepath.Join(root, bisectStem(plan)+"-"+now.UTC().Format("20060102-150405"))
+	for i := 1; ; i++ {
+		dir := base
+		if i > 1 {
+			dir = fmt.Sprintf("%s-%d", base, i)
+		}
+		err := os.Mkdir(dir, 0o755)
+		if err == nil || !errors.Is(err, fs.ErrExist) {
+			return dir, err
+		}
+	}
+}
+
+// bisectStem is the plan's file name without its extension.
+func bisectStem(plan string) string {
+	base := filepath.Base(plan)
+	return strings.TrimSuffix(base, filepath.Ext(base))
+}
+
+// bisectLatest finds the newest bisect of plan under root (one whose saved
+// state belongs to this plan) and loads its state.
+func bisectLatest(root string, plan *bisect.Plan) (string, *bisect.State, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", nil, cmdutil.InputError(fmt.Errorf("resume: %w", err))
+	}
+	stem := bisectStem(plan.Path)
+	var dirs []string
+	for _, e := range entries {
+		if m := bisectDirName.FindStringSubmatch(e.Name()); e.IsDir() && m != nil && m[1] == stem {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	// Newest first: the names sort by start time (a -N suffix after its twin).
+	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
+	for _, d := range dirs {
+		dir := filepath.Join(root, d)
+		if st, err := bisect.LoadState(dir, plan); err == nil {
+			return dir, st, nil
+		}
+	}
+	return "", nil, cmdutil.InputError(fmt.Errorf("resume: no bisect of %s in %s: name its directory with --out", plan.Path, root))
 }
 
 // bisectReport prints the report (text or --json) and maps the run's end

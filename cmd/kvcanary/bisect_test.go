@@ -280,3 +280,82 @@ func TestBisectStatusLineOnATerminal(t *testing.T) {
 		}
 	}
 }
+
+// Without --out a bisect writes into a new directory per run in the state
+// directory, nothing beside its plan: the README's command runs twice
+// (issue 23: it wrote examples/seeds.bisect/ into the checkout and exited
+// 2 the second time), and --resume without --out finds the newest bisect of
+// the same plan, not one of another plan with the same name.
+func TestBisectDefaultOutIsANewStateDirPerRun(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	planDir := t.TempDir()
+	plan := filepath.Join(planDir, "p.toml")
+	body := "[[arm]]\nname = \"fp8\"\nflags = [\"--index-k-dtype\", \"fp8\"]\n[workload]\nconcurrency = 8\nrounds = 2\n[stats]\nbudget = 8\nbatch = 8\nbaseline_start = 8\n"
+	if err := os.WriteFile(plan, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Another plan of the same name, elsewhere: its bisect is no candidate
+	// for p.toml's --resume.
+	other := filepath.Join(t.TempDir(), "p.toml")
+	if err := os.WriteFile(other, []byte("# another plan\n"+body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// One clock for every run: the runs start "within a second", so the
+	// directories need the -N suffix to stay apart.
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	run := func(args ...string) (bisect.Report, string) {
+		t.Helper()
+		c := newTestCLI()
+		c.F.Now = func() time.Time { return now }
+		if err := c.exec(NewCmdBisect(c.F, nil), append(args, "--json")...); err != nil {
+			t.Fatalf("bisect %q: %v\n%s", args, err, c.ErrOut)
+		}
+		var rep bisect.Report
+		if err := json.Unmarshal(c.Out.Bytes(), &rep); err != nil {
+			t.Fatalf("%v\n%s", err, c.Out)
+		}
+		return rep, c.ErrOut.String()
+	}
+	root := filepath.Join(state, "kvcanary", "bisect")
+	first, stderr1 := run(plan)
+	second, _ := run(plan)
+	if want := filepath.Join(root, "p-20260102-030405"); first.Out != want {
+		t.Errorf("first bisect wrote to %s, want %s", first.Out, want)
+	}
+	if want := filepath.Join(root, "p-20260102-030405-2"); second.Out != want {
+		t.Errorf("second bisect wrote to %s, want %s", second.Out, want)
+	}
+	if !strings.Contains(stderr1, "bisect: writing to "+first.Out+"\n") {
+		t.Errorf("stderr does not say where the bisect writes:\n%s", stderr1)
+	}
+	for _, rep := range []bisect.Report{first, second} {
+		if _, err := os.Stat(filepath.Join(rep.Out, bisect.StateFile)); err != nil {
+			t.Errorf("no state in %s: %v", rep.Out, err)
+		}
+	}
+	if ents, err := os.ReadDir(planDir); err != nil || len(ents) != 1 {
+		t.Errorf("the plan's directory holds %v (%v), want only the plan", ents, err)
+	}
+	otherRep, _ := run(other)
+	if want := filepath.Join(root, "p-20260102-030405-3"); otherRep.Out != want {
+		t.Errorf("the other plan's bisect wrote to %s, want %s", otherRep.Out, want)
+	}
+	// --resume continues the newest bisect of this plan: the second run's
+	// directory, skipping the newer one of the other plan.
+	resumed, stderr := run(plan, "--resume")
+	if resumed.Out != second.Out || !strings.Contains(stderr, "resuming "+plan+" from "+filepath.Join(second.Out, bisect.StateFile)) {
+		t.Errorf("--resume continued %s, want %s\n%s", resumed.Out, second.Out, stderr)
+	}
+	// A plan never run before has nothing to resume: the error names where
+	// kvcanary looked and what to do.
+	fresh := filepath.Join(t.TempDir(), "q.toml")
+	if err := os.WriteFile(fresh, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCLI()
+	err := c.exec(NewCmdBisect(c.F, nil), fresh, "--resume")
+	if err == nil || !strings.Contains(err.Error(), "no bisect of "+fresh+" in "+root) || !strings.Contains(err.Error(), "--out") {
+		t.Errorf("--resume of a plan never run: %v", err)
+	}
+}

@@ -23,6 +23,10 @@ type CanaryReportOptions struct {
 	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Path string // a trace bundle or an SGLang server log
+	// Limit is how many samples are kept and listed (text and --json):
+	// per page class of a bundle, violations of a log; 0 keeps the
+	// analyzers' defaults (canary.DefaultSamplesPerClass; 64 for a log).
+	Limit int
 }
 
 // CanaryReport is the --json shape of `kvcanary canary report`.
@@ -112,6 +116,7 @@ evidence, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: runOnPath(opts, &opts.Path, runF, canaryReportRun),
 	}
+	cmdutil.AddLimitFlag(cmd, &opts.Limit, 0, 1, "samples kept and listed, text and --json: per page class of a bundle (default 8) or violations of an SGLang log (default 64)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -138,7 +143,7 @@ func canaryReportRun(opts *CanaryReportOptions) error {
 }
 
 func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
-	an := canary.NewAnalyzer(canary.Options{})
+	an := canary.NewAnalyzer(canary.Options{SamplesPerClass: opts.Limit})
 	br, err := replayBundle(b, an, reportMaxFindings)
 	if err != nil {
 		return err
@@ -177,7 +182,7 @@ func canaryBundleReport(opts *CanaryReportOptions, b *bundleFile) error {
 
 func canaryLogReport(opts *CanaryReportOptions, f io.Reader) error {
 	arg := &kvCanaryArg{r: f}
-	scan, err := canary.ScanLog(arg, opts.Path, canary.LogOptions{})
+	scan, err := canary.ScanLog(arg, opts.Path, canary.LogOptions{MaxSamples: opts.Limit})
 	if err != nil {
 		return cmdutil.InputError(err)
 	}

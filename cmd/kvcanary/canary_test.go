@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvcanary/kvcanary/canary"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
@@ -379,5 +380,41 @@ func TestCanaryReportBundlePartial(t *testing.T) {
 	path = writeBundle(t, traces.Manifest{Run: "t"}, evs[:2]...)
 	if out, _, err := runCanaryReport(t, path, false, false); err != nil || strings.Contains(out, "PARTIAL") {
 		t.Fatalf("exit %v:\n%s", err, out)
+	}
+}
+
+// --limit sets how many samples of each page class a bundle's report keeps
+// and lists, text and --json; the class counts stay whole.
+func TestCanaryReportLimit(t *testing.T) {
+	var replays []hook.CanaryPages
+	for i := range 5 {
+		replays = append(replays, cleanReplay(uint64(70+i)))
+	}
+	path := writeCanaryBundle(t, replays)
+	for _, tc := range []struct {
+		args []string
+		want int // expected-store samples (3 expected stores a replay)
+	}{{nil, canary.DefaultSamplesPerClass}, {[]string{"--limit", "2"}, 2}, {[]string{"--limit", "40"}, 15}} {
+		out, _, err := runCmd(NewCmdCanary, append([]string{"report", path, "--json"}, tc.args...)...)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		var rep CanaryReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range rep.Canary.Samples {
+			if s.Class == canary.ClassExpectedStore.String() {
+				n++
+			}
+		}
+		if n != tc.want || rep.Canary.ExpectedWrites != 15 {
+			t.Errorf("%q: %d expected-store samples (want %d), %d expected writes (want 15)", tc.args, n, tc.want, rep.Canary.ExpectedWrites)
+		}
+		text, _, _ := runCmd(NewCmdCanary, append([]string{"report", path}, tc.args...)...)
+		if rows := strings.Count(text, " expected-store "); rows != tc.want { // sample rows (the class table's starts its line)
+			t.Errorf("%q: %d expected-store rows, want %d:\n%s", tc.args, rows, tc.want, text)
+		}
 	}
 }

@@ -102,9 +102,12 @@ func certsInitRun(opts *CertsInitOptions) error {
 	}
 	fmt.Fprintf(out, "collector: --tls-cert %s --tls-key %s --client-ca %s\n",
 		filepath.Join(opts.Dir, pki.ServerFile), filepath.Join(opts.Dir, pki.ServerKeyFile), filepath.Join(opts.Dir, pki.CAFile))
-	if len(names) > 0 {
-		c, k := pki.ClientFiles(names[0])
-		fmt.Fprintf(out, "producer %s: KVCANARY_TLS_CERT=%s KVCANARY_TLS_KEY=%s KVCANARY_TLS_CA=%s\n", names[0],
+	// One line per producer host: each needs its own pair (its CN is the
+	// host name its events get), so a line for the first alone left the
+	// others to guess.
+	for _, name := range names {
+		c, k := pki.ClientFiles(name)
+		fmt.Fprintf(out, "producer %s: KVCANARY_TLS_CERT=%s KVCANARY_TLS_KEY=%s KVCANARY_TLS_CA=%s\n", name,
 			filepath.Join(opts.Dir, c), filepath.Join(opts.Dir, k), filepath.Join(opts.Dir, pki.CAFile))
 	}
 	fmt.Fprintf(out, "keep %s off producer hosts: it signs new producers\n", pki.CAKeyFile)

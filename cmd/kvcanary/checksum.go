@@ -114,14 +114,11 @@ func NewCmdChecksumCompare(f *cmdutil.Factory, runF func(*ChecksumCompareOptions
 			if opts.WarmupMaxSeqLen < 0 {
 				return cmdutil.UsageError("--warmup-max-seqlen %d: want 0 or more", opts.WarmupMaxSeqLen)
 			}
-			if opts.Limit < 0 {
-				return cmdutil.UsageError("--limit %d: want 0 or more (0: all rows)", opts.Limit)
-			}
 			return runOr(opts, runF, checksumCompareRun)
 		},
 	}
 	cmd.Flags().IntVar(&opts.WarmupMaxSeqLen, "warmup-max-seqlen", checksum.DefaultWarmupMaxSeqLen, "rooms with seq_len at or below this are warmups (0: no seq_len rule)")
-	cmd.Flags().IntVar(&opts.Limit, "limit", 50, "rows of the non-matching table to print (--json lists all)")
+	cmdutil.AddLimitFlag(cmd, &opts.Limit, 50, 0, "rows of the non-matching table to print, 0 all (--json lists all)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }

@@ -20,7 +20,7 @@ type groupHelp struct {
 // newGroupCmd builds a parent command from its help and subcommands. It takes
 // no arguments; run bare it prints its help (groupsRejectArgs).
 func newGroupCmd(h groupHelp, subs ...*cobra.Command) *cobra.Command {
-	cmd := &cobra.Command{Use: h.Use, Short: h.Short, Long: h.Long, Example: h.Example, Args: usageArgs(cobra.NoArgs)}
+	cmd := &cobra.Command{Use: h.Use, Short: h.Short, Long: h.Long, Example: h.Example, Args: unknownSubcommand}
 	cmd.AddCommand(subs...)
 	return cmd
 }

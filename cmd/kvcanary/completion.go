@@ -24,6 +24,13 @@ var enumFlagValues = map[string][]string{
 	"require":        doctor.Groups,
 }
 
+// commandFlagValues are the values of enum flags whose values depend on the
+// command (--format of trace export is not report's).
+var commandFlagValues = map[string]map[string][]string{
+	"kvcanary trace export": {"format": traceExportFormats},
+	"kvcanary report":       {"format": reportFormats},
+}
+
 // bundleFlags take a trace bundle file.
 var bundleFlags = []string{"record", "bundle"}
 
@@ -51,6 +58,11 @@ func registerCompletions(c *cobra.Command) {
 		return ok
 	}
 	for name, vals := range enumFlagValues {
+		if c.LocalFlags().Lookup(name) != nil && !registered(name) {
+			cmdutil.CompleteFlagValues(c, name, vals...)
+		}
+	}
+	for name, vals := range commandFlagValues[c.CommandPath()] {
 		if c.LocalFlags().Lookup(name) != nil && !registered(name) {
 			cmdutil.CompleteFlagValues(c, name, vals...)
 		}

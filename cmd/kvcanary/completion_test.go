@@ -22,6 +22,9 @@ func TestCompletion(t *testing.T) {
 		{[]string{"__complete", "ab", ""}, []string{"kvtrace", ":8"}},
 		{[]string{"__complete", "canary", "report", ""}, []string{"kvtrace", "log", ":8"}},
 		{[]string{"__complete", "sim", "run", "--record", ""}, []string{"kvtrace", ":8"}},
+		// --format's values depend on the command (issue 23: trace export's had none).
+		{[]string{"__complete", "trace", "export", "--format", ""}, []string{"perfetto", ":4"}},
+		{[]string{"__complete", "report", "--format", ""}, []string{"html", "md", ":4"}},
 	} {
 		code, out, _ := runTest(t, tc.args...)
 		if got := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || strings.Join(got, " ") != strings.Join(tc.want, " ") {

@@ -123,7 +123,12 @@ func demoRun(opts *DemoOptions) error {
 
 func writeDemoStep(w io.Writer, idx int, r *demo.StepResult) {
 	if r.Step == demo.StepVerdict {
-		fmt.Fprintf(w, "\nVERDICT: %s\n", r.Result)
+		// A sentence (or workaround) a line, under the label.
+		lines := r.Lines
+		if len(lines) == 0 {
+			lines = []string{r.Result}
+		}
+		fmt.Fprintf(w, "\nVERDICT: %s\n", strings.Join(lines, "\n         "))
 		return
 	}
 	fmt.Fprintf(w, "%d. %s\n   %s\n", idx, r.Title, strings.ReplaceAll(r.Result, "\n", "\n   "))

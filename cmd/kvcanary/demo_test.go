@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvcanary/kvcanary/demo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
@@ -61,5 +62,20 @@ func TestDemoTempBundles(t *testing.T) {
 		case keep && (len(left) != 5 || !strings.Contains(out.String(), "kvcanary canary report "+filepath.Dir(left[0]))):
 			t.Fatalf("--keep: bundles %v; output:\n%s", left, out)
 		}
+	}
+}
+
+// The verdict prints a sentence (or workaround) a line under its label; a
+// verdict of one sentence prints its Result.
+func TestDemoVerdictLines(t *testing.T) {
+	var b strings.Builder
+	writeDemoStep(&b, 9, &demo.StepResult{Step: demo.StepVerdict, Result: "cause: x. y removes it.", Lines: []string{"cause: x.", "y removes it."}})
+	if got, want := b.String(), "\nVERDICT: cause: x.\n         y removes it.\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	b.Reset()
+	writeDemoStep(&b, 9, &demo.StepResult{Step: demo.StepVerdict, Result: "nothing to localize"})
+	if got, want := b.String(), "\nVERDICT: nothing to localize\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }

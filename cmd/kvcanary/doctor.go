@@ -70,8 +70,8 @@ counts as a failure there) — then 1.`,
 		},
 	}
 	cmd.Flags().StringVar(&opts.Socket, "socket", "", "check the collector at `ADDR` (unix:///path.sock, a socket path, or tcp://host:port)")
-	cmd.Flags().StringVar(&opts.Python, "python", "", "the engine's Python `interpreter` for the sglang checks (default $KVCANARY_PYTHON, else python3 on PATH)")
-	cmd.Flags().StringSliceVar(&opts.Require, "require", nil, "exit 1 unless these `groups` pass: "+strings.Join(doctor.Groups, ","))
+	cmd.Flags().StringVar(&opts.Python, "python", "", "the engine's Python interpreter `PATH` for the sglang checks (default $KVCANARY_PYTHON, else python3 on PATH)")
+	cmd.Flags().StringSliceVar(&opts.Require, "require", nil, "exit 1 unless these `GROUPS` pass: "+strings.Join(doctor.Groups, ","))
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }

@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/traces/perfetto"
 )
+
+// traceExportFormats are --format's values (completion offers them too).
+var traceExportFormats = []string{"perfetto"}
 
 // TraceExportOptions are the inputs of `kvcanary trace export`.
 type TraceExportOptions struct {
@@ -44,8 +49,8 @@ cut short exports its complete frames; the JSON written is always complete.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
-			if opts.Format != "perfetto" {
-				return cmdutil.UsageError("--format %s: unknown format (want perfetto)", cmdutil.Quote(opts.Format))
+			if !slices.Contains(traceExportFormats, opts.Format) {
+				return cmdutil.UsageError("--format %s: unknown format (want %s)", cmdutil.Quote(opts.Format), strings.Join(traceExportFormats, " or "))
 			}
 			return runOr(opts, runF, traceExportRun)
 		},

@@ -5,16 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/pipeline"
 	"github.com/kvcanary/kvcanary/runtime/gpu"
 	"github.com/kvcanary/kvcanary/runtime/hook"
+	"github.com/kvcanary/kvcanary/traces"
 )
 
 // GPUOptions are the inputs of `kvcanary gpu`.
@@ -23,7 +29,12 @@ type GPUOptions struct {
 	JSON  *cmdutil.JSONFlags
 	Ctx   context.Context
 	Now   func() time.Time
-	Watch time.Duration // 0: one sample
+	Watch time.Duration // 0: one sample (or every second with --emit/--record)
+	// Emit streams the samples to a collector; Record writes them to a
+	// bundle. Either keeps sampling until interrupted.
+	Emit   string
+	Record string
+	Run    string
 	// Open loads NVML; tests inject a fake.
 	Open func() (gpu.Lib, error)
 }
@@ -45,11 +56,20 @@ func NewCmdGPU(f *cmdutil.Factory, runF func(*GPUOptions) error) *cobra.Command 
 		Short: "Show NVIDIA GPU telemetry (NVML): memory, utilization, ECC, Xid",
 		Example: `  kvcanary gpu
   kvcanary gpu --watch 1s
-  kvcanary gpu --json | jq '.devices[].mem_used'`,
+  kvcanary gpu --json | jq '.devices[].mem_used'
+  # feed the dashboard's GPU panel (kvcanary watch --listen unix:///tmp/kv.sock)
+  kvcanary gpu --emit unix:///tmp/kv.sock
+  kvcanary gpu --record gpu.kvtrace --watch 5s`,
 		Long: `Show one NVML sample of every GPU: memory used/total, utilization, temperature,
 power, clocks, volatile ECC counts, PCIe replays, retired pages and remapped rows,
 and the compute processes with their device memory. With --watch, sample every
 interval until interrupted, with the last Xid critical error of each device.
+
+--emit streams the samples to a collector (kvcanary watch --listen or collect),
+where the dashboard's GPU panel shows them; --record writes them to a trace
+bundle. Both sample every --watch interval (default 1s) until interrupted, and
+print the samples only when --watch is given; what the stream sent and dropped
+is reported at exit.
 
 On a host without an NVIDIA driver it exits 3; run "kvcanary doctor" to see
 what the host lacks.`,
@@ -61,7 +81,10 @@ what the host lacks.`,
 			return runOr(opts, runF, gpuRun)
 		},
 	}
-	cmd.Flags().DurationVar(&opts.Watch, "watch", 0, "sample every `interval` (e.g. 1s) until interrupted")
+	cmd.Flags().DurationVar(&opts.Watch, "watch", 0, "sample every `INTERVAL` (e.g. 1s) until interrupted")
+	cmd.Flags().StringVar(&opts.Emit, "emit", "", "stream the samples live to a collector at `ADDR` (unix:///path.sock or tcp://HOST:PORT)")
+	cmd.Flags().StringVar(&opts.Record, "record", "", "record the samples to a trace bundle `FILE` (.kvtrace); a bundle already there is kept, renamed with its time")
+	cmd.Flags().StringVar(&opts.Run, "run", "", "run `ID` for emitted and recorded samples (default: the collector's)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -79,6 +102,9 @@ func gpuRun(opts *GPUOptions) error {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
+	}
+	if opts.Emit != "" || opts.Record != "" {
+		return gpuFeed(ctx, opts, lib, now)
 	}
 	if opts.Watch == 0 {
 		s, err := gpu.Collect(lib, now())
@@ -104,6 +130,103 @@ func gpuRun(opts *GPUOptions) error {
 	}
 	return printErr
 }
+
+// gpuFeed is --emit and --record: the sampler as a pipeline source whose
+// sinks are the emitter, the bundle and (with --watch) the printer.
+func gpuFeed(ctx context.Context, opts *GPUOptions, lib gpu.Lib, now func() time.Time) error {
+	host, _ := os.Hostname()
+	src := &gpuSource{smp: &gpu.Sampler{Lib: lib, Interval: opts.Watch, Now: now, Src: hook.Source{Node: host, Proc: "gpu"}}}
+	em, err := dialEmit(opts.Emit, opts.Run, src.smp.Src)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var printErr error
+	po := pipeline.Options{StampRun: opts.Run}
+	if opts.Watch == 0 {
+		// Quiet sampling: a status line says how many went out. With --watch
+		// the samples themselves are printed, and a redrawn line would
+		// garble them on the terminal.
+		po.Status, po.StatusLabel = pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY(), now), "gpu: "
+	}
+	if em != nil {
+		po.Sinks = append(po.Sinks, em)
+	}
+	if opts.Watch > 0 {
+		po.Sinks = append(po.Sinks, hook.PublishFunc(func(ev hook.Event) {
+			b, ok := ev.Body.(*hook.GPU)
+			if !ok || printErr != nil {
+				return
+			}
+			r := GPUReport{TS: ev.TS, Driver: b.Driver, CUDA: gpu.CUDAVersion(b.CUDA), Devices: b.Devices}
+			if printErr = printGPU(opts, r); printErr != nil {
+				cancel()
+			}
+		}))
+	}
+	if opts.Record != "" {
+		po.Record, po.KeepPrevious, po.Manifest = opts.Record, true, traces.Manifest{
+			Tool: "kvcanary " + buildinfo.String(), Created: now(), Run: opts.Run, Command: "gpu",
+			Host: hook.HostInfo{Hostname: host, OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU()},
+		}
+	}
+	pl, err := pipeline.New(po)
+	if err != nil {
+		if em != nil {
+			em.Close()
+		}
+		return cmdutil.InputError(err)
+	}
+	reportKept(opts.IO.ErrOut, "gpu", pl, opts.Record)
+	if opts.IO.IsStderrTTY() {
+		fmt.Fprintf(opts.IO.ErrOut, "gpu: sampling every %s%s%s; Ctrl-C to stop\n", src.interval(), emitNote(opts.Emit), recordNote(opts.Record))
+	}
+	res := pl.Run(ctx, src)
+	if em != nil {
+		writeEmitStats(opts.IO.ErrOut, "gpu", opts.Emit, em)
+	}
+	if opts.Record != "" {
+		fmt.Fprintf(opts.IO.ErrOut, "gpu: recorded %d events to %s\n", res.Recorded, cmdutil.Quote(opts.Record))
+	}
+	switch {
+	case res.SourceErr != nil:
+		return cmdutil.InputError(res.SourceErr)
+	case res.RecordErr != nil:
+		return cmdutil.InputError(fmt.Errorf("record to %s: %w", opts.Record, res.RecordErr))
+	}
+	return printErr
+}
+
+func emitNote(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	return ", streaming to " + cmdutil.Quote(addr)
+}
+
+// gpuSource is the NVML sampler as a pipeline source that counts its samples.
+type gpuSource struct {
+	smp     *gpu.Sampler
+	samples atomic.Uint64
+}
+
+func (s *gpuSource) interval() time.Duration {
+	if s.smp.Interval > 0 {
+		return s.smp.Interval
+	}
+	return time.Second
+}
+
+func (s *gpuSource) Run(ctx context.Context, pub hook.Publisher) error {
+	return s.smp.Run(ctx, hook.PublishFunc(func(ev hook.Event) {
+		s.samples.Add(1)
+		pub.Publish(ev)
+	}))
+}
+
+// Status is the status line: "12 samples".
+func (s *gpuSource) Status() string { return fmt.Sprintf("%d samples", s.samples.Load()) }
 
 func gpuReport(s *gpu.Sample) GPUReport {
 	r := GPUReport{TS: s.At.UnixNano(), Driver: s.Driver, CUDA: gpu.CUDAVersion(s.CUDA), Devices: s.Devices}

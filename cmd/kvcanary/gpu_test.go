@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/gpu"
 	"github.com/kvcanary/kvcanary/runtime/gpu/gputest"
+	"github.com/kvcanary/kvcanary/runtime/hook"
 )
 
 func TestGPUFlags(t *testing.T) {
@@ -121,4 +123,110 @@ func (c *gpuCancelOn) Write(p []byte) (int, error) {
 		c.cancel()
 	}
 	return n, err
+}
+
+// testCollector listens on a Unix socket and hands every event it receives
+// to the returned channel (buffered; a test reads what it needs).
+func testCollector(t *testing.T) (string, <-chan hook.Event) {
+	t.Helper()
+	addr := "unix://" + filepath.Join(t.TempDir(), "c.sock")
+	c, err := hook.Listen(addr, hook.ListenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	evs := make(chan hook.Event, 4096)
+	served := make(chan error, 1)
+	go func() {
+		served <- c.Serve(ctx, hook.PublishFunc(func(ev hook.Event) {
+			select {
+			case evs <- ev:
+			default:
+			}
+		}))
+	}()
+	t.Cleanup(func() { cancel(); <-served; c.Close() })
+	return addr, evs
+}
+
+// TestGPUEmitFeedsCollector: `gpu --emit` streams NVML samples to a
+// collector (what the dashboard's GPU panel reads), stamped with the run and
+// the producer "gpu"; --record keeps the same samples in a bundle; stderr
+// accounts for the stream at exit.
+func TestGPUEmitFeedsCollector(t *testing.T) {
+	addr, evs := testCollector(t)
+	lib := gputest.H200(2)
+	path := filepath.Join(t.TempDir(), "gpu.kvtrace")
+	ios, _, out, errOut := cmdutil.Test()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- gpuRun(&GPUOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: ctx, Now: time.Now, Emit: addr, Record: path, Run: "host-a",
+			Watch: 5 * time.Millisecond, Open: func() (gpu.Lib, error) { return lib, nil }})
+	}()
+	var got []hook.Event
+	timeout := time.After(30 * time.Second)
+	for len(got) < 3 {
+		select {
+		case ev := <-evs:
+			got = append(got, ev)
+		case <-timeout:
+			t.Fatalf("the collector saw %d samples in 30s", len(got))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range got {
+		b, ok := ev.Body.(*hook.GPU)
+		if ev.Kind != hook.KindGPU || !ok || len(b.Devices) != 2 || b.Devices[1].MemTotal != 144384<<20 || b.CUDA != 12040 ||
+			ev.Run != "host-a" || ev.Src.Proc != "gpu" {
+			t.Fatalf("streamed %+v (body %+v)", ev, ev.Body)
+		}
+	}
+	// --watch was given: the samples were printed too.
+	if n := strings.Count(out.String(), `gpu=1 name="NVIDIA H200 141GB HBM3e"`); n < 3 {
+		t.Errorf("%d samples printed with --watch:\n%s", n, out)
+	}
+	wantContains(t, "stderr", errOut.String(), "gpu: emit: ", " events sent to "+addr+", 0 dropped", "gpu: recorded ")
+	b := readBundle(t, path)
+	if b.Manifest.Command != "gpu" || b.Manifest.Run != "host-a" || len(b.Events) < 3 {
+		t.Fatalf("bundle: manifest %+v, %d events", b.Manifest, len(b.Events))
+	}
+	for _, ev := range b.Events {
+		if g, ok := ev.Body.(*hook.GPU); !ok || len(g.Devices) != 2 {
+			t.Fatalf("recorded %+v", ev)
+		}
+	}
+	if !lib.IsClosed() {
+		t.Error("lib not closed")
+	}
+}
+
+// TestGPUEmitQuietAndBadAddress: without --watch, --emit prints no samples;
+// a malformed address is a usage error naming --emit, and NVML is not
+// left open.
+func TestGPUEmitQuietAndBadAddress(t *testing.T) {
+	addr, evs := testCollector(t)
+	ios, _, out, _ := cmdutil.Test()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-evs; cancel() }()
+	if err := gpuRun(&GPUOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: ctx, Now: time.Now, Emit: addr,
+		Open: func() (gpu.Lib, error) { return gputest.H200(1), nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("--emit without --watch printed samples: %q", out)
+	}
+	lib := gputest.H200(1)
+	ios, _, _, _ = cmdutil.Test()
+	err := gpuRun(&GPUOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Now: time.Now, Emit: "ftp://x", Open: func() (gpu.Lib, error) { return lib, nil }})
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--emit") || !lib.IsClosed() {
+		t.Fatalf("malformed --emit: %v (code %d), lib closed %v", err, cmdutil.ExitCode(err), lib.IsClosed())
+	}
+	wantOptions(t, NewCmdGPU, []string{"--emit", "unix:///x.sock", "--record", "g.kvtrace", "--run", "r"}, func(o *GPUOptions) bool {
+		return o.Emit == "unix:///x.sock" && o.Record == "g.kvtrace" && o.Run == "r"
+	})
 }

@@ -20,6 +20,9 @@ type GraphDiffReportOptions struct {
 	Ctx  context.Context // cancels reading (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 	Path string // a trace bundle
+	// Limit is how many of the worst samples are kept and listed (text
+	// and --json); 0 keeps graphdiff.DefaultWorst.
+	Limit int
 }
 
 // GraphDiffReport is the --json shape of `kvcanary graphdiff report`.
@@ -87,12 +90,14 @@ partial evidence, 130 interrupted.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: runOnPath(opts, &opts.Path, runF, graphDiffReportRun),
 	}
+	cmdutil.AddLimitFlag(cmd, &opts.Limit, 0, 1, "worst samples kept and listed, text and --json (default 8)")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
 
 func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 	an := graphdiff.NewAnalyzer(graphdiff.Options{})
+	an.KeepWorst(opts.Limit)
 	b, err := openBundle(opts.Ctx, opts.Path)
 	if err != nil {
 		return err
@@ -104,8 +109,13 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 		return err
 	}
 	if br.kinds[hook.KindGraphDiffSample] == 0 {
-		return br.noData(opts.IO, opts.JSON.JSON, opts.Path, cmdutil.InstrumentGraphDiff,
-			graphDiffNoDataDetail(seen.cfg, an.Result().NoSamplesReason))
+		detail := graphDiffNoDataDetail(seen.cfg, an.Result().NoSamplesReason)
+		if n := seen.graphReplays; n > 0 {
+			// Graph replays there were: the sampling missed every one.
+			detail = strings.TrimSuffix(fmt.Sprintf("0 of %s sampled: a run this short needs a denser rate, "+
+				"e.g. kvcanary wrap --graphdiff-every 1 (the default reruns one step in 256); %s", plural(int64(n), "graph replay"), detail), "; ")
+		}
+		return br.noData(opts.IO, opts.JSON.JSON, opts.Path, cmdutil.InstrumentGraphDiff, detail)
 	}
 	rep := GraphDiffReport{
 		Input: opts.Path, GraphDiff: an.Result(), Findings: br.findings, FindingsTotal: br.findingsTotal,
@@ -136,14 +146,21 @@ func graphDiffReportRun(opts *GraphDiffReportOptions) error {
 
 // runConfigSeen passes events to an analyzer and keeps the last run.start's
 // settings (the manifest's, then the bundle's own run.start events).
+// It also counts the graph replays, the steps graph-vs-eager samples.
 type runConfigSeen struct {
 	hook.Analyzer
-	cfg hook.RunConfig
+	cfg          hook.RunConfig
+	graphReplays uint64
 }
 
 func (r *runConfigSeen) Observe(ev hook.Event, emit func(hook.Event)) {
-	if rs, ok := ev.Body.(*hook.RunStart); ok {
-		r.cfg = rs.Config
+	switch b := ev.Body.(type) {
+	case *hook.RunStart:
+		r.cfg = b.Config
+	case *hook.Replay:
+		if b != nil && b.Mode == "graph" {
+			r.graphReplays++
+		}
 	}
 	r.Analyzer.Observe(ev, emit)
 }

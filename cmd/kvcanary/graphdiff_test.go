@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/kvcanary/kvcanary/graphdiff"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/traces"
@@ -162,5 +164,38 @@ func TestGraphDiffReportPartial(t *testing.T) {
 		{Kind: hook.KindRunEnd, Src: hook.Source{Proc: "sglang", PID: 9}, Body: &hook.RunEnd{Error: "canary.replay off: 2 errors"}}})
 	if out, _, err := runGraphDiffReport(t, path, false, false); err != nil || strings.Contains(out, "PARTIAL") {
 		t.Fatalf("exit %v:\n%s", err, out)
+	}
+}
+
+// --limit sets how many worst samples are kept and listed (issue 23: canary
+// report and graphdiff report lacked the flag other reports have), in the
+// text table and in --json alike; the counts stay whole.
+func TestGraphDiffReportLimit(t *testing.T) {
+	ninf := float32(math.Inf(-1))
+	stale := []float32{0, 1, 2, 3, 4, 5, ninf, ninf}
+	var evs []hook.Event
+	for i := range 12 {
+		evs = append(evs, gdSample(uint64(i+1), fmt.Sprintf("r%d", i), "s1", stale))
+	}
+	path := writeGraphDiffBundle(t, hook.RunConfig{CUDAGraph: hook.Bool(true)}, evs)
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, graphdiff.DefaultWorst}, {[]string{"--limit", "3"}, 3}, {[]string{"--limit", "20"}, 12}} {
+		code, out, errOut := runTest(t, append([]string{"graphdiff", "report", path, "--json"}, tc.args...)...)
+		if code != cmdutil.ExitFinding {
+			t.Fatalf("%q: exit %d: %s", tc.args, code, errOut)
+		}
+		var rep GraphDiffReport
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.GraphDiff.Worst) != tc.want || rep.GraphDiff.Divergent != 12 {
+			t.Errorf("%q: %d worst samples (want %d), %d divergent (want 12)", tc.args, len(rep.GraphDiff.Worst), tc.want, rep.GraphDiff.Divergent)
+		}
+		_, text, _ := runTest(t, append([]string{"graphdiff", "report", path}, tc.args...)...)
+		if rows := strings.Count(text, " s1 "); rows != tc.want {
+			t.Errorf("%q: %d rows in the worst samples table, want %d:\n%s", tc.args, rows, tc.want, text)
+		}
 	}
 }

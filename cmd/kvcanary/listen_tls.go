@@ -22,9 +22,9 @@ type listenTLS struct {
 // deprecated alias of --insecure-remote.
 func addListenSecurityFlags(cmd *cobra.Command, l *listenTLS, insecure *bool, with string) {
 	fl := cmd.Flags()
-	fl.StringVar(&l.Cert, "tls-cert", "", with+"serve TLS 1.3 with this PEM certificate (with --tls-key and --client-ca; `kvcanary certs init` makes them)")
-	fl.StringVar(&l.Key, "tls-key", "", with+"PEM key of --tls-cert")
-	fl.StringVar(&l.ClientCA, "client-ca", "", with+"PEM CA producers' client certificates must chain to; a certificate's subject CN becomes its events' src.node")
+	fl.StringVar(&l.Cert, "tls-cert", "", with+"serve TLS 1.3 with this PEM certificate `FILE` (with --tls-key and --client-ca; kvcanary certs init makes the three)")
+	fl.StringVar(&l.Key, "tls-key", "", with+"PEM key `FILE` of --tls-cert")
+	fl.StringVar(&l.ClientCA, "client-ca", "", with+"PEM CA `FILE` producers' client certificates must chain to; a certificate's subject CN becomes its events' src.node")
 	fl.BoolVar(insecure, "insecure-remote", false, with+"allow a TCP address other hosts reach WITHOUT TLS: anyone who can reach the port can inject events (warns on every start)")
 	fl.BoolVar(insecure, "allow-remote", false, "deprecated alias of --insecure-remote")
 	_ = fl.MarkDeprecated("allow-remote", "use --tls-cert/--tls-key/--client-ca, or --insecure-remote to keep accepting unauthenticated remote producers")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
@@ -73,9 +74,6 @@ is parsed by its first MiB (as canary report does) and counted in long_lines.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Path = args[0]
-			if opts.Limit < 0 {
-				return cmdutil.UsageError("--limit %d: want 0 or more", opts.Limit)
-			}
 			if opts.Year < 0 || opts.Year > 9999 {
 				return cmdutil.UsageError("--year %d: want a year from 1 to 9999 (0: the current year)", opts.Year)
 			}
@@ -84,7 +82,7 @@ is parsed by its first MiB (as canary report does) and counted in long_lines.`,
 	}
 	cmd.Flags().IntVar(&opts.Year, "year", 0, "year of vLLM timestamps, which print none (default: the current year)")
 	cmd.Flags().StringVar(&opts.TZ, "tz", "Local", "time `ZONE` the log's timestamps are in: an IANA name (Europe/Berlin), UTC, Local, or an offset (+02:00)")
-	cmd.Flags().IntVar(&opts.Limit, "limit", 10, "retractions and raw lines listed in the text report")
+	cmdutil.AddLimitFlag(cmd, &opts.Limit, 10, 0, "retractions and raw lines listed in the text report, 0 all that are kept")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
 	return cmd
 }
@@ -124,7 +122,11 @@ func logsScanRun(opts *LogsScanOptions) error {
 			TimeZone string `json:"time_zone"` // the zone timestamps were read in, stated
 		}{sum, zone})
 	}
-	if err := writeLogSummary(opts.IO.Out, name, sum, max(opts.Limit, 0)); err != nil {
+	limit := opts.Limit
+	if limit == 0 {
+		limit = math.MaxInt // all, as in checksum compare
+	}
+	if err := writeLogSummary(opts.IO.Out, name, sum, limit); err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(opts.IO.Out, "%-20s %s (--tz)\n", "timestamps read in", zone)

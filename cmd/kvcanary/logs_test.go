@@ -169,15 +169,21 @@ func TestLogsScanTZ(t *testing.T) {
 }
 
 // Negative --limit and --year are usage errors (issue 19 item 13): the
-// error alone, without the usage (main adds the pointer to --help).
+// error alone, without the usage (main adds the pointer to --help). --limit
+// is checked as the flag is parsed (cmdutil.AddLimitFlag), so through the
+// root command, whose flag errors are usage errors.
 func TestLogsScanRejectsNegativeFlags(t *testing.T) {
-	for _, args := range [][]string{{"-", "--limit", "-1"}, {"-", "--year", "-2026"}} {
-		_, errOut, err := runLogsScan(t, args, "x\n")
-		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), args[1]) || strings.Contains(errOut, "Usage:") {
-			t.Errorf("%v: exit %d, %v", args, cmdutil.ExitCode(err), err)
+	_, errOut, err := runLogsScan(t, []string{"-", "--year", "-2026"}, "x\n")
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--year") || strings.Contains(errOut, "Usage:") {
+		t.Errorf("--year -2026: exit %d, %v", cmdutil.ExitCode(err), err)
+	}
+	for _, args := range [][]string{{"logs", "scan", "-", "--limit", "-1"}, {"checksum", "compare", "a", "b", "--limit", "-3"},
+		{"canary", "report", "a", "--limit", "0"}, {"graphdiff", "report", "a", "--limit", "0"}} {
+		code, _, errOut := runTest(t, args...)
+		if code != cmdutil.ExitUsage || !strings.Contains(errOut, `for "--limit" flag: want `) || strings.Contains(errOut, "Usage:") {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
 		}
 	}
-	wantUsage(t, NewCmdChecksumCompare, "a", "b", "--limit", "-3")
 }
 
 // logs scan finds the violation canary report finds on a line over 1 MiB
@@ -243,6 +249,10 @@ func TestLogsScanPDFailures(t *testing.T) {
 	out, _, _ = runLogsScan(t, []string{path, "--limit", "1"}, "")
 	if !strings.Contains(out, "  … 2 more (--json lists up to 1000)\n") || strings.Contains(out, "line 4 ") {
 		t.Errorf("--limit 1:\n%s", out)
+	}
+	// --limit 0 lists all that are kept, as in checksum compare.
+	if all, _, _ := runLogsScan(t, []string{path, "--limit", "0"}, ""); strings.Contains(all, " more (--json") || !strings.Contains(all, "line 4 ") {
+		t.Errorf("--limit 0:\n%s", all)
 	}
 
 	out, _, err = runLogsScan(t, []string{path, "--json"}, "")

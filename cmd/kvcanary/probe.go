@@ -41,6 +41,7 @@ type ProbeCUDAOptions struct {
 	PID      int
 	Lib      string
 	Record   string
+	Emit     string // collector the calls also stream to
 	Duration time.Duration
 	Run      string
 	// Open attaches the probe; tests inject a fake.
@@ -73,12 +74,14 @@ func NewCmdProbe(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *cobra.
 func newCmdProbeCUDA(f *cmdutil.Factory, runF func(*ProbeCUDAOptions) error) *cobra.Command {
 	opts := &ProbeCUDAOptions{IO: f.IO, Ctx: f.Ctx, Now: f.Now, Open: openCUDAProbe}
 	cmd := &cobra.Command{
-		Use:   "cuda --pid PID | --lib PATH [--record FILE] [--duration D]",
+		Use:   "cuda --pid PID | --lib PATH [--record FILE] [--emit ADDR] [--duration D]",
 		Short: "Trace CUDA driver calls (graph capture/replay, launches, copies) with eBPF",
 		Example: `  # the CUDA driver calls of one engine process for 30 s (root, or CAP_BPF and CAP_PERFMON)
   sudo kvcanary probe cuda --pid 12345 --duration 30s
   # every process using this libcuda, recorded for trace inspect
-  sudo kvcanary probe cuda --lib /usr/lib/x86_64-linux-gnu/libcuda.so.1 --record cuda.kvtrace`,
+  sudo kvcanary probe cuda --lib /usr/lib/x86_64-linux-gnu/libcuda.so.1 --record cuda.kvtrace
+  # feed the dashboard's CUDA panel (kvcanary watch --listen unix:///tmp/kv.sock)
+  sudo kvcanary probe cuda --pid 12345 --emit unix:///tmp/kv.sock`,
 		Long: `Trace CUDA driver API calls of an unmodified process with eBPF uprobes on
 libcuda.so: stream capture, graph instantiate and launch, kernel launches, event
 record/wait, allocations and async copies, with stream and graph-exec handles,
@@ -89,7 +92,10 @@ in /proc/PID/maps; --lib traces every process using that library. Runs until
 interrupted or --duration passes, then prints graph replays per second per
 stream, capture windows and the streams that joined them, and ordering hints:
 work captured on a side stream with no event wait back to the origin stream.
-Calls the kernel could not deliver are always reported.
+Calls the kernel could not deliver are always reported. --emit streams every
+call live to a collector (kvcanary watch --listen or collect), where the
+dashboard's CUDA panel shows them; calls the stream could not send are
+reported at exit.
 
 Needs Linux 5.15+ and root (or CAP_BPF and CAP_PERFMON); run "kvcanary doctor"
 to check.`,
@@ -110,6 +116,7 @@ to check.`,
 	cmd.Flags().IntVar(&opts.PID, "pid", 0, "trace process `PID` (its libcuda is found in /proc/PID/maps)")
 	cmd.Flags().StringVar(&opts.Lib, "lib", "", "probe this libcuda.so `PATH` (every process using it unless --pid)")
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record every call to a trace bundle `FILE` (.kvtrace); a bundle already there is kept, renamed with its time")
+	cmd.Flags().StringVar(&opts.Emit, "emit", "", "also stream every call live to a collector at `ADDR` (unix:///path.sock or tcp://HOST:PORT)")
 	cmd.Flags().DurationVar(&opts.Duration, "duration", 0, "stop after `D` (default: until interrupted)")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "run id for recorded events")
 	opts.JSON = cmdutil.AddJSONFlags(cmd)
@@ -144,7 +151,15 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 	defer p.Close()
 	src := &probeSource{p: p, run: opts.Run}
 	src.host, _ = os.Hostname()
+	em, err := dialEmit(opts.Emit, opts.Run, hook.Source{Node: src.host, Proc: "cudaprobe"})
+	if err != nil {
+		return err
+	}
 	po := pipeline.Options{Sinks: []hook.Publisher{src}, Status: pipeline.NewStatusLine(opts.IO.ErrOut, opts.IO.IsStderrTTY(), now)}
+	if em != nil {
+		defer em.Close()
+		po.Sinks = append(po.Sinks, em)
+	}
 	if opts.Record != "" {
 		labels := map[string]string{"lib": p.Lib()}
 		if opts.PID != 0 {
@@ -171,6 +186,9 @@ func probeCUDARun(opts *ProbeCUDAOptions) error {
 	}
 	start := now()
 	res := pl.Run(ctx, src)
+	if em != nil {
+		writeEmitStats(opts.IO.ErrOut, "probe cuda", opts.Emit, em)
+	}
 	return probeCUDAReport(opts, src, res, now().Sub(start))
 }
 

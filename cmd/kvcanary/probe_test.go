@@ -151,3 +151,51 @@ func TestProbeCUDANoLibcudaForPID(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestProbeCUDAEmit: `probe cuda --emit` streams every traced call to a
+// collector (what the dashboard's CUDA panel reads), in order, as the
+// producer "cudaprobe", and says at exit what the stream sent.
+func TestProbeCUDAEmit(t *testing.T) {
+	addr, evs := testCollector(t)
+	ios, _, _, errOut := cmdutil.Test()
+	ctx, cancel := context.WithCancel(context.Background())
+	want := cudaOneCapture()
+	var got []hook.Event
+	done := make(chan error, 1)
+	go func() {
+		done <- probeCUDARun(&ProbeCUDAOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, Ctx: ctx, Now: time.Now, PID: 77, Run: "r2", Emit: addr,
+			Open: func(cudaprobe.Config) (cudaProbe, error) { return &fakeCUDAProbe{calls: want}, nil }})
+	}()
+	timeout := time.After(30 * time.Second)
+	for len(got) < len(want) {
+		select {
+		case ev := <-evs:
+			got = append(got, ev)
+		case <-timeout:
+			t.Fatalf("the collector saw %d of %d calls", len(got), len(want))
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range got {
+		c, ok := ev.Body.(*hook.CUDA)
+		if ev.Kind != hook.KindCUDA || !ok || *c != want[i] || ev.Run != "r2" || ev.Src.Proc != "cudaprobe" || ev.Src.PID != 77 {
+			t.Fatalf("call %d streamed as %+v (body %+v)", i, ev, ev.Body)
+		}
+	}
+	wantContains(t, "stderr", errOut.String(), "probe cuda: emit: 9 events sent to "+addr+", 0 dropped")
+
+	got2 := mustParse(t, NewCmdProbe, "cuda", "--pid", "1", "--emit", "unix:///x.sock")
+	if got2.Emit != "unix:///x.sock" {
+		t.Fatalf("--emit parsed as %q", got2.Emit)
+	}
+	ios, _, _, _ = cmdutil.Test()
+	fp := &fakeCUDAProbe{}
+	err := probeCUDARun(&ProbeCUDAOptions{IO: ios, JSON: &cmdutil.JSONFlags{}, PID: 5, Emit: "ftp://x",
+		Open: func(cudaprobe.Config) (cudaProbe, error) { return fp, nil }})
+	if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), "--emit") || !fp.closed {
+		t.Fatalf("malformed --emit: %v, probe closed %v", err, fp.closed)
+	}
+}

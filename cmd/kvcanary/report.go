@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -18,8 +21,8 @@ type ReportOptions struct {
 	IO     *cmdutil.IOStreams
 	Ctx    context.Context // cancels reading (SIGINT, SIGTERM)
 	Paths  []string
-	Format string // "html" | "md"
-	Out    string // "-" or "": stdout
+	Format string // "html" | "md" | "": html, or md to a terminal or a .md file (reportFormat)
+	Out    string // "-" or "": stdout ("-" asks for HTML on a terminal too)
 }
 
 // NewCmdReport builds `kvcanary report BUNDLE… -o report.html`.
@@ -42,23 +45,25 @@ The first bundle is the subject; give its A/B arms after it. Each bundle is
 judged afresh by the checksum, canary and graphdiff analyzers. A layer a
 bundle did not observe is reported as not measured.
 
---format html (the default) is one file with inline SVG, no script and no
-network fetch: it opens offline and can be attached to an issue. --format md
-is Markdown for a GitHub issue (plots as tables). Quoted model output is
-escaped in both.`,
+--format html is one file with inline SVG, no script and no network fetch: it
+opens offline and can be attached to an issue. --format md is Markdown for a
+GitHub issue (plots as tables). Quoted model output is escaped in both.
+Without --format the report is HTML, except on a terminal (no -o) and in a
+file named *.md, which get Markdown: raw HTML is unreadable on a terminal.`,
 		Example: `  kvcanary report baseline.kvtrace -o report.html
-  kvcanary report baseline.kvtrace no-overlap.kvtrace --format md > issue.md`,
+  kvcanary report baseline.kvtrace no-overlap.kvtrace --format md > issue.md
+  kvcanary report baseline.kvtrace          # Markdown on a terminal`,
 		Args: usageArgs(cobra.MinimumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Paths = args
-			if opts.Format != "html" && opts.Format != "md" {
-				return cmdutil.UsageError("--format %s: unknown format (want html or md)", cmdutil.Quote(opts.Format))
+			if opts.Format != "" && !slices.Contains(reportFormats, opts.Format) {
+				return cmdutil.UsageError("--format %s: unknown format (want %s)", cmdutil.Quote(opts.Format), strings.Join(reportFormats, " or "))
 			}
 			return runOr(opts, runF, reportRun)
 		},
 	}
-	cmd.Flags().StringVar(&opts.Format, "format", "html", "output format: html or md")
-	cmd.Flags().StringVarP(&opts.Out, "output", "o", "-", "output file (\"-\": stdout)")
+	cmd.Flags().StringVar(&opts.Format, "format", "", "output format: html or md (default html; md on a terminal or to a .md file)")
+	cmd.Flags().StringVarP(&opts.Out, "output", "o", "", "output file (default, or \"-\": stdout)")
 	return cmd
 }
 
@@ -81,10 +86,14 @@ func reportRun(opts *ReportOptions) error {
 	}
 	rep := kvreport.Build(runs)
 	write := rep.WriteHTML
-	if opts.Format == "md" {
+	format := reportFormat(opts)
+	if format == "md" {
 		write = rep.WriteMarkdown
 	}
 	if opts.Out == "" || opts.Out == "-" {
+		if opts.Format == "" && format == "md" {
+			fmt.Fprintln(opts.IO.ErrOut, "report: Markdown on a terminal; -o report.html writes the HTML report with its plots")
+		}
 		return write(opts.IO.Out)
 	}
 	if err := writeFile(opts.Ctx, opts.Out, write); err != nil {
@@ -92,6 +101,24 @@ func reportRun(opts *ReportOptions) error {
 	}
 	fmt.Fprintf(opts.IO.ErrOut, "wrote %s\n", cmdutil.Quote(opts.Out))
 	return nil
+}
+
+// reportFormats are --format's values (completion offers them too).
+var reportFormats = []string{"html", "md"}
+
+// reportFormat is --format, or else what the output asks for: Markdown for
+// a terminal (HTML would print as a wall of markup; -o - asks for it
+// anyway) and for a file named *.md, HTML otherwise.
+func reportFormat(opts *ReportOptions) string {
+	switch {
+	case opts.Format != "":
+		return opts.Format
+	case opts.Out == "" && opts.IO.IsStdoutTTY():
+		return "md"
+	case strings.EqualFold(filepath.Ext(opts.Out), ".md"):
+		return "md"
+	}
+	return "html"
 }
 
 // writeFile writes path through write, replacing a regular file only when

@@ -141,7 +141,8 @@ A failure stops with exit 3 and a hint naming the likely cause:
   no_tool_parser  the tool call came back as text: SGLang --tool-call-parser,
                   vLLM --enable-auto-tool-choice --tool-call-parser
   ignores_tools   the model answered in prose (the model or its chat template)
---no-preflight skips it.
+--no-preflight skips it. The probes carry the header "X-Kvcanary-Probe:
+preflight": a server that counts sessions (sim serve) leaves them out.
 
 Reading the result: a run in which every session ended in error or timeout
 measured the server's failure, not corruption: it says so instead of a
@@ -149,6 +150,10 @@ CORRUPTION line and exits 3. A run with no_tool in at least 25% of its
 sessions says that a control run (the same workload with CUDA graphs
 disabled, say) must be compared with kvcanary ab before the rate is read
 as corruption. Otherwise repro reports and exits 0 whatever it measured.
+Sessions that ended in a server failure (HTTP 5xx, or no answer) count as
+error in the rate, whose definition does not change with the cause (ab
+compares like with like); a SERVER ERRORS line beside the headline says how
+many, and gives the silent rate (leak, no_tool) alone.
 
 Real workloads: --api-key (default $OPENAI_API_KEY) is sent as a bearer
 token and --header NAME:VALUE as given; neither value is printed or
@@ -742,7 +747,7 @@ func reproServerFailed(res *repro.HarnessResult, sl *logscan.Summary) error {
 		return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s), and the server log shows %d PD transfer failures and %d metadata corruptions: the failures may be the corruption itself, see kvcanary logs scan",
 			cmdutil.Quote(first), sl.TransferFailures, sl.MetadataCorruptions))
 	}
-	return cmdutil.InputError(fmt.Errorf("repro: every session ended in error or timeout (first: %s); no corruption was measured: check --url, --timeout and the server's log",
+	return cmdutil.InputError(fmt.Errorf("repro: no measurement: every session ended in error or timeout (first: %s)",
 		cmdutil.Quote(first)))
 }
 
@@ -769,7 +774,7 @@ func writeCorrupted(w io.Writer, r reproJSON) {
 			continue
 		}
 		if shown == 5 {
-			fmt.Fprintf(w, "  … %d more corrupted sessions (--json lists all)\n", r.CorruptedSessions-shown)
+			fmt.Fprintf(w, "  … %s (--json lists all)\n", plural(int64(r.CorruptedSessions-shown), "more corrupted session"))
 			break
 		}
 		shown++
@@ -798,15 +803,51 @@ func writeReproHeadline(w io.Writer, r reproJSON) {
 		fmt.Fprintln(w, "; the rate below is over the finished ones")
 	}
 	if r.Verdict == sessions.VerdictServerFailed {
-		fmt.Fprintf(w, "NO MEASUREMENT: all %d sessions ended in error or timeout; the server failed, so this run says nothing about corruption\n", r.Sessions)
+		// Assess's note, said here and not again under "note:".
+		_, note := sessions.Assess(r.Outcomes)
+		fmt.Fprintf(w, "NO MEASUREMENT: %s\n", note)
 		return
 	}
 	fmt.Fprintln(w, r.Headline())
+	if line := serverErrorsLine(r); line != "" {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// serverErrorsLine says, beside the headline, how many of the run's error
+// sessions were the server failing loudly (HTTP 5xx, no answer): they count
+// as error in the rate, whose definition does not change with the cause (ab
+// and the statistics compare like with like), but they are not the silent
+// corruption it is after. "" when there were none.
+func serverErrorsLine(r reproJSON) string {
+	if r.HarnessResult == nil || r.ServerErrors == 0 {
+		return ""
+	}
+	var kinds []string
+	for _, k := range []string{repro.FailureHTTP5xx, repro.FailureTransport} {
+		if n := r.FailedRequests[k]; n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", failureNames[k], n))
+		}
+	}
+	silent := r.Outcomes.Leak + r.Outcomes.NoTool
+	return fmt.Sprintf("SERVER ERRORS: %d of the %d error sessions ended in a server failure (%s), loud rather than silent; "+
+		"silent corruption (leak, no_tool) alone: %d/%d = %.0f%%",
+		r.ServerErrors, r.Outcomes.Error, strings.Join(kinds, ", "), silent, r.Sessions, 100*float64(silent)/float64(max(r.Sessions, 1)))
+}
+
+// failureNames spell repro's failure classes for people.
+var failureNames = map[string]string{
+	repro.FailureHTTP5xx: "HTTP 5xx", repro.FailureTransport: "no answer (transport)", repro.FailureHTTP4xx: "HTTP 4xx",
+	repro.FailureTimeout: "timeout", repro.FailureOther: "not an OpenAI answer",
 }
 
 func writeReproText(w io.Writer, r reproJSON) error {
 	writeReproHeadline(w, r)
+	_, assessed := sessions.Assess(r.Outcomes)
 	for _, n := range r.Notes {
+		if r.Verdict == sessions.VerdictServerFailed && n == assessed {
+			continue // the headline
+		}
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	if p := r.Preflight; p != nil {
@@ -832,11 +873,31 @@ func writeReproText(w io.Writer, r reproJSON) error {
 			fr = append(fr, fmt.Sprintf("%s=%d", cmdutil.Quote(k), n))
 		}
 	}
-	fmt.Fprintf(w, "requests: %d to %s (model %s, concurrency %d, tool time %s); finish reasons: %s; n-gram loops: %d sessions\n",
-		r.Requests, cmdutil.Quote(r.URL), cmdutil.Quote(r.Model), r.Concurrency, r.ToolTime, strings.Join(fr, " "), r.Loops)
+	finish := strings.Join(fr, " ")
+	if finish == "" {
+		finish = "none (no request was answered)"
+	}
+	sent := fmt.Sprint(r.Requests)
+	if len(r.FailedRequests) > 0 {
+		var failed []string
+		n := 0
+		for _, k := range []string{repro.FailureHTTP5xx, repro.FailureTransport, repro.FailureHTTP4xx, repro.FailureTimeout, repro.FailureOther} {
+			if c := r.FailedRequests[k]; c > 0 {
+				failed = append(failed, fmt.Sprintf("%s %d", failureNames[k], c))
+				n += c
+			}
+		}
+		sent += fmt.Sprintf(" (%d answered, %d failed: %s)", r.Requests-n, n, strings.Join(failed, ", "))
+	}
+	fmt.Fprintf(w, "requests: %s to %s (model %s, concurrency %d, tool time %s); finish reasons: %s; n-gram loops: %d sessions\n",
+		sent, cmdutil.Quote(r.URL), cmdutil.Quote(r.Model), r.Concurrency, r.ToolTime, finish, r.Loops)
 	if r.Sched != nil {
-		fmt.Fprintf(w, "server log: %d sched observations, peak running-req %d, peak token usage %.2f, retractions %d (%d events)\n",
-			r.Sched.Observations, r.Sched.PeakRunningReq, r.Sched.PeakTokenUsage, r.Sched.Retractions, r.Sched.RetractionEvents)
+		retracted := "no retractions"
+		if n := r.Sched.RetractionEvents; n > 0 {
+			retracted = plural(int64(r.Sched.Retractions), "request") + " retracted in " + plural(int64(n), "retraction")
+		}
+		fmt.Fprintf(w, "server log: %d sched observations, peak running-req %d, peak token usage %.2f, %s\n",
+			r.Sched.Observations, r.Sched.PeakRunningReq, r.Sched.PeakTokenUsage, retracted)
 	}
 	if l := r.ServerLog; l != nil && l.TransferFailures+l.MetadataCorruptions > 0 {
 		// PD failures abort requests with an HTTP 500: they read as session

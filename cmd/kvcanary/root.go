@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
@@ -29,10 +32,14 @@ run until stopped, so Ctrl-C is their normal end: they exit 0 with the bundle
 complete.`
 
 // rootExample holds the examples of `kvcanary`.
-const rootExample = `  kvcanary demo                      # the whole investigation on the twin, no GPU
-  kvcanary watch --sim               # the live dashboard over the twin
-  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4
-  kvcanary logs scan decode.log
+const rootExample = `  # no GPU: the whole investigation on the twin, and its live dashboard
+  kvcanary demo
+  kvcanary watch --sim
+  # your SGLang host (README: "First 10 minutes on your SGLang host")
+  kvcanary doctor                    # what this host has: NVML, eBPF, libcuda, SGLang's hook targets
+  kvcanary repro --url http://127.0.0.1:30000 --sessions 80 --rounds 4 --record base.kvtrace
+  kvcanary wrap --record decode.kvtrace -- python3 -m sglang.launch_server ...
+  kvcanary checksum compare prefill.kvtrace decode.kvtrace
   kvcanary <command> --help          # every command has examples`
 
 // NewCmdRoot builds the kvcanary command tree.
@@ -89,11 +96,11 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 
 // groupsRejectArgs makes every command that only groups subcommands (root,
 // probe, trace, …) runnable: with no arguments it prints its help, and an
-// unknown subcommand is a usage error (exit 2, one line and a pointer to
-// --help). Cobra on its
-// own never validates a non-runnable command's arguments: it printed help and
-// exited 0 for `kvcanary probe nosuch`, and exited 3 without usage for
-// `kvcanary nosuchcmd`.
+// unknown subcommand is a usage error (exit 2, one line, the commands it may
+// have meant, and a pointer to --help). Cobra on its own never validates a
+// non-runnable command's arguments: it printed help and exited 0 for
+// `kvcanary probe nosuch`, and exited 3 without usage for `kvcanary
+// nosuchcmd`.
 func groupsRejectArgs(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		groupsRejectArgs(sub)
@@ -102,9 +109,28 @@ func groupsRejectArgs(c *cobra.Command) {
 		return
 	}
 	if c.Args == nil {
-		c.Args = usageArgs(cobra.NoArgs)
+		c.Args = unknownSubcommand
+	}
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2 // cobra's own default, which SuggestionsFor does not apply
 	}
 	c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+}
+
+// unknownSubcommand rejects any argument of a group as an unknown command,
+// with cobra's suggestions (a name within two edits, or one it begins):
+// cobra makes them only in its own argument check, which a command with
+// Args set (as every group has, above) never reaches, so `kvcanary reprp`
+// suggested nothing.
+func unknownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "\n\nDid you mean this?\n\t" + strings.Join(s, "\n\t") + "\n"
+	}
+	return cmdutil.UsageError("%s", msg)
 }
 
 // usageArgs wraps a cobra positional-args validator so a violation is a usage error.

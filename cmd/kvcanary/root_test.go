@@ -2,17 +2,20 @@ package main
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 )
 
 // TestRootUnknownCommand: an unknown command, subcommand or flag is a usage
-// error (exit 2): one line naming it and one pointing at --help, never the
-// whole usage; a bare group prints its help and exits 0.
+// error (exit 2): one line naming it, the commands it may have meant, and
+// one pointing at --help, never the whole usage; a bare group prints its
+// help and exits 0.
 func TestRootUnknownCommand(t *testing.T) {
 	for _, tc := range []struct {
 		args   []string
@@ -22,6 +25,12 @@ func TestRootUnknownCommand(t *testing.T) {
 	}{
 		{[]string{"nosuchcmd"}, cmdutil.ExitUsage,
 			"kvcanary: unknown command \"nosuchcmd\" for \"kvcanary\"\nsee 'kvcanary --help'\n", ""},
+		// A near miss names the commands it may have meant (issue 23:
+		// "reprp" suggested nothing): within two edits, or a prefix.
+		{[]string{"reprp"}, cmdutil.ExitUsage,
+			"kvcanary: unknown command \"reprp\" for \"kvcanary\"\n\nDid you mean this?\n\treport\n\trepro\n\nsee 'kvcanary --help'\n", ""},
+		{[]string{"trace", "exprt"}, cmdutil.ExitUsage,
+			"kvcanary: unknown command \"exprt\" for \"kvcanary trace\"\n\nDid you mean this?\n\texport\n\nsee 'kvcanary trace --help'\n", ""},
 		{[]string{"probe", "nosuch"}, cmdutil.ExitUsage,
 			"kvcanary: unknown command \"nosuch\" for \"kvcanary probe\"\nsee 'kvcanary probe --help'\n", ""},
 		{[]string{"trace", "nosuch"}, cmdutil.ExitUsage,
@@ -124,4 +133,40 @@ func TestEveryCommandHasAnExample(t *testing.T) {
 		}
 	}
 	walk(root)
+}
+
+// valueName is what a flag's back-quoted value name may be: one upper-case
+// word, or a few joined by : = - _ (HOST:PORT, KEY=VALUE, MIN-MAX).
+var valueName = regexp.MustCompile(`^[A-Z][A-Z0-9]*([:=_-][A-Z][A-Z0-9]*)*$`)
+
+// TestFlagValueNames: pflag takes the first back-quoted text of a flag's
+// usage as its value name (--tls-cert FILE), so back quotes used for
+// anything else become a broken name in help and docs/cli (issue 23:
+// "--tls-cert kvcanary certs init"). Every flag of every command whose
+// usage has back quotes must name one value with them, and only once.
+func TestFlagValueNames(t *testing.T) {
+	n := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if !strings.Contains(f.Usage, "`") {
+				return
+			}
+			n++
+			name, usage := pflag.UnquoteUsage(f)
+			if !valueName.MatchString(name) {
+				t.Errorf("%s --%s: value name %q, want one upper-case word like FILE or HOST:PORT (back quotes around anything else become the value name)", c.CommandPath(), f.Name, name)
+			}
+			if strings.Contains(usage, "`") {
+				t.Errorf("%s --%s: a back quote is left in the usage after the value name: %q", c.CommandPath(), f.Name, usage)
+			}
+		})
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(NewCmdRoot(newTestCLI().F))
+	if n < 20 {
+		t.Fatalf("only %d flags with a value name: the walk missed commands", n)
+	}
 }

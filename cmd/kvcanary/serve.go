@@ -261,7 +261,8 @@ func (s *serveSource) serve(ctx context.Context, srv *server.Server) error {
 
 type serveSummary struct {
 	Addr             string `json:"addr"`
-	Requests         int    `json:"requests"`
+	Requests         int    `json:"requests"`                 // the sessions' requests
+	Probes           int    `json:"probe_requests,omitempty"` // a client's preflight probes (X-Kvcanary-Probe): in no session, counted apart
 	Sessions         int    `json:"sessions"`
 	DeviatedRequests int    `json:"deviated_requests"`
 	BrokenRequests   int    `json:"broken_requests"`
@@ -282,6 +283,10 @@ type serveSummary struct {
 func writeServeSummary(opts *SimServeOptions, srv *server.Server) error {
 	s := serveSummary{Addr: opts.Addr}
 	for _, r := range srv.Records() {
+		if r.Probe {
+			s.Probes++
+			continue
+		}
 		s.Requests++
 		if r.Deviated {
 			s.DeviatedRequests++
@@ -304,8 +309,12 @@ func writeServeSummary(opts *SimServeOptions, srv *server.Server) error {
 	if opts.JSON.JSON {
 		return cmdutil.WriteJSON(opts.IO.Out, s)
 	}
-	_, err := fmt.Fprintf(opts.IO.Out, "sim serve: %d requests in %d sessions; deviated from the script: %d requests (%d visible in the protocol) in %d sessions; peak running-req %d, retractions %d, steps %d (graph %d, eager %d)\n",
-		s.Requests, s.Sessions, s.DeviatedRequests, s.BrokenRequests, s.DeviatedSessions, s.PeakRunningReq, s.Retractions, s.Steps, s.GraphReplays, s.EagerSteps)
+	probes := ""
+	if s.Probes > 0 {
+		probes = fmt.Sprintf(" (and %s, in none)", plural(int64(s.Probes), "preflight probe"))
+	}
+	_, err := fmt.Fprintf(opts.IO.Out, "sim serve: %d requests in %d sessions%s; deviated from the script: %d requests (%d visible in the protocol) in %d sessions; peak running-req %d, retractions %d, steps %d (graph %d, eager %d)\n",
+		s.Requests, s.Sessions, probes, s.DeviatedRequests, s.BrokenRequests, s.DeviatedSessions, s.PeakRunningReq, s.Retractions, s.Steps, s.GraphReplays, s.EagerSteps)
 	if err != nil {
 		return err
 	}

@@ -330,8 +330,12 @@ func writeSimRunText(w io.Writer, cfg sim.Config, res sim.Result, sums analyzers
 	if cfg.DisableCUDAGraph {
 		graph = "off"
 	}
-	fmt.Fprintf(w, "engine: index-K %s, cuda graph %s (max bs %d), multi-stream overlap %v, disaggregation %s, max running %d, pool %d tokens",
-		cfg.IndexKDtype, graph, cfg.CUDAGraphMaxBS, cfg.MultiStreamOverlap, cfg.Disaggregation, cfg.MaxRunningRequests, cfg.PoolTokens)
+	overlap := "off"
+	if cfg.MultiStreamOverlap {
+		overlap = "on"
+	}
+	fmt.Fprintf(w, "engine: index-K %s, cuda graph %s (max bs %d), multi-stream overlap %s, disaggregation %s, max running %d, pool %d tokens",
+		cfg.IndexKDtype, graph, cfg.CUDAGraphMaxBS, overlap, cfg.Disaggregation, cfg.MaxRunningRequests, cfg.PoolTokens)
 	if cfg.SpeculativeEagleTopK > 1 {
 		fmt.Fprintf(w, ", speculative eagle topk %d", cfg.SpeculativeEagleTopK)
 	}

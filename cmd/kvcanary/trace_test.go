@@ -434,3 +434,52 @@ func TestReportRun(t *testing.T) {
 		t.Errorf("--format pdf: %v, want a usage error", err)
 	}
 }
+
+// Without --format, report picks what its output can show: Markdown on a
+// terminal (raw HTML is unreadable there; stderr says how to get the HTML)
+// and in a .md file; HTML to a pipe, to -o - even on a terminal, and to
+// other files. --format always wins.
+func TestReportFormatFollowsTheOutput(t *testing.T) {
+	bundle := writeTraceBundle(t, 40)
+	dir := t.TempDir()
+	const html, md = "<!DOCTYPE html>", "## kvcanary report\n"
+	for _, tc := range []struct {
+		name   string
+		tty    bool
+		args   []string
+		file   string // the output file, "" for stdout
+		want   string // the output's start
+		stderr string // a substring of stderr, "" for none
+	}{
+		{"terminal", true, nil, "", md, "-o report.html writes the HTML report"},
+		{"pipe", false, nil, "", html, ""},
+		{"terminal, -o -", true, []string{"-o", "-"}, "", html, ""},
+		{"terminal, --format html", true, []string{"--format", "html"}, "", html, ""},
+		{"pipe, --format md", false, []string{"--format", "md"}, "", md, ""},
+		{"file.md", true, []string{"-o", filepath.Join(dir, "r.md")}, filepath.Join(dir, "r.md"), md, "wrote"},
+		{"file.html", true, []string{"-o", filepath.Join(dir, "r.html")}, filepath.Join(dir, "r.html"), html, "wrote"},
+		{"file.md, --format html", false, []string{"-o", filepath.Join(dir, "f.md"), "--format", "html"}, filepath.Join(dir, "f.md"), html, "wrote"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestCLI()
+			c.IO.SetTTY(tc.tty, tc.tty)
+			if err := c.exec(NewCmdReport(c.F, nil), append([]string{bundle}, tc.args...)...); err != nil {
+				t.Fatal(err)
+			}
+			got := c.Out.String()
+			if tc.file != "" {
+				b, err := os.ReadFile(tc.file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = string(b)
+			}
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("output starts %q, want %q", got[:min(len(got), 40)], tc.want)
+			}
+			if tc.stderr == "" && c.ErrOut.Len() > 0 || !strings.Contains(c.ErrOut.String(), tc.stderr) {
+				t.Errorf("stderr %q, want %q", c.ErrOut, tc.stderr)
+			}
+		})
+	}
+}

@@ -64,7 +64,7 @@ func TestWatchUnderTmux(t *testing.T) {
 		return ""
 	}
 	waitPane("kvc", "kvcanary watch", "sessions 3", "checksum (transfer)", "canary (buffer)", "graphdiff (compute)",
-		"scheduler", "GPU: no GPU telemetry", "CUDA: no eBPF probe", "findings", "focus: findings", "] done")
+		"scheduler", "no GPU samples (kvcanary gpu --emit ADDR feeds this) · no CUDA calls", "findings", "focus: findings", "] done")
 	tm("send-keys", "-t", "kvc", "Tab")
 	waitPane("kvc", "focus: sessions")
 	tm("send-keys", "-t", "kvc", "s")

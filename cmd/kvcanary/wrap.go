@@ -81,7 +81,7 @@ var wrapSettingFlags = []struct {
 	{"canary-policy", "KVCANARY_CANARY_POLICY", "live", "`POLICY` of the pages the canary digests around a replay: live, all or sweep:N (canary/SPEC.md §4)", checkCanaryPolicy},
 	{"canary-every", "KVCANARY_CANARY_EVERY", "64", "check one decode step in `N` (forward_pass_id % N == 0 on every rank)", checkEvery},
 	{"graphdiff-every", "KVCANARY_GRAPHDIFF_EVERY", "256", "rerun one graph step in `N` eagerly (forward_pass_id % N == 0 on every rank)", checkEvery},
-	{"graphdiff-layers", "KVCANARY_GRAPHDIFF_LAYERS", "", "indexer layer `IDS` whose top-k selections are compared: comma-separated ids or all (package default: none)", checkLayers},
+	{"graphdiff-layers", "KVCANARY_GRAPHDIFF_LAYERS", "", "indexer layer `IDS` whose top-k selections are compared: comma-separated model layer ids (DeepSeek-V4: its C4 layers) or all (package default: none; opt-in because installing a top-k capturer changes the captured graph, and the run's notes say so when it is on)", checkLayers},
 	{"graphdiff-logits", "KVCANARY_GRAPHDIFF_LOGITS", "topk:20", "`WHAT` of next_token_logits a sample carries: full, topk:N or none", checkLogits},
 }
 
@@ -114,10 +114,12 @@ replays, graph-vs-eager reruns of sampled steps. wrap
     where no events came, and "partial", never "ok", where clean work was
     seen but not all of it: an instrument a producer reported off, events
     dropped, rooms seen on one side only, or producers that ended without
-    their run.end (SIGKILLed, cut off by --drain). The canary says how many
-    of the run's replays it checked. On one PD host the checksum layer sees
-    one side only: compare both hosts' bundles with "kvcanary checksum
-    compare".
+    their run.end (SIGKILLed, cut off by --drain). The sampled layers say
+    how much they looked at: the canary how many of the run's replays it
+    checked, graph-vs-eager how many of its graph replays it reran (a short
+    run the default rates miss gets the flag that samples it). On one PD
+    host the checksum layer sees one side only: compare both hosts' bundles
+    with "kvcanary checksum compare".
 
 With --json the summary is one JSON object on stdout, and the command's
 stdout goes to stderr.
@@ -372,6 +374,10 @@ type WrapSummary struct {
 	// CutOff counts producers still connected when --drain ran out: what
 	// they sent afterwards is lost, uncounted.
 	CutOff int `json:"producers_cut_off,omitempty"`
+	// GroupLeft is the command's process group when processes of it (not
+	// zombies) still ran a moment after the command and its producers were
+	// done: wrap leaves them to the user (kill -- -GROUP).
+	GroupLeft int `json:"group_still_running,omitempty"`
 	// WithoutRunEnd counts producers that sent events and ended without
 	// their run.end (killed with SIGKILL, cut off by --drain): what they
 	// dropped or switched off is unknown, so no layer is "ok".
@@ -404,8 +410,31 @@ type WrapLayer struct {
 	Status   string `json:"status"`   // ok | finding | not measured | one side only | partial
 	Events   uint64 `json:"events"`   // events of the kind it judges
 	Findings int    `json:"findings"` // error findings it emitted
-	Detail   string `json:"detail"`
-	Summary  any    `json:"summary"` // the analyzer's own summary, for --json (the verdict reads it typed)
+	// Sampling says how much of the run a sampled layer (buffer, compute)
+	// looked at; nil for a layer that judges everything it gets (transfer).
+	Sampling *WrapSampling `json:"sampling,omitempty"`
+	Detail   string        `json:"detail"`
+	Summary  any           `json:"summary"` // the analyzer's own summary, for --json (the verdict reads it typed)
+}
+
+// WrapSampling is what a sampled layer looked at: Sampled of Of replays (every
+// replay for the canary, graph replays for graph-vs-eager), at one in Every
+// (the setting the producers were given; "" when unknown). OfKnown is false
+// when no replay event told how many there were.
+type WrapSampling struct {
+	Sampled uint64 `json:"sampled"`
+	Of      uint64 `json:"of"`
+	OfKnown bool   `json:"of_known"`
+	Every   string `json:"every,omitempty"`
+}
+
+// wrapSamplingIn is what wrapLayers needs beyond the summaries to say how
+// much a sampled layer looked at.
+type wrapSamplingIn struct {
+	canaryEvery, graphdiffEvery string // "" when unknown
+	graphdiffOff                bool   // --instruments (or the environment) left graphdiff out
+	graphReplays                uint64 // replay events of mode graph
+	sampledReplays              uint64 // graph replays that sent graph-vs-eager samples
 }
 
 // wrapLayerOf names the layer each analyzer judges and the event kind it reads.
@@ -430,6 +459,12 @@ type wrapTally struct {
 	// lost names, per analyzer ("" for every one), the producer notes
 	// that say its evidence is incomplete.
 	lost map[string][]string
+	// graphReplays counts replay events of mode graph; sampledReplays the
+	// graph replays graph-vs-eager sampled: a producer sends a step's
+	// samples one after another, so a step counts once per producer
+	// (lastSampled holds each producer's last sampled step, plus one).
+	graphReplays, sampledReplays uint64
+	lastSampled                  map[hook.Source]uint64
 }
 
 func (t *wrapTally) Publish(ev hook.Event) {
@@ -438,6 +473,20 @@ func (t *wrapTally) Publish(ev hook.Event) {
 	case *hook.Finding:
 		if b != nil && b.Severity == hook.SevError {
 			t.findings[b.Analyzer]++
+		}
+	case *hook.Replay:
+		if b != nil && b.Mode == "graph" {
+			t.graphReplays++
+		}
+	case *hook.GraphDiffSample:
+		if b != nil {
+			if t.lastSampled == nil {
+				t.lastSampled = map[hook.Source]uint64{}
+			}
+			if t.lastSampled[ev.Src] != b.Step+1 {
+				t.lastSampled[ev.Src] = b.Step + 1
+				t.sampledReplays++
+			}
 		}
 	case *hook.RunEnd:
 		if b != nil {
@@ -574,7 +623,10 @@ func wrapPipeline(opts *WrapOptions, src *wrapSource, rc hook.RunConfig, start t
 		Rejected: st.Rejected, RejectedBy: orEmpty(st.RejectedBy), DroppedProducer: tally.producerDropped,
 		CutOff: src.info.cutOff, Record: opts.Record, Log: opts.Log,
 		WithoutRunEnd: st.EndedWithoutRunEnd, WithoutRunEndSources: st.EndedWithoutRunEndSources,
-		Layers:        wrapLayers(analyzers.SetOf(as...).Summaries(), st.ByKind, tally.findings, wrapCanaryEvery(opts)),
+		GroupLeft: src.info.groupLeft,
+		Layers: wrapLayers(analyzers.SetOf(as...).Summaries(), st.ByKind, tally.findings, wrapSamplingIn{
+			canaryEvery: wrapCanaryEvery(opts), graphdiffEvery: wrapSettingValue(opts, "KVCANARY_GRAPHDIFF_EVERY"),
+			graphdiffOff: !wrapInstrumentOn(opts, "graphdiff"), graphReplays: tally.graphReplays, sampledReplays: tally.sampledReplays}),
 		ProducerNotes: slices.Clone(tally.producerNotes),
 	}
 	markPartial(sum.Layers, tally.lost, sum.DroppedProducer > 0, sum.WithoutRunEnd)
@@ -638,7 +690,7 @@ func wrapView(opts *WrapOptions, src *wrapSource, as []hook.Analyzer, man traces
 	return func(ctx context.Context, sub *hook.Subscription, done <-chan error) error {
 		status := func() string {
 			st := src.c.Stats()
-			return fmt.Sprintf("%d producers connected (%d in all), %d rejected", st.Open, st.Connections, st.Rejected)
+			return fmt.Sprintf("%d producers connected (%d connections so far), %d rejected", st.Open, st.Connections, st.Rejected)
 		}
 		var err error
 		*stats, err = run(ctx, tui.Options{
@@ -662,6 +714,7 @@ type wrapExit struct {
 	signal    string
 	forwarded []string
 	cutOff    int
+	groupLeft int // the process group, when processes of it outlived the command
 }
 
 // wrapSource is the wrapped command and the collector its hooks report
@@ -771,14 +824,17 @@ func (s *wrapSource) Run(context.Context, hook.Publisher) error {
 		quiet = 250 * time.Millisecond
 	}
 	s.info.cutOff = drainProducers(s.c, s.opts.Drain, quiet)
-	if open := s.info.cutOff; open > 0 && !s.opts.JSON.JSON {
+	// Nothing is printed here under --watch: the dashboard still owns the
+	// terminal. The summary says it all once it closed.
+	if open := s.info.cutOff; open > 0 && !s.opts.JSON.JSON && !s.opts.Watch {
 		fmt.Fprintf(s.errOut, "wrap: %s still connected %s after the command exited; closing (what they send later is lost; --drain waits longer)\n",
 			plural(int64(open), "producer"), s.opts.Drain)
 	}
-	// Checked after the drain: an engine's children take a moment to
-	// follow their parent out.
-	if pgid := s.child.Process.Pid; groupAlive(pgid) && !s.opts.JSON.JSON {
-		fmt.Fprintf(s.errOut, "wrap: the command exited; processes of its group %d still run (kill -- -%d stops them)\n", pgid, pgid)
+	// Checked after the drain, and again for a moment: an engine's
+	// children take a while to follow their parent out (zombies waiting
+	// for init to reap them do not count).
+	if pgid := s.child.Process.Pid; groupLingers(pgid, time.Second) {
+		s.info.groupLeft = pgid
 	}
 	s.stopServe()
 	return <-s.serveDone
@@ -830,6 +886,19 @@ func (s *wrapSource) supervise() {
 	}
 }
 
+// groupLingers reports whether processes of group pgid still run after
+// waiting up to grace for them to go.
+func groupLingers(pgid int, grace time.Duration) bool {
+	deadline := time.Now().Add(grace)
+	for groupAlive(pgid) {
+		if time.Now().After(deadline) {
+			return true
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return false
+}
+
 // childStdin is what the command reads: wrap's stdin, except a terminal —
 // outside the terminal's foreground process group the command would be
 // stopped (SIGTTIN) the moment it read it — which gives way to /dev/null.
@@ -860,8 +929,21 @@ func drainProducers(c *hook.Collector, max, quiet time.Duration) int {
 	return c.Stats().Open
 }
 
-// wrapProgressLine is one progress line: events by kind and producers.
+// wrapProgressLine is one progress line while the command runs: events by
+// kind and producers connected now.
 func wrapProgressLine(st hook.Stats) string {
+	return fmt.Sprintf("%s; %s connected (%s so far); %d rejected",
+		wrapEventKinds(st), plural(int64(st.Open), "producer"), plural(int64(st.Connections), "connection"), st.Rejected)
+}
+
+// wrapEventsLine is the summary's count once every producer is gone:
+// events by kind and the connections they came over.
+func wrapEventsLine(st hook.Stats) string {
+	return fmt.Sprintf("%s from %s; %d rejected", wrapEventKinds(st), plural(int64(st.Connections), "producer connection"), st.Rejected)
+}
+
+// wrapEventKinds is "143 events (run.end 3, room.checksum 40, …)".
+func wrapEventKinds(st hook.Stats) string {
 	var parts []string
 	for _, k := range hook.Kinds() {
 		if n := st.ByKind[k.String()]; n > 0 {
@@ -872,16 +954,30 @@ func wrapProgressLine(st hook.Stats) string {
 	if len(parts) > 0 {
 		kinds = " (" + strings.Join(parts, ", ") + ")"
 	}
-	return fmt.Sprintf("%s%s; %s connected, %s in all; %d rejected",
-		plural(int64(st.Events), "event"), kinds, plural(int64(st.Open), "producer"), plural(int64(st.Connections), "connection"), st.Rejected)
+	return plural(int64(st.Events), "event") + kinds
 }
 
 // wrapCanaryEvery is the KVCANARY_CANARY_EVERY the command ran with: the
 // flag's, else the environment's, else the package default.
 func wrapCanaryEvery(opts *WrapOptions) string {
+	return wrapSettingValue(opts, "KVCANARY_CANARY_EVERY")
+}
+
+// wrapSettingValue is the value of one of wrapSettingFlags' settings (env
+// names it) the command ran with: the flag's, else the environment's, else
+// the package default; "" when the environment's value is one the flag
+// would refuse (the package decides what it makes of it).
+func wrapSettingValue(opts *WrapOptions, env string) string {
 	for _, st := range opts.Settings {
-		if st.Env == "KVCANARY_CANARY_EVERY" {
+		if st.Env == env {
 			return st.Value
+		}
+	}
+	var def string
+	var check func(string) error
+	for _, f := range wrapSettingFlags {
+		if f.env == env {
+			def, check = f.def, f.check
 		}
 	}
 	base := opts.environ
@@ -889,32 +985,44 @@ func wrapCanaryEvery(opts *WrapOptions) string {
 		base = os.Environ()
 	}
 	for i := len(base) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(base[i], "KVCANARY_CANARY_EVERY="); ok {
-			if _, err := positiveInt(v); err != nil {
-				return "" // the package decides what it makes of it
+		if v, ok := strings.CutPrefix(base[i], env+"="); ok {
+			if check != nil && check(v) != nil {
+				return ""
 			}
 			return v
 		}
 	}
-	for _, f := range wrapSettingFlags {
-		if f.env == "KVCANARY_CANARY_EVERY" {
-			return f.def
+	return def
+}
+
+// wrapInstrumentOn reports whether the command ran with instrument name
+// among KVCANARY_INSTRUMENTS (true when that setting is unknown).
+func wrapInstrumentOn(opts *WrapOptions, name string) bool {
+	v := wrapSettingValue(opts, "KVCANARY_INSTRUMENTS")
+	if v == "" {
+		return true
+	}
+	for _, f := range strings.Split(v, ",") {
+		if strings.TrimSpace(f) == name {
+			return true
 		}
 	}
-	return ""
+	return false
 }
 
 // wrapLayers gives each analyzer's verdict: transfer, buffer, compute. An
-// analyzer the command did not run has no layer.
-//
-// canaryEvery is the canary's sampling setting ("" when unknown).
-func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map[string]int, canaryEvery string) []WrapLayer {
+// analyzer the command did not run has no layer. The sampled layers say how
+// much of the run they looked at, also when it was nothing.
+func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map[string]int, in wrapSamplingIn) []WrapLayer {
 	out := make([]WrapLayer, 0, 3)
-	layer := func(name string, summary any, verdict func(l *WrapLayer)) {
+	layer := func(name string, summary any, sampling *WrapSampling, verdict func(l *WrapLayer)) {
 		info := wrapLayerOf[name]
-		l := WrapLayer{Layer: info.layer, Analyzer: name, Events: byKind[info.kind.String()], Findings: findings[name], Summary: summary}
+		l := WrapLayer{Layer: info.layer, Analyzer: name, Events: byKind[info.kind.String()], Findings: findings[name], Summary: summary, Sampling: sampling}
 		if l.Events == 0 {
 			l.Status, l.Detail = layerNotMeasured, "no "+info.kind.String()+" events"
+			if sampling != nil {
+				l.Detail = notSampledDetail(name, *sampling, in.graphdiffOff)
+			}
 		} else {
 			l.Status = layerOK
 			if l.Findings > 0 {
@@ -927,16 +1035,55 @@ func wrapLayers(sums analyzers.Summaries, byKind map[string]uint64, findings map
 		}
 		out = append(out, l)
 	}
+	replays, replaysKnown := byKind[hook.KindReplay.String()], byKind[hook.KindReplay.String()] > 0
 	if s := sums.Checksum; s != nil {
-		layer(checksum.AnalyzerName, *s, func(l *WrapLayer) { checksumLayer(l, s) })
+		layer(checksum.AnalyzerName, *s, nil, func(l *WrapLayer) { checksumLayer(l, s) })
 	}
 	if s := sums.Canary; s != nil {
-		layer(canary.AnalyzerName, *s, func(l *WrapLayer) { canaryLayer(l, s, byKind[hook.KindReplay.String()], canaryEvery) })
+		sp := &WrapSampling{Sampled: uint64(s.Replays), Of: replays, OfKnown: replaysKnown, Every: in.canaryEvery}
+		layer(canary.AnalyzerName, *s, sp, func(l *WrapLayer) { canaryLayer(l, s, *sp) })
 	}
 	if s := sums.Graphdiff; s != nil {
-		layer(graphdiff.AnalyzerName, *s, func(l *WrapLayer) { graphdiffLayer(l, s) })
+		sp := &WrapSampling{Sampled: in.sampledReplays, Of: in.graphReplays, OfKnown: replaysKnown, Every: in.graphdiffEvery}
+		layer(graphdiff.AnalyzerName, *s, sp, func(l *WrapLayer) { graphdiffLayer(l, s, *sp) })
 	}
 	return out
+}
+
+// wrapEveryFlag is the wrap flag that sets each sampled layer's rate.
+var wrapEveryFlag = map[string]string{canary.AnalyzerName: "--canary-every", graphdiff.AnalyzerName: "--graphdiff-every"}
+
+// sampledOf says how much a sampled layer looked at: "2 of 102 replays
+// checked (1 in 64)", "0 of 12 graph replays sampled (1 in 256)".
+func sampledOf(sp WrapSampling, what, verb string) string {
+	s := fmt.Sprintf("%d of %s %s", sp.Sampled, plural(int64(sp.Of), what), verb)
+	if !sp.OfKnown {
+		s = plural(int64(sp.Sampled), what) + " " + verb + ", of an unknown number (no replay events)"
+	}
+	if sp.Every != "" {
+		s += " (1 in " + sp.Every + ")"
+	}
+	return s
+}
+
+// notSampledDetail explains a sampled layer that got no events: how much
+// there was to sample, and the flag that samples a short run.
+func notSampledDetail(analyzer string, sp WrapSampling, graphdiffOff bool) string {
+	if analyzer == graphdiff.AnalyzerName && graphdiffOff {
+		return "graph-vs-eager was off (--instruments without graphdiff)"
+	}
+	what, verb := "replay", "checked"
+	if analyzer == graphdiff.AnalyzerName {
+		what, verb = "graph replay", "sampled"
+	}
+	d := sampledOf(sp, what, verb)
+	switch {
+	case sp.OfKnown && sp.Of == 0 && analyzer == graphdiff.AnalyzerName:
+		d += ": every replay ran eagerly, and graph-vs-eager compares captured graphs"
+	case sp.Of > 0 && sp.Every != "1":
+		d += fmt.Sprintf(": a run this short needs a denser rate, e.g. %s 1", wrapEveryFlag[analyzer])
+	}
+	return d
 }
 
 // markPartial turns an "ok" layer into "partial" when what was judged is
@@ -998,26 +1145,14 @@ func checksumLayer(l *WrapLayer, s *checksum.Summary) {
 }
 
 // canaryLayer sets the buffer layer's detail, and its status when the
-// canary found something.
-//
-// replays is the number of replay events (every graph replay, on every
-// rank), every the sampling setting the producers were given ("" when
-// unknown): the canary checks one replay in every.
-func canaryLayer(l *WrapLayer, s *canary.Summary, replays uint64, every string) {
+// canary found something. sp counts replay events (every graph replay, on
+// every rank); the canary checks one replay in sp.Every.
+func canaryLayer(l *WrapLayer, s *canary.Summary, sp WrapSampling) {
 	if s.Findings() {
 		l.Status = layerFinding
 	}
-	checked := plural(int64(s.Replays), "replay")
-	if replays > 0 {
-		checked = fmt.Sprintf("%d of %s checked", s.Replays, plural(int64(replays), "replay"))
-	} else {
-		checked += " checked, of an unknown number (no replay events)"
-	}
-	if every != "" {
-		checked += " (1 in " + every + ")"
-	}
 	l.Detail = fmt.Sprintf("%s (policy %s): %d live-page overwrites, %d missing stores, %d benign transfer writes",
-		checked, cmdutil.Quote(s.Policy), s.LivePageOverwrites, s.MissingStores, s.BenignTransferWrites)
+		sampledOf(sp, "replay", "checked"), cmdutil.Quote(s.Policy), s.LivePageOverwrites, s.MissingStores, s.BenignTransferWrites)
 	if b := s.Between; b != nil {
 		l.Detail += fmt.Sprintf("; between replays (%s): %d live-page overwrites, %d missing stores",
 			plural(int64(s.BetweenChecks), "check"), b.LivePageOverwrites, b.MissingStores)
@@ -1027,12 +1162,12 @@ func canaryLayer(l *WrapLayer, s *canary.Summary, replays uint64, every string) 
 }
 
 // graphdiffLayer sets the compute layer's detail, and its status when a
-// sample diverged.
-func graphdiffLayer(l *WrapLayer, s *graphdiff.Summary) {
+// sample diverged. sp counts graph replays (on every rank) and those sampled.
+func graphdiffLayer(l *WrapLayer, s *graphdiff.Summary, sp WrapSampling) {
 	if s.Divergent > 0 {
 		l.Status = layerFinding
 	}
-	l.Detail = fmt.Sprintf("%s: %d divergent", plural(int64(s.Samples), "sample"), s.Divergent)
+	l.Detail = fmt.Sprintf("%s: %s, %d divergent", sampledOf(sp, "graph replay", "sampled"), plural(int64(s.Samples), "sample"), s.Divergent)
 	if s.MinTopKJaccard != nil {
 		l.Detail += fmt.Sprintf(", min top-k Jaccard %.3f", *s.MinTopKJaccard)
 	}
@@ -1047,7 +1182,10 @@ func writeWrapSummary(w io.Writer, s WrapSummary) error {
 		end = fmt.Sprintf("was killed by %s (exit %d)", s.Signal, s.ExitCode)
 	}
 	fmt.Fprintf(&b, "wrap: the command %s after %s\n", end, time.Duration(s.DurationNS).Round(time.Millisecond))
-	fmt.Fprintf(&b, "wrap: %s\n", wrapProgressLine(hook.Stats{Events: s.Events, ByKind: s.ByKind, Connections: s.Connections, Rejected: s.Rejected}))
+	if g := s.GroupLeft; g != 0 {
+		fmt.Fprintf(&b, "wrap: the command exited; processes of its group %d still run (kill -- -%d stops them)\n", g, g)
+	}
+	fmt.Fprintf(&b, "wrap: %s\n", wrapEventsLine(hook.Stats{Events: s.Events, ByKind: s.ByKind, Connections: s.Connections, Rejected: s.Rejected}))
 	fmt.Fprintf(&b, "wrap: dropped %d (recorder %d, reported by producers %d)", s.Dropped, s.DroppedRecorder, s.DroppedProducer)
 	if s.CutOff > 0 {
 		fmt.Fprintf(&b, "; %s cut off by --drain, what they sent later is not counted", plural(int64(s.CutOff), "producer"))

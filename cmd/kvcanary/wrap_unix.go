@@ -3,9 +3,12 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
@@ -42,8 +45,54 @@ func signalGroup(pgid int, s os.Signal, kill bool) string {
 	return signalName(sig)
 }
 
-// groupAlive reports whether any process of group pgid remains.
-func groupAlive(pgid int) bool { return syscall.Kill(-pgid, 0) == nil }
+// groupAlive reports whether any process of group pgid still runs. A zombie
+// does not: it has exited and waits for its parent (init, once the command
+// is gone) to reap it, yet kill(-pgid, 0) still finds it. Where /proc lists
+// processes (Linux) the zombies are told apart; elsewhere kill's answer
+// stands.
+func groupAlive(pgid int) bool {
+	if syscall.Kill(-pgid, 0) != nil {
+		return false // ESRCH: nothing left, not even a zombie
+	}
+	live, known := liveInGroup(pgid)
+	return live || !known
+}
+
+// liveInGroup scans /proc for a process of group pgid that is not a zombie
+// (state Z) or dead (X); known is false without a readable /proc.
+func liveInGroup(pgid int) (live, known bool) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false, false
+	}
+	want := strconv.Itoa(pgid)
+	for _, e := range ents {
+		name := e.Name()
+		if name == "" || name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue // gone meanwhile, or not ours to read
+		}
+		// "pid (comm) state ppid pgrp …": comm may hold spaces and parens.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 3 || f[2] != want {
+			continue
+		}
+		if f[0] != "Z" && f[0] != "X" {
+			return true, true
+		}
+	}
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		return false, false // a /proc that does not list processes
+	}
+	return false, true
+}
 
 // exitStatus turns a finished command into wrap's exit code: its own code,
 // or 128+N when signal N ended it (the shells' convention).

@@ -131,6 +131,11 @@ func (c *Coverage) Merge(o Coverage) {
 //	"<feature> off: <why>"  feature checksum.*, canary.*, graphdiff.* or
 //	                        replay.step (the replay events, which canary
 //	                        and graphdiff both read)
+//	"<feature> off: not applicable: <why>"   nothing lost: the engine has
+//	                        nothing the feature observes (canary.between on
+//	                        DeepSeek-V4, which has no IndexKeyCache.move)
+//	"<feature> on: <why>"   nothing lost: an opt-in feature is on and what
+//	                        that changes (graphdiff.topk's capturer)
 //	"N instrument errors"   errors in any instrument's hooks
 //	"N room checksums skipped (index-K on the host)"   checksum
 //	"run.end report failed: …"   unknown
@@ -142,7 +147,13 @@ func NoteAnalyzers(note string) []string {
 	if note == "" {
 		return nil
 	}
-	if feature, _, ok := strings.Cut(note, " off: "); ok && !strings.Contains(feature, " ") {
+	if feature, _, ok := strings.Cut(note, " on: "); ok && !strings.Contains(feature, " ") && strings.Contains(feature, ".") {
+		return nil
+	}
+	if feature, why, ok := strings.Cut(note, " off: "); ok && !strings.Contains(feature, " ") {
+		if strings.HasPrefix(why, "not applicable: ") {
+			return nil
+		}
 		switch inst, _, _ := strings.Cut(feature, "."); inst {
 		case "checksum":
 			return []string{checksum.AnalyzerName}

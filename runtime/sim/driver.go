@@ -84,6 +84,11 @@ type session struct {
 	res        SessionResult
 	rng        *rand.Rand
 	done       bool
+	// What the session event says about a corrupted end, as repro's do:
+	// the round (1-based) that went wrong, the reply's content
+	// (hook.Excerpt-bounded) or why the request failed.
+	badRound        int
+	excerpt, reason string
 }
 
 // toolRounds counts the leading tool-call rounds of s: the rounds a
@@ -155,7 +160,7 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 		}
 		pub.Publish(hook.Event{Kind: hook.KindSession, TS: e.Now().UnixNano(), Src: hook.Source{Proc: "sim"},
 			Body: &hook.Session{ID: s.res.ID, Outcome: outcome, Rounds: s.res.Rounds, FinishReasons: s.res.Finish,
-				Deviated: s.res.Deviated, Requests: s.res.Requests}})
+				Deviated: s.res.Deviated, Requests: s.res.Requests, Round: s.badRound, Excerpt: s.excerpt, Reason: s.reason}})
 	}
 	byReq := map[string]*session{}
 	maxSteps := w.MaxSteps
@@ -182,6 +187,7 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 			h, err := e.Submit(Request{ID: id, Session: s.res.ID, Round: s.round, Prompt: prompt, Hint: hint, Expected: sr.Expected})
 			if err != nil {
 				s.res.Output = err.Error()
+				s.badRound, s.reason = s.round+1, "request refused by the engine: "+err.Error()
 				end(s, hook.OutcomeError)
 				continue
 			}
@@ -209,6 +215,7 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 				// error itself before its classifier sees a reply; so does
 				// the twin.
 				outcome = hook.OutcomeError
+				s.badRound, s.reason = s.round+1, "request aborted by the engine: "+c.Err
 			} else {
 				// What a client sees: the server's tool-call parser splits
 				// the text into content and tool calls.
@@ -217,6 +224,9 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 				if outcome != "" && !hook.ValidOutcome(outcome) {
 					return res, fmt.Errorf("run workload: the judge returned outcome %q for session %s round %d: want \"\" or one of %s",
 						outcome, s.res.ID, s.round, strings.Join(hook.Outcomes, ", "))
+				}
+				if outcome == hook.OutcomeLeak || outcome == hook.OutcomeNoTool {
+					s.badRound, s.excerpt = s.round+1, hook.Excerpt(p.Content)
 				}
 			}
 			if outcome != "" {

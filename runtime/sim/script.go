@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -171,6 +172,49 @@ func NewScript(seed uint64, session int, rounds int) Script {
 	}
 	s.Rounds = append(s.Rounds, ScriptRound{Expected: v.Encode(prose(r, 40+r.IntN(40)))})
 	return s
+}
+
+// OfferedOnly returns s with every expected tool call that names a tool
+// outside offered (a request's tool names) replaced by a call to a tool the
+// twin knows among them, as a model calls only the tools a request offers.
+// The replacement is drawn from its own generator (seed, session, round),
+// so the rest of the script stays as NewScript made it. With no known tool
+// offered, s is returned as it is.
+func (s Script) OfferedOnly(seed uint64, session int, offered []string) Script {
+	var known []toolSpec
+	for _, t := range toolSpecs {
+		if slices.Contains(offered, t.name) {
+			known = append(known, t)
+		}
+	}
+	if len(known) == 0 {
+		return s
+	}
+	out := Script{Session: s.Session, Prefix: s.Prefix, Rounds: slices.Clone(s.Rounds)}
+	v := DefaultVocab()
+	for i := range out.Rounds {
+		rd := &out.Rounds[i]
+		if !rd.ToolCall || !slices.ContainsFunc(rd.Calls, func(c ToolCall) bool { return !slices.Contains(offered, c.Name) }) {
+			continue
+		}
+		r := rand.New(rand.NewPCG(seed, 0x0ffe7ed00000+uint64(session)<<8+uint64(i)))
+		calls := slices.Clone(rd.Calls)
+		for j := range calls {
+			if slices.Contains(offered, calls[j].Name) {
+				continue
+			}
+			spec := known[r.IntN(len(known))]
+			call := ToolCall{Name: spec.name}
+			for _, p := range spec.params {
+				val, isStr := paramValue(r, p.kind)
+				call.Params = append(call.Params, Param{Name: p.name, String: isStr, Value: val})
+			}
+			call.Arguments = argumentsJSON(call.Params)
+			calls[j] = call
+		}
+		rd.Calls, rd.Expected = calls, v.Encode(RenderDSML(calls))
+	}
+	return out
 }
 
 // BuildPrompt assembles the prompt of the next round: the script prefix,

@@ -14,10 +14,13 @@ const (
 	HeadDim    = 128 // index-K head dimension
 )
 
-// Supported index-K dtypes.
+// Supported index-K dtypes. fp4 is DeepSeek-V4's C4 indexer with
+// --enable-deepseek-v4-fp4-indexer; on V4 a "token" of this package is one C4
+// entry (SPEC.md §10).
 const (
 	DtypeBF16 = "bf16"
 	DtypeFP8  = "fp8"
+	DtypeFP4  = "fp4"
 )
 
 // Layout describes how one index-K page is laid out in the arena.
@@ -25,41 +28,60 @@ const (
 // bf16: a page is PageTokens slots of HeadDim bf16 values (256 bytes per slot).
 // fp8: a page is PageTokens slots of HeadDim fp8 K bytes (128 bytes per slot),
 // followed by PageTokens fp32 scales (4 bytes per slot).
+// fp4: a page is PageTokens slots of HeadDim packed e2m1 values (64 bytes per
+// slot), followed by PageTokens ue8m0 scale blocks (4 bytes per slot).
 type Layout struct {
-	Dtype      string // "bf16" | "fp8"
+	Dtype      string // "bf16" | "fp8" | "fp4"
 	PageTokens int    // tokens per page (64)
 	HeadDim    int    // head dimension (128)
 }
 
-// NewLayout returns the layout of dtype ("bf16" or "fp8") with 64-token pages
-// and head dimension 128.
+// NewLayout returns the layout of dtype ("bf16", "fp8" or "fp4") with
+// 64-token pages and head dimension 128.
 func NewLayout(dtype string) (Layout, error) {
 	switch dtype {
-	case DtypeBF16, DtypeFP8:
+	case DtypeBF16, DtypeFP8, DtypeFP4:
 		return Layout{Dtype: dtype, PageTokens: PageTokens, HeadDim: HeadDim}, nil
 	}
-	return Layout{}, fmt.Errorf("new layout: unknown index-K dtype %q (want bf16 or fp8)", dtype)
+	return Layout{}, fmt.Errorf("new layout: unknown index-K dtype %q (want bf16, fp8 or fp4)", dtype)
 }
 
 // TokenBytes is the length of one token's token-order bytes: 256 for bf16,
-// 132 for fp8 (128 K bytes then a 4-byte fp32 scale).
+// 132 for fp8 (128 K bytes then a 4-byte fp32 scale), 68 for fp4 (64 packed
+// e2m1 bytes then 4 ue8m0 scale bytes).
 func (l Layout) TokenBytes() int {
-	if l.Dtype == DtypeFP8 {
-		return l.HeadDim + 4
+	switch l.Dtype {
+	case DtypeFP8, DtypeFP4:
+		return l.kBytes() + 4
 	}
 	return 2 * l.HeadDim
 }
 
-// PageBytes is the arena footprint of one page: 16384 for bf16, 8448 for fp8.
+// PageBytes is the arena footprint of one page: 16384 for bf16, 8448 for fp8,
+// 4352 for fp4.
 func (l Layout) PageBytes() int { return l.PageTokens * l.TokenBytes() }
 
-func (l Layout) fp8() bool { return l.Dtype == DtypeFP8 }
+// fp8 reports a scaled layout (fp8 or fp4): a page holds every slot's K bytes,
+// then every slot's 4 scale bytes.
+func (l Layout) fp8() bool { return l.Dtype == DtypeFP8 || l.Dtype == DtypeFP4 }
+
+// kBytes is one slot's K bytes: 64 for fp4 (two e2m1 values a byte), else
+// HeadDim (fp8) or the whole slot (bf16, 2·HeadDim).
+func (l Layout) kBytes() int {
+	switch l.Dtype {
+	case DtypeFP4:
+		return l.HeadDim / 2
+	case DtypeFP8:
+		return l.HeadDim
+	}
+	return 2 * l.HeadDim
+}
 
 // Check reports whether pages and seqLen describe a room that fits arena: the
 // page table covers seqLen tokens and every page lies inside the arena. The
 // digest functions assume their arguments pass Check and panic otherwise.
 func (l Layout) Check(arena []byte, pages []uint32, seqLen int) error {
-	if l.Dtype != DtypeBF16 && l.Dtype != DtypeFP8 {
+	if l.Dtype != DtypeBF16 && l.Dtype != DtypeFP8 && l.Dtype != DtypeFP4 {
 		return fmt.Errorf("check room: unknown index-K dtype %q", l.Dtype)
 	}
 	if l.PageTokens != PageTokens || l.HeadDim != HeadDim {
@@ -162,7 +184,7 @@ func (l Layout) pageStream(arena []byte, p uint32, n int, buf *[PageTokens * (He
 		return arena[base : base+n*l.TokenBytes()]
 	}
 	page := arena[base : base+pb]
-	kb := l.HeadDim
+	kb := l.kBytes()
 	scales := page[l.PageTokens*kb:]
 	tb := kb + 4
 	for s := 0; s < n; s++ {
@@ -174,14 +196,14 @@ func (l Layout) pageStream(arena []byte, p uint32, n int, buf *[PageTokens * (He
 }
 
 // TokenBytesAt returns the token-order bytes of slot s of page p: a subslice
-// of arena for bf16, a fresh 132-byte copy for fp8.
+// of arena for bf16, a fresh copy for fp8 (132 bytes) and fp4 (68).
 func (l Layout) TokenBytesAt(arena []byte, p uint32, s int) []byte {
 	base := int(p) * l.PageBytes()
 	if !l.fp8() {
 		tb := l.TokenBytes()
 		return arena[base+s*tb : base+(s+1)*tb]
 	}
-	kb := l.HeadDim
+	kb := l.kBytes()
 	out := make([]byte, 0, kb+4)
 	out = append(out, arena[base+s*kb:base+(s+1)*kb]...)
 	sc := base + l.PageTokens*kb + s*4
@@ -203,7 +225,7 @@ func Room(l Layout, arena []byte, pages []uint32, seqLen int) Digest {
 	h := hasherPool.Get().(*xxh3.Hasher)
 	h.Reset()
 	var d Digest
-	pageWords := uint64(l.PageBytes() / 8) // 2048 bf16, 1056 fp8: pages are word-aligned
+	pageWords := uint64(l.PageBytes() / 8) // 2048 bf16, 1056 fp8, 544 fp4: pages are word-aligned
 	for i := 0; i*l.PageTokens < seqLen; i++ {
 		n := min(l.PageTokens, seqLen-i*l.PageTokens)
 		b := l.pageStream(arena, pages[i], n, buf)

@@ -46,7 +46,7 @@ func TestLayoutSizes(t *testing.T) {
 	for _, c := range []struct {
 		dtype       string
 		token, page int
-	}{{"bf16", 256, 16384}, {"fp8", 132, 8448}} {
+	}{{"bf16", 256, 16384}, {"fp8", 132, 8448}, {"fp4", 68, 4352}} {
 		l := mustLayout(t, c.dtype)
 		if l.TokenBytes() != c.token || l.PageBytes() != c.page || l.PageTokens != 64 || l.HeadDim != 128 {
 			t.Errorf("%s: token %d page %d (%dx%d), want %d %d", c.dtype, l.TokenBytes(), l.PageBytes(), l.PageTokens, l.HeadDim, c.token, c.page)

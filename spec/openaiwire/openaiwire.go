@@ -2,6 +2,12 @@ package openaiwire
 
 import "encoding/json"
 
+// ProbeHeader marks a request a client sends to check the server before its
+// sessions (kvcanary repro's preflight probes): it belongs to no session, so
+// a server that counts sessions (the twin's sim serve) leaves it out of them.
+// Any server may ignore it.
+const ProbeHeader = "X-Kvcanary-Probe"
+
 // Request is the subset of a chat completion request the twin reads.
 // Unknown fields are ignored, as SGLang and vLLM do.
 type Request struct {

@@ -99,6 +99,8 @@ def bench_digests(reps, device="cpu", layers=8, arena_pages=128):
     out["traffic_room_factor"] = {"with_page_bsum": room_traffic_factor(True),
                                   "without_page_bsum": room_traffic_factor(False)}
     out["deepseek_v32_launches"] = deepseek_launches()
+    # DeepSeek-V4-Flash: 21 C4 layers, 1024 page rows of 64 C4 slots (64 × 4k tokens), rooms of 1024 C4 entries
+    out["deepseek_v4_flash_launches"] = deepseek_launches(layers=21, live_pages=1024, seq_len=1024)
     return out
 
 

@@ -14,9 +14,12 @@ right shift is the arithmetic shift with the sign-extended high bits masked
 off: `(z >> s) & (2^(64-s) - 1)`. The test suite checks both against Python
 integers and against the Go-generated vectors.
 
-Layouts (per layer buffer, 64 tokens per page, SPEC §1):
-fp8 132 B/token, page 8448 B = 64×128 B of K then 64×4 B fp32 scales;
-bf16 256 B/token, page 16384 B.
+Layouts (per layer buffer, 64 slots per page, SPEC §1):
+fp8 132 B/slot, page 8448 B = 64×128 B of K then 64×4 B fp32 scales;
+fp4 68 B/slot, page 4352 B = 64×64 B packed e2m1 then 64×4 B ue8m0 scales
+(DeepSeek-V4's C4 indexer, SPEC §10);
+bf16 256 B/slot, page 16384 B. A slot is a token (DSA) or a C4 entry (V4):
+the digest does not care, the binding derives the slots.
 """
 
 from __future__ import annotations
@@ -61,18 +64,19 @@ class Layout:
 
     @property
     def page_words(self) -> int:
-        """64-bit words in one page's token-order stream (1056 fp8, 2048 bf16)."""
+        """64-bit words in one page's token-order stream (1056 fp8, 544 fp4, 2048 bf16)."""
         return TOKENS_PER_PAGE * self.token_bytes // 8
 
 
 LAYOUTS = {
     "fp8": Layout(token_bytes=132, k_bytes=128, page_bytes=8448, name="fp8"),
+    "fp4": Layout(token_bytes=68, k_bytes=64, page_bytes=4352, name="fp4"),
     "bf16": Layout(token_bytes=256, k_bytes=256, page_bytes=16384, name="bf16"),
 }
 
 
 def layout_of(layout) -> Layout:
-    """A Layout, or its name ("fp8", "bf16")."""
+    """A Layout, or its name ("fp8", "fp4", "bf16")."""
     if isinstance(layout, Layout):
         return layout
     try:
@@ -372,7 +376,7 @@ def page_bsums(buffers, pages: torch.Tensor, layout=None, max_bytes: int = DEFAU
     buffers: (layer_id, buf) pairs as for room_digest (0-row buffers skipped),
     or one bare buffer (then the plain v1.0 PageBsum, not combined).
     pages: integer tensor of page indices on the buffers' device.
-    layout: inferred from the page size (8448 fp8, 16384 bf16) when None.
+    layout: inferred from the page size (8448 fp8, 4352 fp4, 16384 bf16) when None.
     """
     single = isinstance(buffers, torch.Tensor)
     pairs = [(0, buffers)] if single else [(int(l), b) for l, b in buffers if b.shape[0] > 0]
@@ -383,7 +387,7 @@ def page_bsums(buffers, pages: torch.Tensor, layout=None, max_bytes: int = DEFAU
         by_size = {l.page_bytes: l for l in LAYOUTS.values()}
         width = pairs[0][1].shape[-1]
         if width not in by_size:
-            raise ValueError("page_bsums: page of %d bytes is no known layout (8448 fp8, 16384 bf16)" % width)
+            raise ValueError("page_bsums: page of %d bytes is no known layout (8448 fp8, 4352 fp4, 16384 bf16)" % width)
         layout = by_size[width]
     layout = layout_of(layout)
     for l, b in pairs:

@@ -25,6 +25,7 @@ func TestServerEventsUseOneClock(t *testing.T) {
 	cfg := sim.DefaultConfig()
 	cfg.Instruments = sim.Instruments{Sched: true, Replay: true}
 	cfg.MultiStreamOverlap = false
+	cfg.DecodeLogInterval = 1 // a line per step: the reply (one get_weather call) may take fewer than 40
 	// Only the engine loop writes the log: it is read after Stop ended the loop.
 	var log bytes.Buffer
 	cfg.Log = &log

@@ -103,6 +103,14 @@ type RequestRecord struct {
 	// ends the session, or "" when it goes on (or there is no judge).
 	Outcome    string `json:"outcome,omitempty"`
 	JudgeError string `json:"judge_error,omitempty"` // the judge returned an outcome outside hook.Outcomes (then Outcome is error)
+	// Excerpt is the reply's content (hook.Excerpt-bounded) when the judge
+	// found it corrupted (leak, no_tool); Reason why an aborted request
+	// failed.
+	Excerpt string `json:"excerpt,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	// Probe marks a request sent with openaiwire.ProbeHeader (a client's
+	// preflight check): recorded, but part of no session.
+	Probe bool `json:"probe,omitempty"`
 }
 
 // Server is the twin behind an OpenAI-compatible HTTP API. Run drives its
@@ -126,7 +134,10 @@ type Server struct {
 	loopDone chan struct{}
 }
 
-type scriptKey struct{ idx, toolRounds int }
+type scriptKey struct {
+	idx, toolRounds int
+	tools           string // the offered tool names, comma-joined
+}
 
 type outputKey struct {
 	session string
@@ -313,6 +324,9 @@ func (s *Server) Sessions() []hook.Session {
 	by := map[string]*hook.Session{}
 	var order []string
 	for _, r := range recs {
+		if r.Probe {
+			continue // a client's preflight check, not a session of its run
+		}
 		ss := by[r.Session]
 		if ss == nil {
 			ss = &hook.Session{ID: r.Session}
@@ -328,9 +342,12 @@ func (s *Server) Sessions() []hook.Session {
 		case ss.Outcome == hook.OutcomeLeak || ss.Outcome == hook.OutcomeNoTool || ss.Outcome == hook.OutcomeError:
 			// the first break decides
 		case r.FinishReason == "abort":
-			ss.Outcome = hook.OutcomeError
+			ss.Outcome, ss.Round, ss.Reason = hook.OutcomeError, ss.Rounds, r.Reason
 		case r.Outcome != "":
 			ss.Outcome = r.Outcome
+			if ss.Outcome == hook.OutcomeLeak || ss.Outcome == hook.OutcomeNoTool || ss.Outcome == hook.OutcomeError {
+				ss.Round, ss.Excerpt = ss.Rounds, r.Excerpt
+			}
 		default:
 			ss.Outcome = hook.OutcomeMaxRounds
 		}
@@ -519,9 +536,10 @@ func expectedRound(sc sim.Script, toolRounds int, offered bool, round int) sim.S
 }
 
 // script returns the session's script with exactly toolRounds tool rounds
-// (−1: as the script says), cached.
-func (s *Server) script(idx, toolRounds int) (sim.Script, int) {
-	key := scriptKey{idx, toolRounds}
+// (−1: as the script says), calling only tools among offered (a request's
+// tool names; none: any), cached.
+func (s *Server) script(idx, toolRounds int, offered []string) (sim.Script, int) {
+	key := scriptKey{idx, toolRounds, strings.Join(offered, ",")}
 	s.mu.Lock()
 	sc, ok := s.scripts[key]
 	s.mu.Unlock()
@@ -537,6 +555,9 @@ func (s *Server) script(idx, toolRounds int) (sim.Script, int) {
 			base := sim.NewScript(s.opts.Config.Seed, idx, toolRounds+2)
 			sc = sim.Script{Session: base.Session, Prefix: base.Prefix}
 			sc.Rounds = append(append([]sim.ScriptRound(nil), base.Rounds[:toolRounds]...), base.Rounds[len(base.Rounds)-1])
+		}
+		if len(offered) > 0 {
+			sc = sc.OfferedOnly(s.opts.Config.Seed, idx, offered)
 		}
 		s.mu.Lock()
 		if len(s.scripts) > 4096 {
@@ -580,9 +601,15 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	idx := SessionIndex(cv.firstUser)
-	sc, toolRounds := s.script(idx, cv.toolRounds)
-	round := len(cv.turns)
 	offered := req.toolsOffered()
+	var names []string
+	if offered {
+		for _, t := range req.Tools {
+			names = append(names, t.Function.Name)
+		}
+	}
+	sc, toolRounds := s.script(idx, cv.toolRounds, names)
+	round := len(cv.turns)
 	sr := expectedRound(sc, toolRounds, offered, round)
 
 	// History: the server's own tokens where the client echoed them back.
@@ -648,7 +675,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	parsed := sim.ParseDSML(text)
 	rec := RequestRecord{ID: id, Session: sc.Session, Round: round, ExpectToolCall: sr.ToolCall, Deviated: c.Deviated,
 		Leak: parsed.Leak, ToolCalls: len(parsed.ToolCalls), FinishReason: c.FinishReason, Stream: req.Stream,
-		PromptTokens: len(prompt), CompletionTokens: len(c.Tokens), Retractions: c.Retractions, Step: c.Step, Reused: reused}
+		PromptTokens: len(prompt), CompletionTokens: len(c.Tokens), Retractions: c.Retractions, Step: c.Step, Reused: reused,
+		Probe: r.Header.Get(openaiwire.ProbeHeader) != ""}
+	if c.FinishReason == "abort" {
+		rec.Reason = "request aborted by the engine: " + c.Err
+	}
 	rec.Broken = c.FinishReason == "abort" || parsed.Leak || (sr.ToolCall && len(parsed.ToolCalls) == 0)
 	finish := sim.WireFinish(c.FinishReason, len(parsed.ToolCalls))
 	if j := s.opts.Judge; j != nil && c.FinishReason != "abort" {
@@ -663,6 +694,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 			// session counts it as an error.
 			rec.JudgeError = fmt.Sprintf("judge returned outcome %q", rec.Outcome)
 			rec.Outcome = hook.OutcomeError
+		}
+		if rec.Outcome == hook.OutcomeLeak || rec.Outcome == hook.OutcomeNoTool {
+			rec.Excerpt = hook.Excerpt(parsed.Content)
 		}
 	}
 	calls := make([]openaiwire.ToolCall, len(parsed.ToolCalls))

@@ -17,7 +17,7 @@ func gpuChecks(env Env) []Check {
 		nvmlC.Status, nvmlC.Detail = StatusFail, err.Error()
 		nvmlC.Fix = "install the NVIDIA driver (it ships libnvidia-ml.so.1) or run on a GPU host; every command also runs on the twin (kvcanary sim)"
 		if errors.Is(err, gpu.ErrNotSupported) {
-			nvmlC.Fix = "use a linux build with cgo (the release binaries are)"
+			nvmlC.Fix = "build kvcanary on linux with cgo (CGO_ENABLED=1 and a C compiler such as gcc): make install in a clone; no prebuilt binaries are published yet"
 		}
 		drv.Status, drv.Detail = StatusSkip, "needs NVML"
 		return []Check{nvmlC, drv}

@@ -98,6 +98,7 @@ class Binding:
         # emitter's own exit handler flushes and closes (atexit runs LIFO).
         atexit.register(self.deferred.flush, 2.0)
         self.disabled: dict = {}  # feature -> reason
+        self.infos: list = []  # "<feature> on: <why>" notes for run.end (informational)
         self.resolved: dict = {}  # target name -> targets.Resolved
         self.stats = {"errors": 0}
         self.tls = threading.local()  # .busy: inside kvcanary's own calls into the engine
@@ -127,6 +128,14 @@ class Binding:
             self.disabled[f] = reason
         if new:
             log.warning("kvcanary: disabled %s: %s", ",".join(new), reason)
+
+    def info(self, note: str) -> None:
+        """A note for run.end that loses nothing ("<feature> on: <why>"; notes
+        are joined with "; ", so a note never contains one)."""
+        note = note.replace("; ", ", ")
+        if note not in self.infos:
+            self.infos.append(note)
+            log.warning("kvcanary: %s", note)
 
     def note_resolved(self, res: "T.Resolved", version: str | None = None) -> None:
         """Record a resolution; a missing target disables its features with
@@ -170,6 +179,7 @@ class Binding:
         dropped = st.get("dropped", 0) + st.get("errors", 0)
         notes = ["%s off: %s" % (f, why) for f, why in sorted(self.disabled.items())
                  if self.settings.instrument(f.split(".", 1)[0]) or f.startswith("replay.")]
+        notes.extend(self.infos)
         if self.stats["errors"]:
             notes.append("%d instrument errors" % self.stats["errors"])
         if self.checksum.skipped_not_held:

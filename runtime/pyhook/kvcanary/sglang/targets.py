@@ -6,7 +6,8 @@ the parameter names the hook relies on. Both ways in (the plugin entry point
 and the sitecustomize finder) apply hooks from this table, and `python3 -m
 kvcanary.sglang check` prints it.
 
-Names come from /work/shared/reference/sglang-hooks.md (SGLang main, 2026-08/09).
+Names come from kvcanary's SGLang hooks reference, notes read from SGLang's
+source (main, 2026-08 to 2026-12, at the commits the notes name).
 SGLang renames things often, so every target is resolved at start-up: the
 module is imported, the attribute path walked (aliases tried in order), and the
 function's leading parameter names compared with `params`. A missing or changed
@@ -102,11 +103,14 @@ TARGETS: tuple = (
 CAPTURER_MODULE = "sglang.srt.state_capturer.indexer_topk"
 
 # Pool class names: DSA (current) and NSA (its former name, kept as an alias
-# upstream). Only reported by `check`; pools are reached through attributes,
-# never by class, so either name works.
+# upstream), DeepSeek-V4's pool (its C4 indexer) and the hybrid
+# linear-attention wrapper (a DSA pool inside). Only reported by `check`;
+# pools are reached through attributes (access.find_index_k), never by class.
 POOL_CLASSES = (
     "sglang.srt.mem_cache.memory_pool.DSATokenToKVPool",
     "sglang.srt.mem_cache.memory_pool.NSATokenToKVPool",
+    "sglang.srt.mem_cache.deepseek_v4_memory_pool.DeepSeekV4TokenToKVPool",
+    "sglang.srt.mem_cache.memory_pool.HybridLinearKVPool",
 )
 
 

@@ -56,6 +56,12 @@ def parse_args(argv):
                    help="base: req.req_pool_idx; new: req.kv.req_pool_idx")
     p.add_argument("--fault", choices=FAULTS, default="none")
     p.add_argument("--spec", action="store_true", help="request 0 decodes speculatively (draft slot, then IndexKeyCache.move)")
+    p.add_argument("--model", choices=("dsa", "v4", "hybrid"), default="dsa",
+                   help="dsa: DSATokenToKVPool, 64-token pages; v4: DeepSeekV4TokenToKVPool (C4 indexer, 256-token "
+                        "pages); hybrid: the DSA pool inside a HybridLinearKVPool (full-attention model layers 0,2,3,5)")
+    p.add_argument("--index-k-dtype", choices=("fp8", "fp4", "bf16"), default="fp8",
+                   help="V4 index-K layout (fp4: --enable-deepseek-v4-fp4-indexer; bf16: a fork's)")
+    p.add_argument("--hisparse", action="store_true", help="V4: the C4 attention pool is HiSparse's")
     p.add_argument("--cuda-graph-max-bs", type=int, default=4)
     p.add_argument("--disable-cuda-graph", action="store_true")
     p.add_argument("--enable-return-indexer-topk", action="store_true")
@@ -79,6 +85,13 @@ def parse_args(argv):
         p.error("--tp %d: want >= 1" % a.tp)
     if a.decode_steps < 1:
         p.error("--decode-steps %d: want >= 1" % a.decode_steps)
+    if a.model == "v4" and (a.spec or a.fault in ("spec-move", "replay-alias")):
+        p.error("--model v4: no --spec, spec-move or replay-alias (V4 has no IndexKeyCache.move; its graph "
+                "fault is the multi-stream overlap, SGLANG_OPT_USE_MULTI_STREAM_OVERLAP)")
+    if a.model != "v4" and (a.index_k_dtype != "fp8" or a.hisparse):
+        p.error("--index-k-dtype/--hisparse are for --model v4 (the DSA stand-in stores fp8)")
+    if a.model == "hybrid" and a.spec:
+        p.error("--model hybrid: no --spec (the stand-in's speculative move reaches the DSA pool directly)")
     if a.fault == "spec-move" and not a.spec:
         p.error("--fault spec-move needs --spec (the buggy move runs only for speculative requests)")
     return a
@@ -102,42 +115,60 @@ def build_workload(a):
     return specs
 
 
-def pages_for(n):
-    return (n + PAGE - 1) // PAGE
+def pages_for(n, page=PAGE):
+    return (n + page - 1) // page
 
 
 def main(argv=None) -> int:
     a = parse_args(sys.argv[1:] if argv is None else argv)
     mp.set_start_method("spawn", force=True)
 
-    from sglang.srt.models.dsa_standin import SKIP_TOPK_LAYERS, reference_script
     from sglang.srt.plugins import load_plugins
     from sglang.srt.server_args import PortArgs, ServerArgs
 
     load_plugins()
     t0 = time.monotonic()
     specs = build_workload(a)
-    expected = {s["rid"]: reference_script(s["prompt"], s["max_new_tokens"]) for s in specs}
+    if a.model == "v4":
+        from sglang.srt.models import v4_standin
 
-    decode_need = sum(pages_for(len(s["prompt"]) + s["max_new_tokens"] + 2) for s in specs)
+        page = 256
+        expected = {s["rid"]: v4_standin.reference_script(s["prompt"], s["max_new_tokens"], a.index_k_dtype) for s in specs}
+        live_layers = list(v4_standin.C4_LAYERS)
+    else:
+        from sglang.srt.models.dsa_standin import SKIP_TOPK_LAYERS, reference_script
+
+        page = PAGE
+        expected = {s["rid"]: reference_script(s["prompt"], s["max_new_tokens"]) for s in specs}
+        live_layers = [i for i, skip in enumerate(SKIP_TOPK_LAYERS) if not skip]
+        if a.model == "hybrid":
+            from sglang.srt.models.dsa_standin import HYBRID_FULL_ATTENTION_LAYERS
+
+            live_layers = [HYBRID_FULL_ATTENTION_LAYERS[i] for i in live_layers]
+
+    decode_need = sum(pages_for(len(s["prompt"]) + s["max_new_tokens"] + 2, page) for s in specs)
     r0_alloc = len(specs[0]["prompt"]) + specs[0]["max_new_tokens"] + 2
-    decode_pages = max(decode_need + 8, PAGE + r0_alloc + 8)
-    prefill_pages = sum(pages_for(len(s["prompt"])) for s in specs) + 16
-    live_layers = [i for i, skip in enumerate(SKIP_TOPK_LAYERS) if not skip]
+    decode_pages = max(decode_need + 8, pages_for(PAGE + r0_alloc, page) + 8)
+    prefill_pages = sum(pages_for(len(s["prompt"]), page) for s in specs) + 16
 
     corrupt = None
     if a.fault == "transfer-corrupt":
         rng = random.Random(a.seed * 31 + 7)
         cands = [s for s in specs[1:] if not s["late"]] or specs
         victim = cands[rng.randrange(len(cands))]
+        # an entry holding index-K of the prompt (V4: C4 entries, 64 a page)
+        entries = pages_for(len(victim["prompt"]) // 4, PAGE) if a.model == "v4" else pages_for(len(victim["prompt"]))
         corrupt = {"room": victim["room"], "rid": victim["rid"], "layer": live_layers[rng.randrange(len(live_layers))],
-                   "entry": rng.randrange(pages_for(len(victim["prompt"]))), "rank": 0}
+                   "entry": rng.randrange(entries), "rank": 0}
 
     base = ServerArgs(tp_size=a.tp, cuda_graph_max_bs=a.cuda_graph_max_bs, disable_cuda_graph=a.disable_cuda_graph,
                       enable_return_indexer_topk=a.enable_return_indexer_topk, chunked_prefill_size=a.chunk_size,
                       max_running_requests=max(16, a.requests), context_length=max(len(s["prompt"]) + s["max_new_tokens"] + 2 for s in specs),
                       standin_fault=a.fault, standin_spec=a.spec, standin_req_kv_variant=a.req_kv_variant,
-                      standin_seed=a.seed, standin_log_level=a.log_level, standin_transfer_gap_ms=a.transfer_gap_ms, standin_corrupt=corrupt)
+                      standin_seed=a.seed, standin_log_level=a.log_level, standin_transfer_gap_ms=a.transfer_gap_ms, standin_corrupt=corrupt,
+                      page_size=page, standin_model=a.model, standin_index_k_dtype=a.index_k_dtype,
+                      standin_hisparse=a.hisparse,
+                      model_path="standin/tiny-dsv4" if a.model == "v4" else "standin/tiny-dsa")
     prefill_args = dataclasses.replace(base, disaggregation_mode="prefill", tp_size=1, standin_pool_pages=prefill_pages)
     decode_args = dataclasses.replace(base, disaggregation_mode="decode", standin_pool_pages=decode_pages)
 
@@ -213,7 +244,9 @@ def compile_truth(a, specs, expected, results, corrupt, decode_pages, prefill_pa
         "sglang_version": sglang.__version__,
         "args": {k: v for k, v in vars(a).items() if k not in ("truth",)},
         "fault": a.fault,
-        "page_size": PAGE,
+        "page_size": 256 if a.model == "v4" else PAGE,
+        "model": a.model,
+        "index_k_dtype": a.index_k_dtype,
         "decode_pool_pages": decode_pages,
         "prefill_pool_pages": prefill_pages,
         "requests": reqs,

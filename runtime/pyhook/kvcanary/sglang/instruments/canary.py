@@ -7,7 +7,8 @@ and the step after it when N > 1, so that a "between" window of two
 consecutive forwards exists; the key is the same on every TP rank):
 
 - pages: the policy's pages (`live`: the page-table entries of the batch's
-  requests up to seq_len, the expected pages out_cache_loc // 64, page 0, and
+  requests up to seq_len, the expected pages out_cache_loc // 64 (DeepSeek-V4:
+  out_cache_loc // 256 for rows with seq_len % 4 == 0, else page 0), page 0, and
   the pages of requests still receiving a PD transfer; `all`: every page;
   `sweep:N`: live plus slice step % N of the pool);
 - owners: a device-side map page -> request built from req_to_token of the
@@ -25,7 +26,12 @@ consecutive forwards exists; the key is the same on every TP rank):
   window, and its transfer or restore wrote them legitimately); `expected` =
   the correct target pages tgt_loc // 64 of the IndexKeyCache.move calls seen
   in the window, among the pages compared; `transfer` = transfer pages at
-  either check.
+  either check. Off on DeepSeek-V4 (reported as "not applicable"): V4 has
+  no move (sglang-dsv4.md §5). The `expected` pages assume the fixed
+  IndexKeyCache.move, which writes pages tgt_loc // 64; SGLang versions whose
+  move writes page rows numbered by token ids (index_key_cache.py@03ac438a,
+  the 2026-08 source) show those writes as unexpected, which is the bug the
+  phase exists to show (README "Which move the between phase expects", D7).
 
 It never judges: the Go canary classifies (canary/SPEC.md §2).
 """
@@ -45,20 +51,24 @@ from ..hooks import step_of
 log = logging.getLogger("kvcanary")
 PAGE = A.PAGE
 MOVES_MAX = 4096  # IndexKeyCache.move calls remembered between two forwards
+NO_MOVE = ("not applicable: %s has no IndexKeyCache.move (DeepSeek-V4), so no writer between forwards "
+           "has pages to expect")
 
 
-def entry_pages(r2t, idx: torch.Tensor, lens: torch.Tensor, max_len: int) -> torch.Tensor:
-    """Pages of page-table entries [0, ceil(len/64)) of rows `idx`: int64
-    (n, E), -1 where an entry is past the row's length. Entry j's page is
-    read at its first slot (tokens 64j..64j+63 share a page)."""
+def entry_pages(r2t, idx: torch.Tensor, lens: torch.Tensor, max_len: int, page_tokens: int = PAGE) -> torch.Tensor:
+    """Pages of page-table entries [0, ceil(len/page_tokens)) of rows `idx`:
+    int64 (n, E), -1 where an entry is past the row's length. Entry j's page
+    is read at its first slot (tokens page_tokens·j.. share a page). An
+    index-K page row has the id of its KV page: page_tokens is 64 on DSA, 256
+    on DeepSeek-V4 (64 C4 slots)."""
     n = idx.shape[0]
-    e = (max_len + PAGE - 1) // PAGE
+    e = (max_len + page_tokens - 1) // page_tokens
     if n == 0 or e == 0:
         return torch.empty((n, 0), dtype=torch.int64, device=r2t.device)
-    cols = torch.arange(e, device=r2t.device, dtype=torch.int64) * PAGE
+    cols = torch.arange(e, device=r2t.device, dtype=torch.int64) * page_tokens
     slots = r2t[idx.to(r2t.device).long().unsqueeze(1), cols.unsqueeze(0)].long()
     valid = cols.unsqueeze(0) < lens.to(r2t.device).long().unsqueeze(1)
-    return torch.where(valid, torch.div(slots, PAGE, rounding_mode="floor"), torch.full_like(slots, -1))
+    return torch.where(valid, torch.div(slots, page_tokens, rounding_mode="floor"), torch.full_like(slots, -1))
 
 
 def compact(pages: torch.Tensor, total: int | None) -> torch.Tensor:
@@ -146,10 +156,16 @@ class Canary:
         if not self.sampled(step):
             return None
         mr = runner.model_runner
-        bufs = A.index_buffers(getattr(mr, "token_to_kv_pool", None))
+        ik = A.find_index_k(getattr(mr, "token_to_kv_pool", None))
+        bufs = ik.buffers
         if not bufs:
-            self._warn("nobuf", "no index-K buffers on model_runner.token_to_kv_pool; canary off")
+            self._warn("nobuf", "no usable index-K on model_runner.token_to_kv_pool (%s); canary off", ik.reason)
             return None
+        if ik.kind == "v4" and self.b.feature_on("canary.between"):
+            # V4 has no IndexKeyCache.move (sglang-dsv4.md §5): there is no
+            # writer between forwards whose pages the phase could expect.
+            self.b.disable(("canary.between",), NO_MOVE % ik.pool_class)
+        pt = ik.page_tokens
         num_pages = int(bufs[0][1].shape[0])
         dev = bufs[0][1].device
         r2t = mr.req_to_token_pool.req_to_token
@@ -167,19 +183,20 @@ class Canary:
         rids = [str(r) for r in list(getattr(fb, "rids", None) or [])[:bs]]
         if len(rids) != bs:
             rids = ["row%d" % i for i in range(bs)]
-        live = entry_pages(r2t, idx, seq, max(seq_host, default=0))
-        live_total = sum((s + PAGE - 1) // PAGE for s in seq_host)
+        live = entry_pages(r2t, idx, seq, max(seq_host, default=0), pt)
+        live_total = sum((s + pt - 1) // pt for s in seq_host)
         treqs = self._transfer_reqs()
         if treqs:
             tl = [t[2] for t in treqs]
             tpages = entry_pages(r2t, A.host_ints([t[1] for t in treqs], r2t.device),
-                                 A.host_ints(tl, r2t.device), max(tl))
-            t_total = sum((s + PAGE - 1) // PAGE for s in tl)
+                                 A.host_ints(tl, r2t.device), max(tl), pt)
+            t_total = sum((s + pt - 1) // pt for s in tl)
         else:
             tpages = torch.empty((0, 0), dtype=torch.int64, device=r2t.device)
             t_total = 0
-        loc = fb.out_cache_loc
-        expected = torch.div(loc.reshape(-1).long(), PAGE, rounding_mode="floor").to(dev)
+        # DSA: out_cache_loc // 64; V4: the C4 slot // 64 of rows with
+        # seq_len % 4 == 0, page 0 for the others (ik.written_slots)
+        expected = torch.div(ik.written_slots(fb.out_cache_loc, fb.seq_lens, getattr(fb, "positions", None)), PAGE, rounding_mode="floor").to(dev)
         names = rids + [t[0] for t in treqs]
         # Owners before the replay: transferring requests first, running ones
         # last, so a page held by both maps to the running request.

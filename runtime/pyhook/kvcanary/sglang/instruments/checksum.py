@@ -7,9 +7,10 @@ Three stages, one record each per room and rank:
 - "admitted" (decode): BEFORE get_new_prebuilt_batch, for the requests it is
   about to admit (after any host restore, before the first decode step).
 
-The digest covers len(req.origin_input_ids) tokens in position order, every
-non-empty layer buffer, on the pool's device; xxh3 is sent as 0 ("not
-computed"), page_bsum localizes a mismatch.
+The digest covers len(req.origin_input_ids) tokens in position order (on
+DeepSeek-V4: their n // 4 C4 entries, SPEC §10; seq_len then counts entries),
+every non-empty layer buffer by model layer id, on the pool's device; xxh3 is
+sent as 0 ("not computed"), page_bsum localizes a mismatch.
 """
 
 from __future__ import annotations
@@ -111,15 +112,10 @@ class Checksum:
         if room is None:
             return False
         pool = A.kv_pool_of_scheduler(sched) if sched is not None else None
-        bufs = A.index_buffers(pool)
-        if not bufs:
-            self._warn("nobuf", "no index-K buffers on the pool (%s); room checksums are off",
-                       type(pool).__name__)
-            return False
-        layout = A.layout_name(bufs)
-        if layout is None:
-            self._warn("layout", "index-K page of %d bytes is neither fp8 (8448) nor bf16 (16384)",
-                       bufs[0][1].shape[1])
+        ik = A.find_index_k(pool)
+        if not ik.buffers:
+            self._warn("nobuf", "no usable index-K on the pool (%s: %s); room checksums are off",
+                       ik.pool_class or type(pool).__name__, ik.reason)
             return False
         idx = A.req_pool_idx(req)
         if idx is None:
@@ -127,12 +123,15 @@ class Checksum:
                        getattr(req, "rid", "?"), stage)
             return False
         n = A.prompt_len(req)
-        slots = sched.req_to_token_pool.req_to_token[idx, :n]
+        # DSA: the prompt's tokens; V4: its n // 4 C4 entries (SPEC §10), in
+        # position order, on model layer ids.
+        slots = ik.slots(sched.req_to_token_pool.req_to_token, idx, n)
+        count = ik.entries(n)
         pages_on = bool(self.b.settings.checksum_pages)
-        rd = D.room_digest(bufs, slots, D.LAYOUTS[layout], page_digests=pages_on)
+        rd = D.room_digest(ik.buffers, slots, D.LAYOUTS[ik.layout], page_digests=pages_on)
         layers = list(rd.layers)
-        ctx = {"room": dec64(int(room)), "side": side, "seq_len": n, "pages": (n + A.PAGE - 1) // A.PAGE,
-               "dtype": layout, "request": str(getattr(req, "rid", "")), "rank": rank,
+        ctx = {"room": dec64(int(room)), "side": side, "seq_len": count, "pages": (count + A.PAGE - 1) // A.PAGE,
+               "dtype": ik.layout, "request": str(getattr(req, "rid", "")), "rank": rank,
                "stage": stage, "layers": layers}
         tensors = {"layer_bsum": rd.layer_bsum, "bsum": rd.bsum}
         if pages_on and getattr(rd, "page_bsum", None) is not None:

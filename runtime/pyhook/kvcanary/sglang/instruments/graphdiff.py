@@ -26,7 +26,14 @@ layer and shape); during graph capture that copy is recorded into the graph, so
 every replay refreshes the buffer of its bucket, and an eager forward writes
 its own. A capturer that is not None changes what SGLang does (the scheduler
 collects top-k per request; some DSA kernels are chosen differently), so one
-is installed only when KVCANARY_GRAPHDIFF_LAYERS names layers.
+is installed only when KVCANARY_GRAPHDIFF_LAYERS names layers (top-k stays
+opt-in), and the run's notes say so ("graphdiff.topk on: ..."). On
+DeepSeek-V4 the indexer calls capture(compress_layer_id, raw_indices): the ids
+are mapped to model layer ids through the pool's layer_mapping, and a
+non-None capturer changes the captured graph itself (one more allocation,
+topk_transform_512 instead of topk_transform_512_v2, on the indexer's side
+stream when multi-stream overlap is on): the instrument can perturb the very
+allocation pattern under suspicion, which is why it is not on by default.
 
 SGLANG_FORCE_COARSE_WAR_BARRIER=1 is set when graphdiff is on: after a replay
 kvcanary reads the graph's static output buffers and runs a second forward
@@ -81,9 +88,12 @@ class TopkCapturer:
     """An indexer capturer that records the selected layers' top-k into static
     buffers and forwards every call to the capturer it replaced."""
 
-    def __init__(self, gd, prev):
+    def __init__(self, gd, prev, layer_ids=None):
         self._gd = gd
         self._prev = prev
+        # DeepSeek-V4's indexer calls capture(compress_layer_id, raw_indices):
+        # its ids are C4 ordinals, mapped here to model layer ids.
+        self._layer_ids = layer_ids
         self.bufs = {}  # (layer, shape) -> tensor
         self.last = {}  # layer -> key of the last Python-side capture
         self.calls = 0
@@ -93,8 +103,12 @@ class TopkCapturer:
         # The eager rerun's selections are kvcanary's, not the engine's: SGLang's
         # own capturer (--enable-return-indexer-topk) keeps the graph's.
         if self._prev is not None and not self._gd.b.busy():
-            self._prev.capture(layer_id=layer_id, topk_indices=topk_indices)
+            self._prev.capture(layer_id, topk_indices)  # positional: V4's capturer names them otherwise
         try:
+            if self._layer_ids is not None:
+                layer_id = self._layer_ids.get(int(layer_id), -1)
+                if layer_id < 0:
+                    return
             # Copy while a sampled step runs (its Python-side forwards), and
             # always while a CUDA graph is being captured: the copy becomes part
             # of the graph, so every replay refreshes the buffer without Python.
@@ -168,9 +182,16 @@ class GraphDiff:
             self._warn("none", "SGLang runs without an indexer capturer; kvcanary installs one for "
                        "KVCANARY_GRAPHDIFF_LAYERS, which makes SGLang treat indexer top-k capture as "
                        "on (some DSA kernel choices depend on it)")
-        cap = TopkCapturer(self, prev)
+        ik = A.find_index_k(getattr(mr, "token_to_kv_pool", None))
+        cap = TopkCapturer(self, prev, ik.capture_ids)
         it.set_global_indexer_capturer(cap)
         self.capturer = cap
+        self.b.info("graphdiff.topk on: kvcanary installed an indexer top-k capturer for KVCANARY_GRAPHDIFF_LAYERS "
+                    "before graph capture, and a capturer changes the captured graph (%s): the graph compared "
+                    "is not exactly the one that runs without kvcanary" % (
+                        "DeepSeek-V4: one more allocation and topk_transform_512 instead of topk_transform_512_v2 "
+                        "on the indexer's stream" if ik.kind == "v4" else
+                        "SGLang collects top-k per request and some DSA kernels are chosen differently"))
 
     # -- around the replay ----------------------------------------------------------------
     def pre(self, runner, fb):
@@ -222,7 +243,7 @@ class GraphDiff:
                 if t is not None:
                     g_topk[L] = t
             calls1 = cap.calls if cap is not None else 0
-            saved = self._save_rows(mr, fb.out_cache_loc)
+            saved = self._save_rows(mr, fb)
         except Exception as e:  # noqa: BLE001 - raised after the rerun
             prep_err = e
         self.b.tls.busy = True
@@ -298,16 +319,19 @@ class GraphDiff:
         return out
 
     # -- rows the eager rerun writes ---------------------------------------------------------
-    def _save_rows(self, mr, out_cache_loc):
+    def _save_rows(self, mr, fb):
+        """The index-K slots the eager rerun writes (ik.written_slots: on V4
+        the C4 slots of rows with seq_len % 4 == 0 and the null slot 0), all
+        layers, K and scale bytes; and the main-KV rows at out_cache_loc."""
         pool = getattr(mr, "token_to_kv_pool", None)
-        loc = out_cache_loc.reshape(-1).long()
+        loc = fb.out_cache_loc.reshape(-1).long()
         saved = []
-        for _, buf in A.index_buffers(pool) or ():
-            lay = D.LAYOUTS.get(A.layout_name([(0, buf)]) or "")
-            if lay is None:
-                continue
+        ik = A.find_index_k(pool)
+        lay = D.LAYOUTS.get(ik.layout or "")
+        slots = ik.written_slots(fb.out_cache_loc, fb.seq_lens, getattr(fb, "positions", None)) if lay is not None and ik.buffers else None
+        for _, buf in ik.buffers if slots is not None else ():
             flat = buf.view(-1)
-            l = loc.to(buf.device)
+            l = slots.to(buf.device)
             page = torch.div(l, A.PAGE, rounding_mode="floor")
             off = l % A.PAGE
             base = page * lay.page_bytes

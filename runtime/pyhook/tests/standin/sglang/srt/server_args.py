@@ -35,6 +35,9 @@ class ServerArgs:
     standin_log_level: str = "info"
     standin_transfer_gap_ms: float = 2.0
     standin_corrupt: Optional[dict] = None  # {"room", "layer", "entry", "rank"} for transfer-corrupt
+    standin_model: str = "dsa"  # "dsa" | "v4" (DeepSeekV4TokenToKVPool, page_size 256)
+    standin_index_k_dtype: str = "fp8"  # V4: "fp8" | "fp4" | "bf16"
+    standin_hisparse: bool = False  # V4: the C4 attention pool is a HiSparseC4DevicePool
 
 
 @dataclasses.dataclass

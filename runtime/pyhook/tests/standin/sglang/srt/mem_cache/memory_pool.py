@@ -118,5 +118,57 @@ class DSATokenToKVPool(MLATokenToKVPool):
         super().move_kv_cache(tgt_loc, src_loc)
         self.index_key_cache.move(tgt_loc, src_loc)
 
+    def standin_index_rows(self):
+        """Stand-in only: [(layer id, uint8 page rows)] the transfer moves (0-row buffers included)."""
+        return [(self.start_layer + i, b) for i, b in enumerate(self.index_k_with_scale_buffer)]
+
+    @property
+    def standin_kv_buffers(self):
+        return self.kv_buffer
+
 
 NSATokenToKVPool = DSATokenToKVPool  # the old name stays as an alias
+
+
+class HybridLinearKVPool:
+    """Hybrid linear-attention models (stand-in of SGLang's
+    ``HybridLinearKVPool`` with ``use_dsa``): the full-attention layers live
+    in ``full_kv_pool`` (a ``DSATokenToKVPool`` under dense ids 0..n-1);
+    ``full_attention_layer_id_mapping`` maps model layer id -> dense id. The
+    wrapper itself has no ``index_k_with_scale_buffer``, ``index_key_cache``
+    or ``kv_buffer``; its accessors translate model layer ids."""
+
+    def __init__(self, full_attention_layer_ids, full_kv_pool: DSATokenToKVPool):
+        self.full_kv_pool = full_kv_pool
+        self.full_attention_layer_id_mapping = {int(m): d for d, m in enumerate(full_attention_layer_ids)}
+        self.page_size = full_kv_pool.page_size
+        self.size = full_kv_pool.size
+        self.device = full_kv_pool.device
+
+    def _dense(self, layer_id: int) -> int:
+        return self.full_attention_layer_id_mapping[layer_id]
+
+    def get_index_k_with_scale_buffer(self, layer_id: int) -> torch.Tensor:
+        return self.full_kv_pool.get_index_k_with_scale_buffer(self._dense(layer_id))
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        return self.full_kv_pool.get_key_buffer(self._dense(layer_id))
+
+    def set_kv_buffer(self, layer_id: int, loc: torch.Tensor, cache_k: torch.Tensor) -> None:
+        self.full_kv_pool.set_kv_buffer(self._dense(layer_id), loc, cache_k)
+
+    def set_index_k_scale_buffer(self, layer_id: int, loc, index_k, index_k_scale) -> None:
+        self.full_kv_pool.set_index_k_scale_buffer(self._dense(layer_id), loc, index_k, index_k_scale)
+
+    def get_index_k_scale(self, layer_id: int, loc):
+        return self.full_kv_pool.get_index_k_scale(self._dense(layer_id), loc)
+
+    # stand-in only: what the transfer backend moves --------------------------------
+    def standin_index_rows(self):
+        """[(model layer id, uint8 page rows)] of the full-attention layers."""
+        model = {d: m for m, d in self.full_attention_layer_id_mapping.items()}
+        return [(model[d], b) for d, b in self.full_kv_pool.standin_index_rows()]
+
+    @property
+    def standin_kv_buffers(self):
+        return self.full_kv_pool.kv_buffer

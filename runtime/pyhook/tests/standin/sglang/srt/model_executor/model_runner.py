@@ -18,10 +18,11 @@ import torch
 
 from sglang.srt.layers.logits_processor import LogitsProcessorOutput
 from sglang.srt.mem_cache.allocator import PagedTokenToKVPoolAllocator
-from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool, ReqToTokenPool
+from sglang.srt.mem_cache.memory_pool import DSATokenToKVPool, HybridLinearKVPool, ReqToTokenPool
 from sglang.srt.model_executor.runner.decode_cuda_graph_runner import DecodeCudaGraphRunner
 from sglang.srt.model_executor.runner.eager_runner import EagerRunner
-from sglang.srt.models import dsa_standin
+from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
+from sglang.srt.models import dsa_standin, v4_standin
 from sglang.srt.runtime_context import ParallelState
 from sglang.srt.state_capturer.indexer_topk import (
     create_indexer_capturer,
@@ -54,7 +55,12 @@ class ModelRunner:
         self.init_cuda_graphs()
 
     def load_model(self) -> None:
-        self.model = dsa_standin.StandinDSAForCausalLM()
+        if self.server_args.standin_model == "v4":
+            self.model = v4_standin.StandinV4ForCausalLM(self.server_args.standin_index_k_dtype)
+        elif self.server_args.standin_model == "hybrid":
+            self.model = dsa_standin.StandinDSAForCausalLM(layer_ids=dsa_standin.HYBRID_FULL_ATTENTION_LAYERS)
+        else:
+            self.model = dsa_standin.StandinDSAForCausalLM()
 
     def init_memory_pool(self, req_to_token_pool=None, token_to_kv_pool_allocator=None) -> None:
         sa = self.server_args
@@ -63,11 +69,18 @@ class ModelRunner:
         if token_to_kv_pool_allocator is not None:
             self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
             self.token_to_kv_pool = token_to_kv_pool_allocator.get_kvcache()
+        elif sa.standin_model == "v4":
+            self.token_to_kv_pool = DeepSeekV4TokenToKVPool(size, sa.page_size, v4_standin.COMPRESS_RATIOS,
+                                                            sa.standin_index_k_dtype, self.device,
+                                                            hisparse=sa.standin_hisparse)
+            self.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(size, sa.page_size, torch.float32, self.device, self.token_to_kv_pool)
         else:
             self.token_to_kv_pool = DSATokenToKVPool(
                 size, sa.page_size, dsa_standin.KV_LORA_RANK, torch.float32, dsa_standin.QK_ROPE_HEAD_DIM,
                 dsa_standin.NUM_LAYERS, self.device, index_head_dim=dsa_standin.HEAD_DIM,
                 skip_topk_layers=dsa_standin.SKIP_TOPK_LAYERS, index_move_bug=sa.standin_fault == "spec-move")
+            if sa.standin_model == "hybrid":
+                self.token_to_kv_pool = HybridLinearKVPool(dsa_standin.HYBRID_FULL_ATTENTION_LAYERS, self.token_to_kv_pool)
             self.token_to_kv_pool_allocator = PagedTokenToKVPoolAllocator(size, sa.page_size, torch.float32, self.device, self.token_to_kv_pool)
         self.model.bind_pools(self.req_to_token_pool, self.token_to_kv_pool)
 
@@ -76,7 +89,8 @@ class ModelRunner:
         set_global_indexer_capturer(create_indexer_capturer(
             num_tokens=sa.standin_pool_pages * sa.page_size + sa.page_size,
             max_running_requests=max(sa.max_running_requests, sa.cuda_graph_max_bs), device=self.device,
-            enable=sa.enable_return_indexer_topk, num_indexer_layers=dsa_standin.NUM_LAYERS,
+            enable=sa.enable_return_indexer_topk,
+            num_indexer_layers=max(self.model.layer_ids) + 1 if hasattr(self.model, "layer_ids") else dsa_standin.NUM_LAYERS,
             index_topk=dsa_standin.TOPK))
 
     def init_cuda_graphs(self) -> None:

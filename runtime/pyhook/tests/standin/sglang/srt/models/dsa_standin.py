@@ -28,6 +28,9 @@ VOCAB = 4096
 TOPK = 8
 NUM_LAYERS = 4
 SKIP_TOPK_LAYERS = [False, False, True, False]
+# --model hybrid: a hybrid linear-attention model of 6 layers whose
+# full-attention (DSA) layers are these model layers; 1 and 4 are linear
+HYBRID_FULL_ATTENTION_LAYERS = [0, 2, 3, 5]
 KV_LORA_RANK = 3
 QK_ROPE_HEAD_DIM = 1
 HEAD_DIM = 128
@@ -110,12 +113,15 @@ _GLOBAL = object()
 class StandinDSAForCausalLM:
     """forward(input_ids, positions, forward_batch) -> LogitsProcessorOutput."""
 
-    def __init__(self):
+    def __init__(self, layer_ids=None):
         self.req_to_token_pool = None
         self.token_to_kv_pool = None
         self.num_layers = NUM_LAYERS
         self.skip_topk_layers = list(SKIP_TOPK_LAYERS)
         self.vocab_size = VOCAB
+        # the model layer id of each attention layer: 0..3, or (hybrid
+        # linear-attention models) the full-attention layers among more
+        self.layer_ids = list(layer_ids) if layer_ids is not None else list(range(NUM_LAYERS))
 
     def bind_pools(self, req_to_token_pool, token_to_kv_pool):
         self.req_to_token_pool = req_to_token_pool
@@ -126,14 +132,14 @@ class StandinDSAForCausalLM:
         ids, pos = input_ids.long(), positions.long()
         for layer in range(self.num_layers):
             kv = torch.stack([ids.float(), pos.float(), torch.full_like(pos, layer).float(), torch.ones_like(pos).float()], dim=1)
-            pool.set_kv_buffer(layer, loc, kv)
+            pool.set_kv_buffer(self.layer_ids[layer], loc, kv)
             if not self.skip_topk_layers[layer]:
                 kb, sc = index_key(pos, ids, layer)
-                pool.set_index_k_scale_buffer(layer, loc, kb, sc)
+                pool.set_index_k_scale_buffer(self.layer_ids[layer], loc, kb, sc)
 
     def select(self, layer: int, slots: torch.Tensor, q: torch.Tensor, logits_row: torch.Tensor = None, scratch_row: torch.Tensor = None) -> torch.Tensor:
         """Top-k positions (int64, best first) over the row's cached tokens."""
-        kb, sc = self.token_to_kv_pool.get_index_k_scale(layer, slots)
+        kb, sc = self.token_to_kv_pool.get_index_k_scale(self.layer_ids[layer], slots)
         scores = (fp8_e4m3_decode(kb) @ q) * sc.to(torch.float64)
         n = scores.shape[0]
         if logits_row is None:
@@ -160,7 +166,7 @@ class StandinDSAForCausalLM:
         else:  # extend: one request per batch in the stand-in; logits of its last token
             rows = [(0, int(positions[-1]), int(input_ids[-1]))]
         r2t = self.req_to_token_pool.req_to_token
-        kv0 = self.token_to_kv_pool.get_key_buffer(0)
+        kv0 = self.token_to_kv_pool.get_key_buffer(self.layer_ids[0])
         bs = len(rows)
         out = torch.zeros((bs, VOCAB), dtype=torch.float32)
         topk = {layer: torch.full((bs, TOPK), -1, dtype=torch.int32) for layer in range(self.num_layers) if not self.skip_topk_layers[layer]}
@@ -183,7 +189,7 @@ class StandinDSAForCausalLM:
             out[i, acc % VOCAB] += 10.0
         if capturer is not None:
             for layer, t in topk.items():
-                capturer.capture(layer_id=layer, topk_indices=t)
+                capturer.capture(layer_id=self.layer_ids[layer], topk_indices=t)
         return LogitsProcessorOutput(next_token_logits=out)
 
 

@@ -1,7 +1,9 @@
 """The stand-in's transfer backend (in place of mooncake/nixl RDMA).
 
 The prefill side's ``StandinKVSender.send(page_indices)`` copies those pages
-(index-K rows of every layer with rows, main-KV slots of every layer) into a
+(index-K page rows of every layer with rows, by the pool's
+``standin_index_rows()``: on DeepSeek-V4 the C4 indexer's rows by full page id;
+main-KV slots of every layer) into a
 message for every decode rank's ``multiprocessing`` queue; the decode side's
 ``StandinKVManager.pump()`` lands messages into the pages its receiver was
 initialised with (different slots from the prefill side's), in page-table
@@ -49,9 +51,9 @@ class StandinKVManager:
         idx = torch.tensor(pages, dtype=torch.int64)
         slots = (idx[:, None] * ps + torch.arange(ps)[None, :]).view(-1)
         index_rows = []
-        for buf in self.pool.index_k_with_scale_buffer:
+        for _, buf in self.pool.standin_index_rows():
             index_rows.append(None if buf.shape[0] == 0 else _to_bytes(buf[idx]))
-        kv_rows = [_to_bytes(buf[slots]) for buf in self.pool.kv_buffer]
+        kv_rows = [_to_bytes(buf[slots]) for buf in self.pool.standin_kv_buffers]
         msg = {"room": room, "start": start_entry, "n": len(pages), "index": index_rows, "kv": kv_rows,
                "last": is_last, "output_id": output_id, "src_pages": list(pages)}
         for q in self.outboxes:
@@ -79,16 +81,16 @@ class StandinKVManager:
                                % (msg["room"], n, msg["start"], len(rcv.kv_indices)))
         idx = torch.tensor(dst, dtype=torch.int64)
         slots = (idx[:, None] * ps + torch.arange(ps)[None, :]).view(-1)
-        for layer, (buf, rows) in enumerate(zip(self.pool.index_k_with_scale_buffer, msg["index"])):
+        for (layer, buf), rows in zip(self.pool.standin_index_rows(), msg["index"]):
             if rows is None or buf.shape[0] == 0:
                 continue
             buf[idx] = _from_bytes(rows, torch.uint8, (n, buf.shape[1]))
-        for buf, rows in zip(self.pool.kv_buffer, msg["kv"]):
+        for buf, rows in zip(self.pool.standin_kv_buffers, msg["kv"]):
             buf[slots] = _from_bytes(rows, buf.dtype, (n * ps, buf.shape[1]))
         c = self.corrupt
         if c and c["room"] == msg["room"] and c["rank"] == self.rank and msg["start"] <= c["entry"] < msg["start"] + n:
             page = dst[c["entry"] - msg["start"]]
-            buf = self.pool.index_k_with_scale_buffer[c["layer"]]
+            buf = dict(self.pool.standin_index_rows())[c["layer"]]
             buf[page, :CORRUPT_BYTES] ^= 0xFF
             self.corrupted.append({"room": c["room"], "layer": c["layer"], "entry": c["entry"], "rank": self.rank,
                                    "decode_page": int(page), "prefill_page": int(msg["src_pages"][c["entry"] - msg["start"]]),

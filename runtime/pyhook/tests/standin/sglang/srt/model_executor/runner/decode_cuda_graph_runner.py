@@ -65,8 +65,11 @@ class DecodeCudaGraphRunner:
         self.max_bs = sa.cuda_graph_max_bs
         self.capture_bs = get_capture_bs(self.max_bs)
         self.buffers = DecodeInputBuffers(self.max_bs, model_runner.model.vocab_size)
-        self.workspace = GraphWorkspace(self.max_bs, model_runner.req_to_token_pool.max_context_len,
-                                        alias_scratch=sa.standin_fault == "replay-alias")
+        if hasattr(model_runner.model, "make_workspace"):  # the V4 stand-in plans its own
+            self.workspace = model_runner.model.make_workspace(self.max_bs, model_runner.req_to_token_pool.max_context_len)
+        else:
+            self.workspace = GraphWorkspace(self.max_bs, model_runner.req_to_token_pool.max_context_len,
+                                            alias_scratch=sa.standin_fault == "replay-alias")
         self.backend = FullCudaGraphBackend(self)
         self.raw_bs = 0
         self.bs = 0
