@@ -68,6 +68,19 @@ func Create(ctx context.Context, path string, o Options) (*File, error) {
 	if o.Perm == 0 {
 		o.Perm = 0o644
 	}
+	// Stat follows every link, the kernel's /proc/self/fd ones included
+	// (/dev/stdout on a pipe names "pipe:[N]", which no path reaches): a
+	// device, FIFO or socket is opened by the name given.
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		if fi.IsDir() {
+			return nil, fmt.Errorf("create %s: is a directory", path)
+		}
+		f, err := openInPlace(ctx, path)
+		if err != nil {
+			return nil, fmt.Errorf("create %s: %w", path, err)
+		}
+		return &File{File: f, Path: path, Target: path, InPlace: true}, nil
+	}
 	target, err := Resolve(path)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", path, err)
@@ -78,15 +91,9 @@ func Create(ctx context.Context, path string, o Options) (*File, error) {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return nil, fmt.Errorf("create %s: %w", path, err)
-	case fi.IsDir():
-		return nil, fmt.Errorf("create %s: is a directory", path)
 	case !fi.Mode().IsRegular():
-		f, err := openInPlace(ctx, target)
-		if err != nil {
-			return nil, fmt.Errorf("create %s: %w", path, err)
-		}
-		out.File, out.InPlace = f, true
-		return out, nil
+		// Became something else since the Stat above: never renamed over.
+		return nil, fmt.Errorf("create %s: %s is a %s, not a regular file", path, target, kind(fi.Mode()))
 	default:
 		if p := fi.Mode().Perm(); p&^o.Perm == 0 {
 			o.Perm = p // keep a narrower existing mode

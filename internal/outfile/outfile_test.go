@@ -3,6 +3,7 @@ package outfile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -123,5 +124,30 @@ func TestFIFOWrittenInPlace(t *testing.T) {
 	defer cancel()
 	if _, err := Create(ctx, p, Options{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("open of a FIFO without a reader: %v, want the context's error", err)
+	}
+}
+
+// /dev/stdout on a pipe is /proc/self/fd/1, a link to "pipe:[N]" that no
+// path reaches: it is opened by its name and written in place.
+func TestProcFDPipeWrittenInPlace(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	p := fmt.Sprintf("/proc/self/fd/%d", w.Fd())
+	if _, err := os.Stat(p); err != nil {
+		w.Close()
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	got := make(chan string, 1)
+	go func() { b, _ := io.ReadAll(r); got <- string(b) }()
+	err = WriteFile(context.Background(), p, Options{}, write("to the pipe"))
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := <-got; s != "to the pipe" {
+		t.Fatalf("read %q from the pipe", s)
 	}
 }
