@@ -10,10 +10,13 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/kvcanary/kvcanary/repro"
+	"github.com/kvcanary/kvcanary/runtime/sim"
 )
 
 // Plan is a bisect plan file (TOML; see examples/seeds.toml):
@@ -215,8 +218,18 @@ func (p *Plan) check() error {
 	if w.Seed < 0 {
 		return fmt.Errorf("workload.seed %d: want 0 or more", w.Seed)
 	}
-	if w.Rounds < 1 || w.Concurrency < 1 {
-		return fmt.Errorf("workload: rounds %d and concurrency %d must be at least 1", w.Rounds, w.Concurrency)
+	maxRounds := MaxHTTPRounds
+	if p.Server.Engine == EngineTwin {
+		maxRounds = sim.MaxRounds
+	}
+	if err := bounded("workload.rounds", w.Rounds, 1, maxRounds); err != nil {
+		return err
+	}
+	if err := bounded("workload.concurrency", w.Concurrency, 1, MaxConcurrency); err != nil {
+		return err
+	}
+	if err := bounded("workload.max_tokens", w.MaxTokens, 0, MaxPlanTokens); err != nil {
+		return err
 	}
 	if p.Server.Engine == EngineTwin && (w.ToolTime != "" || w.Conversations != "" || w.Temperature != nil || w.TopP != nil || w.MaxTokens != 0 || w.Stream || w.Model != "") {
 		return fmt.Errorf("workload: tool_time, conversations, sampling, stream and model are HTTP settings; the twin engine runs its own scripted sessions (use engine = \"command\" with kvcanary sim serve to set them)")
@@ -237,6 +250,14 @@ func (p *Plan) check() error {
 	if st.Budget == 0 {
 		st.Budget = DefaultBudget
 	}
+	// Bounded before anything is derived from them (baseline_start is 4×batch
+	// by default): an error names a value the user wrote, never an overflow.
+	if err := bounded("stats.budget", st.Budget, 1, MaxBudget); err != nil {
+		return err
+	}
+	if err := bounded("stats.batch", st.Batch, 1, MaxBudget); err != nil {
+		return err
+	}
 	if st.BaselineStart == 0 {
 		st.BaselineStart = min(st.Budget, 4*st.Batch)
 	}
@@ -245,6 +266,22 @@ func (p *Plan) check() error {
 	}
 	if err := p.Design().Validate(); err != nil {
 		return fmt.Errorf("stats: %w", err)
+	}
+	return nil
+}
+
+// Plan number bounds (workload.rounds on the twin: sim.MaxRounds).
+const (
+	MaxHTTPRounds  = 1000      // workload.rounds against an HTTP server
+	MaxConcurrency = 10000     // workload.concurrency (sim run's --sessions bound)
+	MaxPlanTokens  = 1 << 20   // workload.max_tokens
+	MaxBudget      = 1_000_000 // stats.budget: sessions per arm
+)
+
+// bounded checks that the plan's key holds lo to hi.
+func bounded(key string, v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s %d: want %d to %d", key, v, lo, hi)
 	}
 	return nil
 }
@@ -273,6 +310,40 @@ func (p *Plan) ArmFlags(i int) []string {
 		f = append(f, p.Arms[i].Flags...)
 	}
 	return f
+}
+
+// ShellQuoteDisplay is ShellQuote for a terminal or a report: an argument
+// holding a newline or another control character is written in bash's
+// $'…' form with escapes (\n, \x1b), so it shows on one line, cannot move
+// the cursor, and still pastes into bash as the same argument.
+func ShellQuoteDisplay(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if strings.IndexFunc(a, func(r rune) bool { return r != ' ' && !unicode.IsPrint(r) }) < 0 && utf8.ValidString(a) {
+			out[i] = ShellQuote([]string{a})
+			continue
+		}
+		var b strings.Builder
+		b.WriteString("$'")
+		for _, c := range []byte(a) {
+			switch {
+			case c == '\\' || c == '\'':
+				b.WriteByte('\\')
+				b.WriteByte(c)
+			case c == '\n':
+				b.WriteString(`\n`)
+			case c == '\t':
+				b.WriteString(`\t`)
+			case c < ' ' || c >= 0x7f:
+				fmt.Fprintf(&b, `\x%02x`, c)
+			default:
+				b.WriteByte(c)
+			}
+		}
+		b.WriteByte('\'')
+		out[i] = b.String()
+	}
+	return strings.Join(out, " ")
 }
 
 // ShellQuote quotes args for /bin/sh.

@@ -2,6 +2,8 @@ package bisect
 
 import (
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -21,6 +23,12 @@ func TestParsePlanErrorsNameTheKey(t *testing.T) {
 		{"alpha", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[stats]\nalpha = 2.0", "stats: alpha 2"},
 		{"budget", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[stats]\nbudget = 4\nbatch = 8", "stats: budget 4"},
 		{"duration", "[server]\nengine = \"manual\"\nurl = \"http://h:1\"\nstartup_timeout = \"soon\"\n[[arm]]\nname = \"a\"\nflags = [\"--x\"]", `server.startup_timeout "soon"`},
+		// Issue 27 D7/D17: every number is bounded where the user wrote it.
+		{"rounds on the twin", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[workload]\nrounds = 100000000", "workload.rounds 100000000: want 1 to 32"},
+		{"rounds over http", "[server]\nengine = \"manual\"\nurl = \"http://h:1\"\n[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[workload]\nrounds = 100000000", "workload.rounds 100000000: want 1 to 1000"},
+		{"concurrency", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[workload]\nconcurrency = 9000000000", "workload.concurrency 9000000000"},
+		{"batch overflowing 4×batch", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[stats]\nbatch = 4611686018427387903", "stats.batch 4611686018427387903"},
+		{"budget huge", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[stats]\nbudget = 9223372036854775807", "stats.budget 9223372036854775807"},
 		{"twin with http settings", "[[arm]]\nname = \"a\"\nflags = [\"--x\"]\n[workload]\ntool_time = \"1s\"", "HTTP settings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,6 +81,28 @@ func TestShellQuote(t *testing.T) {
 	want := `--a 'b c' 'it'\''s' '' --x=1,2`
 	if got != want {
 		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+// Issue 27 D18: flags with a newline or a control character are shown on one
+// line, in bash's $'…' form, which pastes back as the same arguments.
+func TestShellQuoteDisplay(t *testing.T) {
+	args := []string{"--x", "a b", "line1\nline2", "esc\x1b[31mred", "it's", "bidi\u202eevil", "ok"}
+	got := ShellQuoteDisplay(args)
+	if strings.ContainsAny(got, "\n\x1b\u202e") {
+		t.Fatalf("raw control characters in %q", got)
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash to paste into")
+	}
+	out, err := exec.Command(bash, "-c", "printf '%s\\0' "+got).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	if !slices.Equal(back, args) {
+		t.Fatalf("pasted into bash: %q, want %q (shown as %s)", back, args, got)
 	}
 }
 

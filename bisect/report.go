@@ -151,9 +151,9 @@ func (r Report) WriteText(w io.Writer) error {
 		} else if dec == "" {
 			dec = "not finished"
 		}
-		flags := ShellQuote(a.Flags)
+		flags := ShellQuoteDisplay(a.Flags)
 		if i > 0 {
-			flags = ShellQuote(a.Flags[len(r.Arms[0].Flags):])
+			flags = ShellQuoteDisplay(a.Flags[len(r.Arms[0].Flags):])
 		}
 		if flags == "" {
 			flags = "(defaults)"

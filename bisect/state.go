@@ -1,11 +1,13 @@
 package bisect
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/kvcanary/kvcanary/internal/outfile"
 	"github.com/kvcanary/kvcanary/sessions"
 	"github.com/kvcanary/kvcanary/spec/outcome"
 )
@@ -116,12 +118,12 @@ func (st *State) Save(dir string) error {
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(dir, StateFile)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("save state: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	// outfile never renames over a symbolic link or a device at the name.
+	err = outfile.WriteFile(context.Background(), filepath.Join(dir, StateFile), outfile.Options{Perm: 0o644}, func(f *os.File) error {
+		_, err := f.Write(append(b, '\n'))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
 	return nil

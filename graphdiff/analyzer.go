@@ -119,7 +119,15 @@ type Summary struct {
 	Worst              []SampleReport `json:"worst"`
 	NoSamplesReason    string         `json:"no_samples_reason,omitempty"`
 	FindingsSuppressed uint64         `json:"findings_suppressed,omitempty"`
+	// IDsCapped: more than MaxTrackedIDs distinct requests, sessions or
+	// leaked sessions were seen; the Divergent* counts are lower bounds.
+	IDsCapped bool `json:"ids_capped,omitempty"`
 }
+
+// MaxTrackedIDs bounds each set of ids the analyzer keeps (divergent
+// requests, divergent sessions, leaked sessions), so a collector that runs
+// for weeks does not grow with every session it ever saw.
+const MaxTrackedIDs = 1 << 16
 
 // Analyzer judges graphdiff.sample events with CompareSample, emits an error
 // finding per divergent sample and aggregates the run. It also reads run.start
@@ -143,7 +151,8 @@ type Analyzer struct {
 	hist       [len(jaccardBins)]int
 	divReq     map[string]bool
 	divSess    map[string]bool
-	outcome    map[string]string // session id -> outcome
+	leaked     map[string]bool // sessions whose session event said leak
+	capped     bool            // a set reached MaxTrackedIDs
 	worst      []SampleReport
 	minJ, minC float64
 }
@@ -153,7 +162,7 @@ type Analyzer struct {
 func NewAnalyzer(opts Options) *Analyzer {
 	return &Analyzer{
 		opts: opts, worstN: DefaultWorst, maxFindings: DefaultMaxFindings,
-		divReq: map[string]bool{}, divSess: map[string]bool{}, outcome: map[string]string{},
+		divReq: map[string]bool{}, divSess: map[string]bool{}, leaked: map[string]bool{},
 		minJ: 1, minC: 1,
 	}
 }
@@ -184,8 +193,11 @@ func (a *Analyzer) Observe(ev hook.Event, emit func(hook.Event)) {
 		if b == nil {
 			return
 		}
+		if b.Outcome != hook.OutcomeLeak {
+			return // only leaks are asked about: other outcomes are not kept
+		}
 		a.mu.Lock()
-		a.outcome[b.ID] = b.Outcome
+		a.track(a.leaked, b.ID)
 		a.mu.Unlock()
 	case *hook.GraphDiffSample:
 		if b == nil {
@@ -254,9 +266,9 @@ func (a *Analyzer) add(b *hook.GraphDiffSample, r *Result) SampleReport {
 			s.Reasons = map[string]int{}
 		}
 		s.Reasons[r.Reason]++
-		a.divReq[b.Request] = true
+		a.track(a.divReq, b.Request)
 		if b.Session != "" {
-			a.divSess[b.Session] = true
+			a.track(a.divSess, b.Session)
 		}
 	} else {
 		s.MaxAbsDiffPassing = max(s.MaxAbsDiffPassing, r.MaxAbsDiff)
@@ -291,6 +303,15 @@ func worseFirst(x, y SampleReport) int {
 	)
 }
 
+// track adds id to set unless set holds MaxTrackedIDs ids (a.mu held).
+func (a *Analyzer) track(set map[string]bool, id string) {
+	if len(set) >= MaxTrackedIDs && !set[id] {
+		a.capped = true
+		return
+	}
+	set[id] = true
+}
+
 // Result returns the run-level aggregate so far.
 func (a *Analyzer) Result() Summary {
 	a.mu.Lock()
@@ -299,8 +320,9 @@ func (a *Analyzer) Result() Summary {
 	s.DivergentRequests = len(a.divReq)
 	s.DivergentSessions = len(a.divSess)
 	s.DivergentSessionsLeaked = 0
+	s.IDsCapped = a.capped
 	for id := range a.divSess {
-		if a.outcome[id] == hook.OutcomeLeak {
+		if a.leaked[id] {
 			s.DivergentSessionsLeaked++
 		}
 	}

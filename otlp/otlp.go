@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploghttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
@@ -52,7 +53,9 @@ const (
 	DefaultMetricInterval = 10 * time.Second
 	DefaultTimeout        = 10 * time.Second
 	DefaultRetryMax       = 30 * time.Second
-	DefaultCloseTimeout   = 5 * time.Second
+	// DefaultCloseTimeout bounds all of Close: a command that exports to an
+	// endpoint that stopped answering ends within it (before: 10 s).
+	DefaultCloseTimeout = time.Second
 )
 
 // Options configure a Sink. Zero values pick the defaults.
@@ -73,7 +76,7 @@ type Options struct {
 	Timeout        time.Duration // one export request
 	RetryInitial   time.Duration // first backoff of a retried export (default 1s)
 	RetryMax       time.Duration // give up an export after retrying this long
-	CloseTimeout   time.Duration // Close flushes for at most this long
+	CloseTimeout   time.Duration // Close returns within this long, flushed or not
 }
 
 // Stats account for every log record offered to the sink.
@@ -156,6 +159,7 @@ func ParseEndpoint(raw string) (*url.URL, error) {
 // endpoint: an endpoint that is down shows in Stats, not here.
 func New(opts Options) (*Sink, error) {
 	opts.defaults()
+	routeSDKErrors()
 	u, err := ParseEndpoint(opts.Endpoint)
 	if err != nil {
 		return nil, err
@@ -203,6 +207,7 @@ func New(opts Options) (*Sink, error) {
 		opts.Tally.AddDropCounter("otlp_failed", s.Failed)
 	}
 	go s.run()
+	liveSinks.Store(s, struct{}{})
 	return s, nil
 }
 
@@ -259,11 +264,14 @@ func (s *Sink) Stats() Stats {
 	return st
 }
 
-// Close exports what is queued (for at most CloseTimeout), pushes the
-// metrics once more, and stops. What it could not export is counted.
+// Close exports what is queued, pushes the metrics once more, and stops,
+// all within CloseTimeout. What it could not export is counted.
 func (s *Sink) Close() error {
 	s.closeOnce.Do(func() {
-		timer := time.AfterFunc(s.opts.CloseTimeout, s.cancelExport)
+		deadline := time.Now().Add(s.opts.CloseTimeout)
+		// The queue's drain gets half of the time, the exporters' shutdown
+		// (the metrics' last push) the rest.
+		timer := time.AfterFunc(s.opts.CloseTimeout/2, s.cancelExport)
 		defer timer.Stop()
 		s.closed.Store(true)
 		close(s.stop)
@@ -277,7 +285,7 @@ func (s *Sink) Close() error {
 		// the closed check before it was set still sends is counted by
 		// Dropped as it lies there.
 		s.drained.Store(true)
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.CloseTimeout)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		var errs []error
 		if s.mp != nil {
@@ -288,11 +296,32 @@ func (s *Sink) Close() error {
 		if err := errors.Join(errs...); err != nil {
 			s.closeErr = fmt.Errorf("otlp: close: %w", err)
 		}
+		liveSinks.Delete(s)
 	})
 	return s.closeErr
 }
 
 func (s *Sink) setErr(err error) { s.lastErr.Store(err.Error()) }
+
+// sdkErrors are the OpenTelemetry SDK's own errors (a metric push that
+// failed in the background, a shutdown past its deadline), which its
+// default handler prints as raw Go log lines on stderr, under the
+// command's output. They go to the live sinks' LastError instead.
+var (
+	sdkErrorsOnce sync.Once
+	liveSinks     sync.Map // *Sink -> struct{}
+)
+
+func routeSDKErrors() {
+	sdkErrorsOnce.Do(func() {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			liveSinks.Range(func(k, _ any) bool {
+				k.(*Sink).setErr(fmt.Errorf("otlp: %w", err))
+				return true
+			})
+		}))
+	})
+}
 
 // run batches the queue into export requests until Close.
 func (s *Sink) run() {

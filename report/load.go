@@ -234,6 +234,9 @@ func Read(path string, r *traces.Reader) (*Run, error) {
 	if f, ok := r.Footer(); ok {
 		run.Stats.HaveFooter, run.Stats.FooterEvents, run.Stats.Dropped = true, f.Events, f.Dropped
 	}
+	if err := run.Stats.CheckSessionIDs(); err != nil {
+		return nil, err
+	}
 	// A layer is measured when the bundle holds its events; otherwise its
 	// summary stays nil.
 	sums := set.Summaries()

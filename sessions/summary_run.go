@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kvcanary/kvcanary/internal/safetext"
 	"github.com/kvcanary/kvcanary/runtime/hook"
 	"github.com/kvcanary/kvcanary/spec/outcome"
 	"github.com/kvcanary/kvcanary/spec/runconfig"
@@ -49,6 +50,12 @@ type RunStats struct {
 	MaxSessionRounds int // the most rounds any session ran
 	Deviated         int // sessions the twin marked as having left the script
 	Loops            int // sessions with an n-gram loop
+	// DuplicateSessions counts session events whose id the run already
+	// had; they are not counted again (FirstDuplicate names one). See
+	// CheckSessionIDs.
+	DuplicateSessions int
+	FirstDuplicate    string
+	sessionIDs        map[sessionKey]struct{}
 
 	Sched      SchedStats
 	GPUDevices int // most devices in one gpu telemetry sample
@@ -152,6 +159,22 @@ func (r *RunStats) Observe(ev hook.Event) {
 	case *hook.RunEnd:
 		r.WallNS, r.EndError, r.haveRunEnd = b.WallNS, b.Error, true
 	case *hook.Session:
+		if b.ID != "" {
+			// Keyed by producer too: two harnesses feeding one collector
+			// may each number their sessions from s000.
+			k := sessionKey{ev.Src, b.ID}
+			if _, dup := r.sessionIDs[k]; dup {
+				if r.DuplicateSessions == 0 {
+					r.FirstDuplicate = b.ID
+				}
+				r.DuplicateSessions++
+				break
+			}
+			if r.sessionIDs == nil {
+				r.sessionIDs = map[sessionKey]struct{}{}
+			}
+			r.sessionIDs[k] = struct{}{}
+		}
 		if !r.Outcomes.Add(b.Outcome) {
 			r.UnknownOutcomes++
 		}
@@ -203,6 +226,24 @@ func Reporter(src hook.Source, b *hook.RunStart) string {
 		return fmt.Sprintf("%s pid %d", src.Proc, src.PID)
 	}
 	return src.Proc
+}
+
+// sessionKey is a session of one producer.
+type sessionKey struct {
+	src hook.Source
+	id  string
+}
+
+// CheckSessionIDs refuses a run that holds a session id twice: one run's
+// sessions are distinct, so a repeat means its events were doubled (a
+// bundle merged with itself or a copy of it), and every rate and interval
+// computed from it would be false.
+func (r *RunStats) CheckSessionIDs() error {
+	if r.DuplicateSessions == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %d session events repeat an id their producer already used (first %s): one run's sessions are distinct, so its events were doubled (a bundle merged with itself or with a copy?); refusing to count them",
+		safetext.Quote(r.Name), r.DuplicateSessions, safetext.Quote(r.FirstDuplicate))
 }
 
 func isZeroConfig(c hook.RunConfig) bool { return reflect.DeepEqual(c, hook.RunConfig{}) }

@@ -3,6 +3,7 @@ package sessions
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -120,7 +121,7 @@ func (s statsRunSpec) events() []hook.Event {
 	i := 0
 	for _, c := range hook.Outcomes {
 		for k := 0; k < s.outcomes.Get(c); k++ {
-			next(&hook.Session{ID: "s" + string(rune('a'+i%26)), Outcome: c, Rounds: s.rounds})
+			next(&hook.Session{ID: fmt.Sprintf("s%03d", i), Outcome: c, Rounds: s.rounds})
 			i++
 		}
 	}
@@ -246,5 +247,29 @@ INFO 06-01 12:00:10 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 toke
 	want := SchedStats{Observations: 5, PeakRunningReq: 60, PeakTokenUsage: 1.0, Retractions: 5, RetractionEvents: 2, DecodeBatches: 3}
 	if r.Sched != want {
 		t.Errorf("sched = %+v, want %+v", r.Sched, want)
+	}
+}
+
+// Issue 27 D8: a run that holds a session id twice (its events doubled by
+// `trace merge a a`) is refused, and the repeat is not counted: before, ab
+// counted 4/20 sessions instead of 2/10.
+func TestRunStatsRefusesDuplicateSessionIDs(t *testing.T) {
+	r := NewRunStats("doubled.kvtrace")
+	for range 2 {
+		for i, o := range []string{hook.OutcomeDone, hook.OutcomeLeak, hook.OutcomeDone} {
+			r.Observe(hook.Event{Kind: hook.KindSession, Body: &hook.Session{ID: fmt.Sprintf("s%03d", i), Outcome: o}})
+		}
+	}
+	if n := r.Summary().Sessions; n != 3 {
+		t.Errorf("doubled run: %d sessions counted, want 3", n)
+	}
+	err := r.CheckSessionIDs()
+	if err == nil || !strings.Contains(err.Error(), "3 session events repeat an id") || !strings.Contains(err.Error(), "first s000") {
+		t.Fatalf("CheckSessionIDs on a doubled run: %v, want a refusal naming the count and s000", err)
+	}
+	once := NewRunStats("once.kvtrace")
+	once.Observe(hook.Event{Kind: hook.KindSession, Body: &hook.Session{ID: "s000", Outcome: hook.OutcomeDone}})
+	if err := once.CheckSessionIDs(); err != nil {
+		t.Fatal(err)
 	}
 }

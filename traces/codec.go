@@ -40,11 +40,13 @@ const (
 	// The decompression budget: after reading the first c compressed bytes
 	// a reader has decoded at most decodeSlack + decodeRatio*c bytes; a frame
 	// (or the rest of a large one) that would pass it is skipped and counted
-	// as damage. Bundles compress 4-6x (SpeedFastest to zstd -19), so honest
-	// files never come near it; a decompression bomb (a 100 KB file that
-	// decodes to gigabytes of junk lines) is cut after a few MB of work.
+	// as damage. Twin bundles compress 4-6x, but repetitive events
+	// re-compressed by `zstdcat | jq | zstd -19` reach 70-100:1 (and were cut
+	// at the old 64:1), so the ratio is 1024: still bounded work per input
+	// byte, and a decompression bomb (a 100 KB file that decodes to
+	// gigabytes of junk lines) is cut after about 100 MB of work.
 	decodeSlack = maxFrameBytes
-	decodeRatio = 64
+	decodeRatio = 1024
 )
 
 // One encoder and one decoder for the process. EncodeAll and DecodeAll are

@@ -10,9 +10,12 @@ import (
 
 // Summary is what `kvcanary trace inspect` reports about a bundle.
 type Summary struct {
-	File             string            `json:"file"`
-	FormatVersion    string            `json:"format_version"`
-	Manifest         Manifest          `json:"manifest"`
+	File          string   `json:"file"`
+	FormatVersion string   `json:"format_version"`
+	Manifest      Manifest `json:"manifest"`
+	// ManifestLost says why the manifest could not be read ("" when it
+	// was): Manifest then holds nothing the bundle said.
+	ManifestLost     string            `json:"manifest_lost,omitempty"`
 	Events           uint64            `json:"events"`
 	Counts           map[string]uint64 `json:"counts"`
 	FirstTS          int64             `json:"first_ts_ns"`
@@ -48,7 +51,7 @@ func Inspect(path string) (Summary, error) {
 // Summarize reads r to its end and summarizes it (see Inspect).
 func Summarize(r *Reader) (Summary, error) {
 	m := r.Manifest()
-	s := Summary{File: r.Name(), FormatVersion: m.FormatVersion, Manifest: m, Counts: map[string]uint64{}}
+	s := Summary{File: r.Name(), FormatVersion: m.FormatVersion, Manifest: m, ManifestLost: r.ManifestDamage(), Counts: map[string]uint64{}}
 	for {
 		_, kind, ts, err := r.NextLine()
 		if err == io.EOF {

@@ -139,7 +139,7 @@ func TestBombFixture(t *testing.T) {
 	}
 	defer r.Close()
 	countEvents(t, r)
-	if len(data) > 110<<10 || r.DecodedBytes() > uint64(allowance(int64(len(data)))) || r.Skipped() == 0 {
+	if len(data) > 110<<10 || r.DecodedBytes() > uint64(allowance(int64(len(data)), decodeRatio)) || r.Skipped() == 0 {
 		t.Fatalf("%s: %d bytes, decoded %d, skipped %d", path, len(data), r.DecodedBytes(), r.Skipped())
 	}
 }
@@ -154,7 +154,7 @@ func TestDecompressionBombBudget(t *testing.T) {
 	}
 	defer r.Close()
 	countEvents(t, r)
-	limit := uint64(allowance(int64(len(data))))
+	limit := uint64(allowance(int64(len(data)), decodeRatio))
 	if r.DecodedBytes() > limit {
 		t.Fatalf("decoded %d bytes from %d, budget %d", r.DecodedBytes(), len(data), limit)
 	}
@@ -312,7 +312,7 @@ func TestStreamedBombBudget(t *testing.T) {
 	}
 	defer r.Close()
 	countEvents(t, r)
-	if limit := uint64(allowance(int64(len(out)))); r.DecodedBytes() > limit {
+	if limit := uint64(allowance(int64(len(out)), decodeRatio)); r.DecodedBytes() > limit {
 		t.Fatalf("decoded %d bytes from %d, budget %d", r.DecodedBytes(), len(out), limit)
 	}
 	found := false

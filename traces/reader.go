@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -117,6 +118,10 @@ type Reader struct {
 
 	lineSkips, frameSkips int    // details kept in skips, per quota
 	work                  uint64 // decoded bytes plus lineWork per line, for the budget
+	ratio                 int64  // the budget's decoded bytes per compressed byte (decodeRatio)
+	// budgetAt is the decoded bytes and compressed offset where the budget
+	// first stopped the read (zero: it never did).
+	budgetAt [2]int64
 }
 
 // lineWork is what each line costs in the decompression budget beyond its
@@ -172,8 +177,8 @@ func newReader(ctx context.Context, rd io.Reader, name string) (*Reader, error) 
 		return nil, fmt.Errorf("read bundle %s: zstd decoder: %w", name, err)
 	}
 	stop := new(atomic.Bool)
-	scan := &frameScanner{name: name, src: source{r: rd}, stop: stop, ctx: ctx}
-	r := &Reader{name: name, scan: scan, validate: true, aheadOK: true, ctx: ctx, stop: stop}
+	scan := &frameScanner{name: name, src: source{r: rd}, stop: stop, ctx: ctx, ratio: decodeRatio}
+	r := &Reader{name: name, scan: scan, validate: true, aheadOK: true, ctx: ctx, stop: stop, ratio: decodeRatio}
 	r.stopFunc = context.AfterFunc(ctx, func() { stop.Store(true) })
 	rd2, err := r.readManifest()
 	if err != nil {
@@ -288,6 +293,9 @@ func (r *Reader) TruncationReason() string {
 	switch {
 	case r.truncated:
 		return r.truncReason
+	case r.done && r.footer == nil && r.budgetAt != [2]int64{}:
+		return fmt.Sprintf("stopped at the decompression budget after %d bytes from %d compressed bytes; a re-compressed bundle? (the budget allows %d:1; more is read as a decompression bomb) the events after that point were not read",
+			r.budgetAt[0], r.budgetAt[1], r.ratio)
 	case r.done && r.footer == nil:
 		return "no footer: the writer did not close the bundle"
 	}
@@ -325,6 +333,11 @@ func (r *Reader) Close() error {
 
 func (r *Reader) skip(p Position, format string, a ...any) {
 	r.skipped++
+	if len(a) == 1 && r.budgetAt == [2]int64{} {
+		if why, ok := a[0].(string); ok && strings.HasPrefix(why, budgetMark) {
+			r.budgetAt = [2]int64{int64(r.decoded), max(r.offset, 1)}
+		}
+	}
 	// Lines and frames have a detail quota each, so a flood of bad lines
 	// never hides a damaged frame.
 	n := &r.lineSkips
@@ -487,9 +500,9 @@ func (r *Reader) nextLine() ([]byte, Position, error) {
 			}
 			line := rest[:i]
 			r.pos += i + 1
-			if r.work += uint64(i) + 1 + lineWork; r.work > uint64(allowance(r.offset)) {
+			if r.work += uint64(i) + 1 + lineWork; r.work > uint64(allowance(r.offset, r.ratio)) {
 				r.skip(Position{Frame: r.frameNo, Offset: r.frameOff, Line: r.lineNo + 1},
-					"%s", budgetReason(int64(r.work), r.offset)+" (counting "+strconv.Itoa(lineWork)+" bytes per line)")
+					"%s", budgetReason(int64(r.work), r.offset, r.ratio)+" (counting "+strconv.Itoa(lineWork)+" bytes per line)")
 				r.pos, r.carry, r.longLine = len(r.content), nil, false
 				continue
 			}

@@ -36,6 +36,7 @@ type frameScanner struct {
 	ctx     context.Context
 
 	decoded int64 // bytes decoded so far, for the decompression budget
+	ratio   int64 // the budget's decoded bytes per compressed byte (decodeRatio)
 
 	// A frame too large to decode whole is streamed in pieces of streamChunk.
 	stream     frameStream
@@ -45,14 +46,19 @@ type frameScanner struct {
 	streamDec  *zstd.Decoder
 }
 
-// allowance is what the scanner may have decoded once it has read the
-// file up to compressed byte off (FORMAT.md "Decompression budget").
-func allowance(off int64) int64 { return decodeSlack + decodeRatio*off }
+// allowance is what a reader may have decoded once it has read the file up
+// to compressed byte off, at ratio decoded bytes per compressed byte
+// (FORMAT.md "Decompression budget").
+func allowance(off, ratio int64) int64 { return decodeSlack + ratio*off }
+
+// budgetMark starts every damage reason of the budget; the reader finds
+// them by it.
+const budgetMark = "over the decompression budget: "
 
 // budgetReason is the damage reason for a frame over the budget.
-func budgetReason(decoded, off int64) string {
-	return fmt.Sprintf("over the decompression budget: %d bytes decoded from the first %d compressed bytes (limit %d + %d per compressed byte): a decompression bomb? rest of the frame skipped",
-		decoded, off, decodeSlack, decodeRatio)
+func budgetReason(decoded, off, ratio int64) string {
+	return fmt.Sprintf(budgetMark+"%d bytes decoded from the first %d compressed bytes (limit %d + %d per compressed byte): a decompression bomb, or a bundle re-compressed at a higher ratio? rest of the frame skipped",
+		decoded, off, decodeSlack, ratio)
 }
 
 // next decodes the next complete frame into dst[:0], skipping damage. A
@@ -121,10 +127,10 @@ func (s *frameScanner) next(dst []byte) frameResult {
 			continue
 		}
 		s.frameNo++
-		if end := off + int64(n); s.decoded+bound > allowance(end) {
+		if end := off + int64(n); s.decoded+bound > allowance(end, s.ratio) {
 			s.src.consume(n)
 			res.skips = append(res.skips, Skip{Position{Frame: s.frameNo, Offset: off},
-				fmt.Sprintf("frame of %d bytes that may decode to %d: %s", n, bound, budgetReason(s.decoded+bound, end))})
+				budgetReason(s.decoded+bound, end, s.ratio) + fmt.Sprintf(" (a frame of %d bytes that may decode to %d)", n, bound)})
 			continue
 		}
 		if cap(dst) > 4*frameBytes {
@@ -204,8 +210,8 @@ func (s *frameScanner) nextChunk(dst []byte, res *frameResult) bool {
 	n, err := io.ReadFull(s.streamDec, dst[:cap(dst)])
 	if n > 0 {
 		s.decoded += int64(n)
-		if s.decoded > allowance(s.src.off) {
-			res.skips = append(res.skips, Skip{pos, budgetReason(s.decoded, s.src.off)})
+		if s.decoded > allowance(s.src.off, s.ratio) {
+			res.skips = append(res.skips, Skip{pos, budgetReason(s.decoded, s.src.off, s.ratio)})
 			s.endStream(res, pos)
 			return false
 		}

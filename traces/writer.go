@@ -192,9 +192,10 @@ func (w *Writer) writeFrame(buf []byte) error {
 }
 
 // padRatio is the decoded-to-file ratio a writer keeps its bundles under:
-// three quarters of the reader's decodeRatio, so every bundle it writes
-// reads back whole.
-const padRatio = decodeRatio * 3 / 4
+// three quarters of the 64:1 budget of readers before issue 27 (today's
+// decodeRatio is 1024), so every bundle it writes reads back whole in
+// older kvcanary versions too.
+const padRatio = 48
 
 // padForBudget keeps the bundle readable under the reader's decompression
 // budget (decodeSlack + decodeRatio × file bytes read). Honest events can

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -14,6 +15,7 @@ import (
 // ABOptions are the inputs of `kvcanary ab`.
 type ABOptions struct {
 	IO   *cmdutil.IOStreams
+	Ctx  context.Context // cancels opening and reading the inputs (SIGINT, SIGTERM)
 	JSON *cmdutil.JSONFlags
 
 	PathA, PathB string
@@ -22,7 +24,7 @@ type ABOptions struct {
 
 // NewCmdAB builds `kvcanary ab A.kvtrace B.kvtrace`.
 func NewCmdAB(f *cmdutil.Factory, runF func(*ABOptions) error) *cobra.Command {
-	opts := &ABOptions{IO: f.IO}
+	opts := &ABOptions{IO: f.IO, Ctx: f.Ctx}
 	cmd := &cobra.Command{
 		Use:   "ab A.kvtrace B.kvtrace",
 		Short: "Compare two runs: corruption rates, Fisher's exact test, and confounds",
@@ -86,11 +88,12 @@ usage errors.`,
 }
 
 func abRun(opts *ABOptions) error {
-	a, err := runStatsFromBundle(opts.PathA)
+	ctx := orBackground(opts.Ctx)
+	a, err := runStatsFromBundleCtx(ctx, opts.PathA)
 	if err != nil {
 		return cmdutil.InputError(err)
 	}
-	b, err := runStatsFromBundle(opts.PathB)
+	b, err := runStatsFromBundleCtx(ctx, opts.PathB)
 	if err != nil {
 		return cmdutil.InputError(err)
 	}

@@ -292,7 +292,7 @@ func bisectEngine(opts *BisectOptions, plan *bisect.Plan, logf func(string, ...a
 		in := bufio.NewReader(opts.IO.In)
 		eng.Confirm = func(ctx context.Context, arm string, flags []string, url string) error {
 			fmt.Fprintf(opts.IO.ErrOut, "bisect: %s: restart the server at %s with these flags, then press Enter:\n  %s\n",
-				arm, url, bisect.ShellQuote(flags))
+				arm, url, bisect.ShellQuoteDisplay(flags))
 			line := make(chan error, 1)
 			go func() { _, err := in.ReadString('\n'); line <- err }()
 			select {

@@ -191,7 +191,10 @@ func collectRun(opts *CollectOptions) error {
 	case res.SourceErr != nil:
 		return cmdutil.InputError(res.SourceErr)
 	case res.RecordErr != nil:
-		return cmdutil.InputError(res.RecordErr)
+		// Exit 3 even after the Ctrl-C that ends every collect: the
+		// recording failed (a full disk, an fsync error), which a script
+		// must tell from a normal end (130).
+		return cmdutil.FailureError(res.RecordErr)
 	}
 	return outErr
 }
@@ -321,6 +324,14 @@ func writeCollectSummary(w io.Writer, s CollectSummary) error {
 		fmt.Fprintf(&b, "  recorded: %d events to %s\n", s.Recorded, cmdutil.Quote(s.Record))
 	}
 	for _, cs := range s.Conns {
+		if cs.ClaimDiffers != "" {
+			uid := "unknown"
+			if cs.PeerUID != nil {
+				uid = fmt.Sprint(*cs.PeerUID)
+			}
+			fmt.Fprintf(&b, "  connection %d (%s): %s; kernel peer pid %d uid %s\n",
+				cs.ID, cmdutil.Quote(cs.Remote), cmdutil.Quote(cs.ClaimDiffers), cs.PeerPID, uid)
+		}
 		if cs.Rejected == 0 {
 			continue
 		}
@@ -371,7 +382,7 @@ type listenLimits struct {
 func addListenLimitFlags(cmd *cobra.Command, l *listenLimits, with string) {
 	fl := cmd.Flags()
 	fl.IntVar(&l.BufferBudgetMiB, "buffer-budget-mib", hook.DefaultBufferBudget>>20, with+"MiB all connections' read buffers may hold together (partial frames and lines); 0: no bound")
-	fl.IntVar(&l.MaxConns, "max-conns", hook.DefaultMaxConns, with+"most open producer connections; more are closed on arrival and counted; 0: no cap")
+	fl.IntVar(&l.MaxConns, "max-conns", hook.DefaultMaxConns, with+"most open producer connections (with TLS: authenticated ones; handshakes have a budget of their own); more are closed on arrival and counted; 0: no cap")
 	fl.DurationVar(&l.IdleTimeout, "idle-timeout", hook.DefaultIdleTimeout, with+"close a connection that sends nothing for this long between events; 0: never")
 	fl.DurationVar(&l.StallTimeout, "stall-timeout", hook.DefaultStallTimeout, with+"drop an unfinished frame or line that gets no byte for this long, and its connection; 0: never")
 }

@@ -39,12 +39,14 @@ func TestCollectRefusesRemoteWithoutFlag(t *testing.T) {
 }
 
 func TestCollectBadListenIsUsageError(t *testing.T) {
-	for _, addr := range []string{"foo://x", "unix://", "tcp://nohostport"} {
+	// Issue 27 D18: a port out of range and a host that does not resolve
+	// (127.1) were exit 3 from the listen.
+	for _, addr := range []string{"foo://x", "unix://", "tcp://nohostport", "tcp://127.0.0.1:99999", "tcp://:99999", "tcp://127.1:9000"} {
 		ios, _, _, _ := cmdutil.Test()
 		opts := &CollectOptions{IO: ios, Factory: &cmdutil.Factory{IO: ios, Ctx: context.Background(), Now: time.Now},
 			JSON: &cmdutil.JSONFlags{}, Listen: addr}
 		err := collectRun(opts)
-		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), strconv.Quote(addr)) {
+		if cmdutil.ExitCode(err) != cmdutil.ExitUsage || !strings.Contains(err.Error(), strconv.Quote(addr)) && !strings.Contains(err.Error(), addr) {
 			t.Errorf("--listen %s: err = %v (exit %d), want a usage error naming the address", addr, err, cmdutil.ExitCode(err))
 		}
 	}
@@ -385,4 +387,14 @@ func TestCollectRestartKeepsTheBundle(t *testing.T) {
 			t.Errorf("%s: run %q, %d replays, truncated %v; want %s with %d", path, s.Manifest.Run, s.Counts["replay"], s.Truncated, want.run, want.events)
 		}
 	}
+}
+
+// Issue 27 D19: collect's summary shows a producer whose claimed pid
+// differs from the kernel's.
+func TestWriteCollectSummaryClaimDiffers(t *testing.T) {
+	uid := int64(1000)
+	var b strings.Builder
+	writeCollectSummary(&b, CollectSummary{Conns: []hook.ConnStats{{ID: 3, Remote: "127.0.0.1:5555", PeerPID: 4242, PeerUID: &uid,
+		ClaimDiffers: "claimed pid 7, the kernel says pid 4242 (12 events)"}}})
+	wantContains(t, "summary", b.String(), "connection 3 (127.0.0.1:5555): claimed pid 7, the kernel says pid 4242 (12 events); kernel peer pid 4242 uid 1000")
 }

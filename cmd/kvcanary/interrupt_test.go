@@ -194,6 +194,10 @@ func TestFirstSIGINTStopsOfflineCommands(t *testing.T) {
 	}
 	bin := kvcanaryBinary(t)
 	bundle := bundleBytes(t)
+	abA := filepath.Join(t.TempDir(), "a.kvtrace")
+	if err := os.WriteFile(abA, bundle, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	logText := bytes.Repeat([]byte("[2026-11-29 08:00:05 TP0] Decode batch. #running-req: 12, #token: 40960, token usage: 0.31, cuda graph: True, gen throughput (token/s): 812.44, #queue-req: 0\n"), 2000)
 	cases := []struct {
 		name   string
@@ -210,6 +214,9 @@ func TestFirstSIGINTStopsOfflineCommands(t *testing.T) {
 		{name: "graphdiff report, endless bundle", args: []string{"graphdiff", "report"}, feed: bundle},
 		{name: "trace inspect, endless bundle", args: []string{"trace", "inspect"}, feed: bundle},
 		{name: "trace cat, endless bundle", args: []string{"trace", "cat"}, feed: bundle},
+		// Issue 27 D10: ab opens its inputs like the other readers.
+		{name: "ab, FIFO without writer", args: []string{"ab", abA}},
+		{name: "ab, endless bundle", args: []string{"ab", abA}, feed: bundle},
 	}
 	var worst time.Duration
 	for _, tc := range cases {

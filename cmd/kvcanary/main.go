@@ -31,10 +31,7 @@ func run(f *cmdutil.Factory, args []string) int {
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(f.Ctx)
 	interrupted := f.Ctx.Err() != nil
-	code := cmdutil.ExitCode(err)
-	if interrupted && code == cmdutil.ExitInput {
-		code = cmdutil.ExitInterrupted // a read cut by the signal, however it was worded
-	}
+	code := cmdutil.ExitCodeAfter(err, interrupted)
 	if err != nil {
 		cmdutil.ReportError(f.IO, err, code, cmdutil.ErrorContext{
 			JSON:        jsonRequested(cmd, args),

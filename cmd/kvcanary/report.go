@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/outfile"
 	kvreport "github.com/kvcanary/kvcanary/report"
 )
 
@@ -95,7 +96,7 @@ func reportRun(opts *ReportOptions) error {
 		}
 		return write(opts.IO.Out)
 	}
-	if err := writeFile(opts.Out, write); err != nil {
+	if err := writeFile(opts.Ctx, opts.Out, write); err != nil {
 		return err
 	}
 	fmt.Fprintf(opts.IO.ErrOut, "wrote %s\n", cmdutil.Quote(opts.Out))
@@ -120,26 +121,13 @@ func reportFormat(opts *ReportOptions) string {
 	return "html"
 }
 
-// writeFile writes path through write, replacing it only when all went well.
-func writeFile(path string, write func(io.Writer) error) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".kvcanary-report-*")
+// writeFile writes path through write, replacing a regular file only when
+// all went well; a device or FIFO at path is written in place, a symbolic
+// link followed (internal/outfile).
+func writeFile(ctx context.Context, path string, write func(io.Writer) error) error {
+	err := outfile.WriteFile(orBackground(ctx), path, outfile.Options{Perm: 0o644}, func(f *os.File) error { return write(f) })
 	if err != nil {
-		return fmt.Errorf("create %s: %w", cmdutil.Quote(path), err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := write(tmp); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", cmdutil.Quote(path), err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", cmdutil.Quote(path), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", cmdutil.Quote(path), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", cmdutil.Quote(path), err)
+		return cmdutil.InputError(err)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+
+	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/sessions"
 )
 
@@ -11,7 +13,14 @@ import (
 // records are skipped and counted in Skipped. Errors name the file. (It
 // lives with the CLI: repro judges events and does not read bundles.)
 func runStatsFromBundle(path string) (*sessions.RunStats, error) {
-	br, err := openBundle(context.Background(), path)
+	return runStatsFromBundleCtx(context.Background(), path)
+}
+
+// runStatsFromBundleCtx is runStatsFromBundle cancelled by ctx: opening a
+// FIFO with no writer yet, and every read, end when ctx is done (SIGINT,
+// SIGTERM), as for the other readers.
+func runStatsFromBundleCtx(ctx context.Context, path string) (*sessions.RunStats, error) {
+	br, err := openBundle(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -26,6 +35,9 @@ func runStatsFromBundle(path string) (*sessions.RunStats, error) {
 	r.Skipped = br.Skipped()
 	if f, ok := br.Footer(); ok {
 		r.HaveFooter, r.FooterEvents, r.Dropped = true, f.Events, f.Dropped
+	}
+	if err := r.CheckSessionIDs(); err != nil {
+		return r, cmdutil.InputError(err)
 	}
 	return r, nil
 }

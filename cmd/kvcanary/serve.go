@@ -98,8 +98,8 @@ func NewCmdSimServe(f *cmdutil.Factory, runF func(*SimServeOptions) error) *cobr
 			if err := checkServeAddr(opts.Addr, opts.AllowRemote); err != nil {
 				return err
 			}
-			if opts.Rounds < 1 {
-				return cmdutil.UsageError("--rounds %d: want at least 1", opts.Rounds)
+			if opts.Rounds < 1 || opts.Rounds > sim.MaxRounds {
+				return cmdutil.UsageError("--rounds %d: want 1 to %d (the twin's %d-token context is full by about the 17th round)", opts.Rounds, sim.MaxRounds, sim.ContextLen)
 			}
 			if opts.StepTime < 0 {
 				return cmdutil.UsageError("--step-time %v: want 0 or a positive duration", opts.StepTime)

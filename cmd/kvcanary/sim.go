@@ -188,12 +188,15 @@ flag to turn it off. The run is deterministic for a given seed.`,
 			if opts.Sessions > maxSimSessions {
 				return cmdutil.UsageError("--sessions %d: at most %d (the twin holds every session's conversation in memory)", opts.Sessions, maxSimSessions)
 			}
+			if opts.Rounds > sim.MaxRounds {
+				return cmdutil.UsageError("--rounds %d: at most %d (the twin's %d-token context is full by about the 17th round)", opts.Rounds, sim.MaxRounds, sim.ContextLen)
+			}
 			return runOr(opts, runF, simRunRun)
 		},
 	}
 	opts.Engine = addEngineFlags(cmd)
 	cmd.Flags().IntVar(&opts.Sessions, "sessions", 80, fmt.Sprintf("sessions to run, all in flight at once on the twin (1 to %d)", maxSimSessions))
-	cmd.Flags().IntVar(&opts.Rounds, "rounds", 4, "most rounds per session")
+	cmd.Flags().IntVar(&opts.Rounds, "rounds", 4, fmt.Sprintf("most rounds per session (1 to %d)", sim.MaxRounds))
 	cmd.Flags().Uint64Var(&opts.Seed, "seed", 1, "seed of the workload, rooms and stream interleaving")
 	cmd.Flags().StringVar(&opts.Record, "record", "", "record every event to this trace bundle")
 	cmd.Flags().StringVar(&opts.Run, "run", "", "with --record: run `ID` of the bundle and every event (default sim-seed<seed>)")
@@ -236,14 +239,23 @@ func simRunRun(opts *SimRunOptions) error {
 			line.Clear()
 		}
 	}
-	if err := p.Run(factoryCtx(opts.Factory), twin).Err(); err != nil {
-		return err
+	res := p.Run(factoryCtx(opts.Factory), twin)
+	if res.SourceErr != nil || res.ViewErr != nil {
+		return res.Err()
 	}
+	// The run completed: its summary is printed even when the recording
+	// failed (a full disk), then the recording's error (exit 3).
 	sums := analyzers.SetOf(as...).Summaries()
+	var outErr error
 	if opts.JSON.JSON {
-		return cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, twin.Result, sums.Sections()))
+		outErr = cmdutil.WriteJSON(opts.IO.Out, simRunJSON(cfg, twin.Result, sums.Sections()))
+	} else {
+		outErr = writeSimRunText(opts.IO.Out, cfg, twin.Result, sums)
 	}
-	return writeSimRunText(opts.IO.Out, cfg, twin.Result, sums)
+	if err := res.Err(); err != nil {
+		return cmdutil.InputError(fmt.Errorf("%w (%d events recorded, %d lost: the summary above is of the whole run, the bundle holds less)", err, res.Recorded, res.RecordLost))
+	}
+	return outErr
 }
 
 // simWorkload is the twin's default workload at this size, judged by repro's

@@ -114,19 +114,29 @@ func writeInspect(out io.Writer, s traces.Summary) error {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	q := cmdutil.Quote
 	fmt.Fprintf(tw, "bundle\t%s\n", q(s.File))
-	fmt.Fprintf(tw, "format\t%s (%d frames, %d bytes, %d bytes of JSON)\n", q(s.FormatVersion), s.Frames, s.Bytes, s.JSONBytes)
-	fmt.Fprintf(tw, "tool\t%s\n", q(m.Tool))
-	fmt.Fprintf(tw, "created\t%s\n", m.Created.UTC().Format(time.RFC3339Nano))
-	fmt.Fprintf(tw, "run\t%s\n", q(m.Run))
-	if m.Command != "" {
-		fmt.Fprintf(tw, "command\t%s\n", q(m.Command))
+	version := q(s.FormatVersion)
+	if s.ManifestLost != "" {
+		version = "unknown" // the manifest states it
 	}
-	for _, k := range slices.Sorted(maps.Keys(m.Labels)) {
-		fmt.Fprintf(tw, "label\t%s=%s\n", q(k), q(m.Labels[k]))
+	fmt.Fprintf(tw, "format\t%s (%d frames, %d bytes, %d bytes of JSON)\n", version, s.Frames, s.Bytes, s.JSONBytes)
+	if s.ManifestLost != "" {
+		// Nothing of it was read: its fields would print their zero values
+		// (created 0001-01-01, config {}) as if the bundle had said so.
+		fmt.Fprintf(tw, "manifest\tlost (%s): tool, created, run, host and config unknown\n", q(s.ManifestLost))
+	} else {
+		fmt.Fprintf(tw, "tool\t%s\n", q(m.Tool))
+		fmt.Fprintf(tw, "created\t%s\n", m.Created.UTC().Format(time.RFC3339Nano))
+		fmt.Fprintf(tw, "run\t%s\n", q(m.Run))
+		if m.Command != "" {
+			fmt.Fprintf(tw, "command\t%s\n", q(m.Command))
+		}
+		for _, k := range slices.Sorted(maps.Keys(m.Labels)) {
+			fmt.Fprintf(tw, "label\t%s=%s\n", q(k), q(m.Labels[k]))
+		}
+		fmt.Fprintf(tw, "host\t%s\n", hostLine(m.Host))
+		cfg, _ := json.Marshal(m.Config) // plain struct: cannot fail
+		fmt.Fprintf(tw, "config\t%s\n", q(string(cfg)))
 	}
-	fmt.Fprintf(tw, "host\t%s\n", hostLine(m.Host))
-	cfg, _ := json.Marshal(m.Config) // plain struct: cannot fail
-	fmt.Fprintf(tw, "config\t%s\n", q(string(cfg)))
 	span := ""
 	if s.Events > 0 {
 		span = fmt.Sprintf(" over %s (%s to %s)", time.Duration(s.SpanNS),

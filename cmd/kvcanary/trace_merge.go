@@ -15,6 +15,8 @@ import (
 
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
+	"github.com/kvcanary/kvcanary/internal/input"
+	"github.com/kvcanary/kvcanary/internal/outfile"
 	"github.com/kvcanary/kvcanary/traces"
 )
 
@@ -53,8 +55,10 @@ each; their drop and refusal counts are carried into the merged footer, with
 each input's damage (merge.N.footer, merge.N.truncated, merge.N.skipped) and,
 when an input has no footer, dropped_unknown: its drops are unknown. Settings
 that differ between the inputs are left unset in the merged manifest (each
-input's are kept in its labels). The merge writes OUT.tmp and renames it to
-OUT only when it completed: an interrupted merge leaves no bundle at OUT.`
+input's are kept in its labels). The merge writes a temporary file beside OUT
+and renames it to OUT only when it completed: an interrupted merge leaves no
+bundle at OUT. A device or FIFO at OUT (/dev/stdout, a pipe) is written in
+place, never replaced; a symbolic link at OUT is followed and kept.`
 
 // NewCmdTraceMerge builds `kvcanary trace merge A B … -o OUT`.
 func NewCmdTraceMerge(f *cmdutil.Factory, runF func(*TraceMergeOptions) error) *cobra.Command {
@@ -115,12 +119,19 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 	if err := traces.CheckAlign(plan, mo); err != nil {
 		return cmdutil.UsageError("trace merge: --align start: %v (use --align none)", err)
 	}
-	// Write OUT.tmp and rename it only when the merge completed: an
+	// Write beside OUT and rename only when the merge completed: an
 	// interrupted or failed merge must not leave a complete-looking bundle
-	// (Close writes a footer) at OUT.
-	tmp := opts.Out + ".tmp"
-	w, err := traces.Create(tmp, traces.MergeManifest(plan, mo, traces.InputManifests(inputs)))
+	// (Close writes a footer) at OUT. A device or FIFO is written in place.
+	out, err := outfile.Create(ctx, opts.Out, outfile.Options{Perm: 0o600})
 	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		return cmdutil.InputError(err)
+	}
+	w, err := traces.NewWriter(out, traces.MergeManifest(plan, mo, traces.InputManifests(inputs)))
+	if err != nil {
+		out.Abort()
 		return cmdutil.InputError(err)
 	}
 	start := time.Now()
@@ -130,10 +141,10 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, opts.Out)
+		err = out.Commit()
 	}
 	if err != nil {
-		os.Remove(tmp)
+		out.Abort()
 		if errors.Is(err, context.Canceled) {
 			return err
 		}
@@ -147,10 +158,18 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 }
 
 // openMergeInputs opens every input bundle, refusing the output among them
-// (by name or by file). The bundles opened so far are returned with an error.
+// (by name or by file) and a bundle given twice: the same path, the same file
+// (a hard or symbolic link), the same bytes, or a copy with the same manifest
+// (created and run), which would double every event it shares. The manifest
+// decides rather than the footer, which is known only at the end: a truncated
+// copy has no footer, and doubles the events as well. The bundles opened so
+// far are returned with an error.
 func openMergeInputs(ctx context.Context, opts *TraceMergeOptions) ([]*bundleFile, error) {
 	outAbs, _ := filepath.Abs(opts.Out)
 	outInfo, _ := os.Stat(opts.Out)
+	if err := input.CheckDistinct(opts.Paths); err != nil {
+		return nil, cmdutil.InputError(fmt.Errorf("trace merge: %w", err))
+	}
 	var files []*bundleFile
 	for _, p := range opts.Paths {
 		if a, _ := filepath.Abs(p); a == outAbs {
@@ -162,6 +181,14 @@ func openMergeInputs(ctx context.Context, opts *TraceMergeOptions) ([]*bundleFil
 		b, err := openBundle(ctx, p)
 		if err != nil {
 			return files, err
+		}
+		m := b.Manifest()
+		for _, o := range files {
+			if om := o.Manifest(); !m.Created.IsZero() && m.Created.Equal(om.Created) && m.Run == om.Run {
+				b.Close()
+				return files, cmdutil.InputError(fmt.Errorf("trace merge: inputs %s and %s are the same recording (manifest created %s, run %s): a copy merged with its original doubles every event; pass each bundle once",
+					cmdutil.Quote(o.Name()), cmdutil.Quote(b.Name()), m.Created.UTC().Format(time.RFC3339Nano), cmdutil.Quote(m.Run)))
+			}
 		}
 		files = append(files, b)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,9 +22,16 @@ import (
 // and returns its path and the offset where its last frame starts.
 func writeTraceBundle(t *testing.T, n int) string {
 	t.Helper()
+	return writeTraceBundleCreated(t, n, time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
+}
+
+// writeTraceBundleCreated is writeTraceBundle with the manifest's created
+// time: another recording of the same run (another host's, say).
+func writeTraceBundleCreated(t *testing.T, n int, created time.Time) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "run.kvtrace")
 	w, err := traces.Create(path, traces.Manifest{
-		Tool: "kvcanary test", Run: "r-1", Created: time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC),
+		Tool: "kvcanary test", Run: "r-1", Created: created,
 		Host:   hook.HostInfo{Hostname: "gpu-7\x1b[31m", OS: "linux", Arch: "amd64", CPUs: 8},
 		Config: hook.RunConfig{Engine: "sim", CUDAGraph: hook.Bool(true), Seed: 3},
 		Labels: map[string]string{"exp": "a"},
@@ -34,7 +42,7 @@ func writeTraceBundle(t *testing.T, n int) string {
 	for i := 0; i < n; i++ {
 		ev := hook.Event{Kind: hook.KindReplay, TS: int64(1000 + i), Body: &hook.Replay{Step: uint64(i), Mode: "graph"}}
 		if i%2 == 1 {
-			ev = hook.Event{Kind: hook.KindSession, TS: int64(1000 + i), Body: &hook.Session{ID: "s", Outcome: hook.OutcomeDone}}
+			ev = hook.Event{Kind: hook.KindSession, TS: int64(1000 + i), Body: &hook.Session{ID: fmt.Sprintf("s%03d", i), Outcome: hook.OutcomeDone}}
 		}
 		if err := w.Write(ev); err != nil {
 			t.Fatal(err)
@@ -288,7 +296,8 @@ func TestTraceMergeUnknownOffset(t *testing.T) {
 // count is a lower bound.
 func TestTraceInspectMergedDropsUnknown(t *testing.T) {
 	a := writeTraceBundle(t, 40)
-	b, err := os.ReadFile(writeTraceBundle(t, 40))
+	// Another host's recording (a copy of a would be refused: issue 27 D8).
+	b, err := os.ReadFile(writeTraceBundleCreated(t, 40, time.Date(2026, 11, 29, 9, 0, 1, 0, time.UTC)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func layerOf(rel string) (Layer, bool) {
 		rel == "internal/analyzers":
 		return Sink, true
 	case rel == "internal/safetext", rel == "internal/cputime", rel == "internal/input", rel == "internal/buildinfo",
-		rel == "internal/archtest", rel == "internal/pki", rel == "internal/testenv":
+		rel == "internal/archtest", rel == "internal/pki", rel == "internal/testenv", rel == "internal/outfile":
 		return Utility, true
 	case rel == "internal/cmdutil":
 		return CLI, true

@@ -28,6 +28,9 @@ const (
 type ExitError struct {
 	Code int
 	Err  error // may be nil for a silent exit (ExitFinding after a printed report)
+	// failure: the command's own work failed (FailureError); an
+	// interruption did not cause it.
+	failure bool
 }
 
 func (e *ExitError) Error() string {
@@ -58,6 +61,29 @@ func InputError(err error) error {
 		return err
 	}
 	return &ExitError{Code: ExitInput, Err: err}
+}
+
+// FailureError marks err as a failure of the command's own work that an
+// interruption did not cause (a recording that hit a full disk while collect
+// ran until Ctrl-C): exit 3 even when the command was also interrupted, so a
+// script can tell it from a normal end (130).
+func FailureError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &ExitError{Code: ExitInput, Err: err, failure: true}
+}
+
+// ExitCodeAfter is ExitCode for a command that was, or was not, interrupted
+// by SIGINT or SIGTERM: an input error after the signal is a read the signal
+// cut, however it was worded (130), unless it is a FailureError.
+func ExitCodeAfter(err error, interrupted bool) int {
+	code := ExitCode(err)
+	var ee *ExitError
+	if interrupted && code == ExitInput && !(errors.As(err, &ee) && ee.failure) {
+		return ExitInterrupted
+	}
+	return code
 }
 
 // ExitCode maps an error returned by a command to the process exit code.

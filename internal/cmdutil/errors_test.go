@@ -35,3 +35,24 @@ func TestExitCodes(t *testing.T) {
 		t.Errorf("FindingError prints %q", FindingError.Error())
 	}
 }
+
+func TestExitCodeAfterInterrupt(t *testing.T) {
+	cut := InputError(errors.New("read bundle: file already closed"))
+	failed := FailureError(errors.New("record bundle: no space left on device"))
+	for _, tc := range []struct {
+		err         error
+		interrupted bool
+		want        int
+	}{
+		{cut, false, ExitInput},
+		{cut, true, ExitInterrupted}, // the read the signal cut
+		{failed, true, ExitInput},    // a failure the signal did not cause
+		{failed, false, ExitInput},
+		{UsageError("x"), true, ExitUsage},
+		{nil, true, ExitOK},
+	} {
+		if got := ExitCodeAfter(tc.err, tc.interrupted); got != tc.want {
+			t.Errorf("ExitCodeAfter(%v, %v) = %d, want %d", tc.err, tc.interrupted, got, tc.want)
+		}
+	}
+}

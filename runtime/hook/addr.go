@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 )
 
@@ -44,8 +45,12 @@ func parseAddr(addr string) (endpoint, error) {
 		return endpoint{"unix", p}, nil
 	case strings.HasPrefix(addr, "tcp://"):
 		hp := strings.TrimPrefix(addr, "tcp://")
-		if _, _, err := net.SplitHostPort(hp); err != nil {
+		_, port, err := net.SplitHostPort(hp)
+		if err != nil {
 			return endpoint{}, fmt.Errorf("address %q: %w (want tcp://127.0.0.1:PORT): %w", addr, err, ErrBadAddress)
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return endpoint{}, fmt.Errorf("address %q: port %q: want a number from 0 to 65535: %w", addr, port, ErrBadAddress)
 		}
 		return endpoint{"tcp", hp}, nil
 	}
@@ -64,7 +69,7 @@ func checkLoopback(ep endpoint) error {
 	} else {
 		found, err := net.LookupIP(host)
 		if err != nil {
-			return fmt.Errorf("listen %s: resolve %s: %w", ep, host, err)
+			return fmt.Errorf("listen %s: resolve %s: %w (an IPv4 address is written in full: 127.0.0.1): %w", ep, host, err, ErrBadAddress)
 		}
 		ips = found
 	}

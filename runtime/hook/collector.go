@@ -36,6 +36,15 @@ type ListenOptions struct {
 	// HandshakeTimeout bounds a TLS handshake (default
 	// DefaultHandshakeTimeout).
 	HandshakeTimeout time.Duration
+	// MaxHandshakes bounds the TLS handshakes running at once: connections
+	// not yet authenticated (default DefaultMaxHandshakes; negative: no
+	// bound). MaxHandshakesPerAddr bounds those from one remote address
+	// (default DefaultMaxHandshakesPerAddr; negative: no bound). A
+	// connection over either is closed as soon as it is accepted and
+	// counted (handshake_limit, handshake_per_addr). They are a budget of
+	// their own: strangers who never finish a handshake cannot take the
+	// MaxConns meant for authenticated producers.
+	MaxHandshakes, MaxHandshakesPerAddr int
 	// Run is the run id given to events that arrive without one.
 	Run string
 	// Node names the host of producers on a Unix socket (default: this
@@ -57,8 +66,9 @@ type ListenOptions struct {
 	// get its first buffer is refused (Stats.Refused).
 	BufferBudget int64
 	// MaxConns bounds the open connections (default DefaultMaxConns;
-	// negative: no bound). A connection over it is closed as soon as it is
-	// accepted and counted in Stats.Refused.
+	// negative: no bound): with TLS, the authenticated ones only (handshakes
+	// have MaxHandshakes). A connection over it is closed as soon as it is
+	// accepted (with TLS: authenticated) and counted in Stats.Refused.
 	MaxConns int
 	// IdleTimeout closes a connection that sends nothing for this long
 	// between events (default DefaultIdleTimeout; negative: never).
@@ -73,8 +83,15 @@ type ListenOptions struct {
 const (
 	DefaultBufferBudget = 256 << 20
 	DefaultMaxConns     = 1024
-	DefaultIdleTimeout  = 5 * time.Minute
-	DefaultStallTimeout = 30 * time.Second
+	// DefaultMaxHandshakes and DefaultMaxHandshakesPerAddr: a producer
+	// handshakes once per connection, in milliseconds; a flood of
+	// connections that never start TLS holds these slots for at most
+	// DefaultHandshakeTimeout each, and from one address at most
+	// DefaultMaxHandshakesPerAddr of them.
+	DefaultMaxHandshakes        = 128
+	DefaultMaxHandshakesPerAddr = 16
+	DefaultIdleTimeout          = 5 * time.Minute
+	DefaultStallTimeout         = 30 * time.Second
 )
 
 // withDefaults fills the zero limits with the defaults and turns negative
@@ -91,6 +108,8 @@ func (o ListenOptions) withDefaults() ListenOptions {
 	}
 	o.BufferBudget = pick(o.BufferBudget, DefaultBufferBudget)
 	o.MaxConns = int(pick(int64(o.MaxConns), DefaultMaxConns))
+	o.MaxHandshakes = int(pick(int64(o.MaxHandshakes), DefaultMaxHandshakes))
+	o.MaxHandshakesPerAddr = int(pick(int64(o.MaxHandshakesPerAddr), DefaultMaxHandshakesPerAddr))
 	o.IdleTimeout = time.Duration(pick(int64(o.IdleTimeout), int64(DefaultIdleTimeout)))
 	o.StallTimeout = time.Duration(pick(int64(o.StallTimeout), int64(DefaultStallTimeout)))
 	return o
@@ -111,9 +130,10 @@ type Collector struct {
 	ctx       context.Context // cancelled by Close: ends pending TLS handshakes
 	cancel    context.CancelFunc
 
-	handshaking atomic.Int64 // TLS handshakes running (count toward MaxConns)
-	lastRefusal atomic.Value // string: why the last connection was refused
-	drainAt     atomic.Int64 // UnixNano deadline of the drain Close started; set before done closes
+	handshaking int            // TLS handshakes running (under mu)
+	handshakeBy map[string]int // TLS handshakes running by remote address (under mu)
+	lastRefusal atomic.Value   // string: why the last connection was refused
+	drainAt     atomic.Int64   // UnixNano deadline of the drain Close started; set before done closes
 
 	mem       memBudget
 	refused   atomic.Uint64
@@ -194,20 +214,28 @@ type Stats struct {
 
 // ConnStats describes one producer connection.
 type ConnStats struct {
-	ID         uint64            `json:"id"`
-	Remote     string            `json:"remote,omitempty"`
-	PID        int32             `json:"pid,omitempty"`
-	Proc       string            `json:"proc,omitempty"`
-	Identity   string            `json:"identity,omitempty"` // TLS client certificate subject CN (the events' src.node)
-	Protocol   string            `json:"protocol,omitempty"` // "frames" | "jsonl"
-	Events     uint64            `json:"events"`
-	Bytes      uint64            `json:"bytes"`
-	Rejected   uint64            `json:"rejected"`
-	RejectedBy map[string]uint64 `json:"rejected_by,omitempty"`
-	Open       bool              `json:"open"`
-	RunEnd     bool              `json:"run_end,omitempty"` // a run.end arrived on it
-	Closed     string            `json:"closed,omitempty"`  // why it ended: "eof", "lost framing", "shutdown", "read error", "idle timeout", "stalled", "over budget"
-	LastError  string            `json:"last_error,omitempty"`
+	ID       uint64 `json:"id"`
+	Remote   string `json:"remote,omitempty"`
+	PID      int32  `json:"pid,omitempty"`
+	Proc     string `json:"proc,omitempty"`
+	Identity string `json:"identity,omitempty"` // TLS client certificate subject CN (the events' src.node)
+	// PeerPID and PeerUID are the kernel's account of the producer (Unix
+	// socket: SO_PEERCRED; loopback TCP: the socket's owner), beside what it
+	// claims in src; absent when unknown. ClaimDiffers says where an event's
+	// claimed pid differed from PeerPID (another pid namespace, or a lie),
+	// with how many events did.
+	PeerPID      int32             `json:"peer_pid,omitempty"`
+	PeerUID      *int64            `json:"peer_uid,omitempty"`
+	ClaimDiffers string            `json:"claim_differs,omitempty"`
+	Protocol     string            `json:"protocol,omitempty"` // "frames" | "jsonl"
+	Events       uint64            `json:"events"`
+	Bytes        uint64            `json:"bytes"`
+	Rejected     uint64            `json:"rejected"`
+	RejectedBy   map[string]uint64 `json:"rejected_by,omitempty"`
+	Open         bool              `json:"open"`
+	RunEnd       bool              `json:"run_end,omitempty"` // a run.end arrived on it
+	Closed       string            `json:"closed,omitempty"`  // why it ended: "eof", "lost framing", "shutdown", "read error", "idle timeout", "stalled", "over budget"
+	LastError    string            `json:"last_error,omitempty"`
 }
 
 // Listen opens a collector socket: addr is unix:///path.sock (created 0600; a
@@ -371,31 +399,29 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 			return fmt.Errorf("accept on %s: %w", c.ep, err)
 		}
 		backoff = 0
-		c.mu.Lock()
-		full := c.opts.MaxConns > 0 && len(c.open)+int(c.handshaking.Load()) >= c.opts.MaxConns
-		c.mu.Unlock()
-		if full {
-			// Closed at once, before any per-connection work: a flood of
-			// idle connections costs a descriptor for microseconds each
-			// and never holds up the producers already connected.
-			nc.Close()
-			c.refuse(refuseConnLimit)
-			c.lastRefusal.Store(remoteName(nc) + ": conn_limit: over the connection limit")
-			continue
-		}
 		if c.opts.TLS != nil && c.ep.network == "tcp" {
+			// Unauthenticated: the handshake budget, not MaxConns. Closed at
+			// once when over it, before any per-connection work.
+			addr := remoteHost(nc)
+			if why := c.startHandshake(addr); why >= 0 {
+				c.refuseNow(nc, why)
+				continue
+			}
 			// The handshake runs on the connection's goroutine: a slow or
 			// hostile client never holds up the accept loop.
-			c.handshaking.Add(1)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				tc, node, why, err := c.handshake(nc)
-				c.handshaking.Add(-1)
+				c.endHandshake(addr)
 				if err != nil {
 					nc.Close()
 					c.refuse(why)
 					c.lastRefusal.Store(fmt.Sprintf("%s: %s: %v", remoteName(nc), refuseNames[why], err))
+					return
+				}
+				if c.full() {
+					c.refuseNow(tc, refuseConnLimit)
 					return
 				}
 				cn := c.newConn(tc)
@@ -404,6 +430,13 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 					c.finish(cn, c.handle(cn, pub))
 				}
 			}()
+			continue
+		}
+		if c.full() {
+			// Closed at once, before any per-connection work: a flood of
+			// idle connections costs a descriptor for microseconds each
+			// and never holds up the producers already connected.
+			c.refuseNow(nc, refuseConnLimit)
 			continue
 		}
 		cn := c.newConn(nc)
@@ -416,6 +449,58 @@ func (c *Collector) Serve(ctx context.Context, pub Publisher) error {
 			c.finish(cn, c.handle(cn, pub))
 		}()
 	}
+}
+
+// full reports whether MaxConns producers are connected.
+func (c *Collector) full() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.opts.MaxConns > 0 && len(c.open) >= c.opts.MaxConns
+}
+
+// refuseNow closes a connection refused on arrival and counts why.
+func (c *Collector) refuseNow(nc net.Conn, why int) {
+	nc.Close()
+	c.refuse(why)
+	c.lastRefusal.Store(remoteName(nc) + ": " + refuseNames[why] + ": " + refuseWhy[why])
+}
+
+// startHandshake takes a handshake slot for a connection from addr, or
+// returns why there is none (>= 0).
+func (c *Collector) startHandshake(addr string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.opts.MaxHandshakes > 0 && c.handshaking >= c.opts.MaxHandshakes:
+		return refuseHandshakeLimit
+	case c.opts.MaxHandshakesPerAddr > 0 && c.handshakeBy[addr] >= c.opts.MaxHandshakesPerAddr:
+		return refuseHandshakePerAddr
+	}
+	if c.handshakeBy == nil {
+		c.handshakeBy = map[string]int{}
+	}
+	c.handshaking++
+	c.handshakeBy[addr]++
+	return -1
+}
+
+func (c *Collector) endHandshake(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handshaking--
+	if c.handshakeBy[addr]--; c.handshakeBy[addr] <= 0 {
+		delete(c.handshakeBy, addr)
+	}
+}
+
+// remoteHost is nc's remote IP address (its whole address when it has no
+// port).
+func remoteHost(nc net.Conn) string {
+	a := remoteName(nc)
+	if host, _, err := net.SplitHostPort(a); err == nil {
+		return host
+	}
+	return a
 }
 
 // remoteName is nc's remote address, or "unix" when it has none.
@@ -449,8 +534,11 @@ type conn struct {
 	nc       net.Conn
 	id       uint64
 	remote   string
-	src      Source // defaults filled into events
-	authNode bool   // src.Node is the TLS client certificate's CN: it overrides the producer's
+	src      Source               // defaults filled into events
+	authNode bool                 // src.Node is the TLS client certificate's CN: it overrides the producer's
+	peer     atomic.Pointer[peer] // the kernel's account of the producer; nil until looked up
+	claimed  atomic.Value         // string: the first claimed pid that differed from the peer's
+	differ   atomic.Uint64        // events whose claimed pid differed from the peer's
 	protocol atomic.Value
 	events   atomic.Uint64
 	bytes    atomic.Uint64
@@ -466,7 +554,9 @@ func (c *Collector) newConn(nc net.Conn) *conn {
 	cn := &conn{nc: nc, id: c.nextID.Add(1)}
 	cn.src.Node = c.node
 	if c.ep.network == "unix" {
-		cn.src.PID, cn.src.Proc = peerProcess(nc)
+		p := peerProcess(nc) // SO_PEERCRED: cheap, here
+		cn.peer.Store(&p)
+		cn.src.PID, cn.src.Proc = p.PID, p.Proc
 		if cn.src.PID != 0 {
 			cn.remote = fmt.Sprintf("pid %d", cn.src.PID)
 		} else {
@@ -485,17 +575,24 @@ func (c *Collector) newConn(nc net.Conn) *conn {
 const (
 	refuseConnLimit = iota
 	refuseOverBudget
-	refuseTLSNoCert    // TLS: the client sent no certificate
-	refuseTLSUnknownCA // TLS: signed by a CA the collector does not trust
-	refuseTLSExpired   // TLS: expired or not yet valid
-	refuseTLSBadCert   // TLS: otherwise invalid (wrong key usage, no CN, …)
-	refuseTLSHandshake // TLS: not TLS, an old version, a timeout, …
+	refuseTLSNoCert        // TLS: the client sent no certificate
+	refuseTLSUnknownCA     // TLS: signed by a CA the collector does not trust
+	refuseTLSExpired       // TLS: expired or not yet valid
+	refuseTLSBadCert       // TLS: otherwise invalid (wrong key usage, no CN, …)
+	refuseTLSHandshake     // TLS: not TLS, an old version, a timeout, …
+	refuseHandshakeLimit   // TLS: MaxHandshakes handshakes already running
+	refuseHandshakePerAddr // TLS: MaxHandshakesPerAddr handshakes from the address already running
 	refuseLimit
 )
 
 var refuseNames = [refuseLimit]string{refuseConnLimit: "conn_limit", refuseOverBudget: "over_budget",
 	refuseTLSNoCert: "tls_no_cert", refuseTLSUnknownCA: "tls_unknown_ca", refuseTLSExpired: "tls_expired",
-	refuseTLSBadCert: "tls_bad_cert", refuseTLSHandshake: "tls_handshake"}
+	refuseTLSBadCert: "tls_bad_cert", refuseTLSHandshake: "tls_handshake",
+	refuseHandshakeLimit: "handshake_limit", refuseHandshakePerAddr: "handshake_per_addr"}
+
+// refuseWhy says what a refusal on arrival means (Stats.LastRefusal).
+var refuseWhy = [refuseLimit]string{refuseConnLimit: "over the connection limit",
+	refuseHandshakeLimit: "too many TLS handshakes running", refuseHandshakePerAddr: "too many TLS handshakes running from this address"}
 
 func (c *Collector) refuse(why int) {
 	c.refused.Add(1)
@@ -558,6 +655,16 @@ type decoder interface {
 
 // handle reads one connection until it ends and says why it ended.
 func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
+	if cn.peer.Load() == nil {
+		// Loopback TCP: the owner is found in /proc, on this connection's
+		// goroutine, never in the accept loop.
+		raw := cn.nc
+		if tc, ok := raw.(*tls.Conn); ok {
+			raw = tc.NetConn()
+		}
+		p := peerProcess(raw)
+		cn.peer.Store(&p)
+	}
 	r := &connReader{c: c, cn: cn}
 	var tsLimit int64 // ts_ns up to it pass checkTS without a clock read
 	var first [1]byte
@@ -659,6 +766,10 @@ func (c *Collector) handle(cn *conn, pub Publisher) (closed string) {
 		}
 		if ev.Src.PID == 0 {
 			ev.Src.PID = cn.src.PID
+		} else if p := cn.peer.Load(); p != nil && p.PID != 0 && ev.Src.PID != p.PID {
+			if cn.differ.Add(1) == 1 {
+				cn.claimed.Store(fmt.Sprintf("claimed pid %d, the kernel says pid %d", ev.Src.PID, p.PID))
+			}
 		}
 		if ev.Src.Proc == "" {
 			ev.Src.Proc = cn.src.Proc
@@ -813,6 +924,16 @@ func (cn *conn) stats() ConnStats {
 		st.LastError = e
 	}
 	st.RejectedBy = reasonMap(&cn.byReason)
+	if p := cn.peer.Load(); p != nil {
+		st.PeerPID = p.PID
+		if p.UID >= 0 {
+			uid := p.UID
+			st.PeerUID = &uid
+		}
+	}
+	if s, ok := cn.claimed.Load().(string); ok {
+		st.ClaimDiffers = fmt.Sprintf("%s (%d events)", s, cn.differ.Load())
+	}
 	return st
 }
 

@@ -29,7 +29,7 @@ const (
 )
 
 // DefaultHandshakeTimeout bounds a TLS handshake at the collector.
-const DefaultHandshakeTimeout = 10 * time.Second
+const DefaultHandshakeTimeout = 3 * time.Second
 
 // ServerTLSConfig loads a collector's certificate and key and the CA bundle
 // client certificates must chain to. The config requires TLS 1.3 and checks

@@ -1,8 +1,10 @@
 package logscan
 
 import (
+	"fmt"
 	"io"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
 )
@@ -329,7 +331,23 @@ func (s *Summary) sample(dst []Sample, r *Record) []Sample {
 	if len(dst) >= MaxSamples {
 		return dst
 	}
-	return append(dst, Sample{Line: r.Line, Time: s.fmtTS(r.TS), Text: r.Raw})
+	return append(dst, Sample{Line: r.Line, Time: s.fmtTS(r.TS), Text: sampleText(r.Raw)})
+}
+
+// MaxSampleText bounds the text a Sample keeps of its line: evidence to
+// read, not the line (one of up to MaxLine bytes printed whole flooded the
+// terminal). What is cut is said, with its size.
+const MaxSampleText = 512
+
+func sampleText(line string) string {
+	if len(line) <= MaxSampleText {
+		return line
+	}
+	cut := MaxSampleText
+	for cut > 0 && !utf8.RuneStart(line[cut]) {
+		cut-- // never split a character
+	}
+	return line[:cut] + fmt.Sprintf("… (%d more bytes)", len(line)-cut)
 }
 
 func (s *Summary) fmtTS(ts int64) string {

@@ -112,6 +112,9 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 	if w.Sessions < 1 || w.Rounds < 1 {
 		return Result{}, fmt.Errorf("run workload: want at least 1 session and 1 round, got %d×%d", w.Sessions, w.Rounds)
 	}
+	if w.Rounds > MaxRounds {
+		return Result{}, fmt.Errorf("run workload: %d rounds: at most %d (the context is full by about the 17th)", w.Rounds, MaxRounds)
+	}
 	if w.ThinkMax < w.ThinkMin || w.ThinkMin < 0 {
 		return Result{}, fmt.Errorf("run workload: think time %d..%d", w.ThinkMin, w.ThinkMax)
 	}
@@ -130,8 +133,9 @@ func Run(ctx context.Context, cfg Config, w Workload, pub hook.Publisher) (Resul
 	}
 	sess := make([]*session, w.Sessions)
 	for i := range sess {
-		if i%256 == 0 {
-			// Building scripts is O(sessions); stay responsive to Ctrl-C.
+		if i%16 == 0 {
+			// Building scripts takes up to ~20 ms a session; stay
+			// responsive to Ctrl-C.
 			if err := ctx.Err(); err != nil {
 				return Result{}, fmt.Errorf("run workload: %w", err)
 			}

@@ -131,12 +131,20 @@ func toolDefinitions() string {
 	return b.String()
 }
 
+// MaxRounds bounds a session's rounds (sim run --rounds, sim serve --rounds,
+// a bisect plan's workload.rounds, a conversation's "tool rounds: N"): the
+// twin's context (ContextLen tokens) is full by about the 17th tool round,
+// so more rounds only make every script bigger and slower to build (10,000
+// rounds: 3.7 million tokens and 3.7 s for one session).
+const MaxRounds = 32
+
 // NewScript generates session session's script for a run with seed and at
 // most rounds rounds. The script needs 1..rounds tool-call rounds (so some
 // sessions end by exhausting rounds: "maxrounds") followed by a plain-text
 // answer. First prompts are 1–2k tokens, each tool result adds a few
 // hundred, each output is 40–80 tokens.
 func NewScript(seed uint64, session int, rounds int) Script {
+	rounds = min(rounds, MaxRounds) // callers check; a script never grows past it
 	r := rand.New(rand.NewPCG(seed, 0x5c41970000+uint64(session)))
 	v := DefaultVocab()
 	s := Script{Session: fmt.Sprintf("s%03d", session)}

@@ -3,8 +3,16 @@
 The engine's step thread calls `emit`, which only appends to a bounded queue
 (no I/O, no encoding, no exception): a daemon writer thread encodes the events
 and writes them to the collector. When the queue is full — the collector is
-slow, stalled or absent — the event is dropped and counted, and `close()`
-reports the count in a `run.end` event, as the Go emitter's users do.
+slow, stalled or absent — the event is dropped and counted by kind, and
+`close()` reports the count in a `run.end` event, as the Go emitter's users do.
+
+The queue is bounded in bytes (`queue_bytes`, 64 MiB per process by default)
+as well as in events (`queue_size`): a body's size is estimated when it is
+queued (string lengths, list lengths times their sampled elements' size, the
+Python objects included, so a list of floats counts what it holds in memory)
+and replaced by its exact encoded length once the writer encoded it; the
+writer's batch is counted until written. A count alone let 4096 bodies of
+1 MiB hold 4.4 GB inside the engine against a collector that stopped reading.
 
 Decisions (documented in README.md, "Emitter"):
 - No collector at start: one warning, then the writer keeps redialling with
@@ -58,6 +66,41 @@ _CHUNK = 2048  # list elements per json.dumps call (keeps one C call, and the GI
 # (logits travel as base64 strings, see f32s; long lists are e.g. canary page lists)
 _YIELD_BYTES = 16 << 10  # encoded bytes between two voluntary GIL releases of the writer
 _RUN_END = object()  # queue sentinel: close() asks for run.end here
+QUEUE_BYTES = 64 << 20  # default byte bound of a process's queue (bodies estimated, then encoded lines)
+_BATCH_BYTES = 1 << 20  # encoded bytes per send: a batch never holds 256 large lines at once
+_SAMPLE = 8  # elements of a long list whose size stands for the rest
+
+
+def body_size(v, depth: int = 0) -> int:
+    """An estimate of the memory `v` holds and of its JSON, whichever is
+    larger, in bytes: what queueing it costs. Cheap for any size: a long list
+    is measured on _SAMPLE elements spread over it."""
+    t = type(v)
+    if t is str:
+        return 49 + len(v)  # a str object and its JSON (ASCII; escapes are caught exactly after encoding)
+    if t is float or t is int:
+        return 32  # the object (24-28 B) and the list slot pointing to it; JSON of a float is <= 24 chars
+    if v is None or t is bool:
+        return 8
+    if t is bytes or t is bytearray:
+        return 33 + 2 * len(v)
+    if t is dict:
+        if depth > 8:
+            return 64 + 64 * len(v)
+        return 64 + sum(body_size(k, depth + 1) + body_size(x, depth + 1) for k, x in v.items())
+    if t is list or t is tuple:
+        n = len(v)
+        if n == 0 or depth > 8:
+            return 56 + 8 * n
+        if n <= 2 * _SAMPLE:
+            return 56 + 8 * n + sum(body_size(x, depth + 1) for x in v)
+        step = n // _SAMPLE
+        sampled = sum(body_size(v[i * step], depth + 1) for i in range(_SAMPLE))
+        return 56 + 8 * n + sampled * n // _SAMPLE
+    nbytes = getattr(v, "nbytes", None)  # a tensor or array (not encodable, but held until the writer says so)
+    if isinstance(nbytes, int):
+        return 64 + nbytes
+    return 64
 
 
 def hex64(v: int) -> str:
@@ -186,6 +229,7 @@ class Emitter:
     whose `emit` returns False; nothing here raises into the caller."""
 
     def __init__(self, addr: str | None, run: str = "", proc: str = "", queue_size: int = 4096, *,
+                 queue_bytes: int = QUEUE_BYTES,
                  write_timeout: float = 5.0, connect_timeout: float = 1.0,
                  min_backoff: float = 0.05, max_backoff: float = 2.0,
                  role: str = "", rank: int = 0, tls: tuple | None = None,
@@ -197,6 +241,7 @@ class Emitter:
         self._tls_files = tls  # (cert, key, ca) PEM paths for tcp://, or None
         self._ssl = None
         self.queue_size = max(1, int(queue_size))
+        self.queue_bytes = max(1, int(queue_bytes))
         self.write_timeout = write_timeout
         self.connect_timeout = connect_timeout
         self.min_backoff = min_backoff
@@ -244,6 +289,9 @@ class Emitter:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._q: collections.deque = collections.deque()
+        self._qbytes = 0  # queued bodies (estimated) + encoded lines not yet written (exact)
+        self._inflight = 0  # events in the batch being written
+        self._dropped_kinds: dict = {}  # kind -> events of it dropped (queue full, close, write failed)
         self._closed = False
         self._thread: threading.Thread | None = None
         self._sock: socket.socket | None = None
@@ -303,9 +351,15 @@ class Emitter:
                         kind, type(body).__name__)
                     return False
                 if self._closed or self.noop or len(self._q) >= self.queue_size:
-                    self._dropped += 1
+                    self._drop_locked(kind)
                     return False
-                self._q.append((kind, body, ts_ns))
+            size = body_size(body)  # outside the lock: the writer may need it meanwhile
+            with self._lock:
+                if self._closed or self._qbytes + size > self.queue_bytes:
+                    self._drop_locked(kind)
+                    return False
+                self._qbytes += size
+                self._q.append((kind, body, ts_ns, size))
                 start = self._thread is None
                 if start:
                     self._thread = threading.Thread(target=self._run, name="kvcanary-emitter", daemon=True)
@@ -317,13 +371,26 @@ class Emitter:
         except Exception:  # noqa: BLE001 - never into the engine
             return False
 
+    def _drop_locked(self, kind: str, n: int = 1) -> None:
+        self._dropped += n
+        self._dropped_kinds[kind] = self._dropped_kinds.get(kind, 0) + n
+
+    @property
+    def dropped_kinds(self) -> dict:
+        """{kind: events of it dropped} so far."""
+        with self._lock:
+            return dict(self._dropped_kinds)
+
     # --- shutdown --------------------------------------------------------------
 
     def close(self, timeout: float = 2.0) -> None:
-        """Write what is queued (waiting at most `timeout` seconds), then send
-        `run.end` {"wall_ns", "dropped"} and disconnect. Events still queued
-        then are counted as dropped. Idempotent; never raises."""
+        """Write what is queued, then send `run.end` {"wall_ns", "dropped"}
+        and disconnect, all within about `timeout` seconds: after 3/4 of it
+        the writer is cut off (its socket shut down) and given the rest to
+        stop. Events still queued then are counted as dropped. Idempotent;
+        never raises."""
         try:
+            deadline = time.monotonic() + max(0.0, timeout)
             with self._lock:
                 if self._closed:
                     return
@@ -338,10 +405,16 @@ class Emitter:
                 return
             self._stop.set()
             self._wake.set()
-            thread.join(timeout)
+            thread.join(0.75 * max(0.0, timeout))
             if thread.is_alive():
-                log.warning("kvcanary: the collector at %s took no more events within %gs of close; "
-                            "dropping the %d still queued", self.addr, timeout, max(0, len(self._q) - 1))
+                with self._lock:
+                    left = sum(1 for it in self._q if it is not _RUN_END) + self._inflight
+                if left:
+                    log.warning("kvcanary: the collector at %s took no more events within %gs of close; "
+                                "dropping the %d events still queued or being written", self.addr, timeout, left)
+                else:
+                    log.warning("kvcanary: the collector at %s did not take run.end within %gs of close; "
+                                "it will not know this producer's drops", self.addr, timeout)
                 self._abandon = True
                 s = self._sock
                 if s is not None:
@@ -349,16 +422,18 @@ class Emitter:
                         s.shutdown(socket.SHUT_RDWR)  # unblocks a write stuck on a stalled collector
                     except OSError:
                         pass
-                thread.join(1.0)
+                thread.join(max(0.05, deadline - time.monotonic()))
             self._drop_queued()
         except Exception:  # noqa: BLE001
             pass
 
     def _drop_queued(self) -> None:
         with self._lock:
-            n = sum(1 for it in self._q if it is not _RUN_END)
+            for it in self._q:
+                if it is not _RUN_END:
+                    self._drop_locked(it[0])
+                    self._qbytes -= it[3]
             self._q.clear()
-            self._dropped += n
 
     # --- the writer thread -----------------------------------------------------
 
@@ -496,7 +571,12 @@ class Emitter:
         with self._lock:
             dropped = self._dropped + self._invalid
             invalid, kinds, why = self._invalid, dict(self._invalid_kinds), self._invalid_why
+            dkinds = dict(self._dropped_kinds)
         errors = []
+        if dkinds:
+            errors.append("%d event%s dropped (queue full at %d events or %d MiB, a lost connection, or close): %s" % (
+                sum(dkinds.values()), "" if sum(dkinds.values()) == 1 else "s", self.queue_size, self.queue_bytes >> 20,
+                ", ".join("%s %d" % kv for kv in sorted(dkinds.items()))))
         if invalid:
             errors.append("%d event%s not sent: refused or not encodable (%s, last: %s)" % (
                 invalid, "" if invalid == 1 else "s", ", ".join("%s %d" % kv for kv in sorted(kinds.items())), why[:200]))
@@ -515,9 +595,9 @@ class Emitter:
             body["error"] = "; ".join(errors)
         return encode_event("run.end", body, time.time_ns(), self.proc, self._pid, self.run, self.role, self.rank)
 
-    def _write(self, data: bytes, n: int) -> bool:
-        """Write n encoded lines; on failure count the lines not written
-        completely as dropped and disconnect."""
+    def _write(self, data: bytes, n: int, kinds=None) -> bool:
+        """Write n encoded lines (of kinds, when given); on failure count the
+        lines not written completely as dropped and disconnect."""
         view = memoryview(data)
         off = 0
         deadline = time.monotonic() + self.write_timeout
@@ -538,7 +618,11 @@ class Emitter:
             whole = data.count(b"\n", 0, off)
             with self._lock:
                 self._sent += whole
-                self._dropped += n - whole
+                if kinds is not None:
+                    for k in kinds[whole:]:
+                        self._drop_locked(k)
+                else:
+                    self._dropped += n - whole
             self._last_error = "write to %s: %s" % (self.addr, e)
             if not self._abandon:  # close() gave up on a stalled collector: it said so already
                 self._warn_once("write", "kvcanary: lost the collector at %s (%s); reconnecting", self.addr, e)
@@ -566,8 +650,8 @@ class Emitter:
                         backoff = min(2 * backoff, self.max_backoff)
                         continue
                     backoff = self.min_backoff
-                lines, n, end, since_yield = [], 0, False, 0
-                while n < _BATCH:
+                lines, kinds, n, end, since_yield, nbytes = [], [], 0, False, 0, 0
+                while n < _BATCH and nbytes < _BATCH_BYTES:
                     try:
                         item = self._q.popleft()
                     except IndexError:
@@ -575,17 +659,34 @@ class Emitter:
                     if item is _RUN_END:
                         end = True
                         break
-                    line = self._encode(*item)
+                    kind, body, ts_ns, size = item
+                    line = self._encode(kind, body, ts_ns)
+                    del item, body  # the body's memory goes now, not with the batch
+                    exact = len(line) if line is not None else 0
+                    with self._lock:
+                        self._qbytes += exact - size  # the estimate becomes the exact size
                     if line is not None:
                         lines.append(line)
+                        kinds.append(kind)
                         n += 1
-                        since_yield += len(line)
+                        nbytes += exact
+                        since_yield += exact
                         if since_yield > _YIELD_BYTES:
                             # hand the GIL back now and then, so a step thread waiting
                             # for it waits one event's encoding, not a switch interval
                             time.sleep(0)
                             since_yield = 0
-                if n and not self._write(b"".join(lines), n):
+                ok = True
+                if n:
+                    self._inflight = n
+                    data = b"".join(lines)
+                    lines = None
+                    ok = self._write(data, n, kinds)
+                    data = None
+                    self._inflight = 0
+                    with self._lock:
+                        self._qbytes -= nbytes
+                if not ok:
                     continue  # redial; the failed lines are counted dropped
                 if end:
                     line = self._run_end_line()

@@ -735,22 +735,22 @@ class FakeDeviceDeferred:
     thread waits on events the test completes."""
 
     @staticmethod
-    def make(emit, maxsize):
+    def make(emit, maxsize, **kw):
         from kvcanary.sglang.deferred import Deferred
 
         class D(Deferred):
             events = []
 
             @staticmethod
-            def _on_device(tensors):
-                return True
+            def _is_device(t):
+                return isinstance(t, torch.Tensor)  # every tensor is staged (and counted in max_bytes)
 
             def _stage(self, tensors):
                 ev = FakeEvent()
                 D.events.append(ev)
                 return ev, {k: v.clone() for k, v in tensors.items()}
 
-        return D(emit, maxsize=maxsize)
+        return D(emit, maxsize=maxsize, **kw)
 
 
 def test_deferred_builds_off_thread_in_order_drops_when_full_and_survives_a_bad_build():

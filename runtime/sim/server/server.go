@@ -152,8 +152,8 @@ func New(opts Options) (*Server, error) {
 	if opts.Rounds == 0 {
 		opts.Rounds = 4
 	}
-	if opts.Rounds < 1 {
-		return nil, fmt.Errorf("new server: rounds %d: want at least 1", opts.Rounds)
+	if opts.Rounds < 1 || opts.Rounds > sim.MaxRounds {
+		return nil, fmt.Errorf("new server: rounds %d: want 1 to %d", opts.Rounds, sim.MaxRounds)
 	}
 	if opts.Model == "" {
 		opts.Model = DefaultModel
@@ -549,6 +549,9 @@ func (s *Server) script(idx, toolRounds int, offered []string) (sim.Script, int)
 		} else {
 			// NewScript(…, T+2) has T..T+2 tool rounds: keep the first T and
 			// the final answer.
+			// A conversation may state up to 9999: past sim.MaxRounds the
+			// context is long full, so the script stops there.
+			toolRounds = min(toolRounds, sim.MaxRounds-2)
 			base := sim.NewScript(s.opts.Config.Seed, idx, toolRounds+2)
 			sc = sim.Script{Session: base.Session, Prefix: base.Prefix}
 			sc.Rounds = append(append([]sim.ScriptRound(nil), base.Rounds[:toolRounds]...), base.Rounds[len(base.Rounds)-1])

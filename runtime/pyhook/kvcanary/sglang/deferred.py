@@ -8,8 +8,11 @@ calls `build(host_tensors)`, which returns the (kind, body) pairs to emit. The
 step thread never synchronizes with the device. On the CPU the same `build`
 runs at once in the caller (there is nothing to wait for).
 
-The queue is bounded: when the worker falls behind, submissions are dropped and
-counted (`stats["dropped"]`), never waited for.
+The queue is bounded in submissions (`maxsize`) and in the pinned host memory
+they hold (`max_bytes`, 64 MiB by default: the staged tensors' exact size): when
+the worker falls behind, submissions are dropped and counted
+(`stats["dropped"]`, and by site in `dropped_sites`), never waited for. A count
+alone let 256 submissions of large logits pin gigabytes.
 """
 
 from __future__ import annotations
@@ -23,14 +26,20 @@ import torch
 log = logging.getLogger("kvcanary")
 
 
+MAX_BYTES = 64 << 20  # default bound of the pinned host memory queued submissions hold
+
+
 class Deferred:
-    def __init__(self, emit, maxsize: int = 256):
+    def __init__(self, emit, maxsize: int = 256, max_bytes: int = MAX_BYTES):
         self._emit = emit  # emit(kind, body) -> bool
         self._q: queue.Queue = queue.Queue(maxsize=maxsize)
+        self.max_bytes = max(1, int(max_bytes))
+        self._pinned = 0  # bytes of host copies queued or being built
         self._thr = None
         self._lock = threading.Lock()
         self._warned = set()
         self.stats = {"submitted": 0, "dropped": 0, "built": 0, "errors": 0}
+        self.dropped_sites: dict = {}  # site -> submissions dropped (queue full in count or bytes)
 
     def submit(self, tensors: dict, build, site: str = "") -> bool:
         """Queue `build(host)` for when `tensors` are on the host. Never raises
@@ -40,26 +49,49 @@ class Deferred:
             host = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in tensors.items()}
             self._run(build, host, site)
             return True
-        if self._q.full():
-            self.stats["dropped"] += 1
-            return False
+        size = self._device_bytes(tensors)
+        with self._lock:
+            if self._q.full() or self._pinned + size > self.max_bytes:
+                self._drop(site)
+                return False
+            self._pinned += size
         try:
             ev, host = self._stage(tensors)
             # The device tensors ride along until the event completed, so their
             # memory is not handed to another stream while the copy is pending.
-            self._q.put_nowait((ev, host, build, site, tensors))
+            self._q.put_nowait((ev, host, build, site, tensors, size))
         except queue.Full:
-            self.stats["dropped"] += 1
+            with self._lock:
+                self._pinned -= size
+                self._drop(site)
             return False
         except Exception as e:  # noqa: BLE001
+            with self._lock:
+                self._pinned -= size
             self._error(site, e)
             return False
         self._ensure_worker()
         return True
 
+    def _drop(self, site) -> None:
+        self.stats["dropped"] += 1
+        self.dropped_sites[site or "?"] = self.dropped_sites.get(site or "?", 0) + 1
+
+    @property
+    def pinned_bytes(self) -> int:
+        """Host memory the queued submissions hold (exact: their tensors' sizes)."""
+        return self._pinned
+
     @staticmethod
-    def _on_device(tensors) -> bool:
-        return any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors.values())
+    def _is_device(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.is_cuda
+
+    def _device_bytes(self, tensors) -> int:
+        """The pinned host memory staging tensors takes: exact."""
+        return sum(t.numel() * t.element_size() for t in tensors.values() if self._is_device(t))
+
+    def _on_device(self, tensors) -> bool:
+        return any(self._is_device(t) for t in tensors.values())
 
     @staticmethod
     def _stage(tensors):
@@ -92,11 +124,14 @@ class Deferred:
             if item is None:
                 self._q.task_done()
                 return
-            ev, host, build, site, _keep = item
+            ev, host, build, site, _keep, size = item
             try:
                 ev.synchronize()  # this thread waits, the step thread does not
                 self._run(build, host, site)
             finally:
+                item = host = _keep = None
+                with self._lock:
+                    self._pinned -= size
                 self._q.task_done()
 
     def _run(self, build, host, site):
