@@ -291,11 +291,11 @@ type RunConfig struct {
 	// TPSize is the engine's tensor-parallel size (SGLang's tp_size): how
 	// many ranks each role runs, so a rank that never reported is known to
 	// be missing. 0: unknown.
-	TPSize int `json:"tp_size,omitempty"`
-	Sessions           int    `json:"sessions,omitempty"`
-	Rounds             int    `json:"rounds,omitempty"`
-	Concurrency        int    `json:"concurrency,omitempty"`
-	Seed               uint64 `json:"seed"`
+	TPSize      int    `json:"tp_size,omitempty"`
+	Sessions    int    `json:"sessions,omitempty"`
+	Rounds      int    `json:"rounds,omitempty"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	Seed        uint64 `json:"seed"`
 	// ToolTime is the client's tool execution time between rounds, as
 	// "MIN-MAX" or one Go duration ("1.5s-6s", "0s": answered at once);
 	// "" when unknown. It sets how far sessions drift apart.
