@@ -1,8 +1,10 @@
 package cmdutil
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrorContext is what ReportError needs to know about the command that failed.
@@ -29,13 +31,19 @@ type ErrorJSON struct {
 //     prints nothing;
 //   - with --json, {"error": …, "code": …} on stdout;
 //   - otherwise "kvcanary: <error>" on stderr, and for a usage error one
-//     more line, "see 'kvcanary X --help'", as gh does; never the whole usage.
+//     more line, "see 'kvcanary X --help'", as gh does; never the whole usage;
+//   - an error the signal caused (exit 130 over a context.Canceled) says
+//     "interrupted" where Go's chain would end in a bare "context canceled".
 func ReportError(io *IOStreams, err error, code int, ec ErrorContext) {
 	var ee *ExitError
 	if err == nil || (errors.As(err, &ee) && ee.Err == nil) {
 		return
 	}
 	msg := err.Error()
+	if code == ExitInterrupted && errors.Is(err, context.Canceled) {
+		msg = strings.TrimSuffix(strings.TrimSuffix(msg, context.Canceled.Error()), ": ") + ": interrupted"
+		msg = strings.TrimPrefix(msg, ": ")
+	}
 	if ec.JSON {
 		if WriteJSON(io.Out, ErrorJSON{Error: msg, Code: code}) == nil {
 			return
