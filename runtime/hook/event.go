@@ -291,11 +291,11 @@ type RunConfig struct {
 	// TPSize is the engine's tensor-parallel size (SGLang's tp_size): how
 	// many ranks each role runs, so a rank that never reported is known to
 	// be missing. 0: unknown.
-	TPSize int `json:"tp_size,omitempty"`
-	Sessions           int    `json:"sessions,omitempty"`
-	Rounds             int    `json:"rounds,omitempty"`
-	Concurrency        int    `json:"concurrency,omitempty"`
-	Seed               uint64 `json:"seed"`
+	TPSize      int    `json:"tp_size,omitempty"`
+	Sessions    int    `json:"sessions,omitempty"`
+	Rounds      int    `json:"rounds,omitempty"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	Seed        uint64 `json:"seed"`
 	// ToolTime is the client's tool execution time between rounds, as
 	// "MIN-MAX" or one Go duration ("1.5s-6s", "0s": answered at once);
 	// "" when unknown. It sets how far sessions drift apart.
@@ -386,12 +386,18 @@ type RunStart struct {
 
 // RunEnd closes a run.
 //
-//hook:binary wall_ns steps dropped error
+//hook:binary wall_ns steps dropped error |sent sent
 type RunEnd struct {
 	WallNS  int64  `json:"wall_ns" check:"min=0"`
 	Steps   int64  `json:"steps,omitempty" check:"min=0"`
 	Dropped uint64 `json:"dropped,omitempty"` // events the producer dropped
 	Error   string `json:"error,omitempty"`
+	// Sent is the events, other than this run.end, the producer process
+	// wrote (or queued ahead of this run.end) to its collector connections,
+	// all of them together, not counting those in Dropped (WIRE.md, "sent").
+	// A reader holding fewer of this producer's (src.node, src.pid) events
+	// lost the difference. 0: not known (a producer built before it).
+	Sent uint64 `json:"sent,omitempty"`
 }
 
 // Side is the PD role that computed a room checksum.
