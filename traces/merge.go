@@ -101,6 +101,84 @@ type MergeReport struct {
 	// the inputs or are unknown in one: the merged manifest leaves them
 	// unset, and each input's own configuration is in its labels.
 	ConfigDiffers []string `json:"config_differs,omitempty"`
+	// Producers counts, per producer process (src.node, src.pid), the
+	// events the inputs hold (run.end aside) and the sent count its run.end
+	// reported (0: not known; WIRE.md, "run.end's sent"), for the first
+	// MaxMergeProducers producers. Held below sent: events lost in transit.
+	Producers []MergeProducer `json:"producers,omitempty"`
+	// Uncounted is the events of producers beyond MaxMergeProducers.
+	Uncounted uint64 `json:"uncounted_events,omitempty"`
+}
+
+// MaxMergeProducers bounds the producers a MergeReport counts.
+const MaxMergeProducers = 4096
+
+// MergeProducer is one producer process's events in the merge's inputs.
+type MergeProducer struct {
+	Src  hook.Source `json:"src"`
+	Sent uint64      `json:"sent,omitempty"` // its run.end's sent; 0: not known
+	Held uint64      `json:"held"`           // its events the inputs hold, run.end aside
+}
+
+// producerCounts tallies MergeReport.Producers.
+type producerCounts struct {
+	at  map[[2]string]int
+	rep *MergeReport
+}
+
+// count takes one input line. Only a run.end line's body is decoded; other
+// lines are read up to their src.
+func (pc *producerCounts) count(kind hook.Kind, line []byte) {
+	src := lineSrc(line)
+	k := [2]string{src.Node, strconv.FormatInt(int64(src.PID), 10)}
+	i, ok := pc.at[k]
+	if !ok {
+		if len(pc.rep.Producers) >= MaxMergeProducers {
+			pc.rep.Uncounted++
+			return
+		}
+		i = len(pc.rep.Producers)
+		pc.at[k] = i
+		pc.rep.Producers = append(pc.rep.Producers, MergeProducer{Src: src})
+	}
+	p := &pc.rep.Producers[i]
+	if kind != hook.KindRunEnd {
+		p.Held++
+		return
+	}
+	if ev, _, err := hook.DecodeJSONLine(line); err == nil {
+		if b, ok := ev.Body.(*hook.RunEnd); ok && b != nil {
+			p.Sent = max(p.Sent, b.Sent)
+		}
+	}
+}
+
+// lineSrc reads an event line's src, stopping there (writers put it before
+// the body). A line without one, or one it cannot read, is the empty
+// producer's.
+func lineSrc(line []byte) hook.Source {
+	d := json.NewDecoder(bytes.NewReader(line))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return hook.Source{}
+	}
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return hook.Source{}
+		}
+		if t == "src" {
+			var src hook.Source
+			if d.Decode(&src) != nil {
+				return hook.Source{}
+			}
+			return src
+		}
+		var skip json.RawMessage
+		if d.Decode(&skip) != nil {
+			return hook.Source{}
+		}
+	}
+	return hook.Source{}
 }
 
 // ErrOffsetUnknown: Align was asked for an input whose clock offset is
@@ -294,6 +372,7 @@ func Merge(ctx context.Context, inputs []*Reader, plan []MergeInput, w *Writer, 
 	if d := MergeManifest(plan, opts, InputManifests(inputs)).Labels[LabelMergeDiffers]; d != "" {
 		rep.ConfigDiffers = strings.Split(d, ",")
 	}
+	pc := &producerCounts{at: map[[2]string]int{}, rep: &rep}
 	h := &mergeHeap{}
 	free := make([][]byte, 0, 64)
 	held := make([]int, len(inputs))
@@ -319,6 +398,7 @@ func Merge(ctx context.Context, inputs []*Reader, plan []MergeInput, w *Writer, 
 				in.LastTS = ts
 			}
 			in.Events++
+			pc.count(kind, line)
 			rep.BytesIn += uint64(len(line)) + 1
 			var buf []byte
 			if n := len(free); n > 0 {
