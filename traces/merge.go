@@ -101,6 +101,159 @@ type MergeReport struct {
 	// the inputs or are unknown in one: the merged manifest leaves them
 	// unset, and each input's own configuration is in its labels.
 	ConfigDiffers []string `json:"config_differs,omitempty"`
+	// Producers counts, per producer process (src.node, src.pid), the
+	// events the inputs hold (run.end aside) and the sent count its run.end
+	// reported (0: not known; WIRE.md, "run.end's sent"), for the first
+	// MaxMergeProducers producers. Held below sent: events lost in transit.
+	Producers []MergeProducer `json:"producers,omitempty"`
+	// Uncounted is the events of producers beyond MaxMergeProducers.
+	Uncounted uint64 `json:"uncounted_events,omitempty"`
+}
+
+// MaxMergeProducers bounds the producers a MergeReport counts.
+const MaxMergeProducers = 4096
+
+// MergeProducer is one producer process's events in the merge's inputs.
+type MergeProducer struct {
+	Src  hook.Source `json:"src"`
+	Sent uint64      `json:"sent,omitempty"` // its run.end's sent; 0: not known
+	Held uint64      `json:"held"`           // its events the inputs hold, run.end aside
+}
+
+// producerCounts tallies MergeReport.Producers.
+type producerCounts struct {
+	at    map[[2]string]int // by (src.node, src.pid)
+	byRaw map[string]int    // by a canonical line's src bytes: -1 past MaxMergeProducers
+	rep   *MergeReport
+}
+
+// count takes one input line. Only a run.end line's body is decoded; other
+// lines are read up to their src, and a canonical line's src bytes seen
+// before are not decoded again.
+func (pc *producerCounts) count(kind hook.Kind, line []byte) {
+	raw, canonical := canonicalSrc(line)
+	i, ok := -1, false
+	if canonical {
+		i, ok = pc.byRaw[string(raw)] // no allocation for the lookup
+	}
+	if !ok {
+		var src hook.Source
+		if canonical {
+			if len(raw) > 0 && json.Unmarshal(raw, &src) != nil {
+				src = hook.Source{}
+			}
+		} else {
+			src = lineSrc(line)
+		}
+		i = pc.index(src)
+		if canonical && len(pc.byRaw) < 4*MaxMergeProducers {
+			pc.byRaw[string(raw)] = i
+		}
+	}
+	if i < 0 {
+		pc.rep.Uncounted++
+		return
+	}
+	p := &pc.rep.Producers[i]
+	if kind != hook.KindRunEnd {
+		p.Held++
+		return
+	}
+	if ev, _, err := hook.DecodeJSONLine(line); err == nil {
+		if b, ok := ev.Body.(*hook.RunEnd); ok && b != nil {
+			p.Sent = max(p.Sent, b.Sent)
+		}
+	}
+}
+
+// index is src's producer, -1 past MaxMergeProducers.
+func (pc *producerCounts) index(src hook.Source) int {
+	k := [2]string{src.Node, strconv.FormatInt(int64(src.PID), 10)}
+	i, ok := pc.at[k]
+	if !ok {
+		if len(pc.rep.Producers) >= MaxMergeProducers {
+			return -1
+		}
+		i = len(pc.rep.Producers)
+		pc.at[k] = i
+		pc.rep.Producers = append(pc.rep.Producers, MergeProducer{Src: src})
+	}
+	return i
+}
+
+// canonicalSrc finds the src object of a line in the member order every
+// writer uses ({"v":1,"kind":"K","ts_ns":N,"src":{…},…): nil when the line
+// has none. ok is false for another line.
+func canonicalSrc(line []byte) (raw []byte, ok bool) {
+	const head = `{"v":1,"kind":"`
+	if !bytes.HasPrefix(line, []byte(head)) {
+		return nil, false
+	}
+	rest := line[len(head):]
+	q := bytes.IndexByte(rest, '"')
+	if q < 0 || !bytes.HasPrefix(rest[q:], []byte(`","ts_ns":`)) {
+		return nil, false
+	}
+	rest = rest[q+len(`","ts_ns":`):]
+	i := 0
+	for i < len(rest) && (rest[i] == '-' || rest[i] >= '0' && rest[i] <= '9') {
+		i++
+	}
+	rest = rest[i:]
+	if !bytes.HasPrefix(rest, []byte(`,"src":{`)) {
+		return nil, len(rest) > 0 && rest[0] == ','
+	}
+	obj := rest[len(`,"src":`):]
+	// Fast: the first '}' closes src when no quote is open before it and
+	// nothing is escaped.
+	if j := bytes.IndexByte(obj, '}'); j > 0 {
+		c := obj[:j+1]
+		if bytes.Count(c, []byte{'"'})%2 == 0 && bytes.IndexByte(c, '\\') < 0 && bytes.IndexByte(c[1:], '{') < 0 {
+			return c, true
+		}
+	}
+	in := false
+	for j := 1; j < len(obj); j++ {
+		switch c := obj[j]; {
+		case in && c == '\\':
+			j++
+		case c == '"':
+			in = !in
+		case !in && c == '{':
+			return nil, false // src holds no objects: not a line this reads
+		case !in && c == '}':
+			return obj[:j+1], true
+		}
+	}
+	return nil, false
+}
+
+// lineSrc reads an event line's src, stopping there (writers put it before
+// the body). A line without one, or one it cannot read, is the empty
+// producer's.
+func lineSrc(line []byte) hook.Source {
+	d := json.NewDecoder(bytes.NewReader(line))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return hook.Source{}
+	}
+	for d.More() {
+		t, err := d.Token()
+		if err != nil {
+			return hook.Source{}
+		}
+		if t == "src" {
+			var src hook.Source
+			if d.Decode(&src) != nil {
+				return hook.Source{}
+			}
+			return src
+		}
+		var skip json.RawMessage
+		if d.Decode(&skip) != nil {
+			return hook.Source{}
+		}
+	}
+	return hook.Source{}
 }
 
 // ErrOffsetUnknown: Align was asked for an input whose clock offset is
@@ -294,6 +447,7 @@ func Merge(ctx context.Context, inputs []*Reader, plan []MergeInput, w *Writer, 
 	if d := MergeManifest(plan, opts, InputManifests(inputs)).Labels[LabelMergeDiffers]; d != "" {
 		rep.ConfigDiffers = strings.Split(d, ",")
 	}
+	pc := &producerCounts{at: map[[2]string]int{}, byRaw: map[string]int{}, rep: &rep}
 	h := &mergeHeap{}
 	free := make([][]byte, 0, 64)
 	held := make([]int, len(inputs))
@@ -319,6 +473,7 @@ func Merge(ctx context.Context, inputs []*Reader, plan []MergeInput, w *Writer, 
 				in.LastTS = ts
 			}
 			in.Events++
+			pc.count(kind, line)
 			rep.BytesIn += uint64(len(line)) + 1
 			var buf []byte
 			if n := len(free); n > 0 {

@@ -79,6 +79,9 @@ type bundleInfo struct {
 	// cov, when set, collects the bundle's run.end events as it is read
 	// (checksum compare's bundles; replayBundle keeps its own).
 	cov *analyzers.CoverageCollector
+	// covRead: the bundle was read once; a second pass (checksum compare
+	// locating pages) must not count its events again.
+	covRead bool
 }
 
 // damageOf is what r had to skip so far (all of it once r is read to its end).

@@ -133,7 +133,7 @@ type bundleStream struct {
 // bundle's coverage collector, when it has one.
 func (b bundleStream) Next() (hook.Event, error) {
 	ev, err := b.Reader.Next()
-	if err == nil && b.info.cov != nil {
+	if err == nil && b.info.cov != nil && !b.info.covRead {
 		b.info.cov.Observe(ev)
 	}
 	return ev, err
@@ -142,7 +142,7 @@ func (b bundleStream) Next() (hook.Event, error) {
 func (b bundleStream) Close() error {
 	cov := b.info.cov
 	*b.info = damageOf(b.Reader)
-	b.info.cov = cov
+	b.info.cov, b.info.covRead = cov, cov != nil
 	return b.Reader.Close()
 }
 
@@ -231,7 +231,7 @@ func checksumCompareRun(opts *ChecksumCompareOptions) error {
 	}
 	if out.Partial = checksumPartial(rep, cov); len(out.Partial) > 0 {
 		out.Status = StatusPartial
-		if cov != nil && cov.Lossy > 0 {
+		if cov != nil && (cov.Lossy > 0 || len(cov.Shortfalls()) > 0) {
 			out.Coverage = cov
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvcanary/kvcanary/internal/analyzers"
 	"github.com/kvcanary/kvcanary/internal/buildinfo"
 	"github.com/kvcanary/kvcanary/internal/cmdutil"
 	"github.com/kvcanary/kvcanary/internal/input"
@@ -151,10 +152,35 @@ func traceMergeRun(opts *TraceMergeOptions) error {
 		return cmdutil.InputError(err)
 	}
 	warnMerge(opts, inputs, rep)
-	if opts.JSON.JSON {
-		return cmdutil.WriteJSON(opts.IO.Out, rep)
+	res := TraceMergeReport{MergeReport: rep, Partial: mergeShortfalls(rep)}
+	if len(res.Partial) > 0 {
+		res.Status = StatusPartial
 	}
-	return writeMergeReport(opts.IO.Out, opts.Out, rep, time.Since(start))
+	if opts.JSON.JSON {
+		return cmdutil.WriteJSON(opts.IO.Out, res)
+	}
+	return writeMergeReport(opts.IO.Out, opts.Out, res, time.Since(start))
+}
+
+// TraceMergeReport is the --json shape of `kvcanary trace merge`:
+// traces.MergeReport's fields and, when producers sent more events than the
+// inputs hold (a collector killed before it flushed), status "partial" with
+// one line per such producer.
+type TraceMergeReport struct {
+	traces.MergeReport
+	Status  string   `json:"status,omitempty"`
+	Partial []string `json:"partial,omitempty"`
+}
+
+// mergeShortfalls judges the merge's per-producer counts as the analyzers
+// judge a bundle's (analyzers.Coverage.Shortfalls).
+func mergeShortfalls(rep traces.MergeReport) []string {
+	var c analyzers.Coverage
+	for _, p := range rep.Producers {
+		c.Counts = append(c.Counts, analyzers.ProducerCount{ProducerEnd: analyzers.ProducerEnd{Node: p.Src.Node, Proc: p.Src.Proc,
+			PID: p.Src.PID, Role: p.Src.Role, Rank: p.Src.Rank}, Sent: p.Sent, Held: p.Held})
+	}
+	return c.Shortfalls()
 }
 
 // openMergeInputs opens every input bundle, refusing the output among them
@@ -214,7 +240,8 @@ func warnMerge(opts *TraceMergeOptions, inputs []*traces.Reader, rep traces.Merg
 	}
 }
 
-func writeMergeReport(out io.Writer, path string, rep traces.MergeReport, took time.Duration) error {
+func writeMergeReport(out io.Writer, path string, res TraceMergeReport, took time.Duration) error {
+	rep := res.MergeReport
 	q := cmdutil.Quote
 	fmt.Fprintf(out, "merged %d events from %d bundles into %s (%.1f MB of events in %s)\n",
 		rep.Events, len(rep.Inputs), q(path), float64(rep.BytesIn)/1e6, took.Round(time.Millisecond))
@@ -251,6 +278,9 @@ func writeMergeReport(out io.Writer, path string, rep traces.MergeReport, took t
 		fmt.Fprintln(out, "timestamps were shifted by the applied offsets (--align start); the merged manifest records them")
 	} else {
 		fmt.Fprintln(out, "clock offsets are estimates from the manifests' start times, recorded in the merged manifest, not applied (--align start applies them)")
+	}
+	for _, p := range res.Partial {
+		fmt.Fprintf(out, "partial: %s: events lost on the way (a collector killed before it wrote them?)\n", p)
 	}
 	return nil
 }

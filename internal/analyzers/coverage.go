@@ -64,7 +64,34 @@ type Coverage struct {
 	// tp_size): "decode rank 1 of 2 never reported". What such a rank did is
 	// unknown, so every layer's verdict is partial.
 	Silent []string `json:"silent_ranks,omitempty"`
+	// Counts holds, per producer process (src.node, src.pid), the events
+	// the bundles read hold and the sent count its run.end reported (0: not
+	// known), for the first MaxCoverageCounted producers. A producer that
+	// sent more than the bundles hold lost events on the way (a collector
+	// killed before it flushed): Lost names it.
+	Counts []ProducerCount `json:"producer_counts,omitempty"`
+	// Uncounted is the events of producers beyond MaxCoverageCounted:
+	// whether those producers lost any is not known.
+	Uncounted uint64 `json:"uncounted_events,omitempty"`
 }
+
+// MaxCoverageCounted bounds the producers whose events a Coverage counts.
+const MaxCoverageCounted = 4096
+
+// ProducerCount is one producer process's events: those the bundles hold
+// (run.end aside) and the count it said it sent (run.end's sent).
+type ProducerCount struct {
+	ProducerEnd
+	Sent uint64 `json:"sent,omitempty"` // 0: not known
+	Held uint64 `json:"held"`
+}
+
+type producerKey struct {
+	node string
+	pid  int32
+}
+
+func (p ProducerCount) key() producerKey { return producerKey{p.Node, p.PID} }
 
 // CoverageCollector builds a Coverage from the run.end events it observes.
 // Reading the same bundle twice adds nothing: a run.end is counted once per
@@ -73,6 +100,7 @@ type CoverageCollector struct {
 	seen  map[coverageKey]bool
 	c     Coverage
 	ranks map[string]*roleRanks // by src.role ("" outside PD)
+	count map[producerKey]int   // index into c.Counts
 }
 
 // roleRanks is what a role's engine processes said about their ranks.
@@ -97,8 +125,12 @@ func NewCoverageCollector() *CoverageCollector {
 // own rank) and the rank in any engine event's src.
 func (cc *CoverageCollector) Observe(ev hook.Event) {
 	cc.observeRank(ev)
+	pc := cc.producer(ev.Src)
 	b, ok := ev.Body.(*hook.RunEnd)
 	if !ok || b == nil {
+		if pc != nil {
+			pc.Held++
+		}
 		return
 	}
 	k := coverageKey{ev.Src, ev.TS}
@@ -106,6 +138,9 @@ func (cc *CoverageCollector) Observe(ev hook.Event) {
 		return
 	}
 	cc.seen[k] = true
+	if pc != nil {
+		pc.Sent = max(pc.Sent, b.Sent)
+	}
 	cc.c.Ends++
 	if b.Dropped == 0 && b.Error == "" {
 		return
@@ -120,6 +155,26 @@ func (cc *CoverageCollector) Observe(ev hook.Event) {
 		cc.c.Producers = append(cc.c.Producers, ProducerEnd{Node: ev.Src.Node, Proc: ev.Src.Proc, PID: ev.Src.PID,
 			Role: ev.Src.Role, Rank: ev.Src.Rank, Dropped: b.Dropped, Error: e})
 	}
+}
+
+// producer returns src's count, nil once MaxCoverageCounted others are.
+func (cc *CoverageCollector) producer(src hook.Source) *ProducerCount {
+	if cc.count == nil {
+		cc.count = map[producerKey]int{}
+	}
+	k := producerKey{src.Node, src.PID}
+	i, ok := cc.count[k]
+	if !ok {
+		if len(cc.c.Counts) >= MaxCoverageCounted {
+			cc.c.Uncounted++
+			return nil
+		}
+		i = len(cc.c.Counts)
+		cc.count[k] = i
+		cc.c.Counts = append(cc.c.Counts, ProducerCount{ProducerEnd: ProducerEnd{Node: src.Node, Proc: src.Proc, PID: src.PID,
+			Role: src.Role, Rank: src.Rank}})
+	}
+	return &cc.c.Counts[i]
 }
 
 func (cc *CoverageCollector) observeRank(ev hook.Event) {
@@ -199,6 +254,7 @@ func (cc *CoverageCollector) SilentRanks() []string {
 func (cc *CoverageCollector) Result() Coverage {
 	c := cc.c
 	c.Producers = append([]ProducerEnd(nil), c.Producers...)
+	c.Counts = append([]ProducerCount(nil), c.Counts...)
 	c.Silent = cc.SilentRanks()
 	return c
 }
@@ -214,6 +270,38 @@ func (c *Coverage) Merge(o Coverage) {
 			c.Producers = append(c.Producers, p)
 		}
 	}
+	// A producer's events may be spread over several bundles (its
+	// collector restarted): held adds up, sent is its run.end's.
+	at := make(map[producerKey]int, len(c.Counts))
+	for i, p := range c.Counts {
+		at[p.key()] = i
+	}
+	c.Uncounted += o.Uncounted
+	for _, p := range o.Counts {
+		if i, ok := at[p.key()]; ok {
+			c.Counts[i].Held += p.Held
+			c.Counts[i].Sent = max(c.Counts[i].Sent, p.Sent)
+		} else if len(c.Counts) < MaxCoverageCounted {
+			at[p.key()] = len(c.Counts)
+			c.Counts = append(c.Counts, p)
+		} else {
+			c.Uncounted += p.Held
+		}
+	}
+}
+
+// Shortfalls names the producers that sent more events than the bundles
+// hold: "python3 pid 7909 sent 1319 events, the bundles hold 1277 (42
+// missing)". A producer whose run.end carries no sent count is not known
+// to have lost anything, and is not named.
+func (c Coverage) Shortfalls() []string {
+	var out []string
+	for _, p := range c.Counts {
+		if p.Sent > p.Held {
+			out = append(out, fmt.Sprintf("%s sent %d events, the bundles hold %d (%d missing)", p.Who(), p.Sent, p.Held, p.Sent-p.Held))
+		}
+	}
+	return out
 }
 
 // NoteAnalyzers maps one note of a producer's run.end error (the
@@ -289,6 +377,7 @@ func (c Coverage) Lost(analyzer string) []string {
 	for _, s := range c.Silent {
 		out = append(out, s+": what it saw is unknown")
 	}
+	out = append(out, c.Shortfalls()...) // missing events may be any layer's
 	for _, p := range c.Producers {
 		var why []string
 		if p.Dropped > 0 {
@@ -311,7 +400,7 @@ func (c Coverage) Lost(analyzer string) []string {
 	}
 	if n := c.Lossy - len(c.Producers); n > 0 {
 		out = append(out, fmt.Sprintf("%d more producers reported losses (not listed)", n))
-	} else if c.Dropped > 0 && len(out) == len(c.Silent) {
+	} else if c.Dropped > 0 && len(out) == len(c.Silent)+len(c.Shortfalls()) {
 		out = append(out, fmt.Sprintf("producers dropped %d events", c.Dropped))
 	}
 	return out

@@ -31,6 +31,7 @@ func appendBinaryBody(dst []byte, body Body) ([]byte, error) {
 		e.b = binary.AppendVarint(e.b, v.Steps)
 		e.b = binary.AppendUvarint(e.b, v.Dropped)
 		e.str("error", v.Error)
+		e.b = binary.AppendUvarint(e.b, v.Sent)
 	case *RoomChecksum:
 		e.b = appendU64(e.b, uint64(v.Room))
 		e.str("side", string(v.Side))
@@ -136,6 +137,10 @@ func decodeBinaryBody(k Kind, r *reader, sl *slabs) Body {
 		v.Steps = r.varint()
 		v.Dropped = r.uvarint()
 		v.Error = r.str()
+		if r.end() {
+			return v // a producer from before sent
+		}
+		v.Sent = r.uvarint()
 		return v
 	case KindRoomChecksum:
 		v := sl.newRoomChecksum()

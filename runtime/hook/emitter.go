@@ -128,7 +128,8 @@ func Dial(addr string, opts DialOptions) (*Emitter, error) {
 
 // Emit queues ev. It never waits for the network; it drops ev (and counts
 // it) when the queue is full or the emitter is closed. The body is encoded
-// before Emit returns, so the caller may reuse it.
+// before Emit returns, so the caller may reuse it. A run.end without Sent
+// gets the emitter's count (WIRE.md, "run.end's sent").
 func (e *Emitter) Emit(ev Event) {
 	if ev.Src == (Source{}) {
 		ev.Src = e.opts.Source
@@ -141,6 +142,13 @@ func (e *Emitter) Emit(ev Event) {
 		e.mu.Unlock()
 		e.dropped.Add(1)
 		return
+	}
+	if re, ok := ev.Body.(*RunEnd); ok && re != nil && re.Sent == 0 {
+		// run.end carries sent (WIRE.md): the frames written so far and
+		// those queued ahead of it. A copy: the caller's body is its own.
+		c := *re
+		c.Sent = e.sent.Load() + e.pending
+		ev.Body = &c
 	}
 	wasEmpty := len(e.buf) == 0
 	start := len(e.buf)

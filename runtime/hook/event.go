@@ -386,12 +386,18 @@ type RunStart struct {
 
 // RunEnd closes a run.
 //
-//hook:binary wall_ns steps dropped error
+//hook:binary wall_ns steps dropped error |sent sent
 type RunEnd struct {
 	WallNS  int64  `json:"wall_ns" check:"min=0"`
 	Steps   int64  `json:"steps,omitempty" check:"min=0"`
 	Dropped uint64 `json:"dropped,omitempty"` // events the producer dropped
 	Error   string `json:"error,omitempty"`
+	// Sent is the events, other than this run.end, the producer process
+	// wrote (or queued ahead of this run.end) to its collector connections,
+	// all of them together, not counting those in Dropped (WIRE.md, "sent").
+	// A reader holding fewer of this producer's (src.node, src.pid) events
+	// lost the difference. 0: not known (a producer built before it).
+	Sent uint64 `json:"sent,omitempty"`
 }
 
 // Side is the PD role that computed a room checksum.

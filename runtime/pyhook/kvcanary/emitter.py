@@ -384,7 +384,7 @@ class Emitter:
     # --- shutdown --------------------------------------------------------------
 
     def close(self, timeout: float = 2.0) -> None:
-        """Write what is queued, then send `run.end` {"wall_ns", "dropped"}
+        """Write what is queued, then send `run.end` {"wall_ns", "dropped", "sent"}
         and disconnect, all within about `timeout` seconds: after 3/4 of it
         the writer is cut off (its socket shut down) and given the rest to
         stop. Events still queued then are counted as dropped. Idempotent;
@@ -567,9 +567,13 @@ class Emitter:
     def _run_end_line(self) -> bytes:
         """run.end: dropped counts the events dropped and those refused or
         not encodable (a NaN, a lone surrogate: evidence lost all the same),
-        and error names the latter by kind, then the run_end sources' notes."""
+        and error names the latter by kind, then the run_end sources' notes;
+        sent counts the events written to a collector over every connection
+        (run.end aside), so a reader holding fewer knows some were lost on
+        the way (WIRE.md, "run.end's sent")."""
         with self._lock:
             dropped = self._dropped + self._invalid
+            sent = self._sent  # every connection's; the queue ahead of run.end is written
             invalid, kinds, why = self._invalid, dict(self._invalid_kinds), self._invalid_why
             dkinds = dict(self._dropped_kinds)
         errors = []
@@ -591,6 +595,8 @@ class Emitter:
         body = {"wall_ns": max(0, time.monotonic_ns() - self._t0)}
         if dropped:
             body["dropped"] = dropped
+        if sent:
+            body["sent"] = sent
         if errors:
             body["error"] = "; ".join(errors)
         return encode_event("run.end", body, time.time_ns(), self.proc, self._pid, self.run, self.role, self.rank)

@@ -363,6 +363,35 @@ def test_forked_child_starts_fresh(unix_collector):
     assert unix_collector.accepted == 2
 
 
+def test_run_end_sent_counts_every_connection(unix_collector):
+    """run.end's sent is what the process wrote over all its connections
+    (run.end aside): a reader holding fewer of its events knows some were
+    lost on the way (WIRE.md, "run.end's sent")."""
+    em = Emitter(unix_collector.addr, min_backoff=0.001, max_backoff=0.02)
+    for i in range(7):
+        em.emit("replay", replay_body(i))
+    assert unix_collector.wait(lambda c: len(c.events) == 7)
+    with unix_collector._cv:  # the collector drops the connection: the emitter redials
+        for c in unix_collector.conns:
+            c.shutdown(socket.SHUT_RDWR)
+            c.close()
+    deadline = time.monotonic() + HANG
+    i = 7
+    while em.stats["connects"] < 2 and time.monotonic() < deadline:
+        em.emit("replay", replay_body(i))
+        i += 1
+        time.sleep(0.005)
+    for j in range(5):
+        em.emit("replay", replay_body(10000 + j))
+    em.close()
+    assert em.stats["connects"] >= 2
+    assert unix_collector.wait(lambda c: c.kinds()[-1:] == ["run.end"])
+    end = unix_collector.events[-1]
+    held = sum(1 for e in unix_collector.events if e["kind"] == "replay")
+    assert end["body"]["sent"] == em.stats["sent"] - 1  # run.end itself is not in it
+    assert end["body"]["sent"] == held >= 12, (end["body"], held)
+
+
 # --- cross-language golden files ---------------------------------------------
 
 GOLDEN_TS = 1_767_225_600_000_000_000
