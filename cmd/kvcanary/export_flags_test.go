@@ -164,6 +164,7 @@ func promQuery(base, q string) (float64, bool, error) {
 // samples), and the shipped alerts fire. promtool check metrics passes on
 // the scrape.
 func TestCollectMetricsScrapedByPrometheus(t *testing.T) {
+	t.Parallel() // its own processes, ports and temp dirs: it mostly waits on them
 	if testing.Short() {
 		t.Skip("starts Prometheus and a twin run")
 	}

@@ -189,6 +189,7 @@ func fifoBlockedInOpen(t *testing.T, pid int) {
 // (issue 19 item 4: `timeout 15 kvcanary canary report /dev/zero` ran 29
 // minutes; a FIFO with no writer needed SIGKILL).
 func TestFirstSIGINTStopsOfflineCommands(t *testing.T) {
+	t.Parallel() // its own processes, ports and temp dirs: it mostly waits on them
 	if runtime.GOOS != "linux" {
 		t.Skip("FIFO and /proc based test; Linux only")
 	}
