@@ -153,8 +153,14 @@ func TestSimRunProgressOnTTY(t *testing.T) {
 func TestSimRunSpecMove(t *testing.T) {
 	dir := t.TempDir()
 	bundle := filepath.Join(dir, "spec.kvtrace")
-	out, _, err := runSim(t, false, "run", "--sessions", "16", "--rounds", "2", "--seed", "1", "--json",
-		"--inject", "spec-move", "--multi-stream-overlap=false", "--record", bundle)
+	// Two runs in process: under -race graphdiff samples every 8th replay
+	// instead of every other (minutes of arithmetic there; it must still
+	// sample, and agree).
+	size := []string{"--sessions", "16", "--rounds", "2", "--seed", "1"}
+	if raceEnabled {
+		size = append(size, "--graphdiff-every", "8")
+	}
+	out, _, err := runSim(t, false, append([]string{"run", "--json", "--inject", "spec-move", "--multi-stream-overlap=false", "--record", bundle}, size...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +201,7 @@ func TestSimRunSpecMove(t *testing.T) {
 	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
 		t.Fatalf("canary report exit %d (%v), want 1\n%s", cmdutil.ExitCode(err), err, rep)
 	}
-	text, _, err := runSim(t, false, "run", "--sessions", "16", "--rounds", "2", "--seed", "1",
-		"--inject", "spec-move", "--multi-stream-overlap=false")
+	text, _, err := runSim(t, false, append([]string{"run", "--inject", "spec-move", "--multi-stream-overlap=false"}, size...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
