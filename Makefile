@@ -89,7 +89,7 @@ test: vet fmt-check pytest
 # the binary or start servers as processes). Under 2 minutes on 2 cores
 # with a warm build cache; `make test` before sending a change.
 check: fmt-check vet
-	$(GO) test -short -count=1 -timeout 5m ./...
+	$(GO) test -short -count=1 -timeout 10m ./...
 
 # The in-engine Python package (runtime/pyhook): torch on the CPU, a stand-in
 # of SGLang's interfaces, and the stand-in's bundles judged end to end by the

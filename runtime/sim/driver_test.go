@@ -37,7 +37,7 @@ type judgeCall struct {
 // exactly when the judge says so, with the judge's outcome.
 func TestRunAsksTheJudge(t *testing.T) {
 	sessions, rounds := 6, 3
-	if raceEnabled {
+	if small() {
 		// Two full runs were minutes under -race; the judge's contract is
 		// the same for 3 sessions of 2 rounds.
 		sessions, rounds = 3, 2
@@ -142,7 +142,7 @@ func TestToolRounds(t *testing.T) {
 func TestRunJudgeSeesWireFinishAndMustAnswerInContract(t *testing.T) {
 	w := DefaultWorkload()
 	w.Sessions, w.Rounds = 4, 2
-	if raceEnabled {
+	if small() {
 		w.Sessions = 2 // the judge's view of each reply is the same; a minute less under -race
 	}
 	var calls []judgeCall

@@ -18,7 +18,7 @@ func TestGraphDiffVectorsEvery(t *testing.T) {
 		cfg.Instruments = Instruments{GraphDiff: true, GraphDiffEvery: 1, GraphDiffVectorsEvery: every}
 		w := testWorkload()
 		w.Sessions, w.Rounds = 12, 2
-		if raceEnabled {
+		if small() {
 			w.Sessions = 6
 		}
 		var c collect

@@ -182,7 +182,7 @@ func TestStaleOutLocWritesForeignPage(t *testing.T) {
 		stale, foreign, verified := 0, 0, 0
 		var pending []int
 		sessions, rounds := 40, 3
-		if raceEnabled {
+		if small() {
 			sessions, rounds = 14, 1 // forced retraction needs bs > 10
 		}
 		driveEngine(t, cfg, sessions, rounds, nil, func(e *Engine) {
@@ -311,7 +311,7 @@ func foreignWrites(evs []hook.Event) int {
 // faultSessions is the byte-level fault tests' session count (smaller under
 // the race detector).
 func faultSessions() int {
-	if raceEnabled {
+	if small() {
 		return 6
 	}
 	return 40
