@@ -19,7 +19,10 @@ func TestGraphDiffVectorsEvery(t *testing.T) {
 		w := testWorkload()
 		w.Sessions, w.Rounds = 12, 2
 		if small() {
-			w.Sessions = 6
+			// Two runs with graphdiff on every step: minutes under -race
+			// at 6×2. The emission policy is per sample, and 3×1 makes
+			// hundreds of them.
+			w.Sessions, w.Rounds = 3, 1
 		}
 		var c collect
 		if _, err := Run(context.Background(), cfg, w, &c); err != nil {
