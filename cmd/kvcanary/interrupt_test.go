@@ -96,6 +96,7 @@ func exitCode(t *testing.T, bin string, args ...string) (int, string) {
 // a message naming the file and what it is: never a verdict (issue 19 item
 // 1: a gzip-rotated log holding a violation was "0 violations", exit 0).
 func TestOfflineCommandsRefuseUnreadableInput(t *testing.T) {
+	t.Parallel() // its own processes, ports and temp dirs: it mostly waits on them
 	bin := kvcanaryBinary(t)
 	dir := t.TempDir()
 	violation, err := os.ReadFile("../../canary/testdata/sglang-canary.log")
