@@ -75,10 +75,10 @@ docs: build
 # Every test: vet, formatting, the Python package's tests, the suite at full
 # speed (the twin's acceptance tests run their real sizes), then again under
 # the race detector (where the heaviest twin runs scale down or skip, as they
-# say). About 10 minutes on an idle 2-core machine (README, Set up).
-# TEST_TIMEOUT bounds each package's test binary (go test -timeout): the
-# slowest package needs about 4 minutes idle under -race, so a hang fails
-# with a stack dump instead of running on, and a loaded machine still fits.
+# say). About 15 minutes on an idle 2-core machine (README, Set up).
+# TEST_TIMEOUT bounds each package's test binary (go test -timeout; Go's
+# default is 10 minutes): the slowest packages need a few minutes idle, so a
+# hang fails with a stack dump while a loaded machine still fits.
 TEST_TIMEOUT ?= 20m
 test: vet fmt-check pytest
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
