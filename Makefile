@@ -86,8 +86,8 @@ test: vet fmt-check pytest
 
 # The edit-test loop: formatting, vet and every Go package's tests with
 # -short (no race detector, no twin acceptance sizes, no tests that build
-# the binary or start servers as processes). Under 2 minutes on 2 cores
-# with a warm build cache; `make test` before sending a change.
+# the kvcanary binary, no Prometheus). Under 2 minutes on 2 cores with a
+# warm build cache; `make test` before sending a change.
 check: fmt-check vet
 	$(GO) test -short -count=1 -timeout 10m ./...
 
