@@ -939,6 +939,12 @@ func manifestConfig(t *testing.T, path string) (hook.RunConfig, *hook.RunStart) 
 // Against the twin standing in for a real server: two runs whose servers
 // report different settings are attributed by ab without a single label.
 func TestReproServerSettingsAB(t *testing.T) {
+	// Four twin servers in process: 2 one-round sessions each under -race
+	// (4 × 2 took minutes there); the settings are the point, not the load.
+	sessions, rounds := 4, 2
+	if raceEnabled {
+		sessions, rounds = 2, 1
+	}
 	for _, tc := range []struct {
 		name       string
 		mutA, mutB func(*sim.Config)
@@ -953,7 +959,7 @@ func TestReproServerSettingsAB(t *testing.T) {
 			for i, mut := range []func(*sim.Config){tc.mutA, tc.mutB} {
 				url := serveTwin(t, mut)
 				p := filepath.Join(dir, []string{"a", "b"}[i]+".kvtrace")
-				_, errOut, err := runRepro(t, "--url", url, "--sessions", "4", "--rounds", "2", "--tool-time", "0", "--record", p)
+				_, errOut, err := runRepro(t, "--url", url, "--sessions", fmt.Sprint(sessions), "--rounds", fmt.Sprint(rounds), "--tool-time", "0", "--record", p)
 				if err != nil {
 					t.Fatalf("%v: %s", err, errOut)
 				}
@@ -964,7 +970,7 @@ func TestReproServerSettingsAB(t *testing.T) {
 			}
 			cfg, rs := manifestConfig(t, paths[1])
 			if rs == nil || rs.Config.CUDAGraph == nil || rs.Config.MultiStreamOverlap == nil || rs.Config.Provenance["cuda_graph"] != hook.ProvServer ||
-				rs.Config.ServerArgs["cuda_graph_max_bs"] == "" || rs.Config.Sessions != 4 {
+				rs.Config.ServerArgs["cuda_graph_max_bs"] == "" || rs.Config.Sessions != sessions {
 				t.Fatalf("run.start config %+v", rs)
 			}
 			if cfg.CUDAGraph == nil || *cfg.CUDAGraph != *rs.Config.CUDAGraph || cfg.CUDAGraphMaxBS != rs.Config.CUDAGraphMaxBS {
