@@ -77,11 +77,15 @@ func corrupted(res sim.Result) int {
 }
 
 // twinWorkload is small enough for go test -race (the twin computes real
-// index-K scores) and still corrupts sessions in the baseline.
+// index-K scores) and still corrupts sessions in the baseline: 12 sessions
+// of 3 rounds, 2 rounds under -race (minutes per run there at 3).
 func twinWorkload() sim.Workload {
 	w := sim.DefaultWorkload()
 	w.Judge = outcome.Classifier{}.Outcome
 	w.Sessions, w.Rounds = 12, 3
+	if raceEnabled {
+		w.Rounds = 2
+	}
 	return w
 }
 
