@@ -32,6 +32,9 @@ func TestBisectSeedsOnTheTwin(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("runs the seeds' plan on the twin (about 30 twin runs of 80 sessions); skipped with -short and -race")
 	}
+	// The package's longest test, CPU-bound: in parallel it overlaps the
+	// tests that wait on processes instead of adding to them.
+	t.Parallel()
 	out, stderr, err := runBisect(t, context.Background(), "../../examples/seeds.toml", "--out", t.TempDir(), "--json")
 	if err != nil {
 		t.Fatalf("bisect: %v\n%s", err, stderr)

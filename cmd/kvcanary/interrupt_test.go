@@ -32,7 +32,8 @@ var (
 // Which tests run in parallel: those that mostly wait on processes and
 // servers of their own (the bisects through processes, wrap's stand-in
 // engine and lingering producer, Prometheus, tmux, SIGINT to the binary,
-// the offline commands' refusals) call t.Parallel. The others do not: the
+// the offline commands' refusals) call t.Parallel, and so does the seeds'
+// bisect, the longest, to overlap them. The others do not: the
 // in-process twin runs are CPU-bound (nothing to gain on two cores, where
 // go test already runs two packages at once), and several set the
 // environment (t.Setenv) or signal the test process itself, which a
