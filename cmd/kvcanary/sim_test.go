@@ -356,7 +356,9 @@ func TestSimServeDrainsOnStop(t *testing.T) {
 	addr, done := startSimServe(t, f, true, "--addr", "127.0.0.1:0", "--no-canary", "--no-graphdiff", "--no-checksum")
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"Task 1: tool rounds: 1"}],` +
 		`"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}`
-	client := &http.Client{Timeout: 20 * time.Second}
+	// A hang guard, only a failure waits this long: one answer took over
+	// 20 s under -race on a loaded 2-core machine.
+	client := &http.Client{Timeout: 2 * time.Minute}
 	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
