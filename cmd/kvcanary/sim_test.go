@@ -153,12 +153,13 @@ func TestSimRunProgressOnTTY(t *testing.T) {
 func TestSimRunSpecMove(t *testing.T) {
 	dir := t.TempDir()
 	bundle := filepath.Join(dir, "spec.kvtrace")
-	// Two runs in process: under -race graphdiff samples every 8th replay
-	// instead of every other (minutes of arithmetic there; it must still
-	// sample, and agree).
+	// Two runs in process: under -race 12 sessions and graphdiff on every
+	// 8th replay instead of every other (minutes of arithmetic there; the
+	// fault must still show between replays, and graphdiff still sample and
+	// agree).
 	size := []string{"--sessions", "16", "--rounds", "2", "--seed", "1"}
 	if raceEnabled {
-		size = append(size, "--graphdiff-every", "8")
+		size = []string{"--sessions", "12", "--rounds", "2", "--seed", "1", "--graphdiff-every", "8"}
 	}
 	out, _, err := runSim(t, false, append([]string{"run", "--json", "--inject", "spec-move", "--multi-stream-overlap=false", "--record", bundle}, size...)...)
 	if err != nil {
