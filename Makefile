@@ -1,4 +1,5 @@
-# kvcanary — the two set-up commands are `make run` and `make test`.
+# kvcanary — the two set-up commands are `make run` and `make test`;
+# `make check` is the quick loop while editing (under 2 minutes).
 GO      ?= go
 # The interpreter of the Python package's tests: Debian's python3-torch and
 # python3-pytest are installed for /usr/bin/python3 (the python3 first on
@@ -27,7 +28,7 @@ export CGO_CFLAGS
 # on PATH on every common Linux; needs root). PREFIX=$$HOME/.local for a user.
 PREFIX  ?= /usr/local
 
-.PHONY: all build run test vet fmt-check pytest bench clean install dist docs
+.PHONY: all build run test check vet fmt-check pytest bench clean install dist docs
 
 all: build
 
@@ -74,10 +75,21 @@ docs: build
 # Every test: vet, formatting, the Python package's tests, the suite at full
 # speed (the twin's acceptance tests run their real sizes), then again under
 # the race detector (where the heaviest twin runs scale down or skip, as they
-# say).
+# say). About 15 minutes on an idle 2-core machine (README, Set up).
+# TEST_TIMEOUT bounds each package's test binary (go test -timeout; Go's
+# default is 10 minutes): the slowest packages need a few minutes idle, so a
+# hang fails with a stack dump while a loaded machine still fits.
+TEST_TIMEOUT ?= 20m
 test: vet fmt-check pytest
-	$(GO) test -count=1 ./...
-	$(GO) test -race -count=1 ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# The edit-test loop: formatting, vet and every Go package's tests with
+# -short (no race detector, no twin acceptance sizes, no tests that build
+# the kvcanary binary, no Prometheus). Under 2 minutes on 2 cores with a
+# warm build cache; `make test` before sending a change.
+check: fmt-check vet
+	$(GO) test -short -count=1 -timeout 10m ./...
 
 # The in-engine Python package (runtime/pyhook): torch on the CPU, a stand-in
 # of SGLang's interfaces, and the stand-in's bundles judged end to end by the

@@ -32,6 +32,9 @@ func TestBisectSeedsOnTheTwin(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("runs the seeds' plan on the twin (about 30 twin runs of 80 sessions); skipped with -short and -race")
 	}
+	// The package's longest test, CPU-bound: in parallel it overlaps the
+	// tests that wait on processes instead of adding to them.
+	t.Parallel()
 	out, stderr, err := runBisect(t, context.Background(), "../../examples/seeds.toml", "--out", t.TempDir(), "--json")
 	if err != nil {
 		t.Fatalf("bisect: %v\n%s", err, stderr)
@@ -147,6 +150,7 @@ func bisectState(t *testing.T, out string) bisect.State {
 // server exit at start and one whose server is killed mid-arm are marked
 // failed with the log tail, and the others finish.
 func TestBisectThroughProcesses(t *testing.T) {
+	t.Parallel() // its own processes, ports and temp dirs: it mostly waits on them
 	bin := kvcanaryBinary(t)
 	dir := t.TempDir()
 	plan := writeProcessPlan(t, dir, `
@@ -197,6 +201,7 @@ flags = ["--index-k-dtype", "fp8"]
 // TestBisectResumeAfterSIGINT: SIGINT mid-bisect exits 130 with the state
 // saved; --resume finishes the plan without re-running a counted session.
 func TestBisectResumeAfterSIGINT(t *testing.T) {
+	t.Parallel() // its own processes, ports and temp dirs: it mostly waits on them
 	bin := kvcanaryBinary(t)
 	dir := t.TempDir()
 	plan := writeProcessPlan(t, dir, `
@@ -263,10 +268,13 @@ flags = ["--disable-cuda-graph"]
 }
 
 // On a terminal bisect keeps a status line under its log: the arm, its
-// sessions counted and corrupted.
+// sessions counted and corrupted. One look per arm at 4 one-round
+// sessions (budget = batch = baseline_start = concurrency): the status
+// line needs no decision, and the twin waves run in process (16 sessions
+// of 2 rounds per arm took minutes under -race).
 func TestBisectStatusLineOnATerminal(t *testing.T) {
 	plan := filepath.Join(t.TempDir(), "p.toml")
-	if err := os.WriteFile(plan, []byte("[[arm]]\nname = \"fp8\"\nflags = [\"--index-k-dtype\", \"fp8\"]\n[workload]\nconcurrency = 8\nrounds = 2\n[stats]\nbudget = 16\nbatch = 8\nbaseline_start = 8\n"), 0o644); err != nil {
+	if err := os.WriteFile(plan, []byte("[[arm]]\nname = \"fp8\"\nflags = [\"--index-k-dtype\", \"fp8\"]\n[workload]\nconcurrency = 4\nrounds = 1\n[stats]\nbudget = 4\nbatch = 4\nbaseline_start = 4\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := newTestCLI()
@@ -274,7 +282,7 @@ func TestBisectStatusLineOnATerminal(t *testing.T) {
 	if err := c.exec(NewCmdBisect(c.F, nil), plan, "--out", filepath.Join(t.TempDir(), "out")); err != nil {
 		t.Fatalf("bisect: %v\n%s", err, c.ErrOut)
 	}
-	for _, want := range []string{"\r\x1b[Kbisect: baseline: ", "sessions counted, ", "bisect: fp8 look at 8: "} {
+	for _, want := range []string{"\r\x1b[Kbisect: baseline: ", "sessions counted, ", "bisect: fp8 look at 4: "} {
 		if !strings.Contains(c.ErrOut.String(), want) {
 			t.Errorf("stderr lacks %q:\n%q", want, c.ErrOut)
 		}

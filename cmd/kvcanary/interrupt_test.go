@@ -29,6 +29,15 @@ var (
 	binDir  string
 )
 
+// Which tests run in parallel: those that mostly wait on processes and
+// servers of their own (the bisects through processes, wrap's stand-in
+// engine and lingering producer, Prometheus, tmux, SIGINT to the binary,
+// the offline commands' refusals) call t.Parallel, and so does the seeds'
+// bisect, the longest, to overlap them. The others do not: the
+// in-process twin runs are CPU-bound (nothing to gain on two cores, where
+// go test already runs two packages at once), and several set the
+// environment (t.Setenv) or signal the test process itself, which a
+// parallel test must not.
 func TestMain(m *testing.M) {
 	// Commands keep things in the user's state directory (the demo's
 	// pictures, dashboard snapshots): the tests' go to a directory of
@@ -89,6 +98,7 @@ func exitCode(t *testing.T, bin string, args ...string) (int, string) {
 // a message naming the file and what it is: never a verdict (issue 19 item
 // 1: a gzip-rotated log holding a violation was "0 violations", exit 0).
 func TestOfflineCommandsRefuseUnreadableInput(t *testing.T) {
+	t.Parallel() // its own processes, ports and temp dirs: it mostly waits on them
 	bin := kvcanaryBinary(t)
 	dir := t.TempDir()
 	violation, err := os.ReadFile("../../canary/testdata/sglang-canary.log")
@@ -189,6 +199,7 @@ func fifoBlockedInOpen(t *testing.T, pid int) {
 // (issue 19 item 4: `timeout 15 kvcanary canary report /dev/zero` ran 29
 // minutes; a FIFO with no writer needed SIGKILL).
 func TestFirstSIGINTStopsOfflineCommands(t *testing.T) {
+	t.Parallel() // its own processes, ports and temp dirs: it mostly waits on them
 	if runtime.GOOS != "linux" {
 		t.Skip("FIFO and /proc based test; Linux only")
 	}

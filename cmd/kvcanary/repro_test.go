@@ -942,6 +942,12 @@ func manifestConfig(t *testing.T, path string) (hook.RunConfig, *hook.RunStart) 
 // Against the twin standing in for a real server: two runs whose servers
 // report different settings are attributed by ab without a single label.
 func TestReproServerSettingsAB(t *testing.T) {
+	// Four twin servers in process: 2 one-round sessions each under -race
+	// (4 × 2 took minutes there); the settings are the point, not the load.
+	sessions, rounds := 4, 2
+	if raceEnabled {
+		sessions, rounds = 2, 1
+	}
 	for _, tc := range []struct {
 		name       string
 		mutA, mutB func(*sim.Config)
@@ -956,7 +962,7 @@ func TestReproServerSettingsAB(t *testing.T) {
 			for i, mut := range []func(*sim.Config){tc.mutA, tc.mutB} {
 				url := serveTwin(t, mut)
 				p := filepath.Join(dir, []string{"a", "b"}[i]+".kvtrace")
-				_, errOut, err := runRepro(t, "--url", url, "--sessions", "4", "--rounds", "2", "--tool-time", "0", "--record", p)
+				_, errOut, err := runRepro(t, "--url", url, "--sessions", fmt.Sprint(sessions), "--rounds", fmt.Sprint(rounds), "--tool-time", "0", "--record", p)
 				if err != nil {
 					t.Fatalf("%v: %s", err, errOut)
 				}
@@ -967,7 +973,7 @@ func TestReproServerSettingsAB(t *testing.T) {
 			}
 			cfg, rs := manifestConfig(t, paths[1])
 			if rs == nil || rs.Config.CUDAGraph == nil || rs.Config.MultiStreamOverlap == nil || rs.Config.Provenance["cuda_graph"] != hook.ProvServer ||
-				rs.Config.ServerArgs["cuda_graph_max_bs"] == "" || rs.Config.Sessions != 4 {
+				rs.Config.ServerArgs["cuda_graph_max_bs"] == "" || rs.Config.Sessions != sessions {
 				t.Fatalf("run.start config %+v", rs)
 			}
 			if cfg.CUDAGraph == nil || *cfg.CUDAGraph != *rs.Config.CUDAGraph || cfg.CUDAGraphMaxBS != rs.Config.CUDAGraphMaxBS {
@@ -1138,12 +1144,19 @@ func TestReproAgainstTwinOneClock(t *testing.T) {
 // (Before, the killed server's cut sessions were error outcomes: a run read
 // 31/40 = 78% corrupted and exited 0.)
 func TestReproServerLost(t *testing.T) {
+	// The twin answers 16 chat requests of 12 sessions; under -race 8 of 6
+	// (the twin's arithmetic in process took minutes there): the server is
+	// lost mid-run at either size.
+	answered, nSessions := int64(16), 12
+	if raceEnabled {
+		answered, nSessions = 8, 6
+	}
 	for _, asJSON := range []bool{false, true} {
 		tw := servertest.Start(t, server.Options{Config: servertest.Config()})
 		var chats atomic.Int64
 		var dead atomic.Bool
 		hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasSuffix(r.URL.Path, "/chat/completions") && chats.Add(1) > 16 || dead.Load() {
+			if strings.HasSuffix(r.URL.Path, "/chat/completions") && chats.Add(1) > answered || dead.Load() {
 				dead.Store(true)
 				conn, _, err := w.(http.Hijacker).Hijack()
 				if err == nil {
@@ -1155,7 +1168,7 @@ func TestReproServerLost(t *testing.T) {
 		}))
 		t.Cleanup(hs.Close)
 		bundle := filepath.Join(t.TempDir(), "lost.kvtrace")
-		args := []string{"--url", hs.URL, "--sessions", "12", "--concurrency", "4", "--rounds", "3", "--tool-time", "0", "--record", bundle}
+		args := []string{"--url", hs.URL, "--sessions", fmt.Sprint(nSessions), "--concurrency", "4", "--rounds", "3", "--tool-time", "0", "--record", bundle}
 		if asJSON {
 			args = append(args, "--json")
 		}
@@ -1174,7 +1187,7 @@ func TestReproServerLost(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &got); err != nil {
 				t.Fatalf("%v: %s", err, out)
 			}
-			if got.ServerLost == "" || got.Aborted == 0 || got.Outcomes.Error != 0 || got.Interrupted || got.Sessions+got.Aborted != 12 ||
+			if got.ServerLost == "" || got.Aborted == 0 || got.Outcomes.Error != 0 || got.Interrupted || got.Sessions+got.Aborted != nSessions ||
 				got.Verdict != sessions.VerdictServerLost {
 				t.Errorf("json: %s", out)
 			}

@@ -153,8 +153,15 @@ func TestSimRunProgressOnTTY(t *testing.T) {
 func TestSimRunSpecMove(t *testing.T) {
 	dir := t.TempDir()
 	bundle := filepath.Join(dir, "spec.kvtrace")
-	out, _, err := runSim(t, false, "run", "--sessions", "16", "--rounds", "2", "--seed", "1", "--json",
-		"--inject", "spec-move", "--multi-stream-overlap=false", "--record", bundle)
+	// Two runs in process: under -race 12 sessions and graphdiff on every
+	// 8th replay instead of every other (minutes of arithmetic there; the
+	// fault must still show between replays, and graphdiff still sample and
+	// agree).
+	size := []string{"--sessions", "16", "--rounds", "2", "--seed", "1"}
+	if raceEnabled {
+		size = []string{"--sessions", "12", "--rounds", "2", "--seed", "1", "--graphdiff-every", "8"}
+	}
+	out, _, err := runSim(t, false, append([]string{"run", "--json", "--inject", "spec-move", "--multi-stream-overlap=false", "--record", bundle}, size...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,8 +202,7 @@ func TestSimRunSpecMove(t *testing.T) {
 	if cmdutil.ExitCode(err) != cmdutil.ExitFinding {
 		t.Fatalf("canary report exit %d (%v), want 1\n%s", cmdutil.ExitCode(err), err, rep)
 	}
-	text, _, err := runSim(t, false, "run", "--sessions", "16", "--rounds", "2", "--seed", "1",
-		"--inject", "spec-move", "--multi-stream-overlap=false")
+	text, _, err := runSim(t, false, append([]string{"run", "--inject", "spec-move", "--multi-stream-overlap=false"}, size...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +357,9 @@ func TestSimServeDrainsOnStop(t *testing.T) {
 	addr, done := startSimServe(t, f, true, "--addr", "127.0.0.1:0", "--no-canary", "--no-graphdiff", "--no-checksum")
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"Task 1: tool rounds: 1"}],` +
 		`"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}]}`
-	client := &http.Client{Timeout: 20 * time.Second}
+	// A hang guard, only a failure waits this long: one answer took over
+	// 20 s under -race on a loaded 2-core machine.
+	client := &http.Client{Timeout: 2 * time.Minute}
 	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

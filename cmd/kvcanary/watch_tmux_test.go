@@ -25,6 +25,7 @@ import (
 // panel's decisive number is on screen (the LIVE-PAGE-OVERWRITE row, the
 // divergent count, the help key).
 func TestWatchUnderTmux(t *testing.T) {
+	t.Parallel()             // its own processes, ports and temp dirs: it mostly waits on them
 	bin := kvcanaryBinary(t) // skips with -short
 	tmux := testenv.LookTool(t, "tmux", "apt-get install -y tmux; .ci/run installs it")
 	dir := t.TempDir()

@@ -585,6 +585,7 @@ func TestWrapWatch(t *testing.T) {
 // A producer outliving the command (a scheduler process left behind) is
 // waited for up to --drain, then reported, never waited for forever.
 func TestWrapReportsLingeringProducer(t *testing.T) {
+	t.Parallel() // its own processes, ports and temp dirs: it mostly waits on them
 	w := newWrapTest(t)
 	py := w.python()
 	holder := filepath.Join(w.dir, "holder.py")
@@ -657,6 +658,7 @@ func TestWrapProducerWithoutRunEndIsPartial(t *testing.T) {
 // embedded package hooks the engine's processes through sitecustomize,
 // wrap judges what they send, and checksum compare agrees on the bundle.
 func TestWrapStandInEngine(t *testing.T) {
+	t.Parallel() // its own processes, ports and temp dirs: it mostly waits on them
 	engine, err := filepath.Abs("../../runtime/pyhook/tests/standin/engine.py")
 	if err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ func digestRun(t *testing.T, procs int) (map[string]int, string, int) {
 	cfg.Instruments.GraphDiffEvery = 1
 	w := testWorkload()
 	w.Sessions, w.Rounds = 16, 2
-	if raceEnabled {
+	if small() {
 		w.Sessions, w.Rounds = 4, 1
 	}
 	h := sha256.New()

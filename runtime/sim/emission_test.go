@@ -18,8 +18,11 @@ func TestGraphDiffVectorsEvery(t *testing.T) {
 		cfg.Instruments = Instruments{GraphDiff: true, GraphDiffEvery: 1, GraphDiffVectorsEvery: every}
 		w := testWorkload()
 		w.Sessions, w.Rounds = 12, 2
-		if raceEnabled {
-			w.Sessions = 6
+		if small() {
+			// Two runs with graphdiff on every step: minutes under -race
+			// at 6×2. The emission policy is per sample, and 3×1 makes
+			// hundreds of them.
+			w.Sessions, w.Rounds = 3, 1
 		}
 		var c collect
 		if _, err := Run(context.Background(), cfg, w, &c); err != nil {

@@ -113,7 +113,13 @@ func TestTransferRaceLandsLate(t *testing.T) {
 			}
 			return true
 		}
-		driveEngine(t, cfg, faultSessions(), 3, &c, func(e *Engine) {
+		// 3 rounds; 2 under -race and -short (minutes under -race; the
+		// fault still manifests: the test fails when it does not).
+		rounds := 3
+		if small() {
+			rounds = 2
+		}
+		driveEngine(t, cfg, faultSessions(), rounds, &c, func(e *Engine) {
 			e.testComplete = func(x *transfer) {
 				// At completion every chunk should have landed; a late one
 				// leaves the previous owner's bytes in its decode pages.
@@ -182,7 +188,7 @@ func TestStaleOutLocWritesForeignPage(t *testing.T) {
 		stale, foreign, verified := 0, 0, 0
 		var pending []int
 		sessions, rounds := 40, 3
-		if raceEnabled {
+		if small() {
 			sessions, rounds = 14, 1 // forced retraction needs bs > 10
 		}
 		driveEngine(t, cfg, sessions, rounds, nil, func(e *Engine) {
@@ -229,7 +235,11 @@ func TestStaleSeqLenNeverSelectsBeyondBakedLength(t *testing.T) {
 	cfg.Inject = []string{FaultStaleSeqLen}
 	beyond, checked := 0, 0
 	var eng *Engine
-	driveEngine(t, cfg, faultSessions(), 3, nil, func(e *Engine) {
+	rounds := 3
+	if small() {
+		rounds = 2 // minutes under -race at 3; requests still outgrow the baked length
+	}
+	driveEngine(t, cfg, faultSessions(), rounds, nil, func(e *Engine) {
 		eng = e
 		e.testStore = func(rw *row, _ int32) {
 			if rw.limit >= rw.n {
@@ -311,7 +321,7 @@ func foreignWrites(evs []hook.Event) int {
 // faultSessions is the byte-level fault tests' session count (smaller under
 // the race detector).
 func faultSessions() int {
-	if raceEnabled {
+	if small() {
 		return 6
 	}
 	return 40

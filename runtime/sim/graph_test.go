@@ -85,8 +85,8 @@ func TestBaselineRaceLeavesIndexKPristine(t *testing.T) {
 	cfg.Instruments.GraphDiffTopKOnly = true
 	w := testWorkload()
 	w.Sessions, w.Rounds = 40, 3
-	if raceEnabled {
-		t.Skip("a 40×3 run takes minutes under -race; run go test ./runtime/sim")
+	if small() {
+		t.Skip("a 40×3 run: minutes under -race; skipped with -short too")
 	}
 	var c collect
 	res, err := Run(context.Background(), cfg, w, &c)
@@ -128,7 +128,7 @@ func TestCanaryCacheMatchesFullDigests(t *testing.T) {
 		cfg.Instruments = Instruments{Canary: true, CanaryPolicy: "live"}
 		var c collect
 		n := 16
-		if raceEnabled {
+		if small() {
 			n = 4
 		}
 		driveEngine(t, cfg, n, 2, &c, func(e *Engine) { e.canaryVerify = verify }, nil)

@@ -20,7 +20,7 @@ func TestCanarySlotCheckMatchesStores(t *testing.T) {
 	cfg.TestRetractEvery = 5
 	cfg.Instruments = Instruments{Canary: true, CanaryPolicy: "live"}
 	sessions, rounds := 16, 3
-	if raceEnabled {
+	if small() {
 		sessions, rounds = 14, 1 // forced retraction needs bs > 10
 	}
 	type stepTruth struct {
@@ -105,7 +105,7 @@ func TestCanarySlotCheckMatchesStores(t *testing.T) {
 	if collateral == 0 {
 		t.Fatal("no stale padded store changed an expected page: collateral detection not exercised")
 	}
-	if rewritten == 0 && !raceEnabled {
+	if rewritten == 0 && !small() {
 		t.Fatal("no identical rewrite happened: rewritten detection not exercised")
 	}
 }

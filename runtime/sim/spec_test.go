@@ -122,7 +122,7 @@ func specConfig(seed uint64, policy string, inject ...string) Config {
 func TestSpecMovesCorrectAreNeutral(t *testing.T) {
 	w := testWorkload()
 	w.Sessions, w.Rounds = 16, 2
-	if raceEnabled {
+	if small() {
 		w.Sessions = 6
 	}
 	for _, c := range []struct {
@@ -266,8 +266,8 @@ func runVictims(t *testing.T, cfg Config, drive func(pub hook.Publisher, setup f
 // this takes 24 sessions × 2 rounds; TestSpecMoveFaultNamesVictim builds
 // the situation directly and also runs under -race.
 func TestSpecMoveFaultVictimsExactly(t *testing.T) {
-	if raceEnabled {
-		t.Skip("24×2 sessions under -race: TestSpecMoveFaultNamesVictim covers the fault there")
+	if small() {
+		t.Skip("24×2 sessions, skipped under -race and -short: TestSpecMoveFaultNamesVictim covers the fault there")
 	}
 	for _, policy := range []string{"live", "all"} {
 		t.Run(policy, func(t *testing.T) {

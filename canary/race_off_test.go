@@ -1,0 +1,5 @@
+//go:build !race
+
+package canary_test
+
+const raceEnabled = false
