@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -617,6 +618,10 @@ func wrapCollector(run string, onReject func(uint64, error)) (*hook.Collector, s
 	if err != nil {
 		return nil, "", cmdutil.InputError(fmt.Errorf("wrap: private socket directory: %w", err))
 	}
+	// A SIGKILLed wrap runs no deferred cleanup: its directory stays. Each
+	// wrap names itself in its own and removes those whose wrap is gone.
+	markWrapDir(sockDir)
+	cleanStaleWrapDirs(filepath.Dir(sockDir))
 	c, err := hook.Listen("unix://"+sockDir+"/collector.sock", hook.ListenOptions{Run: run, OnReject: onReject})
 	if err != nil {
 		os.RemoveAll(sockDir)

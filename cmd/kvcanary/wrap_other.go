@@ -17,6 +17,8 @@ func wrapSupported() error {
 }
 
 func ownProcessGroup(*exec.Cmd)                    {}
+func markWrapDir(string)                           {}
+func cleanStaleWrapDirs(string) int                { return 0 }
 func signalGroup(int, os.Signal, bool) string      { return "" }
 func groupAlive(int) bool                          { return false }
 func exitStatus(ps *os.ProcessState) (int, string) { return ps.ExitCode(), "" }

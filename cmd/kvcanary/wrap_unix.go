@@ -29,6 +29,52 @@ func wrapSupported() error { return nil }
 // engine and every scheduler process it spawned).
 func ownProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithWrap(cmd.SysProcAttr)
+}
+
+// wrapDirOwner is the file in a wrap's socket directory that names the wrap
+// process owning it, so a later wrap can tell a directory left by a
+// SIGKILLed one (no deferred cleanup ran) from one in use.
+const wrapDirOwner = "owner.pid"
+
+// markWrapDir writes this process's pid into dir.
+func markWrapDir(dir string) {
+	_ = os.WriteFile(dir+"/"+wrapDirOwner, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
+}
+
+// cleanStaleWrapDirs removes the kvcanary-wrap-* directories in parent
+// whose owner process no longer exists (issue 27 D11) and returns how many.
+// A directory without an owner file (an older wrap's, or one being made) is
+// left alone: nothing says it is stale. Only directories of this user are
+// looked at (the temp dir is shared; another user's are not ours to judge).
+func cleanStaleWrapDirs(parent string) int {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "kvcanary-wrap-") {
+			continue
+		}
+		dir := parent + "/" + e.Name()
+		var st syscall.Stat_t
+		if syscall.Stat(dir, &st) != nil || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		b, err := os.ReadFile(dir + "/" + wrapDirOwner)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue // alive (or not ours to signal: EPERM), or unreadable
+		}
+		if os.RemoveAll(dir) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // signalGroup sends s to the process group pgid — SIGKILL instead when
