@@ -2,6 +2,8 @@ package canary
 
 import (
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvcanary/kvcanary/runtime/hook"
@@ -77,5 +79,45 @@ func TestAnalyzerIgnoresOtherKinds(t *testing.T) {
 	a.Observe(hook.Event{Kind: hook.KindCanaryPages, Body: (*hook.CanaryPages)(nil)}, func(hook.Event) { t.Fatal("emitted") })
 	if s := a.Result(); s.Replays != 0 {
 		t.Fatalf("replays %d", s.Replays)
+	}
+}
+
+// TestAnalyzerConcurrentObserveAndResult: Observe and Result may be called
+// from different goroutines (a collector's analyzers, a live view's
+// snapshots). Under -race this is the canary's concurrency check (the twin
+// tests, serial, skip there); the counts must also add up.
+func TestAnalyzerConcurrentObserveAndResult(t *testing.T) {
+	const workers, each = 4, 200
+	a := NewAnalyzer(Options{})
+	var emitted atomic.Int64
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				_ = a.Result()
+			}
+		}
+	}()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				a.Observe(hook.Event{Kind: hook.KindCanaryPages, Body: &hook.CanaryPages{
+					Step: uint64(w*each + i), Policy: "live", PagesTotal: 64, PagesChecked: 8,
+					Running: []string{"v"}, Changed: []hook.PageChange{chg(1, "v")},
+				}}, func(hook.Event) { emitted.Add(1) })
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	s := a.Result()
+	if s.Replays != workers*each || s.LivePageOverwrites != workers*each || emitted.Load() != workers*each {
+		t.Fatalf("replays %d, live overwrites %d, findings %d; want %d each", s.Replays, s.LivePageOverwrites, emitted.Load(), workers*each)
 	}
 }

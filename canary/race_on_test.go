@@ -2,7 +2,6 @@
 
 package canary_test
 
-// raceEnabled scales the twin runs of the tests down under the race
-// detector: their full sizes re-check arithmetic, which the plain pass of
-// make test does.
+// raceEnabled: the twin runs of the tests (twinRun) re-check arithmetic,
+// which the plain pass of make test does; under the race detector they skip.
 const raceEnabled = true

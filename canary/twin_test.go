@@ -29,6 +29,16 @@ type twinObs struct {
 
 func twinRun(t *testing.T, cfg sim.Config, w sim.Workload, more ...hook.Analyzer) *twinObs {
 	t.Helper()
+	if raceEnabled {
+		// These tests re-check the canary's arithmetic over whole twin
+		// runs, and nothing here runs concurrently: sim.Run publishes from
+		// one goroutine (the publish func below appends without a lock).
+		// The twin's own goroutines are raced in runtime/sim with the
+		// canary on, and the analyzer's locking in
+		// TestAnalyzerConcurrentObserveAndResult. Under -race they took
+		// 230 s of make test's race pass for nothing the detector watches.
+		t.Skip("twin-scale arithmetic: the plain pass of make test runs it (see twinRun)")
+	}
 	a := canary.NewAnalyzer(canary.Options{})
 	o := &twinObs{pages: map[uint64]*hook.CanaryPages{}}
 	pendingRetract := false
@@ -76,16 +86,12 @@ func corrupted(res sim.Result) int {
 	return n
 }
 
-// twinWorkload is small enough for go test -race (the twin computes real
-// index-K scores) and still corrupts sessions in the baseline: 12 sessions
-// of 3 rounds, 2 rounds under -race (minutes per run there at 3).
+// twinWorkload is small (the twin computes real index-K scores) and still
+// corrupts sessions in the baseline: 12 sessions of 3 rounds.
 func twinWorkload() sim.Workload {
 	w := sim.DefaultWorkload()
 	w.Judge = outcome.Classifier{}.Outcome
 	w.Sessions, w.Rounds = 12, 3
-	if raceEnabled {
-		w.Rounds = 2
-	}
 	return w
 }
 
@@ -268,14 +274,7 @@ func TestTwinStaleSeqLenCanaryClean(t *testing.T) {
 func TestTwinSpecMove(t *testing.T) {
 	w := twinWorkload()
 	w.Sessions, w.Rounds = 16, 2
-	// Two runs with graphdiff on every other step were most of the
-	// package's time under -race: there graphdiff samples every 8th step
-	// (it must still sample, and agree). The sessions stay: with 12, no
-	// session deviated, and the test fails when the fault is not exercised.
 	gdEvery := sim.AllInstruments().GraphDiffEvery
-	if raceEnabled {
-		gdEvery = 8
-	}
 	type run struct {
 		o  *twinObs
 		gd graphdiff.Summary
